@@ -1,0 +1,34 @@
+/* frontend.h: YAML model specification (docs/yaml.md) -> IR module.
+ *
+ * The frontend reads the file with libyaml's document loader, walks the node
+ * tree and builds the module through ir_add_layer and friends.  Every user
+ * mistake is one diag_error at the offending node's file:line:col; the first
+ * one stops the load. */
+#ifndef OCTO_FRONTEND_H
+#define OCTO_FRONTEND_H
+
+#include "ir.h"
+
+/* Command-line overrides of the YAML; 0 / NULL = not given. */
+typedef struct fe_overrides {
+	int64_t devices;      /* --devices N */
+	int64_t microbatches; /* --microbatches M */
+	const char *cluster;  /* --cluster NAME|FILE */
+	const char *schedule; /* --schedule NAME */
+} fe_overrides;
+
+/* Load a model file.  Returns NULL after a diagnostic. */
+ir_module *fe_load(const char *path, const fe_overrides *ov);
+
+/* Same, from text already in memory (tests). */
+ir_module *fe_load_src(const src_file *src, const fe_overrides *ov);
+
+/* Resolve a cluster preset name ("h100-sxm") or a cluster file path into
+ * *out, allocating strings from a.  Returns 0, or -1 after a diagnostic. */
+int fe_load_cluster(arena *a, const char *name_or_path, ir_cluster *out);
+
+/* Directory of the bundled models and presets (compiled in; the
+ * OCTOPIPE_MODELS environment variable overrides it). */
+const char *fe_models_dir(void);
+
+#endif

@@ -1,0 +1,303 @@
+/* ir.h: the pipeline IR.
+ *
+ * One module owns flat arrays (layers, stages, per-device op lists); ops
+ * name stages and micro-batches by integer index, never by pointer.  Every
+ * enum that has a text spelling comes from one X-macro table below, which
+ * the printer, the parser, the frontend and the docs all read.  The text
+ * form is specified in docs/ir.md. */
+#ifndef OCTO_IR_H
+#define OCTO_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "support.h"
+
+#define IR_VERSION 1
+
+/* ---- enum tables ------------------------------------------------------ */
+
+/* X(enum suffix, text, pattern char or 0) */
+#define IR_LAYER_KINDS(X)                                                      \
+	X(EMBEDDING, "embedding", 0)                                               \
+	X(ATTENTION, "attention", '*')                                             \
+	X(MLP, "mlp", '-')                                                         \
+	X(MOE, "moe", 'E')                                                         \
+	X(MAMBA, "mamba", 'M')                                                     \
+	X(HEAD, "head", 0)
+
+typedef enum ir_layer_kind {
+#define X(e, s, c) IR_LAYER_##e,
+	IR_LAYER_KINDS(X)
+#undef X
+	IR_NLAYER_KINDS
+} ir_layer_kind;
+
+#define IR_DTYPES(X) X(F32, "f32", 4) X(BF16, "bf16", 2) X(F16, "f16", 2)
+typedef enum ir_dtype {
+#define X(e, s, n) IR_DTYPE_##e,
+	IR_DTYPES(X)
+#undef X
+	IR_NDTYPES
+} ir_dtype;
+
+/* Feed-forward activations.  The gated ones (swiglu, geglu) have three
+ * weight matrices (gate, up, down); the others two. */
+#define IR_ACTS(X)                                                             \
+	X(SWIGLU, "swiglu") X(GEGLU, "geglu") X(GELU, "gelu") X(RELU, "relu")      \
+	X(RELU2, "relu2")
+typedef enum ir_act {
+#define X(e, s) IR_ACT_##e,
+	IR_ACTS(X)
+#undef X
+	IR_NACTS
+} ir_act;
+
+#define IR_OPTIMIZERS(X) X(ADAMW, "adamw") X(SGD, "sgd")
+typedef enum ir_optimizer {
+#define X(e, s) IR_OPT_##e,
+	IR_OPTIMIZERS(X)
+#undef X
+	IR_NOPTIMIZERS
+} ir_optimizer;
+
+#define IR_DATAS(X) X(SYNTHETIC, "synthetic") X(TEXT, "text")
+typedef enum ir_data {
+#define X(e, s) IR_DATA_##e,
+	IR_DATAS(X)
+#undef X
+	IR_NDATAS
+} ir_data;
+
+/* Partition strategies of the `partition` pass. */
+#define IR_PARTITIONS(X) X(UNIFORM, "uniform") X(GIVEN, "given")
+typedef enum ir_partition {
+#define X(e, s) IR_PART_##e,
+	IR_PARTITIONS(X)
+#undef X
+	IR_NPARTITIONS
+} ir_partition;
+
+/* Schedules of the `schedule` pass. */
+#define IR_SCHEDULES(X) X(1F1B, "1f1b")
+typedef enum ir_schedule {
+#define X(e, s) IR_SCHED_##e,
+	IR_SCHEDULES(X)
+#undef X
+	IR_NSCHEDULES
+} ir_schedule;
+
+/* Work items of a device program.  F: forward; B: input-gradient backward;
+ * W: weight-gradient backward. */
+#define IR_OPS(X) X(F, "F") X(B, "B") X(W, "W")
+typedef enum ir_op_kind {
+#define X(e, s) IR_OP_##e,
+	IR_OPS(X)
+#undef X
+	IR_NOPS
+} ir_op_kind;
+
+/* Layer attributes.  X(enum suffix, text, kinds mask, type, min, max).
+ * A value of 0 means "absent" and is not printed; every attribute whose
+ * range excludes 0 is required for the kinds it applies to (see
+ * ir_attr_required).  Attributes that derive from others (kv_heads,
+ * head_dim, ...) are filled in by the frontend, so the IR is explicit. */
+#define K_(k) (1u << IR_LAYER_##k)
+#define IR_ATTRS(X)                                                            \
+	X(HEADS, "heads", K_(ATTENTION) | K_(MAMBA), IR_AT_INT, 1, 1 << 16)        \
+	X(KV_HEADS, "kv_heads", K_(ATTENTION), IR_AT_INT, 1, 1 << 16)              \
+	X(HEAD_DIM, "head_dim", K_(ATTENTION) | K_(MAMBA), IR_AT_INT, 1, 1 << 16)  \
+	X(WINDOW, "window", K_(ATTENTION), IR_AT_INT, 0, 1 << 30)                  \
+	X(Q_LORA_RANK, "q_lora_rank", K_(ATTENTION), IR_AT_INT, 0, 1 << 20)        \
+	X(KV_LORA_RANK, "kv_lora_rank", K_(ATTENTION), IR_AT_INT, 0, 1 << 20)      \
+	X(QK_ROPE_DIM, "qk_rope_dim", K_(ATTENTION), IR_AT_INT, 0, 1 << 16)        \
+	X(V_HEAD_DIM, "v_head_dim", K_(ATTENTION), IR_AT_INT, 0, 1 << 16)          \
+	X(FFN, "ffn", K_(MLP), IR_AT_INT, 1, 1 << 24)                              \
+	X(ACT, "activation", K_(MLP) | K_(MOE), IR_AT_ACT, 0, IR_NACTS - 1)               \
+	X(EXPERTS, "experts", K_(MOE), IR_AT_INT, 1, 1 << 16)                      \
+	X(TOP_K, "top_k", K_(MOE), IR_AT_INT, 1, 1 << 16)                          \
+	X(EXPERT_FFN, "expert_ffn", K_(MOE), IR_AT_INT, 1, 1 << 24)                \
+	X(SHARED_EXPERTS, "shared_experts", K_(MOE), IR_AT_INT, 0, 1 << 16)        \
+	X(VERSION, "version", K_(MAMBA), IR_AT_INT, 1, 2)                          \
+	X(STATE, "state", K_(MAMBA), IR_AT_INT, 1, 1 << 16)                        \
+	X(EXPAND, "expand", K_(MAMBA), IR_AT_INT, 1, 64)                           \
+	X(CONV, "conv", K_(MAMBA), IR_AT_INT, 1, 1024)                             \
+	X(GROUPS, "groups", K_(MAMBA), IR_AT_INT, 0, 1 << 16)                      \
+	X(DT_RANK, "dt_rank", K_(MAMBA), IR_AT_INT, 0, 1 << 20)
+
+typedef enum ir_attr_type { IR_AT_INT, IR_AT_ACT } ir_attr_type;
+
+typedef enum ir_attr {
+#define X(e, s, k, t, lo, hi) IR_ATTR_##e,
+	IR_ATTRS(X)
+#undef X
+	IR_NATTRS
+} ir_attr;
+
+typedef struct ir_attr_info {
+	const char *name;
+	uint32_t kinds; /* mask of ir_layer_kind the attribute applies to */
+	ir_attr_type type;
+	int64_t min, max;
+} ir_attr_info;
+
+extern const ir_attr_info ir_attr_table[IR_NATTRS];
+extern const char *const ir_layer_kind_names[IR_NLAYER_KINDS];
+extern const char ir_layer_kind_chars[IR_NLAYER_KINDS];
+extern const char *const ir_dtype_names[IR_NDTYPES];
+extern const int ir_dtype_bytes[IR_NDTYPES];
+extern const char *const ir_act_names[IR_NACTS];
+extern const char *const ir_optimizer_names[IR_NOPTIMIZERS];
+extern const char *const ir_data_names[IR_NDATAS];
+extern const char *const ir_partition_names[IR_NPARTITIONS];
+extern const char *const ir_schedule_names[IR_NSCHEDULES];
+extern const char *const ir_op_names[IR_NOPS];
+
+/* Index of `s` in a name table of n entries, or -1. */
+int ir_lookup(const char *const *names, int n, const char *s);
+
+/* Is attribute a applicable to kind k, and must it be non-zero there?
+ * (Mamba's heads/head_dim/groups belong to version 2, dt_rank to version
+ * 1; ir_attr_applies takes the version into account.) */
+bool ir_attr_applies(ir_attr a, ir_layer_kind k, int64_t mamba_version);
+bool ir_attr_required(ir_attr a, ir_layer_kind k, int64_t mamba_version);
+
+/* ---- module ----------------------------------------------------------- */
+
+typedef struct ir_cost {
+	bool known;        /* set by the cost pass (or parsed) */
+	double f, b, w;    /* microseconds per micro-batch */
+	uint64_t act;      /* bytes stashed from F until B */
+	uint64_t wstash;   /* bytes still held after B until W */
+	uint64_t param;    /* parameter bytes */
+} ir_cost;
+
+typedef struct ir_layer {
+	ir_layer_kind kind;
+	int64_t attr[IR_NATTRS]; /* 0 = absent; see IR_ATTRS */
+	ir_cost cost;
+} ir_layer;
+
+typedef struct ir_model_info {
+	const char *name;
+	int64_t hidden;
+	int64_t vocab;
+	int64_t seq;     /* tokens per sequence */
+	ir_dtype dtype;
+} ir_model_info;
+
+typedef struct ir_train {
+	int64_t mbs;          /* sequences per micro-batch */
+	int64_t microbatches; /* micro-batches per step */
+	int64_t steps;
+	ir_optimizer optimizer;
+	double lr;
+	double weight_decay;
+	uint64_t seed;
+	ir_data data;
+	const char *text_file; /* data == IR_DATA_TEXT */
+} ir_train;
+
+typedef struct ir_link {
+	double bw;  /* bytes per second */
+	double lat; /* microseconds */
+} ir_link;
+
+typedef struct ir_cluster {
+	const char *name;   /* preset name or "inline" */
+	int64_t devices;
+	int64_t per_node;   /* devices per node */
+	uint64_t mem;       /* bytes per device */
+	double flops;       /* peak FLOP/s per device */
+	double membw;       /* bytes per second per device */
+	ir_link intra, inter;
+} ir_cluster;
+
+typedef struct ir_plan_opts {
+	ir_schedule schedule;
+	int64_t chunks;       /* stages per device; the partition makes devices*chunks stages */
+	ir_partition partition;
+	int64_t *given;       /* partition == given: layers per stage */
+	int ngiven;
+	int64_t *placement;   /* optional: device of each stage */
+	int nplacement;
+} ir_plan_opts;
+
+typedef struct ir_stage {
+	int first, last; /* layer range, inclusive */
+	int device;
+} ir_stage;
+
+typedef struct ir_op {
+	ir_op_kind kind;
+	int stage;
+	int mb;
+} ir_op;
+
+typedef struct ir_device {
+	ir_op *ops;
+	int nops, capops;
+} ir_device;
+
+typedef struct ir_module {
+	arena *arena;       /* owns everything below */
+	ir_model_info model;
+	ir_train train;
+	ir_cluster cluster;
+	ir_plan_opts plan;
+	ir_layer *layers;
+	int nlayers, caplayers;
+	ir_stage *stages;
+	int nstages, capstages;
+	ir_device *devices; /* once scheduled: one program per cluster device */
+	int ndevices;
+
+	/* Where each element came from (YAML node or IR line); not part of the
+	 * module's value, so ir_equal ignores them. */
+	ir_loc loc;
+	ir_loc *layer_loc;
+	ir_loc *stage_loc;
+	ir_loc **op_loc;    /* op_loc[d][i], NULL when unknown */
+} ir_module;
+
+ir_module *ir_new(void);
+void ir_free(ir_module *m);
+ir_layer *ir_add_layer(ir_module *m, ir_layer_kind k, ir_loc loc);
+ir_stage *ir_add_stage(ir_module *m, int first, int last, int device, ir_loc loc);
+void ir_clear_stages(ir_module *m);
+void ir_alloc_devices(ir_module *m);  /* one empty program per cluster device */
+void ir_clear_devices(ir_module *m);
+ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc loc);
+
+/* Field-for-field equality of two modules (locations ignored). */
+bool ir_equal(const ir_module *a, const ir_module *b);
+
+/* ---- text form (docs/ir.md) ------------------------------------------- */
+
+/* Byte count with the largest exact binary suffix: 3GiB, 1536KiB, 7B. */
+void ir_fmt_bytes(char *buf, size_t n, uint64_t v);
+
+void ir_print(FILE *out, const ir_module *m);
+char *ir_print_string(const ir_module *m); /* malloc'd */
+/* Parse IR text.  NULL after a diagnostic on a syntax or value error. */
+ir_module *ir_parse(const src_file *src);
+
+/* ---- verifier --------------------------------------------------------- */
+
+/* Structural checks of docs/ir.md ("Invariants").  Reports each violation
+ * through diag_error (at the element's location when known, else at the
+ * module's) and returns the number found. */
+int ir_verify(const ir_module *m);
+
+/* Checks of one layer's attributes against the model (ranges, required
+ * attributes, divisibility).  Used by the verifier and by the frontend,
+ * which passes the YAML location of the offending field through
+ * `where(attr)`.  Returns the number of errors reported. */
+typedef ir_loc (*ir_attr_loc_fn)(void *ctx, ir_attr a);
+int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
+                   ir_attr_loc_fn where, void *ctx, ir_loc fallback);
+
+/* Sum of layers by kind etc. for summaries. */
+void ir_print_summary(FILE *out, const ir_module *m);
+
+#endif

@@ -1,0 +1,811 @@
+/* parse.c: the IR text parser, the inverse of print.c (grammar in
+ * docs/ir.md).  Line-oriented: each line is a keyword, then positional
+ * operands, then key=value fields.  Any deviation is one diagnostic at its
+ * line:col and a NULL module; nothing is guessed. */
+#include "ir.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- lexer ------------------------------------------------------------ */
+
+typedef enum { T_EOL, T_EOF, T_WORD, T_STR, T_EQ, T_LBRACE, T_RBRACE } tok_kind;
+
+typedef struct tok {
+	tok_kind kind;
+	const char *s; /* T_WORD: start in the source; T_STR: unescaped copy */
+	int n;
+	ir_loc loc;
+} tok;
+
+typedef struct parser {
+	const src_file *src;
+	ir_module *m;
+	const char *p, *end;
+	int line, col;
+	tok t;    /* current token */
+	bool err; /* a diagnostic was reported */
+} parser;
+
+static void perr(parser *ps, ir_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void perr(parser *ps, ir_loc loc, const char *fmt, ...)
+{
+	if (ps->err)
+		return; /* the first error is the one that matters */
+	ps->err = true;
+	va_list ap;
+	va_start(ap, fmt);
+	diag_verror(loc, fmt, ap);
+	va_end(ap);
+}
+
+static ir_loc here(parser *ps)
+{
+	return (ir_loc){ps->src, ps->line, ps->col};
+}
+
+static void adv(parser *ps)
+{
+	ps->p++;
+	ps->col++;
+}
+
+static bool is_word_char(char c)
+{
+	return c && c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '=' &&
+	       c != '{' && c != '}' && c != ';' && c != '"';
+}
+
+static void next(parser *ps)
+{
+	tok *t = &ps->t;
+	for (;;) {
+		while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\r'))
+			adv(ps);
+		if (ps->p < ps->end && *ps->p == ';') /* comment to end of line */
+			while (ps->p < ps->end && *ps->p != '\n')
+				adv(ps);
+		break;
+	}
+	t->loc = here(ps);
+	t->s = ps->p;
+	t->n = 0;
+	if (ps->p >= ps->end) {
+		t->kind = T_EOF;
+		return;
+	}
+	char c = *ps->p;
+	if (c == '\n') {
+		t->kind = T_EOL;
+		ps->p++;
+		ps->line++;
+		ps->col = 1;
+		return;
+	}
+	if (c == '=' || c == '{' || c == '}') {
+		t->kind = c == '=' ? T_EQ : c == '{' ? T_LBRACE : T_RBRACE;
+		t->n = 1;
+		adv(ps);
+		return;
+	}
+	if (c == '"') {
+		adv(ps);
+		char *buf = arena_alloc(ps->m->arena, (size_t)(ps->end - ps->p) + 1);
+		int n = 0;
+		for (;;) {
+			if (ps->p >= ps->end || *ps->p == '\n') {
+				perr(ps, t->loc, "unterminated string");
+				t->kind = T_EOF;
+				return;
+			}
+			char ch = *ps->p;
+			if (ch == '"') {
+				adv(ps);
+				break;
+			}
+			if (ch == '\\') {
+				ir_loc eloc = here(ps);
+				adv(ps);
+				char e = ps->p < ps->end ? *ps->p : 0;
+				if (e == '"' || e == '\\') {
+					buf[n++] = e;
+					adv(ps);
+				} else if (e == 'x' && ps->end - ps->p >= 3 &&
+				           strchr("0123456789abcdef", ps->p[1]) && ps->p[1] &&
+				           strchr("0123456789abcdef", ps->p[2]) && ps->p[2]) {
+					char hex[3] = {ps->p[1], ps->p[2], 0};
+					int v = (int)strtol(hex, NULL, 16);
+					if (v == 0) {
+						perr(ps, eloc, "NUL byte in string");
+						t->kind = T_EOF;
+						return;
+					}
+					buf[n++] = (char)v;
+					adv(ps), adv(ps), adv(ps);
+				} else {
+					perr(ps, eloc, "bad escape in string; expected \\\", \\\\ or \\xHH");
+					t->kind = T_EOF;
+					return;
+				}
+				continue;
+			}
+			buf[n++] = ch;
+			adv(ps);
+		}
+		buf[n] = 0;
+		t->kind = T_STR;
+		t->s = buf;
+		t->n = n;
+		return;
+	}
+	while (ps->p < ps->end && is_word_char(*ps->p))
+		adv(ps);
+	t->kind = T_WORD;
+	t->n = (int)(ps->p - t->s);
+}
+
+static bool word_is(const tok *t, const char *w)
+{
+	return t->kind == T_WORD && (int)strlen(w) == t->n && memcmp(t->s, w, (size_t)t->n) == 0;
+}
+
+static const char *tok_desc(parser *ps, const tok *t)
+{
+	switch (t->kind) {
+	case T_EOL: return "end of line";
+	case T_EOF: return "end of file";
+	case T_STR: return "a string";
+	case T_EQ: return "'='";
+	case T_LBRACE: return "'{'";
+	case T_RBRACE: return "'}'";
+	case T_WORD: break;
+	}
+	return arena_printf(ps->m->arena, "'%.*s'", t->n > 40 ? 40 : t->n, t->s);
+}
+
+static void skip_blank_lines(parser *ps)
+{
+	while (ps->t.kind == T_EOL)
+		next(ps);
+}
+
+static void expect_eol(parser *ps)
+{
+	if (ps->t.kind != T_EOL && ps->t.kind != T_EOF)
+		perr(ps, ps->t.loc, "expected end of line, got %s", tok_desc(ps, &ps->t));
+	else
+		next(ps);
+}
+
+/* ---- numbers ---------------------------------------------------------- */
+
+/* The text of a token as a NUL-terminated arena string. */
+static char *tok_str(parser *ps, const tok *t)
+{
+	return arena_strndup(ps->m->arena, t->s, (size_t)t->n);
+}
+
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+	if (!*s || (*s != '-' && (*s < '0' || *s > '9')))
+		return false;
+	errno = 0;
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (*end || errno || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+	if (!*s || *s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*end || errno)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_f64(const char *s, const char *unit, double *out)
+{
+	size_t n = strlen(s), u = strlen(unit);
+	if (n <= u || strcmp(s + n - u, unit) != 0)
+		return false;
+	char buf[128];
+	if (n - u >= sizeof buf)
+		return false;
+	memcpy(buf, s, n - u);
+	buf[n - u] = 0;
+	if (!strchr("0123456789-.", buf[0]))
+		return false;
+	errno = 0;
+	char *end;
+	double v = strtod(buf, &end);
+	if (*end || errno == ERANGE || !isfinite(v))
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_bytes(const char *s, uint64_t *out)
+{
+	static const struct { const char *sfx; int shift; } sf[] = {
+	    {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}};
+	size_t n = strlen(s);
+	for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) {
+		size_t k = strlen(sf[i].sfx);
+		if (n > k && strcmp(s + n - k, sf[i].sfx) == 0) {
+			char buf[32];
+			if (n - k >= sizeof buf)
+				return false;
+			memcpy(buf, s, n - k);
+			buf[n - k] = 0;
+			uint64_t v;
+			if (!parse_u64(buf, &v) || v > (UINT64_MAX >> sf[i].shift))
+				return false;
+			*out = v << sf[i].shift;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ---- key=value fields ------------------------------------------------- */
+
+typedef struct field {
+	const char *key;
+	char *val;     /* text of the value (string fields: unescaped) */
+	bool is_str;
+	ir_loc kloc, vloc;
+	bool used;
+} field;
+
+typedef struct fields {
+	field f[64];
+	int n;
+	ir_loc end; /* where the line ended, for "missing field" errors */
+} fields;
+
+/* Read key=value pairs to the end of the line. */
+static void read_fields(parser *ps, fields *fs)
+{
+	fs->n = 0;
+	while (!ps->err && ps->t.kind == T_WORD) {
+		if (fs->n == (int)(sizeof fs->f / sizeof *fs->f)) {
+			perr(ps, ps->t.loc, "too many fields on one line");
+			return;
+		}
+		field *f = &fs->f[fs->n];
+		f->key = tok_str(ps, &ps->t);
+		f->kloc = ps->t.loc;
+		f->used = false;
+		for (int i = 0; i < fs->n; i++)
+			if (strcmp(fs->f[i].key, f->key) == 0) {
+				perr(ps, f->kloc, "duplicate field '%s'", f->key);
+				return;
+			}
+		next(ps);
+		if (ps->t.kind != T_EQ) {
+			perr(ps, ps->t.loc, "expected '=' after '%s', got %s", f->key,
+			     tok_desc(ps, &ps->t));
+			return;
+		}
+		next(ps);
+		if (ps->t.kind != T_WORD && ps->t.kind != T_STR) {
+			perr(ps, ps->t.loc, "expected a value for '%s', got %s", f->key,
+			     tok_desc(ps, &ps->t));
+			return;
+		}
+		f->is_str = ps->t.kind == T_STR;
+		f->val = f->is_str ? (char *)ps->t.s : tok_str(ps, &ps->t);
+		f->vloc = ps->t.loc;
+		fs->n++;
+		next(ps);
+	}
+	fs->end = ps->t.loc;
+	if (!ps->err && ps->t.kind != T_EOL && ps->t.kind != T_EOF)
+		perr(ps, ps->t.loc, "expected 'key=value', got %s", tok_desc(ps, &ps->t));
+}
+
+static field *get(parser *ps, fields *fs, const char *key, bool required,
+                  const char *what)
+{
+	for (int i = 0; i < fs->n; i++)
+		if (strcmp(fs->f[i].key, key) == 0) {
+			fs->f[i].used = true;
+			if (fs->f[i].is_str && strcmp(key, "text") != 0) {
+				perr(ps, fs->f[i].vloc, "'%s' takes a number or a name, not a string", key);
+				return NULL;
+			}
+			return &fs->f[i];
+		}
+	if (required)
+		perr(ps, fs->end, "missing field '%s' in %s", key, what);
+	return NULL;
+}
+
+/* Report the first field nobody asked for, with a suggestion. */
+static void check_unused(parser *ps, fields *fs, const char *what,
+                         const char *const *known, int nknown)
+{
+	for (int i = 0; i < fs->n && !ps->err; i++) {
+		if (fs->f[i].used)
+			continue;
+		const char *near = diag_nearest(fs->f[i].key, known, nknown);
+		if (near)
+			perr(ps, fs->f[i].kloc, "unknown field '%s' in %s; did you mean '%s'?",
+			     fs->f[i].key, what, near);
+		else
+			perr(ps, fs->f[i].kloc, "unknown field '%s' in %s", fs->f[i].key, what);
+	}
+}
+
+static void get_i64(parser *ps, fields *fs, const char *key, int64_t lo,
+                    int64_t hi, int64_t *out, const char *what)
+{
+	field *f = get(ps, fs, key, true, what);
+	if (f && !parse_i64(f->val, lo, hi, out))
+		perr(ps, f->vloc, "'%s' must be an integer in %lld..%lld, got '%s'", key,
+		     (long long)lo, (long long)hi, f->val);
+}
+
+static void get_f64(parser *ps, fields *fs, const char *key, const char *unit,
+                    double *out, const char *what)
+{
+	field *f = get(ps, fs, key, true, what);
+	if (f && !parse_f64(f->val, unit, out))
+		perr(ps, f->vloc, "'%s' must be a finite number%s%s, got '%s'", key,
+		     *unit ? " with unit " : "", unit, f->val);
+}
+
+static void get_bytes(parser *ps, fields *fs, const char *key, uint64_t *out,
+                      const char *what)
+{
+	field *f = get(ps, fs, key, true, what);
+	if (f && !parse_bytes(f->val, out))
+		perr(ps, f->vloc, "'%s' must be a byte count such as 512B, 4KiB or 2GiB, got '%s'",
+		     key, f->val);
+}
+
+static int get_enum(parser *ps, fields *fs, const char *key,
+                    const char *const *names, int n, const char *what)
+{
+	field *f = get(ps, fs, key, true, what);
+	if (!f)
+		return 0;
+	int v = ir_lookup(names, n, f->val);
+	if (v < 0) {
+		const char *near = diag_nearest(f->val, names, n);
+		if (near)
+			perr(ps, f->vloc, "unknown %s '%s'; did you mean '%s'?", key, f->val, near);
+		else
+			perr(ps, f->vloc, "unknown %s '%s'", key, f->val);
+		return 0;
+	}
+	return v;
+}
+
+static void get_link(parser *ps, fields *fs, const char *key, ir_link *out)
+{
+	field *f = get(ps, fs, key, true, "cluster");
+	if (!f)
+		return;
+	char *slash = strchr(f->val, '/');
+	if (slash) {
+		*slash = 0;
+		bool ok = parse_f64(f->val, "", &out->bw) && parse_f64(slash + 1, "us", &out->lat);
+		*slash = '/';
+		if (ok)
+			return;
+	}
+	perr(ps, f->vloc, "'%s' must be BANDWIDTH/LATENCYus (bytes/s and microseconds), got '%s'",
+	     key, f->val);
+}
+
+static void get_list(parser *ps, fields *fs, const char *key, int64_t **out,
+                     int *n)
+{
+	field *f = get(ps, fs, key, false, "plan");
+	if (!f)
+		return;
+	int cap = 0;
+	for (char *s = f->val;;) {
+		char *comma = strchr(s, ',');
+		if (comma)
+			*comma = 0;
+		int64_t v;
+		if (!parse_i64(s, 0, INT32_MAX, &v)) {
+			perr(ps, f->vloc, "'%s' must be a comma-separated list of integers, got '%s'",
+			     key, s);
+			return;
+		}
+		*VEC_PUSH(ps->m->arena, *out, *n, cap) = v;
+		if (!comma)
+			break;
+		s = comma + 1;
+	}
+}
+
+/* ---- lines ------------------------------------------------------------ */
+
+static const char *const model_keys[] = {"hidden", "vocab", "seq", "dtype"};
+static const char *const train_keys[] = {"mbs", "microbatches", "steps", "optimizer",
+                                         "lr", "weight_decay", "seed", "data", "text"};
+static const char *const cluster_keys[] = {"devices", "per_node", "mem", "flops",
+                                           "membw", "intra", "inter"};
+static const char *const plan_keys[] = {"schedule", "chunks", "partition", "given",
+                                        "placement"};
+#define N(a) (int)(sizeof a / sizeof *a)
+
+/* keyword [STRING] fields EOL; the keyword is the current token. */
+static bool begin_line(parser *ps, const char *kw, bool has_name, const char **name,
+                       fields *fs)
+{
+	skip_blank_lines(ps);
+	if (ps->err)
+		return false;
+	if (!word_is(&ps->t, kw)) {
+		perr(ps, ps->t.loc, "expected '%s' line, got %s", kw, tok_desc(ps, &ps->t));
+		return false;
+	}
+	next(ps);
+	if (has_name) {
+		if (ps->t.kind != T_STR) {
+			perr(ps, ps->t.loc, "expected a quoted name after '%s', got %s", kw,
+			     tok_desc(ps, &ps->t));
+			return false;
+		}
+		*name = ps->t.s;
+		next(ps);
+	}
+	read_fields(ps, fs);
+	return !ps->err;
+}
+
+static void parse_header(parser *ps)
+{
+	skip_blank_lines(ps);
+	if (!word_is(&ps->t, "octopipe-ir")) {
+		perr(ps, ps->t.loc, "expected 'octopipe-ir %d' header, got %s", IR_VERSION,
+		     tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
+	int64_t ver;
+	if (!parse_i64(v, 0, INT32_MAX, &ver) || ver != IR_VERSION) {
+		perr(ps, ps->t.loc, "unsupported IR version %s; this octopipe reads version %d",
+		     *v ? v : tok_desc(ps, &ps->t), IR_VERSION);
+		return;
+	}
+	next(ps);
+	expect_eol(ps);
+}
+
+static void parse_model(parser *ps)
+{
+	fields fs;
+	ir_model_info *mi = &ps->m->model;
+	if (!begin_line(ps, "model", true, &mi->name, &fs))
+		return;
+	get_i64(ps, &fs, "hidden", 1, 1 << 20, &mi->hidden, "model");
+	get_i64(ps, &fs, "vocab", 1, 1 << 24, &mi->vocab, "model");
+	get_i64(ps, &fs, "seq", 1, 1 << 24, &mi->seq, "model");
+	mi->dtype = get_enum(ps, &fs, "dtype", ir_dtype_names, IR_NDTYPES, "model");
+	check_unused(ps, &fs, "model", model_keys, N(model_keys));
+	expect_eol(ps);
+}
+
+static void parse_train(parser *ps)
+{
+	fields fs;
+	ir_train *t = &ps->m->train;
+	if (!begin_line(ps, "train", false, NULL, &fs))
+		return;
+	get_i64(ps, &fs, "mbs", 1, 1 << 20, &t->mbs, "train");
+	get_i64(ps, &fs, "microbatches", 1, 1 << 20, &t->microbatches, "train");
+	get_i64(ps, &fs, "steps", 1, INT32_MAX, &t->steps, "train");
+	t->optimizer = get_enum(ps, &fs, "optimizer", ir_optimizer_names,
+	                        IR_NOPTIMIZERS, "train");
+	get_f64(ps, &fs, "lr", "", &t->lr, "train");
+	get_f64(ps, &fs, "weight_decay", "", &t->weight_decay, "train");
+	field *f = get(ps, &fs, "seed", true, "train");
+	if (f && !parse_u64(f->val, &t->seed))
+		perr(ps, f->vloc, "'seed' must be an unsigned integer, got '%s'", f->val);
+	t->data = get_enum(ps, &fs, "data", ir_data_names, IR_NDATAS, "train");
+	f = get(ps, &fs, "text", false, "train");
+	if (f) {
+		if (!f->is_str)
+			perr(ps, f->vloc, "'text' must be a quoted path");
+		t->text_file = f->val;
+	}
+	check_unused(ps, &fs, "train", train_keys, N(train_keys));
+	expect_eol(ps);
+}
+
+static void parse_cluster(parser *ps)
+{
+	fields fs;
+	ir_cluster *c = &ps->m->cluster;
+	if (!begin_line(ps, "cluster", true, &c->name, &fs))
+		return;
+	get_i64(ps, &fs, "devices", 1, 65536, &c->devices, "cluster");
+	get_i64(ps, &fs, "per_node", 1, 65536, &c->per_node, "cluster");
+	get_bytes(ps, &fs, "mem", &c->mem, "cluster");
+	get_f64(ps, &fs, "flops", "", &c->flops, "cluster");
+	get_f64(ps, &fs, "membw", "", &c->membw, "cluster");
+	get_link(ps, &fs, "intra", &c->intra);
+	get_link(ps, &fs, "inter", &c->inter);
+	check_unused(ps, &fs, "cluster", cluster_keys, N(cluster_keys));
+	expect_eol(ps);
+}
+
+static void parse_plan(parser *ps)
+{
+	fields fs;
+	ir_plan_opts *p = &ps->m->plan;
+	if (!begin_line(ps, "plan", false, NULL, &fs))
+		return;
+	p->schedule = get_enum(ps, &fs, "schedule", ir_schedule_names, IR_NSCHEDULES, "plan");
+	get_i64(ps, &fs, "chunks", 1, 1024, &p->chunks, "plan");
+	p->partition = get_enum(ps, &fs, "partition", ir_partition_names,
+	                        IR_NPARTITIONS, "plan");
+	get_list(ps, &fs, "given", &p->given, &p->ngiven);
+	get_list(ps, &fs, "placement", &p->placement, &p->nplacement);
+	check_unused(ps, &fs, "plan", plan_keys, N(plan_keys));
+	expect_eol(ps);
+}
+
+/* An "X<digits>" reference such as L3, S0, D1, m7; expect_idx is the
+ * index the text must carry (sequential definitions), or -1. */
+static bool ref(parser *ps, const tok *t, char prefix, int *out, const char *what)
+{
+	int64_t v;
+	if (t->kind != T_WORD || t->n < 2 || t->s[0] != prefix) {
+		perr(ps, t->loc, "expected %s ('%c' and a number), got %s", what, prefix,
+		     tok_desc(ps, t));
+		return false;
+	}
+	char *s = tok_str(ps, t);
+	if (s[1] == '-' || s[1] == '+' || (s[1] == '0' && s[2]) ||
+	    !parse_i64(s + 1, 0, INT32_MAX - 1, &v)) {
+		perr(ps, t->loc, "expected %s ('%c' and a number), got '%s'", what, prefix, s);
+		return false;
+	}
+	*out = (int)v;
+	return true;
+}
+
+static void parse_layer(parser *ps)
+{
+	ir_module *m = ps->m;
+	ir_loc loc = ps->t.loc;
+	next(ps);
+	int idx;
+	if (!ref(ps, &ps->t, 'L', &idx, "a layer name"))
+		return;
+	if (idx != m->nlayers) {
+		perr(ps, ps->t.loc, "layer L%d out of order; expected L%d", idx, m->nlayers);
+		return;
+	}
+	next(ps);
+	char *kind = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+	int k = kind ? ir_lookup(ir_layer_kind_names, IR_NLAYER_KINDS, kind) : -1;
+	if (k < 0) {
+		const char *near = kind ? diag_nearest(kind, ir_layer_kind_names, IR_NLAYER_KINDS) : NULL;
+		if (near)
+			perr(ps, ps->t.loc, "unknown layer kind '%s'; did you mean '%s'?", kind, near);
+		else
+			perr(ps, ps->t.loc, "expected a layer kind, got %s", tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	fields fs;
+	read_fields(ps, &fs);
+	if (ps->err)
+		return;
+	ir_layer *l = ir_add_layer(m, (ir_layer_kind)k, loc);
+	const char *what = arena_printf(m->arena, "%s layer", ir_layer_kind_names[k]);
+
+	/* The version decides which Mamba attributes exist: read it first. */
+	field *vf = k == IR_LAYER_MAMBA ? get(ps, &fs, "version", false, what) : NULL;
+	if (vf && !parse_i64(vf->val, 1, 2, &l->attr[IR_ATTR_VERSION]))
+		perr(ps, vf->vloc, "'version' must be 1 or 2, got '%s'", vf->val);
+	const char *known[IR_NATTRS + 6];
+	int nknown = 0;
+	for (int a = 0; a < IR_NATTRS && !ps->err; a++) {
+		if (!ir_attr_applies(a, l->kind, l->attr[IR_ATTR_VERSION]))
+			continue;
+		const ir_attr_info *ai = &ir_attr_table[a];
+		known[nknown++] = ai->name;
+		if (a == IR_ATTR_VERSION)
+			continue;
+		field *f = get(ps, &fs, ai->name, false, what);
+		if (!f)
+			continue;
+		if (ai->type == IR_AT_ACT) {
+			int v = ir_lookup(ir_act_names, IR_NACTS, f->val);
+			if (v < 0)
+				perr(ps, f->vloc, "unknown activation '%s'", f->val);
+			l->attr[a] = v;
+		} else if (!parse_i64(f->val, 0, INT64_MAX, &l->attr[a])) {
+			perr(ps, f->vloc, "'%s' must be a non-negative integer, got '%s'",
+			     ai->name, f->val);
+		}
+	}
+	static const char *const cost_keys[] = {"f", "b", "w", "act", "wstash", "param"};
+	for (int i = 0; i < N(cost_keys); i++)
+		known[nknown++] = cost_keys[i];
+	bool any_cost = false;
+	for (int i = 0; i < fs.n; i++)
+		for (int j = 0; j < N(cost_keys); j++)
+			any_cost |= strcmp(fs.f[i].key, cost_keys[j]) == 0;
+	if (any_cost && !ps->err) {
+		l->cost.known = true;
+		get_f64(ps, &fs, "f", "us", &l->cost.f, what);
+		get_f64(ps, &fs, "b", "us", &l->cost.b, what);
+		get_f64(ps, &fs, "w", "us", &l->cost.w, what);
+		get_bytes(ps, &fs, "act", &l->cost.act, what);
+		get_bytes(ps, &fs, "wstash", &l->cost.wstash, what);
+		get_bytes(ps, &fs, "param", &l->cost.param, what);
+	}
+	check_unused(ps, &fs, what, known, nknown);
+	expect_eol(ps);
+}
+
+static void parse_stage(parser *ps)
+{
+	ir_module *m = ps->m;
+	ir_loc loc = ps->t.loc;
+	next(ps);
+	int idx, first, last, dev;
+	if (!ref(ps, &ps->t, 'S', &idx, "a stage name"))
+		return;
+	if (idx != m->nstages) {
+		perr(ps, ps->t.loc, "stage S%d out of order; expected S%d", idx, m->nstages);
+		return;
+	}
+	next(ps);
+	/* L<first>..L<last> is one word. */
+	tok range = ps->t;
+	char *s = range.kind == T_WORD ? tok_str(ps, &range) : NULL;
+	char *dots = s ? strstr(s, "..") : NULL;
+	if (!dots) {
+		perr(ps, range.loc, "expected a layer range 'Lfirst..Llast', got %s",
+		     tok_desc(ps, &range));
+		return;
+	}
+	tok a = range, b = range;
+	a.n = (int)(dots - s);
+	b.s = range.s + a.n + 2;
+	b.n = range.n - a.n - 2;
+	b.loc.col += a.n + 2;
+	if (!ref(ps, &a, 'L', &first, "a layer") || !ref(ps, &b, 'L', &last, "a layer"))
+		return;
+	next(ps);
+	dev = -1; /* not placed yet */
+	if (ps->t.kind == T_WORD && ps->t.s[0] == '@') {
+		tok d = ps->t;
+		d.s++, d.n--, d.loc.col++;
+		if (!ref(ps, &d, 'D', &dev, "a device"))
+			return;
+		next(ps);
+	} else if (ps->t.kind != T_EOL && ps->t.kind != T_EOF) {
+		perr(ps, ps->t.loc, "expected '@D<device>' or end of line, got %s", tok_desc(ps, &ps->t));
+		return;
+	}
+	ir_add_stage(m, first, last, dev, loc);
+	expect_eol(ps);
+}
+
+static void parse_device(parser *ps, int expect)
+{
+	ir_module *m = ps->m;
+	next(ps);
+	int idx;
+	if (!ref(ps, &ps->t, 'D', &idx, "a device name"))
+		return;
+	if (idx != expect) {
+		perr(ps, ps->t.loc, "device D%d out of order; expected D%d", idx, expect);
+		return;
+	}
+	if (idx >= m->ndevices) {
+		perr(ps, ps->t.loc, "device D%d does not exist: the cluster has %d device%s",
+		     idx, m->ndevices, m->ndevices == 1 ? "" : "s");
+		return;
+	}
+	next(ps);
+	if (ps->t.kind != T_LBRACE) {
+		perr(ps, ps->t.loc, "expected '{' after device name, got %s", tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	expect_eol(ps);
+	for (;;) {
+		skip_blank_lines(ps);
+		if (ps->err)
+			return;
+		if (ps->t.kind == T_RBRACE) {
+			next(ps);
+			expect_eol(ps);
+			return;
+		}
+		if (ps->t.kind == T_EOF) {
+			perr(ps, ps->t.loc, "expected '}' to close device D%d", idx);
+			return;
+		}
+		ir_loc loc = ps->t.loc;
+		char *w = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+		int k = w ? ir_lookup(ir_op_names, IR_NOPS, w) : -1;
+		if (k < 0) {
+			perr(ps, loc, "expected an op (F, B or W) or '}', got %s", tok_desc(ps, &ps->t));
+			return;
+		}
+		next(ps);
+		int stage, mb;
+		if (!ref(ps, &ps->t, 'S', &stage, "a stage"))
+			return;
+		next(ps);
+		if (!ref(ps, &ps->t, 'm', &mb, "a micro-batch"))
+			return;
+		next(ps);
+		ir_add_op(m, idx, (ir_op_kind)k, stage, mb, loc);
+		expect_eol(ps);
+	}
+}
+
+ir_module *ir_parse(const src_file *src)
+{
+	parser ps = {.src = src, .p = src->text, .end = src->text + src->len,
+	             .line = 1, .col = 1};
+	ps.m = ir_new();
+	ps.m->loc = (ir_loc){src, 1, 1};
+	next(&ps);
+	parse_header(&ps);
+	parse_model(&ps);
+	parse_train(&ps);
+	parse_cluster(&ps);
+	parse_plan(&ps);
+	int ndev = 0;
+	for (;;) {
+		skip_blank_lines(&ps);
+		if (ps.err || ps.t.kind == T_EOF)
+			break;
+		if (word_is(&ps.t, "layer")) {
+			if (ps.m->nstages || ndev) {
+				perr(&ps, ps.t.loc, "'layer' lines must come before stages and devices");
+				break;
+			}
+			parse_layer(&ps);
+		} else if (word_is(&ps.t, "stage")) {
+			if (ndev) {
+				perr(&ps, ps.t.loc, "'stage' lines must come before devices");
+				break;
+			}
+			parse_stage(&ps);
+		} else if (word_is(&ps.t, "device")) {
+			if (!ndev)
+				ir_alloc_devices(ps.m);
+			parse_device(&ps, ndev++);
+		} else {
+			perr(&ps, ps.t.loc, "expected 'layer', 'stage' or 'device', got %s",
+			     tok_desc(&ps, &ps.t));
+		}
+	}
+	if (!ps.err && ndev && ndev != ps.m->ndevices)
+		perr(&ps, ps.t.loc, "expected a program for each of the %d devices, got %d",
+		     ps.m->ndevices, ndev);
+	if (ps.err) {
+		ir_free(ps.m);
+		return NULL;
+	}
+	return ps.m;
+}

@@ -1,0 +1,170 @@
+/* print.c: the IR text printer.  The grammar is in docs/ir.md; parse.c
+ * reads exactly what this file writes, and every number is written so that
+ * it reads back to the same value (integers in full, doubles in their
+ * shortest exact form, byte counts with the largest exact binary suffix). */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ir_fmt_bytes(char *buf, size_t n, uint64_t v)
+{
+	static const char *const sfx[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int i = 0;
+	while (i < 4 && v != 0 && v % 1024 == 0)
+		v /= 1024, i++;
+	snprintf(buf, n, "%llu%s", (unsigned long long)v, sfx[i]);
+}
+
+static void print_str(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(out, "\\%c", *p);
+		else if (*p < 0x20 || *p >= 0x7f)
+			fprintf(out, "\\x%02x", *p);
+		else
+			fputc(*p, out);
+	}
+	fputc('"', out);
+}
+
+static void print_double(FILE *out, const char *key, double v, const char *unit)
+{
+	char buf[64];
+	fmt_double(buf, sizeof buf, v);
+	fprintf(out, " %s=%s%s", key, buf, unit);
+}
+
+static void print_bytes(FILE *out, const char *key, uint64_t v)
+{
+	char buf[64];
+	ir_fmt_bytes(buf, sizeof buf, v);
+	fprintf(out, " %s=%s", key, buf);
+}
+
+static void print_list(FILE *out, const char *key, const int64_t *v, int n)
+{
+	if (!n)
+		return;
+	fprintf(out, " %s=", key);
+	for (int i = 0; i < n; i++)
+		fprintf(out, "%s%lld", i ? "," : "", (long long)v[i]);
+}
+
+static void print_link(FILE *out, const char *key, ir_link l)
+{
+	char bw[64], lat[64];
+	fmt_double(bw, sizeof bw, l.bw);
+	fmt_double(lat, sizeof lat, l.lat);
+	fprintf(out, " %s=%s/%sus", key, bw, lat);
+}
+
+static void print_layer(FILE *out, const ir_module *m, int i)
+{
+	const ir_layer *l = &m->layers[i];
+	int64_t ver = l->attr[IR_ATTR_VERSION];
+	fprintf(out, "layer L%d %s", i, ir_layer_kind_names[l->kind]);
+	for (int a = 0; a < IR_NATTRS; a++) {
+		if (!ir_attr_applies(a, l->kind, ver))
+			continue;
+		const ir_attr_info *ai = &ir_attr_table[a];
+		if (ai->type == IR_AT_ACT) {
+			int64_t v = l->attr[a];
+			if (v >= 0 && v < IR_NACTS)
+				fprintf(out, " %s=%s", ai->name, ir_act_names[v]);
+			else
+				fprintf(out, " %s=%lld", ai->name, (long long)v);
+		} else if (l->attr[a] != 0) {
+			fprintf(out, " %s=%lld", ai->name, (long long)l->attr[a]);
+		}
+	}
+	if (l->cost.known) {
+		print_double(out, "f", l->cost.f, "us");
+		print_double(out, "b", l->cost.b, "us");
+		print_double(out, "w", l->cost.w, "us");
+		print_bytes(out, "act", l->cost.act);
+		print_bytes(out, "wstash", l->cost.wstash);
+		print_bytes(out, "param", l->cost.param);
+	}
+	fputc('\n', out);
+}
+
+void ir_print(FILE *out, const ir_module *m)
+{
+	fprintf(out, "octopipe-ir %d\n", IR_VERSION);
+
+	const ir_model_info *mi = &m->model;
+	fputs("model ", out);
+	print_str(out, mi->name ? mi->name : "");
+	fprintf(out, " hidden=%lld vocab=%lld seq=%lld dtype=%s\n",
+	        (long long)mi->hidden, (long long)mi->vocab, (long long)mi->seq,
+	        ir_dtype_names[mi->dtype]);
+
+	const ir_train *t = &m->train;
+	fprintf(out, "train mbs=%lld microbatches=%lld steps=%lld optimizer=%s",
+	        (long long)t->mbs, (long long)t->microbatches, (long long)t->steps,
+	        ir_optimizer_names[t->optimizer]);
+	print_double(out, "lr", t->lr, "");
+	print_double(out, "weight_decay", t->weight_decay, "");
+	fprintf(out, " seed=%llu data=%s", (unsigned long long)t->seed,
+	        ir_data_names[t->data]);
+	if (t->text_file) {
+		fputs(" text=", out);
+		print_str(out, t->text_file);
+	}
+	fputc('\n', out);
+
+	const ir_cluster *c = &m->cluster;
+	fputs("cluster ", out);
+	print_str(out, c->name ? c->name : "");
+	fprintf(out, " devices=%lld per_node=%lld", (long long)c->devices,
+	        (long long)c->per_node);
+	print_bytes(out, "mem", c->mem);
+	print_double(out, "flops", c->flops, "");
+	print_double(out, "membw", c->membw, "");
+	print_link(out, "intra", c->intra);
+	print_link(out, "inter", c->inter);
+	fputc('\n', out);
+
+	const ir_plan_opts *p = &m->plan;
+	fprintf(out, "plan schedule=%s chunks=%lld partition=%s",
+	        ir_schedule_names[p->schedule], (long long)p->chunks,
+	        ir_partition_names[p->partition]);
+	print_list(out, "given", p->given, p->ngiven);
+	print_list(out, "placement", p->placement, p->nplacement);
+	fputc('\n', out);
+
+	for (int i = 0; i < m->nlayers; i++)
+		print_layer(out, m, i);
+	for (int i = 0; i < m->nstages; i++) {
+		const ir_stage *s = &m->stages[i];
+		fprintf(out, "stage S%d L%d..L%d", i, s->first, s->last);
+		if (s->device >= 0)
+			fprintf(out, " @D%d", s->device);
+		fputc('\n', out);
+	}
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		fprintf(out, "device D%d {\n", d);
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *op = &dev->ops[i];
+			fprintf(out, "  %s S%d m%d\n", ir_op_names[op->kind], op->stage,
+			        op->mb);
+		}
+		fputs("}\n", out);
+	}
+}
+
+char *ir_print_string(const ir_module *m)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		ir_bug("open_memstream failed");
+	ir_print(f, m);
+	fclose(f);
+	return buf;
+}

@@ -1,0 +1,308 @@
+/* support.c: arena, source files, diagnostics, internal-bug aborts. */
+#include "support.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- arena ------------------------------------------------------------ */
+
+typedef struct chunk {
+	struct chunk *next;
+	size_t size, used;
+	_Alignas(16) unsigned char data[];
+} chunk;
+
+struct arena {
+	chunk *head;
+};
+
+static _Noreturn void oom(void)
+{
+	fputs("octopipe: out of memory\n", stderr);
+	abort();
+}
+
+arena *arena_new(void)
+{
+	arena *a = calloc(1, sizeof *a);
+	if (!a)
+		oom();
+	return a;
+}
+
+void arena_free(arena *a)
+{
+	if (!a)
+		return;
+	for (chunk *c = a->head, *n; c; c = n) {
+		n = c->next;
+		free(c);
+	}
+	free(a);
+}
+
+void *arena_alloc(arena *a, size_t n)
+{
+	n = (n + 15) & ~(size_t)15;
+	chunk *c = a->head;
+	if (!c || c->size - c->used < n) {
+		size_t sz = n > 65536 ? n : 65536;
+		c = malloc(sizeof *c + sz);
+		if (!c)
+			oom();
+		c->size = sz;
+		c->used = 0;
+		c->next = a->head;
+		a->head = c;
+	}
+	void *p = c->data + c->used;
+	c->used += n;
+	memset(p, 0, n);
+	return p;
+}
+
+void *arena_grow(arena *a, void *old, size_t oldn, size_t newn)
+{
+	void *p = arena_alloc(a, newn);
+	if (old && oldn)
+		memcpy(p, old, oldn < newn ? oldn : newn);
+	return p;
+}
+
+char *arena_strndup(arena *a, const char *s, size_t n)
+{
+	char *p = arena_alloc(a, n + 1);
+	memcpy(p, s, n);
+	p[n] = 0;
+	return p;
+}
+
+char *arena_strdup(arena *a, const char *s)
+{
+	return arena_strndup(a, s, strlen(s));
+}
+
+char *arena_printf(arena *a, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	char *p = arena_alloc(a, (size_t)n + 1);
+	va_start(ap, fmt);
+	vsnprintf(p, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return p;
+}
+
+/* ---- sources ---------------------------------------------------------- */
+
+src_file *src_from_string(arena *a, const char *name, const char *text)
+{
+	src_file *s = arena_alloc(a, sizeof *s);
+	s->name = arena_strdup(a, name);
+	s->len = strlen(text);
+	s->text = arena_strndup(a, text, s->len);
+	return s;
+}
+
+src_file *src_read(arena *a, const char *path)
+{
+	src_file *s = arena_alloc(a, sizeof *s);
+	s->name = arena_strdup(a, path);
+	ir_loc loc = {s, 1, 1};
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		diag_error(loc, "cannot open file: %s", strerror(errno));
+		return NULL;
+	}
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	if (!buf)
+		oom();
+	for (;;) {
+		if (cap - len < 4096) {
+			cap *= 2;
+			char *nb = realloc(buf, cap);
+			if (!nb)
+				oom();
+			buf = nb;
+		}
+		size_t got = fread(buf + len, 1, cap - len - 1, f);
+		len += got;
+		if (got == 0)
+			break;
+	}
+	int err = ferror(f);
+	fclose(f);
+	if (err) {
+		free(buf);
+		diag_error(loc, "cannot read file (is it a directory?)");
+		return NULL;
+	}
+	if (len == 0) {
+		free(buf);
+		diag_error(loc, "file is empty");
+		return NULL;
+	}
+	const char *nul = memchr(buf, 0, len);
+	if (nul) {
+		/* Locate the NUL for the message, without echoing binary. */
+		int line = 1, col = 1;
+		for (const char *p = buf; p < nul; p++) {
+			if (*p == '\n')
+				line++, col = 1;
+			else
+				col++;
+		}
+		free(buf);
+		fprintf(diag_stream, "%s:%d:%d: error: binary file (NUL byte); expected text\n",
+		        path, line, col);
+		diag_errors++;
+		return NULL;
+	}
+	s->len = len;
+	s->text = arena_strndup(a, buf, len);
+	free(buf);
+	return s;
+}
+
+/* ---- diagnostics ------------------------------------------------------ */
+
+FILE *diag_stream;
+int diag_errors;
+
+__attribute__((constructor)) static void diag_init(void)
+{
+	diag_stream = stderr;
+}
+
+/* Print the source line of loc and a caret under its column.  Tabs are
+ * kept so the caret lines up in a terminal. */
+static void show_line(ir_loc loc)
+{
+	if (!loc.src || !loc.src->text || loc.line < 1)
+		return;
+	const char *p = loc.src->text, *end = p + loc.src->len;
+	for (int l = 1; l < loc.line && p < end; p++)
+		if (*p == '\n')
+			l++;
+	if (p >= end)
+		return;
+	const char *e = memchr(p, '\n', (size_t)(end - p));
+	if (!e)
+		e = end;
+	int n = (int)(e - p);
+	if (n > 0 && p[n - 1] == '\r')
+		n--;
+	if (n > 200) /* keep long lines readable */
+		n = 200;
+	fprintf(diag_stream, "%.*s\n", n, p);
+	int col = loc.col > 0 ? loc.col : 1;
+	for (int i = 0; i < col - 1 && i < n; i++)
+		fputc(p[i] == '\t' ? '\t' : ' ', diag_stream);
+	fputs("^\n", diag_stream);
+}
+
+static void vreport(ir_loc loc, const char *what, const char *fmt, va_list ap)
+{
+	if (loc.src)
+		fprintf(diag_stream, "%s:%d:%d: %s: ", loc.src->name, loc.line,
+		        loc.col, what);
+	else
+		fprintf(diag_stream, "octopipe: %s: ", what);
+	vfprintf(diag_stream, fmt, ap);
+	fputc('\n', diag_stream);
+	show_line(loc);
+}
+
+void diag_verror(ir_loc loc, const char *fmt, va_list ap)
+{
+	diag_errors++;
+	vreport(loc, "error", fmt, ap);
+}
+
+void diag_error(ir_loc loc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	diag_verror(loc, fmt, ap);
+	va_end(ap);
+}
+
+void diag_note(ir_loc loc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vreport(loc, "note", fmt, ap);
+	va_end(ap);
+}
+
+static int edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	if (la > 64 || lb > 64)
+		return 1000;
+	int row[65];
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (int)j;
+	for (size_t i = 1; i <= la; i++) {
+		int prev = row[0];
+		row[0] = (int)i;
+		for (size_t j = 1; j <= lb; j++) {
+			int cur = row[j];
+			int sub = prev + (a[i - 1] != b[j - 1]);
+			int del = row[j] + 1, ins = row[j - 1] + 1;
+			row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+			prev = cur;
+		}
+	}
+	return row[lb];
+}
+
+const char *diag_nearest(const char *word, const char *const *cands, int n)
+{
+	const char *best = NULL;
+	int bestd = 1000;
+	for (int i = 0; i < n; i++) {
+		if (!cands[i])
+			continue;
+		int d = edit_distance(word, cands[i]);
+		if (d < bestd)
+			bestd = d, best = cands[i];
+	}
+	/* A plausible typo: at most a third of the word changed. */
+	int len = (int)strlen(word);
+	int limit = len < 3 ? 1 : (len + 2) / 3;
+	return bestd <= limit ? best : NULL;
+}
+
+/* ---- internal bugs ---------------------------------------------------- */
+
+_Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "octopipe: internal error at %s:%d: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}
+
+/* ---- numbers ---------------------------------------------------------- */
+
+void fmt_double(char *buf, size_t n, double v)
+{
+	if (v == 0) {
+		snprintf(buf, n, "0");
+		return;
+	}
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(buf, n, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			return;
+	}
+}

@@ -1,0 +1,91 @@
+/* support.h: the arena every compilation allocates from, source files and
+ * user diagnostics (file:line:col: error: ...), and internal-bug aborts.
+ *
+ * User mistakes go through diag_error() and make the tool exit 1; broken
+ * invariants inside the compiler go through ir_bug(), which aborts with the
+ * source location of the check (QBE's err/die split). */
+#ifndef OCTO_SUPPORT_H
+#define OCTO_SUPPORT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- arena ---------------------------------------------------------- */
+
+typedef struct arena arena;
+
+arena *arena_new(void);
+void arena_free(arena *a);
+void *arena_alloc(arena *a, size_t n);              /* zeroed, 16-aligned */
+void *arena_grow(arena *a, void *old, size_t oldn, size_t newn);
+char *arena_strdup(arena *a, const char *s);
+char *arena_strndup(arena *a, const char *s, size_t n);
+char *arena_printf(arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Append to a growable array kept as (ptr, len, cap) in an arena. */
+#define VEC_PUSH(ar, ptr, len, cap)                                            \
+	(((len) == (cap) ? ((ptr) = arena_grow((ar), (ptr),                        \
+	                                       (cap) * sizeof *(ptr),              \
+	                                       ((cap) ? 2 * (cap) : 8) *           \
+	                                           sizeof *(ptr)),                 \
+	                    (cap) = (cap) ? 2 * (cap) : 8)                         \
+	                 : 0),                                                     \
+	 &(ptr)[(len)++])
+
+/* ---- sources and locations ------------------------------------------ */
+
+typedef struct src_file {
+	const char *name; /* as the user spelled it */
+	const char *text; /* NUL-terminated copy of the contents */
+	size_t len;
+} src_file;
+
+typedef struct ir_loc {
+	const src_file *src; /* NULL: no location known */
+	int line;            /* 1-based */
+	int col;             /* 1-based */
+} ir_loc;
+
+/* A source made from a string in memory (tests, generated text). */
+src_file *src_from_string(arena *a, const char *name, const char *text);
+
+/* Read a whole file.  Reports (and returns NULL for) a missing or unreadable
+ * file, an empty file and a binary file (one holding a NUL byte), each as
+ * "name:1:1: error: ...". */
+src_file *src_read(arena *a, const char *path);
+
+/* ---- diagnostics ----------------------------------------------------- */
+
+/* Where diagnostics go; stderr unless a test redirects it. */
+extern FILE *diag_stream;
+
+/* "file:line:col: error: message", then the source line and a caret under
+ * the column.  Counts into diag_errors. */
+void diag_error(ir_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void diag_verror(ir_loc loc, const char *fmt, va_list ap);
+void diag_note(ir_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+extern int diag_errors;
+
+/* Levenshtein distance-based suggestion: the candidate nearest to `word`,
+ * or NULL when none is close enough to be a plausible typo. */
+const char *diag_nearest(const char *word, const char *const *cands, int n);
+
+/* ---- internal bugs --------------------------------------------------- */
+
+_Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define ir_bug(...) ir_die(__FILE__, __LINE__, __VA_ARGS__)
+#define ir_assert(c)                                                           \
+	((c) ? (void)0 : ir_die(__FILE__, __LINE__, "assertion failed: %s", #c))
+
+/* ---- number text ----------------------------------------------------- */
+
+/* Shortest "%g"-style text that reads back to exactly `v`. */
+void fmt_double(char *buf, size_t n, double v);
+
+#endif

@@ -1,0 +1,344 @@
+/* verify.c: the IR verifier (invariants listed in docs/ir.md) and the
+ * per-layer attribute checks it shares with the frontend.
+ *
+ * Reads a module; writes nothing; reports every violation it finds through
+ * diag_error and returns their count.  It runs after every pass under
+ * --verify-each and in all tests, so it is kept linear in the module's
+ * size. */
+#include "ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct lcheck {
+	ir_attr_loc_fn where;
+	void *ctx;
+	ir_loc fallback;
+	int errors;
+	const char *kind;
+	int index;
+} lcheck;
+
+static ir_loc at(lcheck *c, ir_attr a)
+{
+	return c->where ? c->where(c->ctx, a) : c->fallback;
+}
+
+static void lerr(lcheck *c, ir_attr a, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void lerr(lcheck *c, ir_attr a, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	diag_verror(at(c, a), fmt, ap);
+	va_end(ap);
+	c->errors++;
+}
+
+int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
+                   ir_attr_loc_fn where, void *ctx, ir_loc fallback)
+{
+	lcheck c = {where, ctx, fallback, 0, "", index};
+	if ((unsigned)l->kind >= IR_NLAYER_KINDS) {
+		diag_error(fallback, "layer %d has an invalid kind", index);
+		return 1;
+	}
+	c.kind = ir_layer_kind_names[l->kind];
+	const int64_t *v = l->attr;
+	int64_t ver = v[IR_ATTR_VERSION];
+
+	for (int a = 0; a < IR_NATTRS; a++) {
+		const ir_attr_info *ai = &ir_attr_table[a];
+		if (!ir_attr_applies(a, l->kind, ver)) {
+			if (v[a] != 0)
+				lerr(&c, a, "'%s' does not apply to a %s layer", ai->name, c.kind);
+			continue;
+		}
+		if (ai->type == IR_AT_INT && v[a] == 0) {
+			if (ir_attr_required(a, l->kind, ver))
+				lerr(&c, a, "missing '%s' in %s layer", ai->name, c.kind);
+			continue;
+		}
+		if (v[a] < ai->min || v[a] > ai->max)
+			lerr(&c, a, "'%s' must be in %lld..%lld, got %lld", ai->name,
+			     (long long)ai->min, (long long)ai->max, (long long)v[a]);
+	}
+	if (c.errors)
+		return c.errors;
+
+	switch (l->kind) {
+	case IR_LAYER_ATTENTION:
+		if (v[IR_ATTR_HEADS] % v[IR_ATTR_KV_HEADS] != 0)
+			lerr(&c, IR_ATTR_KV_HEADS, "'kv_heads' (%lld) must divide 'heads' (%lld)",
+			     (long long)v[IR_ATTR_KV_HEADS], (long long)v[IR_ATTR_HEADS]);
+		if (v[IR_ATTR_KV_LORA_RANK] == 0) {
+			static const ir_attr mla[] = {IR_ATTR_Q_LORA_RANK, IR_ATTR_QK_ROPE_DIM,
+			                              IR_ATTR_V_HEAD_DIM};
+			for (size_t i = 0; i < sizeof mla / sizeof *mla; i++)
+				if (v[mla[i]])
+					lerr(&c, mla[i], "'%s' needs 'kv_lora_rank' (MLA attention)",
+					     ir_attr_table[mla[i]].name);
+		} else if (v[IR_ATTR_QK_ROPE_DIM] == 0) {
+			lerr(&c, IR_ATTR_KV_LORA_RANK,
+			     "MLA attention ('kv_lora_rank') needs 'qk_rope_dim'");
+		}
+		break;
+	case IR_LAYER_MOE:
+		if (v[IR_ATTR_TOP_K] > v[IR_ATTR_EXPERTS])
+			lerr(&c, IR_ATTR_TOP_K, "'top_k' (%lld) exceeds 'experts' (%lld)",
+			     (long long)v[IR_ATTR_TOP_K], (long long)v[IR_ATTR_EXPERTS]);
+		break;
+	case IR_LAYER_MAMBA:
+		if (ver == 2) {
+			int64_t inner = v[IR_ATTR_EXPAND] * model->hidden;
+			if (v[IR_ATTR_HEADS] * v[IR_ATTR_HEAD_DIM] != inner)
+				lerr(&c, IR_ATTR_HEADS,
+				     "'heads' x 'head_dim' (%lld x %lld) must equal expand x hidden (%lld)",
+				     (long long)v[IR_ATTR_HEADS], (long long)v[IR_ATTR_HEAD_DIM],
+				     (long long)inner);
+			else if (v[IR_ATTR_HEADS] % v[IR_ATTR_GROUPS] != 0)
+				lerr(&c, IR_ATTR_GROUPS, "'groups' (%lld) must divide 'heads' (%lld)",
+				     (long long)v[IR_ATTR_GROUPS], (long long)v[IR_ATTR_HEADS]);
+		}
+		break;
+	default:
+		break;
+	}
+	return c.errors;
+}
+
+static ir_loc loc_or(const ir_loc *locs, int i, ir_loc fallback)
+{
+	return locs && locs[i].src ? locs[i] : fallback;
+}
+
+static int verify_layers(const ir_module *m)
+{
+	int errs = 0;
+	if (m->nlayers < 3) {
+		diag_error(m->loc, "a model needs an embedding, at least one layer and a head; got %d layer%s",
+		           m->nlayers, m->nlayers == 1 ? "" : "s");
+		return 1;
+	}
+	for (int i = 0; i < m->nlayers; i++) {
+		const ir_layer *l = &m->layers[i];
+		ir_loc loc = loc_or(m->layer_loc, i, m->loc);
+		errs += ir_check_layer(&m->model, l, i, NULL, NULL, loc);
+		bool first = i == 0, last = i == m->nlayers - 1;
+		if (first != (l->kind == IR_LAYER_EMBEDDING)) {
+			diag_error(loc, first ? "layer L%d must be the embedding"
+			                      : "embedding at L%d: only the first layer may be an embedding", i);
+			errs++;
+		}
+		if (last != (l->kind == IR_LAYER_HEAD)) {
+			diag_error(loc, last ? "layer L%d (the last) must be the head"
+			                     : "head at L%d: only the last layer may be a head", i);
+			errs++;
+		}
+		const ir_cost *c = &l->cost;
+		if (c->known && !(isfinite(c->f) && c->f >= 0 && isfinite(c->b) && c->b >= 0 &&
+		                  isfinite(c->w) && c->w >= 0)) {
+			diag_error(loc, "layer L%d: costs must be finite and non-negative", i);
+			errs++;
+		}
+	}
+	return errs;
+}
+
+static int verify_header(const ir_module *m)
+{
+	int errs = 0;
+	const ir_train *t = &m->train;
+	const ir_cluster *c = &m->cluster;
+	if (!m->model.name || !*m->model.name)
+		errs++, diag_error(m->loc, "the model has no name");
+	if (!(t->lr > 0) || !isfinite(t->lr))
+		errs++, diag_error(m->loc, "learning rate must be positive and finite");
+	if (!(t->weight_decay >= 0) || !isfinite(t->weight_decay))
+		errs++, diag_error(m->loc, "weight decay must be non-negative and finite");
+	if ((t->data == IR_DATA_TEXT) != (t->text_file != NULL))
+		errs++, diag_error(m->loc, t->text_file ? "a text file is given but data is not 'text'"
+		                                       : "data 'text' needs a text file");
+	if (c->devices < 1 || c->per_node < 1 || c->mem == 0 || !(c->flops > 0) ||
+	    !(c->membw > 0) || !(c->intra.bw > 0) || !(c->inter.bw > 0) ||
+	    !(c->intra.lat >= 0) || !(c->inter.lat >= 0))
+		errs++, diag_error(m->loc, "cluster '%s': every size, rate and bandwidth must be positive",
+		                   c->name ? c->name : "");
+	const ir_plan_opts *p = &m->plan;
+	if (p->chunks < 1)
+		errs++, diag_error(m->loc, "plan: chunks must be at least 1");
+	if ((p->partition == IR_PART_GIVEN) != (p->ngiven > 0))
+		errs++, diag_error(m->loc, p->ngiven ? "plan: 'given' needs partition=given"
+		                                    : "plan: partition=given needs 'given'");
+	int64_t sum = 0;
+	for (int i = 0; i < p->ngiven; i++) {
+		if (p->given[i] < 1)
+			errs++, diag_error(m->loc, "plan: stage %d of 'given' has %lld layers; each needs at least 1",
+			                   i, (long long)p->given[i]);
+		sum += p->given[i];
+	}
+	if (p->ngiven && sum != m->nlayers)
+		errs++, diag_error(m->loc, "plan: 'given' covers %lld layers, the model has %d",
+		                   (long long)sum, m->nlayers);
+	for (int i = 0; i < p->nplacement; i++)
+		if (p->placement[i] < 0 || p->placement[i] >= c->devices)
+			errs++, diag_error(m->loc, "plan: placement puts stage %d on device %lld, but the cluster has %lld devices",
+			                   i, (long long)p->placement[i], (long long)c->devices);
+	return errs;
+}
+
+static int verify_stages(const ir_module *m)
+{
+	int errs = 0, next = 0;
+	for (int i = 0; i < m->nstages; i++) {
+		const ir_stage *s = &m->stages[i];
+		ir_loc loc = loc_or(m->stage_loc, i, m->loc);
+		if (s->first != next || s->last < s->first || s->last >= m->nlayers) {
+			diag_error(loc, "stage S%d covers L%d..L%d; expected a range starting at L%d within the %d layers",
+			           i, s->first, s->last, next, m->nlayers);
+			return errs + 1; /* later ranges would only echo this one */
+		}
+		next = s->last + 1;
+		if (s->device == -1 && !m->ndevices)
+			continue; /* partitioned, not placed yet */
+		if (s->device < 0 || s->device >= m->cluster.devices) {
+			if (s->device < 0)
+				diag_error(loc, "stage S%d has a program but no device", i);
+			else
+				diag_error(loc, "stage S%d is placed on D%d, but the cluster has %lld devices",
+				           i, s->device, (long long)m->cluster.devices);
+			errs++;
+		}
+	}
+	if (m->nstages && next != m->nlayers) {
+		diag_error(m->loc, "stages end at L%d; layers L%d..L%d belong to no stage", next - 1,
+		           next, m->nlayers - 1);
+		errs++;
+	}
+	return errs;
+}
+
+static int verify_programs(const ir_module *m)
+{
+	if (!m->ndevices)
+		return 0;
+	if (m->ndevices != m->cluster.devices) {
+		diag_error(m->loc, "%d device programs for a cluster of %lld devices", m->ndevices,
+		           (long long)m->cluster.devices);
+		return 1;
+	}
+	if (!m->nstages) {
+		diag_error(m->loc, "device programs without stages");
+		return 1;
+	}
+	int64_t mbs = m->train.microbatches;
+	int64_t want = (int64_t)m->nstages * mbs * IR_NOPS, have = 0;
+	for (int d = 0; d < m->ndevices; d++)
+		have += m->devices[d].nops;
+	if (have != want) {
+		diag_error(m->loc, "the programs hold %lld ops; %d stages x %lld micro-batches need %lld (one F, B and W each)",
+		           (long long)have, m->nstages, (long long)mbs, (long long)want);
+		/* Go on only if the table below stays small enough. */
+		if (want > 4 * have + 1024)
+			return 1;
+	}
+	/* pos[(stage * mbs + mb) * 3 + kind]: index of the op in its program. */
+	int *pos = malloc((size_t)want * sizeof *pos);
+	if (!pos && want)
+		ir_bug("out of memory");
+	for (int64_t i = 0; i < want; i++)
+		pos[i] = -1;
+	int errs = have != want;
+	for (int d = 0; d < m->ndevices && errs < 20; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops && errs < 20; i++) {
+			const ir_op *op = &dev->ops[i];
+			ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
+			const char *name = ir_op_names[op->kind];
+			if (op->stage < 0 || op->stage >= m->nstages) {
+				diag_error(loc, "D%d: %s names stage S%d; the plan has %d stages", d, name,
+				           op->stage, m->nstages);
+				errs++;
+				continue;
+			}
+			if (op->mb < 0 || op->mb >= mbs) {
+				diag_error(loc, "D%d: %s S%d names micro-batch m%d; a step has %lld", d, name,
+				           op->stage, op->mb, (long long)mbs);
+				errs++;
+				continue;
+			}
+			if (m->stages[op->stage].device != d) {
+				diag_error(loc, "D%d: %s S%d m%d runs on D%d, but S%d is placed on D%d", d, name,
+				           op->stage, op->mb, d, op->stage, m->stages[op->stage].device);
+				errs++;
+				continue;
+			}
+			int *slot = &pos[((int64_t)op->stage * mbs + op->mb) * IR_NOPS + op->kind];
+			if (*slot >= 0) {
+				diag_error(loc, "D%d: second %s S%d m%d (the first is op %d)", d, name,
+				           op->stage, op->mb, *slot);
+				errs++;
+				continue;
+			}
+			*slot = i;
+			/* F before B before W: check against the kinds before this one. */
+			for (int k = 0; k < (int)op->kind; k++) {
+				int p = pos[((int64_t)op->stage * mbs + op->mb) * IR_NOPS + k];
+				if (p < 0) {
+					diag_error(loc, "D%d: %s S%d m%d comes before its %s", d, name,
+					           op->stage, op->mb, ir_op_names[k]);
+					errs++;
+					break;
+				}
+			}
+		}
+	}
+	for (int64_t i = 0; i < want && errs < 20; i++)
+		if (pos[i] < 0) {
+			int64_t k = i % IR_NOPS, mb = (i / IR_NOPS) % mbs, s = i / IR_NOPS / mbs;
+			diag_error(m->loc, "no %s S%lld m%lld in any program", ir_op_names[k],
+			           (long long)s, (long long)mb);
+			errs++;
+		}
+	free(pos);
+	return errs;
+}
+
+int ir_verify(const ir_module *m)
+{
+	int errs = verify_header(m) + verify_layers(m);
+	if (errs)
+		return errs;
+	errs = verify_stages(m);
+	if (errs)
+		return errs;
+	return verify_programs(m);
+}
+
+void ir_print_summary(FILE *out, const ir_module *m)
+{
+	int count[IR_NLAYER_KINDS] = {0};
+	for (int i = 0; i < m->nlayers; i++)
+		count[m->layers[i].kind]++;
+	fprintf(out, "model %s: %d layers (", m->model.name, m->nlayers);
+	bool sep = false;
+	for (int k = 0; k < IR_NLAYER_KINDS; k++)
+		if (count[k]) {
+			fprintf(out, "%s%d %s", sep ? ", " : "", count[k], ir_layer_kind_names[k]);
+			sep = true;
+		}
+	fprintf(out, "), hidden %lld, vocab %lld, seq %lld, %s\n", (long long)m->model.hidden,
+	        (long long)m->model.vocab, (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
+	char mem[32];
+	ir_fmt_bytes(mem, sizeof mem, m->cluster.mem);
+	fprintf(out, "cluster %s: %lld devices, %lld per node, %s each\n", m->cluster.name,
+	        (long long)m->cluster.devices, (long long)m->cluster.per_node, mem);
+	fprintf(out, "training: %lld micro-batches of %lld x %lld tokens per step, %lld steps, %s\n",
+	        (long long)m->train.microbatches, (long long)m->train.mbs, (long long)m->model.seq,
+	        (long long)m->train.steps, ir_optimizer_names[m->train.optimizer]);
+	if (m->nstages)
+		fprintf(out, "plan: %d stages on %lld devices, partition %s, schedule %s\n", m->nstages,
+		        (long long)m->cluster.devices, ir_partition_names[m->plan.partition],
+		        ir_schedule_names[m->plan.schedule]);
+}

@@ -1,0 +1,485 @@
+/* octopipe.c: the command-line driver.
+ *
+ *   octopipe plan MODEL.yaml      plan and print the plan
+ *   octopipe compile MODEL.yaml   (code generation: not built yet)
+ *   octopipe opt FILE.opir        run passes on IR text, print IR text
+ *   octopipe verify FILE.opir     check IR text against the invariants
+ *   octopipe sim FILE             (simulator: not built yet)
+ *
+ * Options come from one table; each subcommand accepts the ones whose mask
+ * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
+ * 1 user error (with a diagnostic), 2 a feature not built yet. */
+#include "frontend.h"
+#include "ir.h"
+#include "pass.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
+#define C_MODEL (C_PLAN | C_COMPILE | C_SIM)
+#define C_PASSES (C_PLAN | C_COMPILE | C_OPT)
+
+/* X(enum, flag, value name or NULL, subcommand mask, help) */
+#define OPTIONS(X)                                                                      \
+	X(HELP, "--help", NULL, ~0, "show this help")                                       \
+	X(DEVICES, "--devices", "N", C_MODEL, "number of devices (overrides the cluster's)") \
+	X(MICROBATCHES, "--microbatches", "M", C_MODEL, "micro-batches per step")            \
+	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL, "cluster preset or cluster file")      \
+	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: 1f1b")                         \
+	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
+	X(PRINT_BEFORE, "--print-ir-before", "PASS", C_PASSES, "print the IR before PASS")   \
+	X(PRINT_AFTER, "--print-ir-after", "PASS", C_PASSES, "print the IR after PASS")      \
+	X(PRINT_ALL, "--print-ir-after-all", NULL, C_PASSES, "print the IR after every pass") \
+	X(PRINT_PIPELINE, "--print-pipeline", NULL, C_PASSES, "print the pass pipeline and exit") \
+	X(VERIFY_EACH, "--verify-each", NULL, C_PASSES, "verify the IR after every pass")    \
+	X(JSON, "--json", NULL, C_PLAN | C_SIM, "print one JSON object instead of the table") \
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE, "write the IR (plan, opt) or the executables (compile) there")
+
+typedef enum opt_id {
+#define X(e, f, v, m, h) O_##e,
+	OPTIONS(X)
+#undef X
+	O_COUNT
+} opt_id;
+
+typedef struct opt_info {
+	const char *flag, *value;
+	unsigned mask;
+	const char *help;
+} opt_info;
+
+static const opt_info opts[O_COUNT] = {
+#define X(e, f, v, m, h) {f, v, (unsigned)(m), h},
+	OPTIONS(X)
+#undef X
+};
+
+typedef struct command {
+	const char *name;
+	unsigned bit;
+	const char *args, *synopsis;
+} command;
+
+static const command commands[] = {
+	{"plan", C_PLAN, "MODEL.yaml", "partition, place and schedule a model; print the plan"},
+	{"compile", C_COMPILE, "MODEL.yaml -o DIR", "compile a model to per-rank executables (not built yet)"},
+	{"opt", C_OPT, "FILE.opir", "run passes on IR text and print the resulting IR"},
+	{"verify", C_VERIFY, "FILE.opir", "check IR text against the IR invariants"},
+	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan (not built yet)"},
+};
+#define NCOMMANDS (int)(sizeof commands / sizeof *commands)
+
+typedef struct args {
+	const command *cmd;
+	const char *input;
+	const char *val[O_COUNT];
+	bool set[O_COUNT];
+} args;
+
+static void usage(FILE *out)
+{
+	fputs("usage: octopipe COMMAND [options] INPUT\n\n"
+	      "OctoPipe compiles a YAML model description into a pipeline-parallel\n"
+	      "training plan (partition, placement, schedule).\n\ncommands:\n", out);
+	for (int i = 0; i < NCOMMANDS; i++)
+		fprintf(out, "  %-8s %-22s %s\n", commands[i].name, commands[i].args,
+		        commands[i].synopsis);
+	fputs("\n'octopipe COMMAND --help' lists the options of a command.\n"
+	      "Exit status: 0 success, 1 an error in the input, 2 a feature not built yet.\n", out);
+}
+
+static void command_help(const command *c)
+{
+	printf("usage: octopipe %s [options] %s\n\n%s\n\noptions:\n", c->name, c->args, c->synopsis);
+	for (int i = 0; i < O_COUNT; i++) {
+		if (!(opts[i].mask & c->bit))
+			continue;
+		char lhs[48];
+		snprintf(lhs, sizeof lhs, "%s%s%s", opts[i].flag, opts[i].value ? " " : "",
+		         opts[i].value ? opts[i].value : "");
+		printf("  %-26s %s\n", lhs, opts[i].help);
+	}
+	if (c->bit & C_PASSES) {
+		printf("\npasses (default pipeline:");
+		for (int i = 0; i < pass_default_pipeline_len; i++)
+			printf(" %s", pass_names[pass_default_pipeline[i]]);
+		printf("):\n");
+		for (int i = 0; i < PASS_COUNT; i++)
+			printf("  %-12s %s\n", pass_table[i].name, pass_table[i].synopsis);
+	}
+}
+
+static int cli_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int cli_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "octopipe%s%s: error: ", cmd ? " " : "", cmd ? cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+/* Returns 0 to go on, 1 on error, -1 when --help was handled. */
+static int parse_args(int argc, char **argv, args *a)
+{
+	const char *name = argv[1];
+	for (int i = 0; i < NCOMMANDS; i++)
+		if (strcmp(commands[i].name, name) == 0)
+			a->cmd = &commands[i];
+	if (!a->cmd) {
+		const char *names[NCOMMANDS];
+		for (int i = 0; i < NCOMMANDS; i++)
+			names[i] = commands[i].name;
+		const char *near = diag_nearest(name, names, NCOMMANDS);
+		if (near)
+			return cli_error(NULL, "unknown command '%s'; did you mean '%s'?", name, near);
+		return cli_error(NULL, "unknown command '%s' (see 'octopipe --help')", name);
+	}
+	for (int i = 2; i < argc; i++) {
+		const char *arg = argv[i];
+		if (arg[0] != '-' || strcmp(arg, "-") == 0) {
+			if (a->input)
+				return cli_error(a->cmd->name, "more than one input file ('%s' and '%s')",
+				                 a->input, arg);
+			a->input = arg;
+			continue;
+		}
+		const char *eq = strchr(arg, '=');
+		size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
+		int id = -1;
+		for (int o = 0; o < O_COUNT; o++)
+			if (strlen(opts[o].flag) == flen && strncmp(opts[o].flag, arg, flen) == 0)
+				id = o;
+		if (id < 0 || !(opts[id].mask & a->cmd->bit)) {
+			const char *cands[O_COUNT];
+			int n = 0;
+			for (int o = 0; o < O_COUNT; o++)
+				if (opts[o].mask & a->cmd->bit)
+					cands[n++] = opts[o].flag;
+			char *flag = strndup(arg, flen);
+			const char *near = diag_nearest(flag, cands, n);
+			int rc = near ? cli_error(a->cmd->name, "unknown option '%s'; did you mean '%s'?", flag, near)
+			              : cli_error(a->cmd->name, "unknown option '%s' (see 'octopipe %s --help')",
+			                          flag, a->cmd->name);
+			free(flag);
+			return rc;
+		}
+		if (id == O_HELP) {
+			command_help(a->cmd);
+			return -1;
+		}
+		if (a->set[id])
+			return cli_error(a->cmd->name, "option '%s' given twice", opts[id].flag);
+		a->set[id] = true;
+		if (!opts[id].value) {
+			if (eq)
+				return cli_error(a->cmd->name, "option '%s' takes no value", opts[id].flag);
+			continue;
+		}
+		if (eq) {
+			a->val[id] = eq + 1;
+		} else if (i + 1 < argc) {
+			a->val[id] = argv[++i];
+		} else {
+			return cli_error(a->cmd->name, "option '%s' needs a value (%s)", opts[id].flag,
+			                 opts[id].value);
+		}
+		if (!*a->val[id])
+			return cli_error(a->cmd->name, "option '%s' has an empty value", opts[id].flag);
+	}
+	if (!a->input && !a->set[O_PRINT_PIPELINE])
+		return cli_error(a->cmd->name, "no input file (usage: octopipe %s %s)", a->cmd->name,
+		                 a->cmd->args);
+	return 0;
+}
+
+static int parse_count(const args *a, opt_id id, int64_t max, int64_t *out)
+{
+	const char *s = a->val[id];
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (*end || errno || v < 1 || v > max || (*s < '0' || *s > '9'))
+		return cli_error(a->cmd->name, "%s must be an integer in 1..%lld, got '%s'",
+		                 opts[id].flag, (long long)max, s);
+	*out = v;
+	return 0;
+}
+
+typedef struct pipeline {
+	pass_id ids[64];
+	int n;
+	pass_opts po;
+} pipeline;
+
+static int setup_pipeline(const args *a, pipeline *pl)
+{
+	memset(pl, 0, sizeof *pl);
+	if (a->set[O_PASSES]) {
+		pl->n = pass_parse_list(a->val[O_PASSES], pl->ids, 64);
+		if (pl->n < 0)
+			return 1;
+	} else {
+		pl->n = pass_default_pipeline_len;
+		memcpy(pl->ids, pass_default_pipeline, (size_t)pl->n * sizeof *pl->ids);
+	}
+	pl->po.verify_each = a->set[O_VERIFY_EACH];
+	pl->po.print_after_all = a->set[O_PRINT_ALL];
+	static const opt_id which[] = {O_PRINT_BEFORE, O_PRINT_AFTER};
+	for (int w = 0; w < 2; w++) {
+		if (!a->set[which[w]])
+			continue;
+		int id = pass_lookup(a->val[which[w]]);
+		if (id < 0) {
+			const char *near = diag_nearest(a->val[which[w]], pass_names, PASS_COUNT);
+			return near ? cli_error(a->cmd->name, "unknown pass '%s' in %s; did you mean '%s'?",
+			                        a->val[which[w]], opts[which[w]].flag, near)
+			            : cli_error(a->cmd->name, "unknown pass '%s' in %s", a->val[which[w]],
+			                        opts[which[w]].flag);
+		}
+		(w ? pl->po.print_after : pl->po.print_before)[id] = true;
+	}
+	if (a->set[O_PRINT_PIPELINE]) {
+		for (int i = 0; i < pl->n; i++)
+			printf("%s%s", i ? "," : "", pass_names[pl->ids[i]]);
+		printf("\n");
+		return -1;
+	}
+	return 0;
+}
+
+static ir_module *load_model(const args *a)
+{
+	fe_overrides ov = {0};
+	if (a->set[O_DEVICES] && parse_count(a, O_DEVICES, 65536, &ov.devices))
+		return NULL;
+	if (a->set[O_MICROBATCHES] && parse_count(a, O_MICROBATCHES, 1 << 20, &ov.microbatches))
+		return NULL;
+	ov.cluster = a->val[O_CLUSTER];
+	ov.schedule = a->val[O_SCHEDULE];
+	ir_module *m = fe_load(a->input, &ov);
+	if (m && ir_verify(m) != 0) {
+		ir_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+static ir_module *load_ir(const args *a, arena *ar)
+{
+	src_file *src = src_read(ar, a->input);
+	if (!src)
+		return NULL;
+	ir_module *m = ir_parse(src);
+	if (m && ir_verify(m) != 0) {
+		ir_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+static int write_ir(const args *a, const ir_module *m)
+{
+	if (!a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0) {
+		ir_print(stdout, m);
+		return 0;
+	}
+	FILE *f = fopen(a->val[O_OUTPUT], "w");
+	if (!f)
+		return cli_error(a->cmd->name, "cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
+	ir_print(f, m);
+	if (fclose(f) != 0)
+		return cli_error(a->cmd->name, "cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
+	return 0;
+}
+
+/* ---- plan output ------------------------------------------------------- */
+
+static void stage_kinds(const ir_module *m, const ir_stage *s, char *buf, size_t n)
+{
+	size_t k = 0;
+	for (int l = s->first; l <= s->last && k + 4 < n; l++) {
+		ir_layer_kind kind = m->layers[l].kind;
+		char c = ir_layer_kind_chars[kind];
+		buf[k++] = c ? c : kind == IR_LAYER_EMBEDDING ? 'e' : 'h';
+	}
+	if (k + 4 >= n && s->last - s->first + 1 > (int)k)
+		buf[k++] = '.', buf[k++] = '.', buf[k++] = '.';
+	buf[k] = 0;
+}
+
+static void print_json_str(const char *s)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
+static void print_plan_json(const ir_module *m)
+{
+	printf("{\"model\": ");
+	print_json_str(m->model.name);
+	printf(", \"layers\": %d, \"devices\": %lld, \"microbatches\": %lld, \"schedule\": \"%s\", "
+	       "\"partition\": \"%s\", \"chunks\": %lld, \"stages\": [",
+	       m->nlayers, (long long)m->cluster.devices, (long long)m->train.microbatches,
+	       ir_schedule_names[m->plan.schedule], ir_partition_names[m->plan.partition],
+	       (long long)m->plan.chunks);
+	for (int s = 0; s < m->nstages; s++) {
+		char kinds[256];
+		stage_kinds(m, &m->stages[s], kinds, sizeof kinds);
+		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\"}", s ? ", " : "",
+		       m->stages[s].first, m->stages[s].last, m->stages[s].device, kinds);
+	}
+	printf("], \"ops_per_device\": [");
+	for (int d = 0; d < m->ndevices; d++)
+		printf("%s%d", d ? ", " : "", m->devices[d].nops);
+	printf("]}\n");
+}
+
+static void print_plan_table(const ir_module *m)
+{
+	ir_print_summary(stdout, m);
+	if (!m->nstages)
+		return;
+	printf("\n%-6s %-14s %-7s %s\n", "stage", "layers", "device", "kinds (e embedding, h head, "
+	       "M mamba, * attention, - mlp, E moe)");
+	for (int s = 0; s < m->nstages; s++) {
+		const ir_stage *st = &m->stages[s];
+		char range[32], dev[16], kinds[64];
+		snprintf(range, sizeof range, "L%d..L%d", st->first, st->last);
+		if (st->device >= 0)
+			snprintf(dev, sizeof dev, "D%d", st->device);
+		else
+			snprintf(dev, sizeof dev, "-");
+		stage_kinds(m, st, kinds, sizeof kinds);
+		printf("S%-5d %-14s %-7s %s\n", s, range, dev, kinds);
+	}
+	if (!m->ndevices)
+		return;
+	printf("\n%-7s %-5s %s\n", "device", "ops", "program (first ops)");
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		printf("D%-6d %-5d", d, dev->nops);
+		for (int i = 0; i < dev->nops && i < 8; i++)
+			printf(" %s%d.%d", ir_op_names[dev->ops[i].kind], dev->ops[i].stage, dev->ops[i].mb);
+		printf("%s\n", dev->nops > 8 ? " ..." : "");
+	}
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+static int cmd_plan(const args *a)
+{
+	pipeline pl;
+	int rc = setup_pipeline(a, &pl);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	ir_module *m = load_model(a);
+	if (!m)
+		return 1;
+	rc = pass_run(m, pl.ids, pl.n, &pl.po) ? 1 : 0;
+	if (!rc && ir_verify(m) != 0)
+		rc = 1;
+	if (!rc) {
+		if (a->set[O_JSON])
+			print_plan_json(m);
+		else if (!pl.po.print_after_all)
+			print_plan_table(m);
+		if (a->set[O_OUTPUT])
+			rc = write_ir(a, m);
+	}
+	ir_free(m);
+	return rc;
+}
+
+static int cmd_opt(const args *a)
+{
+	pipeline pl;
+	int rc = setup_pipeline(a, &pl);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if (!a->set[O_PASSES])
+		pl.n = 0; /* opt runs only what it is told */
+	arena *ar = arena_new();
+	ir_module *m = load_ir(a, ar);
+	if (!m) {
+		arena_free(ar);
+		return 1;
+	}
+	rc = pass_run(m, pl.ids, pl.n, &pl.po) ? 1 : 0;
+	if (!rc && ir_verify(m) != 0)
+		rc = 1;
+	if (!rc && !pl.po.print_after_all)
+		rc = write_ir(a, m);
+	ir_free(m);
+	arena_free(ar);
+	return rc;
+}
+
+static int cmd_verify(const args *a)
+{
+	arena *ar = arena_new();
+	ir_module *m = load_ir(a, ar);
+	int rc = 1;
+	if (m) {
+		printf("%s: ok: %d layers, %d stages, %d device programs\n", a->input, m->nlayers,
+		       m->nstages, m->ndevices);
+		rc = 0;
+	}
+	ir_free(m);
+	arena_free(ar);
+	return rc;
+}
+
+static int not_built(const args *a, const char *what)
+{
+	fprintf(stderr, "octopipe %s: %s is not built yet in this version of octopipe; "
+	                "'octopipe plan' shows the plan\n", a->cmd->name, what);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 1;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("octopipe 0.1 (IR version %d)\n", IR_VERSION);
+		return 0;
+	}
+	args a = {0};
+	int rc = parse_args(argc, argv, &a);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	switch (a.cmd->bit) {
+	case C_PLAN:
+		return cmd_plan(&a);
+	case C_OPT:
+		return cmd_opt(&a);
+	case C_VERIFY:
+		return cmd_verify(&a);
+	case C_COMPILE:
+		return not_built(&a, "code generation (the 'compile' command)");
+	case C_SIM:
+		return not_built(&a, "the simulator (the 'sim' command)");
+	}
+	ir_bug("unhandled command");
+}
