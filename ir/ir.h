@@ -255,10 +255,17 @@ typedef struct ir_module {
 	/* Where each element came from (YAML node or IR line); not part of the
 	 * module's value, so ir_equal ignores them. */
 	ir_loc loc;
+	ir_loc model_loc, train_loc, cluster_loc, plan_loc; /* their sections */
 	ir_loc *layer_loc;
 	ir_loc *stage_loc;
 	ir_loc **op_loc;    /* op_loc[d][i], NULL when unknown */
 } ir_module;
+
+/* l when it is known, else fallback. */
+static inline ir_loc ir_loc_or(ir_loc l, ir_loc fallback)
+{
+	return l.src ? l : fallback;
+}
 
 ir_module *ir_new(void);
 void ir_free(ir_module *m);

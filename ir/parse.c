@@ -494,6 +494,7 @@ static void parse_model(parser *ps)
 {
 	fields fs;
 	ir_model_info *mi = &ps->m->model;
+	ps->m->model_loc = ps->t.loc;
 	if (!begin_line(ps, "model", true, &mi->name, &fs))
 		return;
 	get_i64(ps, &fs, "hidden", 1, 1 << 20, &mi->hidden, "model");
@@ -508,6 +509,7 @@ static void parse_train(parser *ps)
 {
 	fields fs;
 	ir_train *t = &ps->m->train;
+	ps->m->train_loc = ps->t.loc;
 	if (!begin_line(ps, "train", false, NULL, &fs))
 		return;
 	get_i64(ps, &fs, "mbs", 1, 1 << 20, &t->mbs, "train");
@@ -535,6 +537,7 @@ static void parse_cluster(parser *ps)
 {
 	fields fs;
 	ir_cluster *c = &ps->m->cluster;
+	ps->m->cluster_loc = ps->t.loc;
 	if (!begin_line(ps, "cluster", true, &c->name, &fs))
 		return;
 	get_i64(ps, &fs, "devices", 1, 65536, &c->devices, "cluster");
@@ -552,6 +555,7 @@ static void parse_plan(parser *ps)
 {
 	fields fs;
 	ir_plan_opts *p = &ps->m->plan;
+	ps->m->plan_loc = ps->t.loc;
 	if (!begin_line(ps, "plan", false, NULL, &fs))
 		return;
 	p->schedule = get_enum(ps, &fs, "schedule", ir_schedule_names, IR_NSCHEDULES, "plan");

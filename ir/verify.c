@@ -152,38 +152,38 @@ static int verify_header(const ir_module *m)
 	const ir_train *t = &m->train;
 	const ir_cluster *c = &m->cluster;
 	if (!m->model.name || !*m->model.name)
-		errs++, diag_error(m->loc, "the model has no name");
+		errs++, diag_error(ir_loc_or(m->model_loc, m->loc), "the model has no name");
 	if (!(t->lr > 0) || !isfinite(t->lr))
-		errs++, diag_error(m->loc, "learning rate must be positive and finite");
+		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), "learning rate must be positive and finite");
 	if (!(t->weight_decay >= 0) || !isfinite(t->weight_decay))
-		errs++, diag_error(m->loc, "weight decay must be non-negative and finite");
+		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), "weight decay must be non-negative and finite");
 	if ((t->data == IR_DATA_TEXT) != (t->text_file != NULL))
-		errs++, diag_error(m->loc, t->text_file ? "a text file is given but data is not 'text'"
+		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), t->text_file ? "a text file is given but data is not 'text'"
 		                                       : "data 'text' needs a text file");
 	if (c->devices < 1 || c->per_node < 1 || c->mem == 0 || !(c->flops > 0) ||
 	    !(c->membw > 0) || !(c->intra.bw > 0) || !(c->inter.bw > 0) ||
 	    !(c->intra.lat >= 0) || !(c->inter.lat >= 0))
-		errs++, diag_error(m->loc, "cluster '%s': every size, rate and bandwidth must be positive",
+		errs++, diag_error(ir_loc_or(m->cluster_loc, m->loc), "cluster '%s': every size, rate and bandwidth must be positive",
 		                   c->name ? c->name : "");
 	const ir_plan_opts *p = &m->plan;
 	if (p->chunks < 1)
-		errs++, diag_error(m->loc, "plan: chunks must be at least 1");
+		errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: chunks must be at least 1");
 	if ((p->partition == IR_PART_GIVEN) != (p->ngiven > 0))
-		errs++, diag_error(m->loc, p->ngiven ? "plan: 'given' needs partition=given"
+		errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), p->ngiven ? "plan: 'given' needs partition=given"
 		                                    : "plan: partition=given needs 'given'");
 	int64_t sum = 0;
 	for (int i = 0; i < p->ngiven; i++) {
 		if (p->given[i] < 1)
-			errs++, diag_error(m->loc, "plan: stage %d of 'given' has %lld layers; each needs at least 1",
+			errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: stage %d of 'given' has %lld layers; each needs at least 1",
 			                   i, (long long)p->given[i]);
 		sum += p->given[i];
 	}
 	if (p->ngiven && sum != m->nlayers)
-		errs++, diag_error(m->loc, "plan: 'given' covers %lld layers, the model has %d",
+		errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: 'given' covers %lld layers, the model has %d",
 		                   (long long)sum, m->nlayers);
 	for (int i = 0; i < p->nplacement; i++)
 		if (p->placement[i] < 0 || p->placement[i] >= c->devices)
-			errs++, diag_error(m->loc, "plan: placement puts stage %d on device %lld, but the cluster has %lld devices",
+			errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: placement puts stage %d on device %lld, but the cluster has %lld devices",
 			                   i, (long long)p->placement[i], (long long)c->devices);
 	return errs;
 }

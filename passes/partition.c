@@ -24,7 +24,7 @@ int pass_partition(ir_module *m)
 		for (int s = 0; s < p->ngiven; s++) {
 			int last = first + (int)p->given[s] - 1;
 			if (p->given[s] < 1 || last >= m->nlayers) {
-				diag_error(m->loc, "given partition: stage %d (%lld layers) runs past the %d layers of the model",
+				diag_error(ir_loc_or(m->plan_loc, m->loc), "given partition: stage %d (%lld layers) runs past the %d layers of the model",
 				           s, (long long)p->given[s], m->nlayers);
 				return -1;
 			}
@@ -32,7 +32,7 @@ int pass_partition(ir_module *m)
 			first = last + 1;
 		}
 		if (first != m->nlayers) {
-			diag_error(m->loc, "given partition covers %d of the %d layers", first, m->nlayers);
+			diag_error(ir_loc_or(m->plan_loc, m->loc), "given partition covers %d of the %d layers", first, m->nlayers);
 			return -1;
 		}
 		return 0;
@@ -40,7 +40,7 @@ int pass_partition(ir_module *m)
 
 	int64_t nstages = m->cluster.devices * p->chunks;
 	if (nstages > m->nlayers) {
-		diag_error(m->loc, "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
+		diag_error(ir_loc_or(m->plan_loc, m->loc), "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
 		           m->nlayers, (long long)nstages, (long long)m->cluster.devices,
 		           (long long)p->chunks);
 		return -1;

@@ -11,11 +11,11 @@ int pass_place(ir_module *m)
 {
 	const ir_plan_opts *p = &m->plan;
 	if (!m->nstages) {
-		diag_error(m->loc, "place: the module has no stages; run 'partition' first");
+		diag_error(ir_loc_or(m->plan_loc, m->loc), "place: the module has no stages; run 'partition' first");
 		return -1;
 	}
 	if (p->nplacement && p->nplacement != m->nstages) {
-		diag_error(m->loc, "placement lists %d devices for %d stages", p->nplacement,
+		diag_error(ir_loc_or(m->plan_loc, m->loc), "placement lists %d devices for %d stages", p->nplacement,
 		           m->nstages);
 		return -1;
 	}
@@ -23,7 +23,7 @@ int pass_place(ir_module *m)
 	for (int s = 0; s < m->nstages; s++) {
 		int64_t d = p->nplacement ? p->placement[s] : s % m->cluster.devices;
 		if (d < 0 || d >= m->cluster.devices) {
-			diag_error(m->loc, "placement puts stage %d on device %lld; the cluster has %lld devices",
+			diag_error(ir_loc_or(m->plan_loc, m->loc), "placement puts stage %d on device %lld; the cluster has %lld devices",
 			           s, (long long)d, (long long)m->cluster.devices);
 			return -1;
 		}

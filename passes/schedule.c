@@ -29,7 +29,7 @@ static int schedule_1f1b(ir_module *m)
 	for (int s = 0; s < S; s++) {
 		int d = m->stages[s].device;
 		if (owner[d] >= 0) {
-			diag_error(m->loc, "schedule 1f1b runs one stage per device, but D%d holds S%d and S%d",
+			diag_error(ir_loc_or(m->plan_loc, m->loc), "schedule 1f1b runs one stage per device, but D%d holds S%d and S%d",
 			           d, owner[d], s);
 			return -1;
 		}
@@ -54,12 +54,12 @@ static int schedule_1f1b(ir_module *m)
 int pass_schedule(ir_module *m)
 {
 	if (!m->nstages) {
-		diag_error(m->loc, "schedule: the module has no stages; run 'partition' and 'place' first");
+		diag_error(ir_loc_or(m->plan_loc, m->loc), "schedule: the module has no stages; run 'partition' and 'place' first");
 		return -1;
 	}
 	for (int s = 0; s < m->nstages; s++)
 		if (m->stages[s].device < 0) {
-			diag_error(m->loc, "schedule: stage S%d has no device; run 'place' first", s);
+			diag_error(ir_loc_or(m->plan_loc, m->loc), "schedule: stage S%d has no device; run 'place' first", s);
 			return -1;
 		}
 	ir_clear_devices(m);

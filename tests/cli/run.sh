@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Command-line tests: exit status and a piece of the output of each command.
+#   run.sh OCTOPIPE REPO_ROOT
+set -u
+bin=$1 root=$2
+cd "$root" || exit 2
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect STATUS TEXT ARGS...: run octopipe ARGS; the exit status must be
+# STATUS and stdout+stderr must contain TEXT (a fixed string).
+expect() {
+  local want_rc=$1 text=$2; shift 2
+  local out rc
+  out=$(timeout 20 "$bin" "$@" 2>&1); rc=$?
+  if [ $rc -ne "$want_rc" ]; then
+    printf 'FAIL octopipe %s: exit status %d, expected %d\n%s\n' "$*" $rc "$want_rc" "$(printf '%s\n' "$out" | head -n 5)"
+    fail=$((fail + 1))
+  elif ! printf '%s' "$out" | grep -qF -- "$text"; then
+    printf 'FAIL octopipe %s: output lacks "%s"\n%s\n' "$*" "$text" "$(printf '%s\n' "$out" | head -n 10)"
+    fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+}
+
+m=models/tiny-hybrid.yaml
+# help and usage
+expect 1 "usage: octopipe COMMAND"
+expect 0 "usage: octopipe COMMAND" --help
+expect 0 "--microbatches M" plan --help
+expect 0 "default pipeline: partition place schedule" opt --help
+expect 0 "octopipe 0.1" --version
+expect 1 "unknown command 'paln'; did you mean 'plan'?" paln $m
+expect 1 "no input file" plan
+expect 1 "more than one input file" plan $m $m
+# options
+expect 1 "unknown option '--devce'; did you mean '--devices'?" plan $m --devce 4
+expect 1 "unknown option '--json'" opt tests/golden/tiny-dense-2x2.expected --json
+expect 1 "option '--devices' needs a value" plan $m --devices
+expect 1 "--devices must be an integer in 1..65536, got '0'" plan $m --devices 0
+expect 1 "--devices must be an integer in 1..65536, got '4x'" plan $m --devices=4x
+expect 1 "--microbatches must be an integer" plan $m --microbatches -3
+expect 1 "option '--json' takes no value" plan $m --json=1
+expect 1 "option '--devices' given twice" plan $m --devices 2 --devices 3
+expect 1 "unknown schedule 'zbv'" plan $m --schedule zbv
+expect 1 "unknown cluster preset 'h100'" plan $m --cluster h100
+expect 1 "unknown pass 'plac'; did you mean 'place'?" plan $m --passes=partition,plac
+expect 1 "unknown pass 'sched' in --print-ir-after" plan $m --print-ir-after=sched
+# files
+expect 1 "missing.yaml:1:1: error: cannot open file" plan missing.yaml
+expect 1 "tests:1:1: error: cannot read file" plan tests
+expect 1 "cannot write '/nonexistent/x.opir'" plan $m -o /nonexistent/x.opir
+# plan
+expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4
+expect 0 "model tiny-hybrid: 12 layers" plan $m
+expect 0 "partition,place,schedule" plan --print-pipeline
+expect 0 "partition" plan $m --passes=partition --print-pipeline
+expect 0 "; *** IR Dump After partition ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
+expect 0 "; *** IR Dump After schedule ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
+expect 0 "; *** IR Dump Before place ***" plan $m --print-ir-before=place
+expect 0 "cluster h100-sxm: 16 devices" plan models/llama-3-8b.yaml --devices 16
+expect 1 "cannot cut 12 layers into 16 stages" plan $m --devices 16
+expect 0 "\"ops_per_device\": [" plan $m --json --devices 4
+# a dump is IR text that opt, verify and the golden files accept
+"$bin" plan $m --devices 4 -o "$tmp/p.opir" >/dev/null 2>&1
+expect 0 "ok: 12 layers, 4 stages, 4 device programs" verify "$tmp/p.opir"
+"$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >/dev/null 2>&1
+if cmp -s "$tmp/p.opir" "$tmp/q.opir"; then pass=$((pass + 1)); else
+  echo "FAIL opt does not reproduce its input"; fail=$((fail + 1)); fi
+expect 0 "@D3" opt "$tmp/p.opir" --passes=partition,place --print-ir-after=place
+# JSON is one valid object
+if command -v python3 >/dev/null; then
+  if "$bin" plan $m --json --devices 4 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["devices"]==4 and len(d["stages"])==4, d' 2>"$tmp/err"; then
+    pass=$((pass + 1)); else echo "FAIL plan --json: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
+fi
+# features not built yet say so and exit 2
+expect 2 "not built yet" compile $m -o "$tmp/out"
+expect 2 "not built yet" sim $m
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every input of a corpus directory through one octopipe command and
+# checks that it fails cleanly: exit status 1, the first line of stderr equal
+# to the .err file beside the input, no sanitizer report, no hang.
+#   expect-errors.sh OCTOPIPE REPO_ROOT DIR COMMAND EXT
+set -u
+bin=$1 root=$2 dir=$3 cmd=$4 ext=$5
+cd "$root" || exit 2
+pass=0 fail=0
+for input in "$dir"/*."$ext"; do
+  want_file=${input%.*}.err
+  if [ ! -f "$want_file" ]; then
+    echo "FAIL $input: no $want_file"; fail=$((fail + 1)); continue
+  fi
+  err=$(timeout 10 "$bin" "$cmd" "$input" 2>&1 >/dev/null)
+  rc=$?
+  first=$(printf '%s\n' "$err" | head -n 1)
+  want=$(head -n 1 "$want_file")
+  if [ $rc -ne 1 ]; then
+    echo "FAIL $input: exit status $rc, expected 1"; printf '%s\n' "$err" | head -n 5
+    fail=$((fail + 1))
+  elif [ "$first" != "$want" ]; then
+    printf 'FAIL %s:\n  got:  %s\n  want: %s\n' "$input" "$first" "$want"
+    fail=$((fail + 1))
+  elif printf '%s' "$err" | grep -q -e AddressSanitizer -e LeakSanitizer -e 'runtime error'; then
+    echo "FAIL $input: sanitizer report"; printf '%s\n' "$err" | head -n 20
+    fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,305 @@
+/* test_passes.c: Check suite for passes/ (partition, place, schedule and
+ * the pass manager).  Properties, not texts: coverage and balance of the
+ * partition, placement as given, and 1F1B programs that run to completion
+ * under the pipeline's data dependences with 1F1B's in-flight bound. */
+#include <check.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend.h"
+#include "pass.h"
+
+static char *diag_buf;
+static size_t diag_len;
+
+static void capture(void)
+{
+	diag_stream = open_memstream(&diag_buf, &diag_len);
+	diag_errors = 0;
+}
+
+static const char *captured(void)
+{
+	fflush(diag_stream);
+	return diag_buf ? diag_buf : "";
+}
+
+static void release(void)
+{
+	fclose(diag_stream);
+	diag_stream = stderr;
+	free(diag_buf);
+	diag_buf = NULL;
+}
+
+/* A module with `body` mlp layers between embedding and head, built
+ * directly so that the test does not depend on the frontend. */
+static ir_module *chain(int body, int devices, int mbs, int chunks)
+{
+	ir_module *m = ir_new();
+	m->model = (ir_model_info){"chain", 64, 256, 16, IR_DTYPE_F32};
+	m->train = (ir_train){.mbs = 1, .microbatches = mbs, .steps = 1, .lr = 1e-3, .seed = 1};
+	m->cluster = (ir_cluster){.name = "c", .devices = devices, .per_node = devices,
+	                          .mem = 1 << 30, .flops = 1e11, .membw = 1e10,
+	                          .intra = {1e9, 1}, .inter = {1e9, 1}};
+	m->plan.chunks = chunks;
+	ir_add_layer(m, IR_LAYER_EMBEDDING, (ir_loc){0});
+	for (int i = 0; i < body; i++) {
+		ir_layer *l = ir_add_layer(m, IR_LAYER_MLP, (ir_loc){0});
+		l->attr[IR_ATTR_FFN] = 128;
+	}
+	ir_add_layer(m, IR_LAYER_HEAD, (ir_loc){0});
+	return m;
+}
+
+static int run_default(ir_module *m)
+{
+	pass_opts o = {.verify_each = true};
+	return pass_run(m, pass_default_pipeline, pass_default_pipeline_len, &o);
+}
+
+START_TEST(test_partition_uniform_balanced)
+{
+	capture();
+	for (int body = 1; body <= 40; body++)
+		for (int dev = 1; dev <= 8; dev++) {
+			ir_module *m = chain(body, dev, 1, 1);
+			pass_id p = PASS_partition;
+			int rc = pass_run(m, &p, 1, NULL);
+			if (body + 2 < dev) {
+				ck_assert_int_eq(rc, -1);
+				ck_assert_ptr_nonnull(strstr(captured(), "cannot cut"));
+				ir_free(m);
+				continue;
+			}
+			ck_assert_int_eq(rc, 0);
+			ck_assert_int_eq(ir_verify(m), 0);
+			ck_assert_int_eq(m->nstages, dev);
+			/* Body layers per stage differ by at most one when there are
+			 * enough of them; the embedding is in S0, the head in the last. */
+			if (body >= dev) {
+				int lo = 1 << 30, hi = 0;
+				for (int s = 0; s < dev; s++) {
+					int n = m->stages[s].last - m->stages[s].first + 1;
+					n -= (s == 0) + (s == dev - 1);
+					lo = n < lo ? n : lo;
+					hi = n > hi ? n : hi;
+				}
+				ck_assert_int_le(hi - lo, 1);
+			}
+			ck_assert_int_eq(m->stages[0].first, 0);
+			ck_assert_int_eq(m->stages[dev - 1].last, body + 1);
+			ir_free(m);
+		}
+	release();
+}
+END_TEST
+
+START_TEST(test_partition_given_and_place_given)
+{
+	ir_module *m = chain(6, 2, 2, 1);
+	static int64_t given[] = {2, 3, 3}, placement[] = {1, 0, 1};
+	m->plan.partition = IR_PART_GIVEN;
+	m->plan.given = given, m->plan.ngiven = 3;
+	m->plan.placement = placement, m->plan.nplacement = 3;
+	pass_id ids[] = {PASS_partition, PASS_place};
+	ck_assert_int_eq(pass_run(m, ids, 2, NULL), 0);
+	ck_assert_int_eq(m->nstages, 3);
+	ck_assert_int_eq(m->stages[1].first, 2);
+	ck_assert_int_eq(m->stages[1].last, 4);
+	for (int s = 0; s < 3; s++)
+		ck_assert_int_eq(m->stages[s].device, placement[s]);
+	/* 1F1B needs one stage per device: D1 holds S0 and S2. */
+	capture();
+	pass_id sched = PASS_schedule;
+	ck_assert_int_eq(pass_run(m, &sched, 1, NULL), -1);
+	ck_assert_ptr_nonnull(strstr(captured(), "one stage per device, but D1 holds S0 and S2"));
+	release();
+	ir_free(m);
+}
+END_TEST
+
+/* Run the programs with an in-order executor: F(s,m) needs F(s-1,m),
+ * B(s,m) needs B(s+1,m) (or F(s,m) on the last stage), W(s,m) needs
+ * B(s,m).  Every op must complete; returns the max number of micro-batches
+ * in flight (F done, B not yet) seen on each stage, in inflight[]. */
+static void execute(const ir_module *m, int *inflight)
+{
+	int S = m->nstages, M = (int)m->train.microbatches;
+	char *done = calloc((size_t)S * M * 3, 1);
+	int *pc = calloc((size_t)m->ndevices, sizeof *pc), *cur = calloc((size_t)S, sizeof *cur);
+	int total = 0, finished = 0;
+	for (int d = 0; d < m->ndevices; d++)
+		total += m->devices[d].nops;
+	memset(inflight, 0, (size_t)S * sizeof *inflight);
+	for (bool progress = true; progress;) {
+		progress = false;
+		for (int d = 0; d < m->ndevices; d++) {
+			while (pc[d] < m->devices[d].nops) {
+				const ir_op *op = &m->devices[d].ops[pc[d]];
+				int s = op->stage, mb = op->mb;
+#define DONE(st, k) done[((st) * M + mb) * 3 + (k)]
+				bool ready = op->kind == IR_OP_F ? (s == 0 || DONE(s - 1, IR_OP_F))
+				             : op->kind == IR_OP_B ? (s == S - 1 ? DONE(s, IR_OP_F) : DONE(s + 1, IR_OP_B))
+				                                   : DONE(s, IR_OP_B);
+				if (!ready)
+					break;
+				DONE(s, op->kind) = 1;
+#undef DONE
+				cur[s] += op->kind == IR_OP_F ? 1 : op->kind == IR_OP_B ? -1 : 0;
+				if (cur[s] > inflight[s])
+					inflight[s] = cur[s];
+				pc[d]++, finished++, progress = true;
+			}
+		}
+	}
+	ck_assert_msg(finished == total, "programs stall after %d of %d ops", finished, total);
+	free(done);
+	free(pc);
+	free(cur);
+}
+
+START_TEST(test_1f1b_runs_and_bounds_inflight)
+{
+	static const int grid[][3] = {{1, 1, 1}, {4, 2, 1}, {4, 4, 8}, {8, 4, 3}, {10, 4, 16},
+	                              {30, 8, 32}, {7, 7, 7}, {12, 6, 2}};
+	for (size_t g = 0; g < sizeof grid / sizeof *grid; g++) {
+		int body = grid[g][0], P = grid[g][1], M = grid[g][2];
+		ir_module *m = chain(body, P, M, 1);
+		ck_assert_int_eq(run_default(m), 0);
+		ck_assert_int_eq(ir_verify(m), 0);
+		int inflight[64];
+		execute(m, inflight);
+		for (int s = 0; s < P; s++) {
+			int bound = P - s < M ? P - s : M;
+			ck_assert_msg(inflight[s] == bound, "P=%d M=%d stage %d: %d in flight, 1F1B holds %d",
+			              P, M, s, inflight[s], bound);
+		}
+		ir_free(m);
+	}
+}
+END_TEST
+
+START_TEST(test_1f1b_follows_any_bijective_placement)
+{
+	ir_module *m = chain(6, 4, 5, 1);
+	static int64_t placement[] = {2, 0, 3, 1};
+	m->plan.placement = placement, m->plan.nplacement = 4;
+	ck_assert_int_eq(run_default(m), 0);
+	int inflight[4];
+	execute(m, inflight);
+	for (int s = 0; s < 4; s++) {
+		ck_assert_int_eq(m->stages[s].device, placement[s]);
+		ck_assert_int_eq(m->devices[placement[s]].ops[0].stage, s);
+	}
+	ir_free(m);
+}
+END_TEST
+
+START_TEST(test_pass_list_parsing)
+{
+	pass_id ids[8];
+	ck_assert_int_eq(pass_parse_list("partition,place,schedule", ids, 8), 3);
+	ck_assert_int_eq(ids[2], PASS_schedule);
+	capture();
+	ck_assert_int_eq(pass_parse_list("partition,plac", ids, 8), -1);
+	ck_assert_ptr_nonnull(strstr(captured(), "unknown pass 'plac'; did you mean 'place'?"));
+	release();
+	capture();
+	ck_assert_int_eq(pass_parse_list("partition,,place", ids, 8), -1);
+	release();
+}
+END_TEST
+
+START_TEST(test_dump_banners)
+{
+	ir_module *m = chain(4, 2, 2, 1);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	pass_opts o = {.print_after_all = true, .dump = f};
+	o.print_before[PASS_place] = true;
+	ck_assert_int_eq(pass_run(m, pass_default_pipeline, pass_default_pipeline_len, &o), 0);
+	fclose(f);
+	const char *want[] = {"; *** IR Dump After partition ***\n", "; *** IR Dump Before place ***\n",
+	                      "; *** IR Dump After place ***\n", "; *** IR Dump After schedule ***\n"};
+	const char *p = buf;
+	for (int i = 0; i < 4; i++) {
+		const char *q = strstr(p, want[i]);
+		ck_assert_msg(q != NULL, "missing or out of order: %s", want[i]);
+		p = q + 1;
+	}
+	free(buf);
+	ir_free(m);
+}
+END_TEST
+
+START_TEST(test_tiny_models_plan)
+{
+	static const char *const models[] = {"tiny-dense", "tiny-hybrid"};
+	for (int i = 0; i < 2; i++)
+		for (int dev = 1; dev <= 4; dev++) {
+			char path[512];
+			snprintf(path, sizeof path, "%s/%s.yaml", fe_models_dir(), models[i]);
+			fe_overrides ov = {.devices = dev};
+			ir_module *m = fe_load(path, &ov);
+			ck_assert_msg(m != NULL, "%s does not load", path);
+			ck_assert_int_eq(run_default(m), 0);
+			int inflight[8];
+			execute(m, inflight);
+			ir_free(m);
+		}
+}
+END_TEST
+
+/* Every zoo model, planned, survives print and parse field for field. */
+START_TEST(test_zoo_roundtrip)
+{
+	char pat[512];
+	snprintf(pat, sizeof pat, "%s/*.yaml", fe_models_dir());
+	glob_t g;
+	ck_assert_int_eq(glob(pat, 0, NULL, &g), 0);
+	ck_assert_uint_ge(g.gl_pathc, 12);
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		fe_overrides ov = {.devices = 4};
+		ir_module *m = fe_load(g.gl_pathv[i], &ov);
+		ck_assert_msg(m != NULL, "%s does not load", g.gl_pathv[i]);
+		ck_assert_int_eq(run_default(m), 0);
+		char *text = ir_print_string(m);
+		arena *a = arena_new();
+		ir_module *p = ir_parse(src_from_string(a, g.gl_pathv[i], text));
+		ck_assert_msg(p && ir_equal(m, p), "%s: parse(print(m)) != m", g.gl_pathv[i]);
+		free(text);
+		ir_free(p);
+		arena_free(a);
+		ir_free(m);
+	}
+	globfree(&g);
+}
+END_TEST
+
+static Suite *passes_suite(void)
+{
+	Suite *s = suite_create("passes");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_partition_uniform_balanced);
+	tcase_add_test(tc, test_partition_given_and_place_given);
+	tcase_add_test(tc, test_1f1b_runs_and_bounds_inflight);
+	tcase_add_test(tc, test_1f1b_follows_any_bijective_placement);
+	tcase_add_test(tc, test_pass_list_parsing);
+	tcase_add_test(tc, test_dump_banners);
+	tcase_add_test(tc, test_tiny_models_plan);
+	tcase_add_test(tc, test_zoo_roundtrip);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(passes_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every model of the zoo plans at several device counts, its plan verifies,
+# and its IR text prints back unchanged through `octopipe opt`.
+#   run.sh OCTOPIPE REPO_ROOT
+set -u
+bin=$1 root=$2
+cd "$root" || exit 2
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for model in models/*.yaml; do
+  for dev in 1 2 4 8; do
+    name="$model --devices $dev"
+    if ! timeout 20 "$bin" plan "$model" --devices $dev --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
+      echo "FAIL $name: plan failed"; head -n 5 "$tmp/log"; fail=$((fail + 1)); continue
+    fi
+    if ! timeout 20 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >"$tmp/log" 2>&1 ||
+       ! cmp -s "$tmp/p.opir" "$tmp/q.opir"; then
+      echo "FAIL $name: IR does not print back unchanged"; head -n 5 "$tmp/log"
+      fail=$((fail + 1)); continue
+    fi
+    pass=$((pass + 1))
+  done
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
