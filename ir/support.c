@@ -300,9 +300,23 @@ void fmt_double(char *buf, size_t n, double v)
 		snprintf(buf, n, "0");
 		return;
 	}
-	for (int prec = 1; prec <= 17; prec++) {
+	int prec = 1;
+	for (; prec <= 17; prec++) {
 		snprintf(buf, n, "%.*g", prec, v);
 		if (strtod(buf, NULL) == v)
-			return;
+			break;
+	}
+	if (!strchr(buf, 'e'))
+		return;
+	/* Prefer plain digits when they are about as short: 10, not 1e+01. */
+	size_t len = strlen(buf);
+	char alt[64];
+	for (int q = prec + 1; q <= 17; q++) {
+		snprintf(alt, sizeof alt, "%.*g", q, v);
+		if (strchr(alt, 'e'))
+			continue;
+		if (strtod(alt, NULL) == v && strlen(alt) <= len + 1)
+			snprintf(buf, n, "%s", alt);
+		return;
 	}
 }

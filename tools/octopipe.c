@@ -35,7 +35,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(PRINT_PIPELINE, "--print-pipeline", NULL, C_PASSES, "print the pass pipeline and exit") \
 	X(VERIFY_EACH, "--verify-each", NULL, C_PASSES, "verify the IR after every pass")    \
 	X(JSON, "--json", NULL, C_PLAN | C_SIM, "print one JSON object instead of the table") \
-	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE, "write the IR (plan, opt) or the executables (compile) there")
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile) there")
 
 typedef enum opt_id {
 #define X(e, f, v, m, h) O_##e,
@@ -393,9 +393,10 @@ static int cmd_plan(const args *a)
 	if (!rc && ir_verify(m) != 0)
 		rc = 1;
 	if (!rc) {
+		bool ir_to_stdout = a->set[O_OUTPUT] && strcmp(a->val[O_OUTPUT], "-") == 0;
 		if (a->set[O_JSON])
 			print_plan_json(m);
-		else if (!pl.po.print_after_all)
+		else if (!pl.po.print_after_all && !ir_to_stdout)
 			print_plan_table(m);
 		if (a->set[O_OUTPUT])
 			rc = write_ir(a, m);

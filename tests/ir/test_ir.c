@@ -153,6 +153,12 @@ START_TEST(test_fmt_double_exact)
 	ck_assert_str_eq(buf, "0.1");
 	fmt_double(buf, sizeof buf, 2e11);
 	ck_assert_str_eq(buf, "2e+11");
+	fmt_double(buf, sizeof buf, 10);
+	ck_assert_str_eq(buf, "10");
+	fmt_double(buf, sizeof buf, 1000);
+	ck_assert_str_eq(buf, "1000");
+	fmt_double(buf, sizeof buf, 1.5e-5);
+	ck_assert_str_eq(buf, "1.5e-05");
 }
 END_TEST
 
