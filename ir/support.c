@@ -199,7 +199,10 @@ static void show_line(ir_loc loc)
 		n--;
 	if (n > 200) /* keep long lines readable */
 		n = 200;
-	fprintf(diag_stream, "%.*s\n", n, p);
+	/* Control bytes would garble the terminal: show them as '?'. */
+	for (int i = 0; i < n; i++)
+		fputc((unsigned char)p[i] < 0x20 && p[i] != '\t' ? '?' : p[i], diag_stream);
+	fputc('\n', diag_stream);
 	int col = loc.col > 0 ? loc.col : 1;
 	for (int i = 0; i < col - 1 && i < n; i++)
 		fputc(p[i] == '\t' ? '\t' : ' ', diag_stream);

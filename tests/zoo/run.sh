@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every model of the zoo plans at several device counts, its plan verifies,
+# Every model of the zoo (and every good input of tests/good) plans at several device counts, its plan verifies,
 # and its IR text prints back unchanged through `octopipe opt`.
 #   run.sh OCTOPIPE REPO_ROOT
 set -u
@@ -8,10 +8,14 @@ cd "$root" || exit 2
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for model in models/*.yaml; do
-  for dev in 1 2 4 8; do
+# The good inputs fix their own device count (a given placement).
+for model in models/*.yaml tests/good/*.yaml; do
+  case $model in tests/good/*) devs=own ;; *) devs="1 2 4 8" ;; esac
+  for dev in $devs; do
     name="$model --devices $dev"
-    if ! timeout 20 "$bin" plan "$model" --devices $dev --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
+    flags=(--devices "$dev")
+    [ "$dev" = own ] && flags=()
+    if ! timeout 20 "$bin" plan "$model" "${flags[@]}" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
       echo "FAIL $name: plan failed"; head -n 5 "$tmp/log"; fail=$((fail + 1)); continue
     fi
     if ! timeout 20 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >"$tmp/log" 2>&1 ||
