@@ -1608,7 +1608,7 @@ static int check_placement(fe *f)
 	ir_module *m = f->m;
 	ir_plan_opts *p = &m->plan;
 	ydoc *d = f->d;
-	if (!f->placement)
+	if (!f->placement || !p->nplacement) /* none, or dropped by --partition */
 		return 0;
 	int64_t devices = m->cluster.devices;
 	int64_t stages = p->partition == IR_PART_GIVEN ? p->ngiven : devices * p->chunks;
@@ -1664,6 +1664,25 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 			return -1;
 		}
 		m->plan.schedule = s;
+	}
+	if (ov->chunks) {
+		if (ov->chunks < 1 || ov->chunks > 1024) {
+			range_error(no_loc, "'--chunks'", ov->chunks, 1, 1024);
+			return -1;
+		}
+		m->plan.chunks = ov->chunks;
+	}
+	if (ov->partition) {
+		int p = ir_lookup(ir_partition_names, IR_NPARTITIONS, ov->partition);
+		if (p < 0 || p == IR_PART_GIVEN) {
+			static const char *const flags[] = {"uniform", "balanced"};
+			unknown_name(m->arena, no_loc, "partition", ov->partition, flags, 2);
+			return -1;
+		}
+		/* A given partition's own lists do not apply to another one. */
+		if (m->plan.partition == IR_PART_GIVEN)
+			m->plan.ngiven = 0, m->plan.nplacement = 0;
+		m->plan.partition = p;
 	}
 	return 0;
 }

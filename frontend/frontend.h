@@ -15,6 +15,8 @@ typedef struct fe_overrides {
 	int64_t microbatches; /* --microbatches M */
 	const char *cluster;  /* --cluster NAME|FILE */
 	const char *schedule; /* --schedule NAME */
+	int64_t chunks;       /* --chunks V */
+	const char *partition; /* --partition NAME (not "given") */
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

@@ -173,8 +173,9 @@ static bool cost_eq(const ir_cost *a, const ir_cost *b)
 		return false;
 	if (!a->known)
 		return true;
-	return a->f == b->f && a->b == b->b && a->w == b->w && a->act == b->act &&
-	       a->wstash == b->wstash && a->param == b->param;
+	return a->f == b->f && a->b == b->b && a->w == b->w && a->flops == b->flops &&
+	       a->act == b->act && a->wstash == b->wstash && a->params == b->params &&
+	       a->resident == b->resident;
 }
 
 static bool i64s_eq(const int64_t *a, int na, const int64_t *b, int nb)

@@ -70,7 +70,7 @@ typedef enum ir_data {
 } ir_data;
 
 /* Partition strategies of the `partition` pass. */
-#define IR_PARTITIONS(X) X(UNIFORM, "uniform") X(GIVEN, "given")
+#define IR_PARTITIONS(X) X(UNIFORM, "uniform") X(BALANCED, "balanced") X(GIVEN, "given")
 typedef enum ir_partition {
 #define X(e, s) IR_PART_##e,
 	IR_PARTITIONS(X)
@@ -79,7 +79,9 @@ typedef enum ir_partition {
 } ir_partition;
 
 /* Schedules of the `schedule` pass. */
-#define IR_SCHEDULES(X) X(1F1B, "1f1b")
+#define IR_SCHEDULES(X)                                                        \
+	X(1F1B, "1f1b") X(GPIPE, "gpipe") X(I1F1B, "i1f1b") X(ZBH1, "zbh1")        \
+	X(ZBH2, "zbh2") X(ZBV, "zbv")
 typedef enum ir_schedule {
 #define X(e, s) IR_SCHED_##e,
 	IR_SCHEDULES(X)
@@ -104,6 +106,7 @@ typedef enum ir_op_kind {
  * head_dim, ...) are filled in by the frontend, so the IR is explicit. */
 #define K_(k) (1u << IR_LAYER_##k)
 #define IR_ATTRS(X)                                                            \
+	X(VERSION, "version", K_(MAMBA), IR_AT_INT, 1, 2)                          \
 	X(HEADS, "heads", K_(ATTENTION) | K_(MAMBA), IR_AT_INT, 1, 1 << 16)        \
 	X(KV_HEADS, "kv_heads", K_(ATTENTION), IR_AT_INT, 1, 1 << 16)              \
 	X(HEAD_DIM, "head_dim", K_(ATTENTION) | K_(MAMBA), IR_AT_INT, 1, 1 << 16)  \
@@ -118,7 +121,6 @@ typedef enum ir_op_kind {
 	X(TOP_K, "top_k", K_(MOE), IR_AT_INT, 1, 1 << 16)                          \
 	X(EXPERT_FFN, "expert_ffn", K_(MOE), IR_AT_INT, 1, 1 << 24)                \
 	X(SHARED_EXPERTS, "shared_experts", K_(MOE), IR_AT_INT, 0, 1 << 16)        \
-	X(VERSION, "version", K_(MAMBA), IR_AT_INT, 1, 2)                          \
 	X(STATE, "state", K_(MAMBA), IR_AT_INT, 1, 1 << 16)                        \
 	X(EXPAND, "expand", K_(MAMBA), IR_AT_INT, 1, 64)                           \
 	X(CONV, "conv", K_(MAMBA), IR_AT_INT, 1, 1024)                             \
@@ -167,9 +169,11 @@ bool ir_attr_required(ir_attr a, ir_layer_kind k, int64_t mamba_version);
 typedef struct ir_cost {
 	bool known;        /* set by the cost pass (or parsed) */
 	double f, b, w;    /* microseconds per micro-batch */
+	double flops;      /* FLOPs of F + B + W per micro-batch */
 	uint64_t act;      /* bytes stashed from F until B */
 	uint64_t wstash;   /* bytes still held after B until W */
-	uint64_t param;    /* parameter bytes */
+	uint64_t params;   /* parameter count */
+	uint64_t resident; /* bytes held all step: weights, gradients, optimizer state */
 } ir_cost;
 
 typedef struct ir_layer {

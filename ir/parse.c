@@ -645,7 +645,8 @@ static void parse_layer(parser *ps)
 			     ai->name, f->val);
 		}
 	}
-	static const char *const cost_keys[] = {"f", "b", "w", "act", "wstash", "param"};
+	static const char *const cost_keys[] = {"f", "b", "w", "flops", "act", "wstash",
+	                                        "params", "resident"};
 	for (int i = 0; i < N(cost_keys); i++)
 		known[nknown++] = cost_keys[i];
 	bool any_cost = false;
@@ -657,9 +658,13 @@ static void parse_layer(parser *ps)
 		get_f64(ps, &fs, "f", "us", &l->cost.f, what);
 		get_f64(ps, &fs, "b", "us", &l->cost.b, what);
 		get_f64(ps, &fs, "w", "us", &l->cost.w, what);
+		get_f64(ps, &fs, "flops", "", &l->cost.flops, what);
 		get_bytes(ps, &fs, "act", &l->cost.act, what);
 		get_bytes(ps, &fs, "wstash", &l->cost.wstash, what);
-		get_bytes(ps, &fs, "param", &l->cost.param, what);
+		field *pf = get(ps, &fs, "params", true, what);
+		if (pf && !parse_u64(pf->val, &l->cost.params))
+			perr(ps, pf->vloc, "'params' must be an unsigned integer, got '%s'", pf->val);
+		get_bytes(ps, &fs, "resident", &l->cost.resident, what);
 	}
 	check_unused(ps, &fs, what, known, nknown);
 	expect_eol(ps);

@@ -84,9 +84,11 @@ static void print_layer(FILE *out, const ir_module *m, int i)
 		print_double(out, "f", l->cost.f, "us");
 		print_double(out, "b", l->cost.b, "us");
 		print_double(out, "w", l->cost.w, "us");
+		print_double(out, "flops", l->cost.flops, "");
 		print_bytes(out, "act", l->cost.act);
 		print_bytes(out, "wstash", l->cost.wstash);
-		print_bytes(out, "param", l->cost.param);
+		fprintf(out, " params=%llu", (unsigned long long)l->cost.params);
+		print_bytes(out, "resident", l->cost.resident);
 	}
 	fputc('\n', out);
 }

@@ -138,7 +138,7 @@ static int verify_layers(const ir_module *m)
 		}
 		const ir_cost *c = &l->cost;
 		if (c->known && !(isfinite(c->f) && c->f >= 0 && isfinite(c->b) && c->b >= 0 &&
-		                  isfinite(c->w) && c->w >= 0)) {
+		                  isfinite(c->w) && c->w >= 0 && isfinite(c->flops) && c->flops >= 0)) {
 			diag_error(loc, "layer L%d: costs must be finite and non-negative", i);
 			errs++;
 		}

@@ -66,8 +66,12 @@ int pass_schedule(ir_module *m)
 	switch (m->plan.schedule) {
 	case IR_SCHED_1F1B:
 		return schedule_1f1b(m);
-	case IR_NSCHEDULES:
+	default:
 		break;
 	}
-	ir_bug("unknown schedule %d", (int)m->plan.schedule);
+	if ((unsigned)m->plan.schedule >= IR_NSCHEDULES)
+		ir_bug("unknown schedule %d", (int)m->plan.schedule);
+	diag_error(ir_loc_or(m->plan_loc, m->loc), "schedule '%s' is not built yet",
+	           ir_schedule_names[m->plan.schedule]);
+	return -1;
 }

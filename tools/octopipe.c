@@ -27,7 +27,9 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(DEVICES, "--devices", "N", C_MODEL, "number of devices (overrides the cluster's)") \
 	X(MICROBATCHES, "--microbatches", "M", C_MODEL, "micro-batches per step")            \
 	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL, "cluster preset or cluster file")      \
-	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: 1f1b")                         \
+	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
+	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
+	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
 	X(PRINT_BEFORE, "--print-ir-before", "PASS", C_PASSES, "print the IR before PASS")   \
 	X(PRINT_AFTER, "--print-ir-after", "PASS", C_PASSES, "print the IR after PASS")      \
@@ -260,6 +262,9 @@ static ir_module *load_model(const args *a)
 		return NULL;
 	if (a->set[O_MICROBATCHES] && parse_count(a, O_MICROBATCHES, 1 << 20, &ov.microbatches))
 		return NULL;
+	if (a->set[O_CHUNKS] && parse_count(a, O_CHUNKS, 1024, &ov.chunks))
+		return NULL;
+	ov.partition = a->val[O_PARTITION];
 	ov.cluster = a->val[O_CLUSTER];
 	ov.schedule = a->val[O_SCHEDULE];
 	ir_module *m = fe_load(a->input, &ov);

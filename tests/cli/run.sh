@@ -44,7 +44,9 @@ expect 1 "--devices must be an integer in 1..65536, got '4x'" plan $m --devices=
 expect 1 "--microbatches must be an integer" plan $m --microbatches -3
 expect 1 "option '--json' takes no value" plan $m --json=1
 expect 1 "option '--devices' given twice" plan $m --devices 2 --devices 3
-expect 1 "unknown schedule 'zbv'" plan $m --schedule zbv
+expect 1 "unknown schedule 'zzz'" plan $m --schedule zzz
+expect 1 "unknown partition 'given'" plan $m --partition given
+expect 1 "--chunks must be an integer in 1..1024" plan $m --chunks 0
 expect 1 "unknown cluster preset 'h100'" plan $m --cluster h100
 expect 1 "unknown pass 'plac'; did you mean 'place'?" plan $m --passes=partition,plac
 expect 1 "unknown pass 'sched' in --print-ir-after" plan $m --print-ir-after=sched

@@ -509,9 +509,9 @@ START_TEST(test_overrides)
 	ck_assert_int_eq(m->plan.schedule, IR_SCHED_1F1B);
 	ir_free(m);
 
-	fe_overrides bad = {.schedule = "gpipe"};
+	fe_overrides bad = {.schedule = "zzz"};
 	ck_assert_str_eq(load_fail_ov(HEAD LAYERS3, &bad),
-	                 "octopipe: error: unknown schedule 'gpipe'; known: 1f1b");
+	                 "octopipe: error: unknown schedule 'zzz'; known: 1f1b, gpipe, i1f1b, zbh1, zbh2, zbv");
 	fe_overrides neg = {.devices = -1};
 	ck_assert_str_eq(load_fail_ov(HEAD LAYERS3, &neg),
 	                 "octopipe: error: '--devices' must be at least 1, got -1");
@@ -695,8 +695,8 @@ static const struct bad {
 	 "t.yaml:3:44: error: a 'stage_layers' entry must be at least 1, got 0"},
 	{HEAD LAYERS3 "plan: {stage_layers: [3]}\n",
 	 "t.yaml:3:8: error: 'stage_layers' needs 'partition: given'"},
-	{HEAD LAYERS3 "plan: {schedule: gpipe}\n",
-	 "t.yaml:3:18: error: unknown schedule 'gpipe'; known: 1f1b"},
+	{HEAD LAYERS3 "plan: {schedule: zzz}\n",
+	 "t.yaml:3:18: error: unknown schedule 'zzz'; known: 1f1b, gpipe, i1f1b, zbh1, zbh2, zbv"},
 	{HEAD "layers:\n\t- kind: embedding\n",
 	 "t.yaml:3:1: error: tab character where YAML expects indentation or a value; indent with "
 	 "spaces"},

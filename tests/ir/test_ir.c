@@ -58,7 +58,7 @@ static ir_module *sample(bool with_programs)
 	ir_add_layer(m, IR_LAYER_EMBEDDING, none);
 	ir_layer *l = ir_add_layer(m, IR_LAYER_ATTENTION, none);
 	l->attr[IR_ATTR_HEADS] = 4, l->attr[IR_ATTR_KV_HEADS] = 2, l->attr[IR_ATTR_HEAD_DIM] = 16;
-	l->cost = (ir_cost){true, 12.5, 0.1 + 0.2, 1.0 / 3.0, 1 << 20, 1536, 7};
+	l->cost = (ir_cost){true, 12.5, 0.1 + 0.2, 1.0 / 3.0, 3e9, 1 << 20, 1536, 7, 1ull << 40};
 	l = ir_add_layer(m, IR_LAYER_MLP, none);
 	l->attr[IR_ATTR_FFN] = 128, l->attr[IR_ATTR_ACT] = IR_ACT_SWIGLU;
 	l = ir_add_layer(m, IR_LAYER_MOE, none);
