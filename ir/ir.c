@@ -29,7 +29,12 @@ const char *const ir_act_names[] = {IR_ACTS(NAME)};
 const char *const ir_optimizer_names[] = {IR_OPTIMIZERS(NAME)};
 const char *const ir_data_names[] = {IR_DATAS(NAME)};
 const char *const ir_partition_names[] = {IR_PARTITIONS(NAME)};
-const char *const ir_schedule_names[] = {IR_SCHEDULES(NAME)};
+#define SCHED_NAME(e, s, split) s,
+#define SCHED_SPLIT(e, s, split) split,
+const char *const ir_schedule_names[] = {IR_SCHEDULES(SCHED_NAME)};
+const bool ir_schedule_splits_backward[] = {IR_SCHEDULES(SCHED_SPLIT)};
+#undef SCHED_NAME
+#undef SCHED_SPLIT
 const char *const ir_op_names[] = {IR_OPS(NAME)};
 #undef NAME
 

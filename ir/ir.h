@@ -78,12 +78,15 @@ typedef enum ir_partition {
 	IR_NPARTITIONS
 } ir_partition;
 
-/* Schedules of the `schedule` pass. */
+/* Schedules of the `schedule` pass.  X(enum, text, split): a split
+ * schedule sends a stage's input gradient as soon as its B ends (the
+ * zero-bubble family); the others run the backward as one piece, B then W,
+ * and the gradient leaves when W ends. */
 #define IR_SCHEDULES(X)                                                        \
-	X(1F1B, "1f1b") X(GPIPE, "gpipe") X(I1F1B, "i1f1b") X(ZBH1, "zbh1")        \
-	X(ZBH2, "zbh2") X(ZBV, "zbv")
+	X(1F1B, "1f1b", false) X(GPIPE, "gpipe", false) X(I1F1B, "i1f1b", false)   \
+	X(ZBH1, "zbh1", true) X(ZBH2, "zbh2", true) X(ZBV, "zbv", true)
 typedef enum ir_schedule {
-#define X(e, s) IR_SCHED_##e,
+#define X(e, s, split) IR_SCHED_##e,
 	IR_SCHEDULES(X)
 #undef X
 	IR_NSCHEDULES
@@ -153,6 +156,7 @@ extern const char *const ir_optimizer_names[IR_NOPTIMIZERS];
 extern const char *const ir_data_names[IR_NDATAS];
 extern const char *const ir_partition_names[IR_NPARTITIONS];
 extern const char *const ir_schedule_names[IR_NSCHEDULES];
+extern const bool ir_schedule_splits_backward[IR_NSCHEDULES];
 extern const char *const ir_op_names[IR_NOPS];
 
 /* Index of `s` in a name table of n entries, or -1. */

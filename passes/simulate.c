@@ -1,0 +1,379 @@
+/* simulate.c: the discrete-event simulator (see simulate.h for the model).
+ *
+ * Every op has at most one input: F(s,m) takes F(s-1,m)'s activation,
+ * B(s,m) takes B(s+1,m)'s gradient (the last stage's B takes its own F),
+ * W(s,m) takes B(s,m).  Two kinds of event sit in one time-ordered heap: a
+ * device starting its next op (once that op's input has arrived), and a
+ * transfer starting on a link (once both ends are free).  In a schedule
+ * that does not split the backward, B and W are one piece and the gradient
+ * leaves when W ends.  Every event
+ * pushed is at or after the one being handled, so events are handled in
+ * time order and links are granted first come, first served. */
+#include "simulate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct event {
+	double t;
+	int kind; /* 0: transfer start, 1: device op start (transfers first at a tie) */
+	int id;   /* transfer index or device */
+} event;
+
+typedef struct heap {
+	event *a;
+	int n, cap;
+} heap;
+
+static bool before(const event *x, const event *y)
+{
+	if (x->t != y->t)
+		return x->t < y->t;
+	if (x->kind != y->kind)
+		return x->kind < y->kind;
+	return x->id < y->id;
+}
+
+static void push(heap *h, event e)
+{
+	if (h->n == h->cap) {
+		h->cap = h->cap ? 2 * h->cap : 64;
+		h->a = realloc(h->a, (size_t)h->cap * sizeof *h->a);
+		if (!h->a)
+			ir_bug("out of memory");
+	}
+	int i = h->n++;
+	while (i > 0 && before(&e, &h->a[(i - 1) / 2])) {
+		h->a[i] = h->a[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h->a[i] = e;
+}
+
+static event pop(heap *h)
+{
+	event top = h->a[0], last = h->a[--h->n];
+	int i = 0;
+	for (;;) {
+		int c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && before(&h->a[c + 1], &h->a[c]))
+			c++;
+		if (!before(&h->a[c], &last))
+			break;
+		h->a[i] = h->a[c];
+		i = c;
+	}
+	if (h->n)
+		h->a[i] = last;
+	return top;
+}
+
+uint64_t sim_boundary_bytes(const ir_module *m)
+{
+	return (uint64_t)m->train.mbs * (uint64_t)m->model.seq * (uint64_t)m->model.hidden *
+	       (uint64_t)ir_dtype_bytes[m->model.dtype];
+}
+
+double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
+{
+	double t = 0;
+	for (int l = m->stages[stage].first; l <= m->stages[stage].last; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		t += k == IR_OP_F ? c->f : k == IR_OP_B ? c->b : c->w;
+	}
+	return t;
+}
+
+/* Link time in microseconds for `bytes` from device a to device b. */
+static double link_time(const ir_module *m, int a, int b, uint64_t bytes)
+{
+	const ir_cluster *c = &m->cluster;
+	const ir_link *l = a / c->per_node == b / c->per_node ? &c->intra : &c->inter;
+	return l->lat + (isinf(l->bw) ? 0 : (double)bytes / l->bw * 1e6);
+}
+
+void sim_free(sim_result *r)
+{
+	if (r)
+		arena_free(r->arena);
+}
+
+typedef struct sim {
+	const ir_module *m;
+	sim_result *r;
+	int S, M;
+	int *where;      /* (stage, mb, kind) -> index in its device's program */
+	double *arrive;  /* per (stage, mb, kind): when its input is there; NAN: not yet */
+	double *free_at; /* per device: compute stream free */
+	double *send_free, *recv_free;
+	int *pc;         /* per device: next op */
+	bool *queued;    /* per device: its next op is in the heap */
+	int *consumer;   /* per transfer: the (stage, mb, kind) key it feeds */
+	double *ready;   /* per transfer: producer's end */
+	double dur[3];
+	double *stime;   /* per (stage, kind): op duration */
+	heap h;
+} sim;
+
+static int key(const sim *s, int stage, int mb, ir_op_kind k)
+{
+	return (stage * s->M + mb) * IR_NOPS + (int)k;
+}
+
+/* Push device d's next op if its input has arrived. */
+static void try_device(sim *s, int d)
+{
+	const ir_device *dev = &s->m->devices[d];
+	if (s->queued[d] || s->pc[d] >= dev->nops)
+		return;
+	const ir_op *op = &dev->ops[s->pc[d]];
+	double a = s->arrive[key(s, op->stage, op->mb, op->kind)];
+	if (isnan(a))
+		return;
+	s->queued[d] = true;
+	push(&s->h, (event){a > s->free_at[d] ? a : s->free_at[d], 1, d});
+}
+
+static double xfer_start(const sim *s, int x)
+{
+	const sim_xfer *t = &s->r->xfers[x];
+	double st = s->ready[x];
+	if (s->send_free[t->src] > st)
+		st = s->send_free[t->src];
+	if (s->recv_free[t->dst] > st)
+		st = s->recv_free[t->dst];
+	return st;
+}
+
+/* The value op (stage, mb, k) produced at time `end` on device d goes to
+ * its consumer: directly on the same device, else through a transfer. */
+static void deliver(sim *s, int d, int stage, int mb, ir_op_kind k, double end)
+{
+	const ir_module *m = s->m;
+	int cs = -1;
+	ir_op_kind ck;
+	if (k == IR_OP_F) {
+		if (stage + 1 < s->S)
+			cs = stage + 1, ck = IR_OP_F;
+		else
+			cs = stage, ck = IR_OP_B;
+	} else {
+		bool split = ir_schedule_splits_backward[m->plan.schedule];
+		if (k == IR_OP_B) /* W(s,m) needs its B */
+			s->arrive[key(s, stage, mb, IR_OP_W)] = end;
+		if (stage == 0 || (k == IR_OP_B) != split)
+			return;
+		cs = stage - 1, ck = IR_OP_B;
+	}
+	int cd = m->stages[cs].device;
+	int ckey = key(s, cs, mb, ck);
+	if (cd == d) {
+		s->arrive[ckey] = end;
+		try_device(s, d);
+		return;
+	}
+	sim_result *r = s->r;
+	int x = r->nxfers++;
+	r->xfers[x] = (sim_xfer){d, cd, k, stage, mb, r->boundary_bytes, 0, 0};
+	s->consumer[x] = ckey;
+	s->ready[x] = end;
+	push(&s->h, (event){xfer_start(s, x), 0, x});
+}
+
+static void device_stats(const ir_module *m, sim_result *r, int d)
+{
+	sim_device *sd = &r->dev[d];
+	const ir_device *dev = &m->devices[d];
+	double first_b = -1, last_f_end = 0;
+	for (int i = 0; i < dev->nops; i++) {
+		sd->busy += sd->end[i] - sd->start[i];
+		if (dev->ops[i].kind == IR_OP_B && first_b < 0)
+			first_b = sd->start[i];
+		if (dev->ops[i].kind == IR_OP_F && sd->end[i] > last_f_end)
+			last_f_end = sd->end[i];
+	}
+	double idle = r->makespan - sd->busy;
+	if (first_b < 0) {
+		sd->warmup = idle;
+		return;
+	}
+	/* Busy time inside [lo, hi), from the sequential ops. */
+	double cool_from = last_f_end > first_b ? last_f_end : first_b;
+	double busy_warm = 0, busy_cool = 0;
+	for (int i = 0; i < dev->nops; i++) {
+		double a = sd->start[i], b = sd->end[i];
+		if (a < first_b)
+			busy_warm += (b < first_b ? b : first_b) - a;
+		if (b > cool_from)
+			busy_cool += b - (a > cool_from ? a : cool_from);
+	}
+	sd->warmup = first_b - busy_warm;
+	sd->cooldown = (r->makespan - cool_from) - busy_cool;
+	sd->residual = idle - sd->warmup - sd->cooldown;
+	if (sd->residual < 0 && sd->residual > -1e-9 * r->makespan)
+		sd->residual = 0; /* rounding of the three sums */
+}
+
+/* Memory along the device's program order: F stashes its stage's
+ * activations until B; B keeps the W stash until W. */
+static void device_memory(const ir_module *m, sim_result *r, int d)
+{
+	sim_device *sd = &r->dev[d];
+	const ir_device *dev = &m->devices[d];
+	for (int s = 0; s < m->nstages; s++)
+		if (m->stages[s].device == d)
+			for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
+				sd->resident += m->layers[l].cost.resident;
+	int64_t cur = 0, peak = 0;
+	int inflight = 0;
+	for (int i = 0; i < dev->nops; i++) {
+		const ir_op *op = &dev->ops[i];
+		const ir_stage *st = &m->stages[op->stage];
+		int64_t act = 0, ws = 0;
+		for (int l = st->first; l <= st->last; l++)
+			act += (int64_t)m->layers[l].cost.act, ws += (int64_t)m->layers[l].cost.wstash;
+		if (op->kind == IR_OP_F)
+			cur += act, inflight++;
+		else if (op->kind == IR_OP_B)
+			cur += ws - act, inflight--;
+		else
+			cur -= ws;
+		if (cur > peak)
+			peak = cur;
+		if (inflight > sd->peak_inflight)
+			sd->peak_inflight = inflight;
+	}
+	sd->peak_act = (uint64_t)peak;
+	sd->peak_mem = sd->resident + sd->peak_act;
+}
+
+sim_result *sim_run(const ir_module *m)
+{
+	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
+	for (int l = 0; l < m->nlayers; l++)
+		if (!m->layers[l].cost.known) {
+			diag_error(where, "simulate: layer L%d has no cost; run the 'cost' pass first", l);
+			return NULL;
+		}
+	if (!m->ndevices || !m->nstages) {
+		diag_error(where, "simulate: the module has no programs; run 'schedule' first");
+		return NULL;
+	}
+	arena *ar = arena_new();
+	sim_result *r = arena_alloc(ar, sizeof *r);
+	r->arena = ar;
+	r->ndev = m->ndevices;
+	r->dev = arena_alloc(ar, (size_t)r->ndev * sizeof *r->dev);
+	r->boundary_bytes = sim_boundary_bytes(m);
+	sim s = {.m = m, .r = r, .S = m->nstages, .M = (int)m->train.microbatches};
+	size_t nkeys = (size_t)s.S * (size_t)s.M * IR_NOPS;
+	s.arrive = malloc(nkeys * sizeof *s.arrive);
+	s.free_at = calloc((size_t)r->ndev, sizeof *s.free_at);
+	s.send_free = calloc((size_t)r->ndev, sizeof *s.send_free);
+	s.recv_free = calloc((size_t)r->ndev, sizeof *s.recv_free);
+	s.pc = calloc((size_t)r->ndev, sizeof *s.pc);
+	s.queued = calloc((size_t)r->ndev, sizeof *s.queued);
+	s.stime = malloc((size_t)s.S * IR_NOPS * sizeof *s.stime);
+	/* At most one transfer per F and per B. */
+	size_t maxx = 2 * (size_t)s.S * (size_t)s.M;
+	r->xfers = arena_alloc(ar, maxx * sizeof *r->xfers);
+	s.consumer = malloc(maxx * sizeof *s.consumer);
+	s.ready = malloc(maxx * sizeof *s.ready);
+	if (!s.arrive || !s.free_at || !s.send_free || !s.recv_free || !s.pc || !s.queued || !s.stime ||
+	    !s.consumer || !s.ready)
+		ir_bug("out of memory");
+	for (size_t i = 0; i < nkeys; i++)
+		s.arrive[i] = NAN;
+	for (int mb = 0; mb < s.M; mb++)
+		s.arrive[key(&s, 0, mb, IR_OP_F)] = 0; /* data is there from the start */
+	for (int st = 0; st < s.S; st++)
+		for (int k = 0; k < IR_NOPS; k++)
+			s.stime[st * IR_NOPS + k] = sim_stage_time(m, st, (ir_op_kind)k);
+	int total = 0;
+	for (int d = 0; d < r->ndev; d++) {
+		int n = m->devices[d].nops;
+		r->dev[d].start = arena_alloc(ar, (size_t)n * sizeof(double));
+		r->dev[d].end = arena_alloc(ar, (size_t)n * sizeof(double));
+		total += n;
+		try_device(&s, d);
+	}
+
+	int done = 0;
+	while (s.h.n) {
+		event e = pop(&s.h);
+		if (e.kind == 0) {
+			double st = xfer_start(&s, e.id);
+			if (st > e.t) { /* a link end was taken meanwhile */
+				push(&s.h, (event){st, 0, e.id});
+				continue;
+			}
+			sim_xfer *x = &r->xfers[e.id];
+			x->start = st;
+			x->end = st + link_time(m, x->src, x->dst, x->bytes);
+			s.send_free[x->src] = s.recv_free[x->dst] = x->end;
+			s.arrive[s.consumer[e.id]] = x->end;
+			try_device(&s, x->dst);
+			continue;
+		}
+		int d = e.id;
+		s.queued[d] = false;
+		const ir_op *op = &m->devices[d].ops[s.pc[d]];
+		double end = e.t + s.stime[op->stage * IR_NOPS + op->kind];
+		r->dev[d].start[s.pc[d]] = e.t;
+		r->dev[d].end[s.pc[d]] = end;
+		s.free_at[d] = end;
+		s.pc[d]++;
+		done++;
+		if (end > r->makespan)
+			r->makespan = end;
+		deliver(&s, d, op->stage, op->mb, op->kind, end);
+		try_device(&s, d);
+	}
+
+	int rc = 0;
+	if (done != total) {
+		for (int d = 0; d < r->ndev; d++)
+			if (s.pc[d] < m->devices[d].nops) {
+				const ir_op *op = &m->devices[d].ops[s.pc[d]];
+				diag_error(where, "simulate: the programs cannot run to the end: D%d waits at op %d "
+				                  "(%s S%d m%d) for an input that is never produced",
+				           d, s.pc[d], ir_op_names[op->kind], op->stage, op->mb);
+				break;
+			}
+		rc = -1;
+	}
+	free(s.arrive);
+	free(s.free_at);
+	free(s.send_free);
+	free(s.recv_free);
+	free(s.pc);
+	free(s.queued);
+	free(s.stime);
+	free(s.consumer);
+	free(s.ready);
+	free(s.h.a);
+	if (rc) {
+		sim_free(r);
+		return NULL;
+	}
+
+	double idle = 0, flops = 0;
+	for (int d = 0; d < r->ndev; d++) {
+		device_stats(m, r, d);
+		device_memory(m, r, d);
+		idle += r->makespan - r->dev[d].busy;
+	}
+	for (int l = 0; l < m->nlayers; l++)
+		flops += m->layers[l].cost.flops;
+	flops *= (double)s.M;
+	double secs = r->makespan * 1e-6;
+	if (secs > 0) {
+		r->bubble_ratio = idle / (r->makespan * r->ndev);
+		r->tokens_per_s = (double)m->train.mbs * (double)m->model.seq * s.M / secs;
+		r->mfu = flops / (secs * (double)r->ndev * m->cluster.flops);
+	}
+	return r;
+}

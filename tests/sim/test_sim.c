@@ -1,0 +1,217 @@
+/* test_sim.c: Check suite for the simulator: closed forms on uniform
+ * costs, the idle split, link costs, memory, deadlock detection and
+ * determinism.  (The baselines' closed forms are in test_schedules.c.) */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pass.h"
+#include "simulate.h"
+
+static char *diag_buf;
+static size_t diag_len;
+
+static void capture(void)
+{
+	diag_stream = open_memstream(&diag_buf, &diag_len);
+	diag_errors = 0;
+}
+
+static const char *captured(void)
+{
+	fflush(diag_stream);
+	return diag_buf ? diag_buf : "";
+}
+
+static void release(void)
+{
+	fclose(diag_stream);
+	diag_stream = stderr;
+	free(diag_buf);
+	diag_buf = NULL;
+}
+
+/* p stages of one mlp layer each (the embedding and head cost nothing and
+ * ride on the first and last stage); every stage costs F, B, W. */
+static ir_module *uniform(int p, int mbs, double F, double B, double W, double bw, double lat)
+{
+	ir_module *m = ir_new();
+	m->model = (ir_model_info){"u", 64, 256, 16, IR_DTYPE_F32};
+	m->train = (ir_train){.mbs = 1, .microbatches = mbs, .steps = 1, .lr = 1e-3, .seed = 1};
+	m->cluster = (ir_cluster){.name = "c", .devices = p, .per_node = p, .mem = 1 << 30,
+	                          .flops = 1e12, .membw = 1e10, .intra = {bw, lat}, .inter = {bw, lat}};
+	ir_layer *l = ir_add_layer(m, IR_LAYER_EMBEDDING, (ir_loc){0});
+	l->cost = (ir_cost){.known = true};
+	for (int i = 0; i < p; i++) {
+		l = ir_add_layer(m, IR_LAYER_MLP, (ir_loc){0});
+		l->attr[IR_ATTR_FFN] = 128;
+		l->cost = (ir_cost){.known = true, .f = F, .b = B, .w = W, .flops = 1e9,
+		                    .act = 1000, .wstash = 100, .resident = 1 << 20};
+	}
+	l = ir_add_layer(m, IR_LAYER_HEAD, (ir_loc){0});
+	l->cost = (ir_cost){.known = true};
+	pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule};
+	ck_assert_int_eq(pass_run(m, ids, 3, NULL), 0);
+	return m;
+}
+
+START_TEST(test_1f1b_closed_form)
+{
+	for (int p = 1; p <= 8; p++)
+		for (int m = p; m <= 4 * p; m += p) {
+			double F = 3, B = 5, W = 2;
+			ir_module *mod = uniform(p, m, F, B, W, INFINITY, 0);
+			sim_result *r = sim_run(mod);
+			ck_assert_ptr_nonnull(r);
+			double want = (m + p - 1) * (F + B + W);
+			ck_assert_msg(r->makespan == want, "p=%d m=%d: makespan %g, want %g", p, m,
+			              r->makespan, want);
+			/* Device 0 waits (p-1)(B+W) for its first gradient after its p
+			 * forwards: 1F1B's backward is one piece, B then W. */
+			ck_assert_double_eq(r->dev[0].warmup, (p - 1) * (B + W));
+			double idle = 0;
+			for (int d = 0; d < p; d++) {
+				sim_device *sd = &r->dev[d];
+				ck_assert_double_eq(sd->busy, m * (F + B + W));
+				ck_assert(sd->warmup >= 0 && sd->cooldown >= 0 && sd->residual >= 0);
+				ck_assert_double_eq_tol(sd->warmup + sd->cooldown + sd->residual,
+				                        r->makespan - sd->busy, 1e-9);
+				ck_assert_int_eq(sd->peak_inflight, p - d < m ? p - d : m);
+				idle += r->makespan - sd->busy;
+			}
+			ck_assert_double_eq_tol(r->bubble_ratio, idle / (p * r->makespan), 1e-12);
+			sim_free(r);
+			ir_free(mod);
+		}
+}
+END_TEST
+
+/* With a latency L on every hop, one micro-batch of 1F1B (backward in one
+ * piece) takes p(F+B+W) + 2(p-1)L. */
+START_TEST(test_latency_single_microbatch)
+{
+	for (int p = 1; p <= 6; p++) {
+		ir_module *mod = uniform(p, 1, 4, 6, 1, INFINITY, 7);
+		sim_result *r = sim_run(mod);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_double_eq(r->makespan, p * (4 + 6 + 1) + 2 * (p - 1) * 7);
+		ck_assert_int_eq(r->nxfers, 2 * (p - 1));
+		sim_free(r);
+		ir_free(mod);
+	}
+}
+END_TEST
+
+/* Bandwidth: bytes = mbs x seq x hidden x 4 = 4096 B at 4096e6 B/s is 1us
+ * per hop; links inside a node vs across nodes use their own numbers. */
+START_TEST(test_bandwidth_and_nodes)
+{
+	ir_module *mod = uniform(4, 1, 10, 10, 0, 4096e6, 0);
+	ck_assert_uint_eq(sim_boundary_bytes(mod), 4096);
+	sim_result *r = sim_run(mod);
+	ck_assert_double_eq(r->makespan, 4 * 20 + 2 * 3 * 1.0);
+	sim_free(r);
+	/* Two nodes of two: the middle hop is inter-node, ten times slower. */
+	mod->cluster.per_node = 2;
+	mod->cluster.inter.bw = 409.6e6;
+	r = sim_run(mod);
+	ck_assert_double_eq_tol(r->makespan, 4 * 20 + 2 * (2 * 1.0 + 10.0), 1e-9);
+	/* One link end is busy at a time: sends from one device serialise. */
+	for (int i = 0; i < r->nxfers; i++)
+		ck_assert(r->xfers[i].end > r->xfers[i].start);
+	sim_free(r);
+	ir_free(mod);
+}
+END_TEST
+
+START_TEST(test_memory)
+{
+	ir_module *mod = uniform(4, 8, 1, 1, 1, INFINITY, 0);
+	sim_result *r = sim_run(mod);
+	for (int d = 0; d < 4; d++) {
+		/* 1F1B: (p - d) activations in flight; after a B its W follows at
+		 * once, so the W stash never adds up. */
+		ck_assert_uint_eq(r->dev[d].peak_act, (uint64_t)(4 - d) * 1000);
+		ck_assert_uint_eq(r->dev[d].resident, 1 << 20);
+		ck_assert_uint_eq(r->dev[d].peak_mem, (1u << 20) + (uint64_t)(4 - d) * 1000);
+	}
+	/* tokens/s: 8 micro-batches x 16 tokens in makespan microseconds. */
+	ck_assert_double_eq_tol(r->tokens_per_s, 8 * 16 / (r->makespan * 1e-6), 1e-6);
+	ck_assert_double_eq_tol(r->mfu, 4 * 8 * 1e9 / (r->makespan * 1e-6 * 4 * 1e12), 1e-12);
+	sim_free(r);
+	ir_free(mod);
+}
+END_TEST
+
+/* D1 runs F S1 m1 first: it needs F S0 m1, which D0 runs after B S0 m0,
+ * which needs B S1 m0, which D1 runs after F S1 m1: a cycle. */
+START_TEST(test_stuck_programs)
+{
+	ir_module *mod = uniform(2, 2, 1, 1, 1, INFINITY, 0);
+	static const ir_op d0[] = {{IR_OP_F, 0, 0}, {IR_OP_B, 0, 0}, {IR_OP_W, 0, 0},
+	                           {IR_OP_F, 0, 1}, {IR_OP_B, 0, 1}, {IR_OP_W, 0, 1}};
+	static const ir_op d1[] = {{IR_OP_F, 1, 1}, {IR_OP_F, 1, 0}, {IR_OP_B, 1, 0},
+	                           {IR_OP_W, 1, 0}, {IR_OP_B, 1, 1}, {IR_OP_W, 1, 1}};
+	memcpy(mod->devices[0].ops, d0, sizeof d0);
+	memcpy(mod->devices[1].ops, d1, sizeof d1);
+	ck_assert_int_eq(ir_verify(mod), 0); /* structurally fine */
+	capture();
+	ck_assert_ptr_null(sim_run(mod));
+	ck_assert_ptr_nonnull(strstr(captured(), "cannot run to the end"));
+	release();
+	ir_free(mod);
+}
+END_TEST
+
+START_TEST(test_needs_costs)
+{
+	ir_module *mod = uniform(2, 2, 1, 1, 1, INFINITY, 0);
+	mod->layers[1].cost.known = false;
+	capture();
+	ck_assert_ptr_null(sim_run(mod));
+	ck_assert_ptr_nonnull(strstr(captured(), "layer L1 has no cost"));
+	release();
+	ir_free(mod);
+}
+END_TEST
+
+START_TEST(test_deterministic_and_fast)
+{
+	/* 128 devices x 1024 micro-batches of 1F1B: 393216 ops. */
+	ir_module *mod = uniform(128, 1024, 1, 2, 1, 1e9, 3);
+	sim_result *a = sim_run(mod), *b = sim_run(mod);
+	ck_assert_double_eq(a->makespan, b->makespan);
+	for (int d = 0; d < 128; d++)
+		ck_assert(memcmp(a->dev[d].start, b->dev[d].start,
+		                 (size_t)mod->devices[d].nops * sizeof(double)) == 0);
+	sim_free(a);
+	sim_free(b);
+	ir_free(mod);
+}
+END_TEST
+
+static Suite *sim_suite(void)
+{
+	Suite *s = suite_create("simulate");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_1f1b_closed_form);
+	tcase_add_test(tc, test_latency_single_microbatch);
+	tcase_add_test(tc, test_bandwidth_and_nodes);
+	tcase_add_test(tc, test_memory);
+	tcase_add_test(tc, test_stuck_programs);
+	tcase_add_test(tc, test_needs_costs);
+	tcase_add_test(tc, test_deterministic_and_fast);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(sim_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
