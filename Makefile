@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: run test deps build build-asan test-asan clean
+.PHONY: run test deps build build-asan test-asan bench clean
 
 run: build
 	./$(BUILD)/octopipe plan models/tiny-hybrid.yaml --devices 4
@@ -31,6 +31,9 @@ build-asan: deps
 test-asan: build-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+
+bench: build
+	./$(BUILD)/plan_baselines
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

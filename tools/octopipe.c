@@ -4,7 +4,7 @@
  *   octopipe compile MODEL.yaml   (code generation: not built yet)
  *   octopipe opt FILE.opir        run passes on IR text, print IR text
  *   octopipe verify FILE.opir     check IR text against the invariants
- *   octopipe sim FILE             (simulator: not built yet)
+ *   octopipe sim FILE             simulate a plan, print its timing
  *
  * Options come from one table; each subcommand accepts the ones whose mask
  * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
@@ -12,6 +12,8 @@
 #include "frontend.h"
 #include "ir.h"
 #include "pass.h"
+#include "simulate.h"
+#include "viz.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -37,6 +39,8 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(PRINT_PIPELINE, "--print-pipeline", NULL, C_PASSES, "print the pass pipeline and exit") \
 	X(VERIFY_EACH, "--verify-each", NULL, C_PASSES, "verify the IR after every pass")    \
 	X(JSON, "--json", NULL, C_PLAN | C_SIM, "print one JSON object instead of the table") \
+	X(TRACE, "--trace", "FILE.json", C_PLAN | C_SIM, "write the simulated step as a Chrome trace (Perfetto)") \
+	X(SVG, "--svg", "FILE.svg", C_PLAN | C_SIM, "draw the simulated step as an SVG timeline") \
 	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile) there")
 
 typedef enum opt_id {
@@ -69,7 +73,7 @@ static const command commands[] = {
 	{"compile", C_COMPILE, "MODEL.yaml -o DIR", "compile a model to per-rank executables (not built yet)"},
 	{"opt", C_OPT, "FILE.opir", "run passes on IR text and print the resulting IR"},
 	{"verify", C_VERIFY, "FILE.opir", "check IR text against the IR invariants"},
-	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan (not built yet)"},
+	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
@@ -332,7 +336,56 @@ static void print_json_str(const char *s)
 	putchar('"');
 }
 
-static void print_plan_json(const ir_module *m)
+/* Microseconds as text in the unit that reads best. */
+static const char *fmt_time(char *buf, size_t n, double us)
+{
+	if (us >= 1e6)
+		snprintf(buf, n, "%.3f s", us * 1e-6);
+	else if (us >= 1e3)
+		snprintf(buf, n, "%.3f ms", us * 1e-3);
+	else
+		snprintf(buf, n, "%.1f us", us);
+	return buf;
+}
+
+static const char *fmt_mem(char *buf, size_t n, uint64_t bytes)
+{
+	if (bytes == UINT64_MAX)
+		snprintf(buf, n, "unlimited");
+	else if (bytes >= (1ull << 30))
+		snprintf(buf, n, "%.2f GiB", (double)bytes / (1ull << 30));
+	else
+		snprintf(buf, n, "%.2f MiB", (double)bytes / (1ull << 20));
+	return buf;
+}
+
+static void print_array(const char *name, const sim_result *r, double (*get)(const sim_device *))
+{
+	printf(", \"%s\": [", name);
+	for (int d = 0; d < r->ndev; d++)
+		printf("%s%.9g", d ? ", " : "", get(&r->dev[d]));
+	printf("]");
+}
+
+static double busy_s(const sim_device *d) { return d->busy * 1e-6; }
+static double warmup_s(const sim_device *d) { return d->warmup * 1e-6; }
+static double cooldown_s(const sim_device *d) { return d->cooldown * 1e-6; }
+static double residual_s(const sim_device *d) { return d->residual * 1e-6; }
+static double peak_mem(const sim_device *d) { return (double)d->peak_mem; }
+
+/* The simulator's fields of the JSON object (docs/cli.md). */
+static void print_sim_json(const sim_result *r)
+{
+	printf(", \"makespan_s\": %.9g, \"bubble_ratio\": %.6f, \"tokens_per_s\": %.6g, "
+	       "\"mfu\": %.6f", r->makespan * 1e-6, r->bubble_ratio, r->tokens_per_s, r->mfu);
+	print_array("peak_mem_bytes", r, peak_mem);
+	print_array("busy_s", r, busy_s);
+	print_array("warmup_s", r, warmup_s);
+	print_array("cooldown_s", r, cooldown_s);
+	print_array("residual_s", r, residual_s);
+}
+
+static void print_plan_json(const ir_module *m, const sim_result *r)
 {
 	printf("{\"model\": ");
 	print_json_str(m->model.name);
@@ -350,7 +403,54 @@ static void print_plan_json(const ir_module *m)
 	printf("], \"ops_per_device\": [");
 	for (int d = 0; d < m->ndevices; d++)
 		printf("%s%d", d ? ", " : "", m->devices[d].nops);
-	printf("]}\n");
+	printf("]");
+	if (r)
+		print_sim_json(r);
+	printf("}\n");
+}
+
+static void print_sim_table(const ir_module *m, const sim_result *r)
+{
+	char t[32], u[32], v[32], w[32], x[32];
+	printf("\nsimulated step (%s, %lld micro-batches): makespan %s, bubble %.1f %%, "
+	       "%.0f tokens/s, MFU %.1f %%\n",
+	       ir_schedule_names[m->plan.schedule], (long long)m->train.microbatches,
+	       fmt_time(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s,
+	       100 * r->mfu);
+	printf("%-7s %12s %12s %12s %12s %12s\n", "device", "busy", "warm-up", "cool-down",
+	       "residual", "peak memory");
+	for (int d = 0; d < r->ndev; d++) {
+		const sim_device *sd = &r->dev[d];
+		bool over = sd->peak_mem > m->cluster.mem;
+		printf("D%-6d %12s %12s %12s %12s %12s%s\n", d, fmt_time(t, sizeof t, sd->busy),
+		       fmt_time(u, sizeof u, sd->warmup), fmt_time(v, sizeof v, sd->cooldown),
+		       fmt_time(w, sizeof w, sd->residual), fmt_mem(x, sizeof x, sd->peak_mem),
+		       over ? "  exceeds the device's memory" : "");
+	}
+}
+
+/* Simulate when the module has what the simulator needs (costs and
+ * programs); NULL otherwise, or after a diagnostic (*failed set). */
+static sim_result *maybe_simulate(const ir_module *m, bool *failed)
+{
+	*failed = false;
+	if (!m->ndevices)
+		return NULL;
+	for (int l = 0; l < m->nlayers; l++)
+		if (!m->layers[l].cost.known)
+			return NULL;
+	sim_result *r = sim_run(m);
+	*failed = r == NULL;
+	return r;
+}
+
+static int write_pictures(const args *a, const ir_module *m, const sim_result *r)
+{
+	if (a->set[O_TRACE] && viz_trace(m, r, a->val[O_TRACE]) != 0)
+		return 1;
+	if (a->set[O_SVG] && viz_svg(m, r, a->val[O_SVG]) != 0)
+		return 1;
+	return 0;
 }
 
 static void print_plan_table(const ir_module *m)
@@ -397,16 +497,87 @@ static int cmd_plan(const args *a)
 	rc = pass_run(m, pl.ids, pl.n, &pl.po) ? 1 : 0;
 	if (!rc && ir_verify(m) != 0)
 		rc = 1;
+	bool failed = false;
+	sim_result *r = rc ? NULL : maybe_simulate(m, &failed);
+	if (failed)
+		rc = 1;
+	if (!rc && !r && (a->set[O_TRACE] || a->set[O_SVG]))
+		rc = cli_error(a->cmd->name, "--trace and --svg need a simulated plan (costs and programs)");
 	if (!rc) {
 		bool ir_to_stdout = a->set[O_OUTPUT] && strcmp(a->val[O_OUTPUT], "-") == 0;
-		if (a->set[O_JSON])
-			print_plan_json(m);
-		else if (!pl.po.print_after_all && !ir_to_stdout)
+		if (a->set[O_JSON]) {
+			print_plan_json(m, r);
+		} else if (!pl.po.print_after_all && !ir_to_stdout) {
 			print_plan_table(m);
+			if (r)
+				print_sim_table(m, r);
+		}
 		if (a->set[O_OUTPUT])
 			rc = write_ir(a, m);
+		if (!rc && r)
+			rc = write_pictures(a, m, r);
 	}
+	sim_free(r);
 	ir_free(m);
+	return rc;
+}
+
+static bool is_ir_file(const char *path)
+{
+	size_t n = strlen(path);
+	return n > 5 && strcmp(path + n - 5, ".opir") == 0;
+}
+
+/* sim: an IR file as it is (with the cost pass first when costs are
+ * missing), or a model through the default pipeline. */
+static int cmd_sim(const args *a)
+{
+	arena *ar = arena_new();
+	ir_module *m;
+	int rc = 0;
+	if (is_ir_file(a->input)) {
+		m = load_ir(a, ar);
+		bool costed = true;
+		for (int l = 0; m && l < m->nlayers; l++)
+			costed &= m->layers[l].cost.known;
+		int cost = pass_lookup("cost");
+		if (m && !costed) {
+			pass_id id = (pass_id)cost;
+			if (cost < 0)
+				diag_error(m->loc, "sim: the layers have no costs, and this octopipe has no 'cost' pass");
+			if (cost < 0 || pass_run(m, &id, 1, NULL) != 0)
+				rc = 1;
+		}
+	} else {
+		m = load_model(a);
+		if (m && pass_run(m, pass_default_pipeline, pass_default_pipeline_len, NULL) != 0)
+			rc = 1;
+	}
+	if (!m) {
+		arena_free(ar);
+		return 1;
+	}
+	sim_result *r = NULL;
+	if (!rc) {
+		if (!m->ndevices) {
+			diag_error(m->loc, "sim: the plan has no device programs; run the 'schedule' pass first");
+			rc = 1;
+		} else if (!(r = sim_run(m))) {
+			rc = 1;
+		}
+	}
+	if (r) {
+		if (a->set[O_JSON]) {
+			print_plan_json(m, r);
+		} else {
+			ir_print_summary(stdout, m);
+			print_sim_table(m, r);
+		}
+		rc = write_pictures(a, m, r);
+	}
+	sim_free(r);
+	ir_free(m);
+	arena_free(ar);
 	return rc;
 }
 
@@ -485,7 +656,7 @@ int main(int argc, char **argv)
 	case C_COMPILE:
 		return not_built(&a, "code generation (the 'compile' command)");
 	case C_SIM:
-		return not_built(&a, "the simulator (the 'sim' command)");
+		return cmd_sim(&a);
 	}
 	ir_bug("unhandled command");
 }

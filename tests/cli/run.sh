@@ -79,6 +79,15 @@ if command -v python3 >/dev/null; then
 fi
 # features not built yet say so and exit 2
 expect 2 "not built yet" compile $m -o "$tmp/out"
-expect 2 "not built yet" sim $m
+# sim on IR with costs: the table, JSON, a trace and an SVG
+c=tests/cli/costed.opir
+expect 0 "simulated step (1f1b, 8 micro-batches): makespan" sim $c
+expect 0 "peak memory" sim $c
+expect 0 "\"makespan_s\": " sim $c --json
+expect 0 "" sim $c --trace "$tmp/t.json" --svg "$tmp/t.svg"
+if head -c 5 "$tmp/t.svg" | grep -q '<svg' && grep -q '"traceEvents"' "$tmp/t.json"; then
+  pass=$((pass + 1)); else echo "FAIL sim --trace/--svg wrote no trace or picture"; fail=$((fail + 1)); fi
+expect 1 "cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
+expect 1 "unknown option '--svg'" opt $c --svg x.svg
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
