@@ -33,6 +33,7 @@ test-asan: build-asan
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
 bench: build
+	./$(BUILD)/sim_speed
 	./$(BUILD)/plan_baselines
 
 clean:
