@@ -678,6 +678,24 @@ static int get_with_unit(ydoc *d, const yaml_node_t *n, const char *what, const 
 	return 0;
 }
 
+/* rate := number > 0 | inf (.inf, .Inf, .INF, inf, each with an optional +): bandwidths,
+ * where an infinite one models a link or memory that costs nothing (the
+ * `ideal` preset). */
+static int get_rate(ydoc *d, const yaml_node_t *n, const char *what, double *out)
+{
+	if (n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+		const char *s = (const char *)n->data.scalar.value;
+		s += *s == '+';
+		if (strcmp(s, "inf") == 0 || (yaml_nonfinite(s) && (s[1] == 'i' || s[1] == 'I'))) {
+			if (check_tag(d, n, what) < 0)
+				return -1;
+			*out = INFINITY;
+			return 0;
+		}
+	}
+	return get_num(d, n, what, NUM_POSITIVE, out);
+}
+
 /* bytes := integer | number suffix (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB) */
 static int get_bytes(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *out)
 {
@@ -699,6 +717,19 @@ static int get_bytes(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *
 	}
 	*out = (uint64_t)(v + 0.5);
 	return 0;
+}
+
+/* memory := bytes | unlimited (UINT64_MAX: nothing is ever out of memory). */
+static int get_memory(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *out)
+{
+	if (n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+	    strcmp((const char *)n->data.scalar.value, "unlimited") == 0) {
+		if (check_tag(d, n, what) < 0)
+			return -1;
+		*out = UINT64_MAX;
+		return 0;
+	}
+	return get_bytes(d, n, what, out);
 }
 
 /* duration := number (seconds) | number unit (s, ms, us, ns); in microseconds. */
@@ -914,7 +945,7 @@ static int read_link(ydoc *d, yaml_node_t *map, const char *key, bool have_base,
 	for (int i = 0; i < NELEMS(keys) && !have_base; i++)
 		if (!v[i])
 			return missing(d, map, keys[i], ks.where);
-	if (v[0] && get_num(d, v[0], "'bandwidth'", NUM_POSITIVE, &l->bw) < 0)
+	if (v[0] && get_rate(d, v[0], "'bandwidth'", &l->bw) < 0)
 		return -1;
 	if (v[1] && get_duration(d, v[1], "'latency'", &l->lat) < 0)
 		return -1;
@@ -949,10 +980,10 @@ static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int dept
 	if ((v[CL_DEVICES] && get_int(d, v[CL_DEVICES], "'devices'", 1, 65536, &c->devices) < 0) ||
 	    (v[CL_PER_NODE] &&
 	     get_int(d, v[CL_PER_NODE], "'devices_per_node'", 1, 65536, &c->per_node) < 0) ||
-	    (v[CL_MEMORY] && get_bytes(d, v[CL_MEMORY], "'memory'", &c->mem) < 0) ||
+	    (v[CL_MEMORY] && get_memory(d, v[CL_MEMORY], "'memory'", &c->mem) < 0) ||
 	    (v[CL_FLOPS] && get_num(d, v[CL_FLOPS], "'peak_flops'", NUM_POSITIVE, &c->flops) < 0) ||
 	    (v[CL_MEMBW] &&
-	     get_num(d, v[CL_MEMBW], "'memory_bandwidth'", NUM_POSITIVE, &c->membw) < 0) ||
+	     get_rate(d, v[CL_MEMBW], "'memory_bandwidth'", &c->membw) < 0) ||
 	    (v[CL_INTRA] && read_link(d, v[CL_INTRA], "intra", base, &c->intra) < 0) ||
 	    (v[CL_INTER] && read_link(d, v[CL_INTER], "inter", base, &c->inter) < 0))
 		return -1;

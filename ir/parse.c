@@ -235,10 +235,24 @@ static bool parse_f64(const char *s, const char *unit, double *out)
 	return true;
 }
 
+/* A bandwidth: a positive finite number, or "inf" (the ideal preset). */
+static bool parse_rate(const char *s, double *out)
+{
+	if (strcmp(s, "inf") == 0) {
+		*out = INFINITY;
+		return true;
+	}
+	return parse_f64(s, "", out);
+}
+
 static bool parse_bytes(const char *s, uint64_t *out)
 {
 	static const struct { const char *sfx; int shift; } sf[] = {
 	    {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}};
+	if (strcmp(s, "unlimited") == 0) { /* UINT64_MAX, as ir_fmt_bytes writes it */
+		*out = UINT64_MAX;
+		return true;
+	}
 	size_t n = strlen(s);
 	for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) {
 		size_t k = strlen(sf[i].sfx);
@@ -401,7 +415,7 @@ static void get_link(parser *ps, fields *fs, const char *key, ir_link *out)
 	char *slash = strchr(f->val, '/');
 	if (slash) {
 		*slash = 0;
-		bool ok = parse_f64(f->val, "", &out->bw) && parse_f64(slash + 1, "us", &out->lat);
+		bool ok = parse_rate(f->val, &out->bw) && parse_f64(slash + 1, "us", &out->lat);
 		*slash = '/';
 		if (ok)
 			return;
@@ -544,7 +558,9 @@ static void parse_cluster(parser *ps)
 	get_i64(ps, &fs, "per_node", 1, 65536, &c->per_node, "cluster");
 	get_bytes(ps, &fs, "mem", &c->mem, "cluster");
 	get_f64(ps, &fs, "flops", "", &c->flops, "cluster");
-	get_f64(ps, &fs, "membw", "", &c->membw, "cluster");
+	field *bw = get(ps, &fs, "membw", true, "cluster");
+	if (bw && !parse_rate(bw->val, &c->membw))
+		perr(ps, bw->vloc, "'membw' must be a finite number or inf, got '%s'", bw->val);
 	get_link(ps, &fs, "intra", &c->intra);
 	get_link(ps, &fs, "inter", &c->inter);
 	check_unused(ps, &fs, "cluster", cluster_keys, N(cluster_keys));

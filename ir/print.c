@@ -1,15 +1,21 @@
 /* print.c: the IR text printer.  The grammar is in docs/ir.md; parse.c
  * reads exactly what this file writes, and every number is written so that
  * it reads back to the same value (integers in full, doubles in their
- * shortest exact form, byte counts with the largest exact binary suffix). */
+ * shortest exact form, byte counts with the largest exact binary suffix;
+ * an infinite bandwidth is "inf" and UINT64_MAX bytes "unlimited"). */
 #include "ir.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 void ir_fmt_bytes(char *buf, size_t n, uint64_t v)
 {
 	static const char *const sfx[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	if (v == UINT64_MAX) { /* the `memory: unlimited` of the ideal preset */
+		snprintf(buf, n, "unlimited");
+		return;
+	}
 	int i = 0;
 	while (i < 4 && v != 0 && v % 1024 == 0)
 		v /= 1024, i++;
@@ -28,6 +34,15 @@ static void print_str(FILE *out, const char *s)
 			fputc(*p, out);
 	}
 	fputc('"', out);
+}
+
+/* Rates (memory bandwidth, link bandwidth) may be infinite: "inf". */
+static void fmt_rate(char *buf, size_t n, double v)
+{
+	if (isinf(v) && v > 0)
+		snprintf(buf, n, "inf");
+	else
+		fmt_double(buf, n, v);
 }
 
 static void print_double(FILE *out, const char *key, double v, const char *unit)
@@ -56,7 +71,7 @@ static void print_list(FILE *out, const char *key, const int64_t *v, int n)
 static void print_link(FILE *out, const char *key, ir_link l)
 {
 	char bw[64], lat[64];
-	fmt_double(bw, sizeof bw, l.bw);
+	fmt_rate(bw, sizeof bw, l.bw);
 	fmt_double(lat, sizeof lat, l.lat);
 	fprintf(out, " %s=%s/%sus", key, bw, lat);
 }
@@ -125,7 +140,9 @@ void ir_print(FILE *out, const ir_module *m)
 	        (long long)c->per_node);
 	print_bytes(out, "mem", c->mem);
 	print_double(out, "flops", c->flops, "");
-	print_double(out, "membw", c->membw, "");
+	char membw[64];
+	fmt_rate(membw, sizeof membw, c->membw);
+	fprintf(out, " membw=%s", membw);
 	print_link(out, "intra", c->intra);
 	print_link(out, "inter", c->inter);
 	fputc('\n', out);

@@ -18,6 +18,7 @@ const char *const pass_names[PASS_COUNT] = {
 
 /* The default pipeline, written out in one place. */
 const pass_id pass_default_pipeline[] = {
+	PASS_cost,
 	PASS_partition,
 	PASS_place,
 	PASS_schedule,

@@ -1,51 +1,60 @@
 /* partition.c: the `partition` pass.
  *
- * Reads the layers and plan options (partition, given, chunks) and the
- * device count; writes the stage list (contiguous, in order, unplaced) and
- * drops any earlier placement or programs.  Guarantees: every layer in
- * exactly one stage, stages in layer order, none empty.
+ * Reads the layers (and, for `balanced`, their costs), the plan options
+ * (partition, given, chunks, schedule) and the device count; writes the
+ * stage list (contiguous, in order, unplaced) and drops any earlier
+ * placement or programs.  Guarantees: every layer in exactly one stage,
+ * stages in layer order, none empty.
  *
- * uniform: devices x chunks stages of equal layer counts, counting only
- * the layers between the embedding and the head; the embedding joins the
- * first stage and the head the last, as Megatron-LM does.  When the count
- * does not divide, the stages after the first take one extra layer each
- * (the first already carries the embedding).  With fewer body layers than
- * stages, every layer counts, embedding and head included.
+ * The stage count is devices x chunks, except for zbv, which always cuts
+ * 2 x devices stages (two per device, in a V) and accepts chunks of 1 or 2.
+ *
+ * uniform: stages of equal layer counts, counting only the layers between
+ * the embedding and the head; the embedding joins the first stage and the
+ * head the last, as Megatron-LM does.  When the count does not divide, the
+ * stages after the first take one extra layer each (the first already
+ * carries the embedding).  With fewer body layers than stages, every layer
+ * counts, embedding and head included.
+ * balanced: the cut that minimises the largest stage time F + B + W (the
+ * layers' costs, from the `cost` pass), exactly: a binary search for the
+ * smallest feasible bottleneck T, then, among the cuts whose stages all
+ * take at most T, the one whose later stages are as full as possible
+ * (1F1B-like schedules stash the most micro-batches on the first stages,
+ * so ties go to lighter early stages).
  * given: the layer counts of plan.given, in order. */
 #include "pass.h"
 
-int pass_partition(ir_module *m)
+#include <stdlib.h>
+#include <string.h>
+
+static ir_loc plan_loc(const ir_module *m)
+{
+	return ir_loc_or(m->plan_loc, m->loc);
+}
+
+static int partition_given(ir_module *m)
 {
 	const ir_plan_opts *p = &m->plan;
-	ir_clear_devices(m);
-	ir_clear_stages(m);
-	if (p->partition == IR_PART_GIVEN) {
-		int first = 0;
-		for (int s = 0; s < p->ngiven; s++) {
-			int last = first + (int)p->given[s] - 1;
-			if (p->given[s] < 1 || last >= m->nlayers) {
-				diag_error(ir_loc_or(m->plan_loc, m->loc), "given partition: stage %d (%lld layers) runs past the %d layers of the model",
-				           s, (long long)p->given[s], m->nlayers);
-				return -1;
-			}
-			ir_add_stage(m, first, last, -1, (ir_loc){0});
-			first = last + 1;
-		}
-		if (first != m->nlayers) {
-			diag_error(ir_loc_or(m->plan_loc, m->loc), "given partition covers %d of the %d layers", first, m->nlayers);
+	int first = 0;
+	for (int s = 0; s < p->ngiven; s++) {
+		int last = first + (int)p->given[s] - 1;
+		if (p->given[s] < 1 || last >= m->nlayers) {
+			diag_error(plan_loc(m), "given partition: stage %d (%lld layers) runs past the %d layers of the model",
+			           s, (long long)p->given[s], m->nlayers);
 			return -1;
 		}
-		return 0;
+		ir_add_stage(m, first, last, -1, (ir_loc){0});
+		first = last + 1;
 	}
-
-	int64_t nstages = m->cluster.devices * p->chunks;
-	if (nstages > m->nlayers) {
-		diag_error(ir_loc_or(m->plan_loc, m->loc), "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
-		           m->nlayers, (long long)nstages, (long long)m->cluster.devices,
-		           (long long)p->chunks);
+	if (first != m->nlayers) {
+		diag_error(plan_loc(m), "given partition covers %d of the %d layers", first, m->nlayers);
 		return -1;
 	}
-	int S = (int)nstages;
+	return 0;
+}
+
+static void partition_uniform(ir_module *m, int S)
+{
 	int body = m->nlayers - 2, skip = 1;
 	if (body < S) /* too few: count every layer */
 		body = m->nlayers, skip = 0;
@@ -62,5 +71,116 @@ int pass_partition(ir_module *m)
 		first += n;
 	}
 	ir_assert(first == m->nlayers);
+}
+
+/* Can the layers be cut into at most S stages of time <= T each?  Stage
+ * times are differences of the prefix sums `pre`, which are monotone in
+ * both ends, so every comparison below agrees with every other. */
+static bool fits(const double *pre, int L, int S, double T)
+{
+	int stages = 0;
+	for (int i = 0; i < L; stages++) {
+		if (pre[i + 1] - pre[i] > T)
+			return false;
+		int j = i + 1;
+		while (j < L && pre[j + 1] - pre[i] <= T)
+			j++;
+		i = j;
+	}
+	return stages <= S;
+}
+
+static uint64_t bits_of(double x)
+{
+	uint64_t u;
+	memcpy(&u, &x, sizeof u);
+	return u;
+}
+
+static double of_bits(uint64_t u)
+{
+	double x;
+	memcpy(&x, &u, sizeof x);
+	return x;
+}
+
+static int partition_balanced(ir_module *m, int S)
+{
+	int L = m->nlayers;
+	for (int l = 0; l < L; l++)
+		if (!m->layers[l].cost.known) {
+			diag_error(plan_loc(m), "balanced partition needs layer costs; run the 'cost' pass first");
+			return -1;
+		}
+	double *pre = malloc((size_t)(L + 1) * sizeof *pre);
+	int *start = malloc((size_t)S * sizeof *start);
+	if (!pre || !start)
+		ir_bug("out of memory");
+	pre[0] = 0;
+	for (int l = 0; l < L; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		pre[l + 1] = pre[l] + (c->f + c->b + c->w);
+	}
+	/* Non-negative doubles order as their bit patterns, and feasibility
+	 * only changes at a stage time, so the smallest feasible bit pattern
+	 * is the optimal bottleneck itself. */
+	uint64_t lo = 0, hi = bits_of(pre[L]);
+	ir_assert(fits(pre, L, S, pre[L]));
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (fits(pre, L, S, of_bits(mid)))
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	double T = of_bits(lo);
+	/* From the back: each stage takes as many layers as fit in T while
+	 * leaving one for every stage before it.  If any cut fits in T, the
+	 * boundaries this picks are never after that cut's, so the first
+	 * stage, which takes the rest, fits too. */
+	int end = L;
+	for (int k = S - 1; k > 0; k--) {
+		int b = end - 1;
+		while (b - 1 >= k && pre[end] - pre[b - 1] <= T)
+			b--;
+		start[k] = b;
+		end = b;
+	}
+	start[0] = 0;
+	ir_assert(pre[end] - pre[0] <= T);
+	for (int k = 0; k < S; k++)
+		ir_add_stage(m, start[k], k + 1 < S ? start[k + 1] - 1 : L - 1, -1, (ir_loc){0});
+	free(pre);
+	free(start);
+	return 0;
+}
+
+int pass_partition(ir_module *m)
+{
+	const ir_plan_opts *p = &m->plan;
+	ir_clear_devices(m);
+	ir_clear_stages(m);
+	if (p->partition == IR_PART_GIVEN)
+		return partition_given(m);
+
+	int64_t chunks = p->chunks;
+	if (p->schedule == IR_SCHED_ZBV) {
+		if (chunks != 1 && chunks != 2) {
+			diag_error(plan_loc(m), "schedule zbv runs 2 chunks per device (a V); chunks=%lld does not apply",
+			           (long long)chunks);
+			return -1;
+		}
+		chunks = 2;
+	}
+	int64_t nstages = m->cluster.devices * chunks;
+	if (nstages > m->nlayers) {
+		diag_error(plan_loc(m), "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
+		           m->nlayers, (long long)nstages, (long long)m->cluster.devices,
+		           (long long)chunks);
+		return -1;
+	}
+	if (p->partition == IR_PART_BALANCED)
+		return partition_balanced(m, (int)nstages);
+	partition_uniform(m, (int)nstages);
 	return 0;
 }

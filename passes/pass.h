@@ -13,6 +13,7 @@ typedef int (*pass_fn)(ir_module *m);
 
 /* X(name, one-line synopsis) */
 #define PASS_LIST(X)                                                           \
+	X(cost, "F/B/W time, FLOPs, stashes and resident bytes of every layer")    \
 	X(partition, "cut the layers into contiguous stages (uniform or given)")  \
 	X(place, "assign every stage to a device (sequential or given)")          \
 	X(schedule, "order F, B and W of every stage and micro-batch per device")
@@ -55,6 +56,7 @@ int pass_parse_list(const char *list, pass_id *ids, int max);
 int pass_lookup(const char *name);
 
 /* The passes themselves (one file each). */
+int pass_cost(ir_module *m);
 int pass_partition(ir_module *m);
 int pass_place(ir_module *m);
 int pass_schedule(ir_module *m);

@@ -32,6 +32,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
 	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
 	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
+	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
 	X(PRINT_BEFORE, "--print-ir-before", "PASS", C_PASSES, "print the IR before PASS")   \
 	X(PRINT_AFTER, "--print-ir-after", "PASS", C_PASSES, "print the IR after PASS")      \
@@ -272,6 +273,10 @@ static ir_module *load_model(const args *a)
 	ov.cluster = a->val[O_CLUSTER];
 	ov.schedule = a->val[O_SCHEDULE];
 	ir_module *m = fe_load(a->input, &ov);
+	if (m && a->set[O_PROFILE] && fe_load_profile(m, a->val[O_PROFILE]) != 0) {
+		ir_free(m);
+		return NULL;
+	}
 	if (m && ir_verify(m) != 0) {
 		ir_free(m);
 		return NULL;

@@ -30,7 +30,7 @@ m=models/tiny-hybrid.yaml
 expect 1 "usage: octopipe COMMAND"
 expect 0 "usage: octopipe COMMAND" --help
 expect 0 "--microbatches M" plan --help
-expect 0 "default pipeline: partition place schedule" opt --help
+expect 0 "default pipeline: cost partition place schedule" opt --help
 expect 0 "octopipe 0.1" --version
 expect 1 "unknown command 'paln'; did you mean 'plan'?" paln $m
 expect 1 "no input file" plan
@@ -57,7 +57,7 @@ expect 1 "cannot write '/nonexistent/x.opir'" plan $m -o /nonexistent/x.opir
 # plan
 expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4
 expect 0 "model tiny-hybrid: 12 layers" plan $m
-expect 0 "partition,place,schedule" plan --print-pipeline
+expect 0 "cost,partition,place,schedule" plan --print-pipeline
 expect 0 "partition" plan $m --passes=partition --print-pipeline
 expect 0 "; *** IR Dump After partition ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
 expect 0 "; *** IR Dump After schedule ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
@@ -77,6 +77,9 @@ if command -v python3 >/dev/null; then
   if "$bin" plan $m --json --devices 4 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["devices"]==4 and len(d["stages"])==4, d' 2>"$tmp/err"; then
     pass=$((pass + 1)); else echo "FAIL plan --json: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
 fi
+# profiles replace the analytic costs
+expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/profile.yaml
+expect 1 "nope.yaml:1:1: error: cannot open file" plan $m --profile nope.yaml
 # features not built yet say so and exit 2
 expect 2 "not built yet" compile $m -o "$tmp/out"
 # sim on IR with costs: the table, JSON, a trace and an SVG

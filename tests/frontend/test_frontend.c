@@ -681,7 +681,7 @@ static const struct bad {
 	 "t.yaml:3:18: error: 'data: text' needs 'text_file'"},
 	{HEAD LAYERS3 "cluster: h100\n",
 	 "t.yaml:3:10: error: unknown cluster preset 'h100'; known presets: a100, cpu-local, h100-sxm, "
-	 "h200"},
+	 "h200, ideal"},
 	{HEAD LAYERS3 "cluster: {preset: cpu-local, memory: 8XiB}\n",
 	 "t.yaml:3:38: error: unknown size suffix 'XiB' in '8XiB' for 'memory'; expected B, KiB, MiB, "
 	 "GiB, TiB, KB, MB, GB, TB"},

@@ -1,0 +1,577 @@
+/* profile.c: measured layer costs (docs/profile.md) onto a loaded module.
+ *
+ * A profile is a YAML mapping three levels deep: the units, then entries
+ * per layer kind and per layer index, each with F, B and W times and
+ * optional stash sizes.  It is read event by event with libyaml's parser:
+ * the shape is fixed, so no node tree is needed, and reading stops at the
+ * first event that does not fit, which bounds nesting and work on any
+ * input.  Nothing is applied until the whole file has been read: a layer's
+ * cost is then its analytic cost (cost_layer) with the measured fields
+ * written over it, and known set, so the cost pass leaves it alone.  Layers
+ * that no entry matches keep their cost unknown. */
+#include "frontend.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "cost.h"
+
+#define NELEMS(a) ((int)(sizeof(a) / sizeof *(a)))
+
+enum { SHOW_MAX = 40 }; /* longest user value echoed in a message */
+
+enum { E_F, E_B, E_W, E_ACT, E_WSTASH, E_NKEYS };
+static const char *const entry_keys[E_NKEYS] = {"f", "b", "w", "act_bytes", "wstash_bytes"};
+
+enum { T_UNITS, T_KINDS, T_LAYERS, T_NKEYS };
+static const char *const top_keys[T_NKEYS] = {"units", "kinds", "layers"};
+
+/* Units of the times, and microseconds per unit. */
+static const char *const unit_names[] = {"ms", "us", "s"};
+static const double unit_us[] = {1e3, 1, 1e6};
+
+typedef struct entry {
+	bool set;
+	ir_loc loc;            /* the entry's mapping */
+	double t[3];           /* f, b, w in the file's unit */
+	ir_loc tloc[3];
+	bool has[E_NKEYS];
+	uint64_t act, wstash;
+} entry;
+
+typedef struct prof {
+	ir_module *m;
+	arena *a;
+	const src_file *src;
+	size_t *line_start, nlines;
+	yaml_parser_t p;
+	yaml_event_t ev;
+	bool have_ev;
+	int unit;              /* index into unit_names, -1 until read */
+	entry kind[IR_NLAYER_KINDS];
+	entry *layer;          /* one per layer of m */
+} prof;
+
+/* ---- locations and messages ---------------------------------------------- */
+
+static void index_lines(prof *pr)
+{
+	const char *t = pr->src->text;
+	size_t n = pr->src->len, count = 1;
+	for (size_t i = 0; i < n; i++)
+		count += t[i] == '\n';
+	pr->line_start = arena_alloc(pr->a, count * sizeof *pr->line_start);
+	pr->line_start[pr->nlines++] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (t[i] == '\n')
+			pr->line_start[pr->nlines++] = i + 1;
+}
+
+/* libyaml counts columns in characters, diagnostics in bytes. */
+static ir_loc mark_loc(prof *pr, yaml_mark_t mk)
+{
+	size_t line = mk.line < pr->nlines ? mk.line : pr->nlines - 1;
+	const unsigned char *t = (const unsigned char *)pr->src->text;
+	size_t b = pr->line_start[line];
+	size_t end = line + 1 < pr->nlines ? pr->line_start[line + 1] : pr->src->len;
+	if (line == 0 && pr->src->len >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0)
+		b = 3; /* libyaml does not count the byte-order mark */
+	for (size_t c = 0; c < mk.column && b < end; c++)
+		for (b++; b < end && (t[b] & 0xC0) == 0x80; b++)
+			;
+	return (ir_loc){pr->src, (int)line + 1, (int)(b - pr->line_start[line]) + 1};
+}
+
+static ir_loc here(prof *pr)
+{
+	return mark_loc(pr, pr->ev.start_mark);
+}
+
+/* A user value cut short, control bytes replaced: one readable line. */
+static const char *shown(arena *a, const char *s)
+{
+	size_t n = strlen(s);
+	bool cut = n > SHOW_MAX;
+	if (cut)
+		for (n = SHOW_MAX; n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80; n--)
+			;
+	char *p = arena_alloc(a, n + 4);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	if (cut)
+		memcpy(p + n, "...", 3);
+	return p;
+}
+
+static const char *joined(arena *a, const char *const *names, int n)
+{
+	size_t len = 1;
+	for (int i = 0; i < n; i++)
+		len += strlen(names[i]) + 2;
+	char *p = arena_alloc(a, len), *q = p;
+	for (int i = 0; i < n; i++)
+		q += sprintf(q, "%s%s", i ? ", " : "", names[i]);
+	return p;
+}
+
+static const char *scalar_text(const prof *pr)
+{
+	return (const char *)pr->ev.data.scalar.value;
+}
+
+static bool plain(const prof *pr)
+{
+	return pr->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/* What the current event is, for "expected X for 'k', got Y". */
+static const char *describe(prof *pr)
+{
+	switch (pr->ev.type) {
+	case YAML_MAPPING_START_EVENT:
+		return "a mapping";
+	case YAML_SEQUENCE_START_EVENT:
+		return "a sequence";
+	case YAML_SCALAR_EVENT: {
+		const char *s = shown(pr->a, scalar_text(pr));
+		if (plain(pr))
+			return *s ? arena_printf(pr->a, "'%s'", s) : "nothing";
+		return arena_printf(pr->a, "the string \"%s\"", s);
+	}
+	default:
+		return "nothing";
+	}
+}
+
+/* "unknown key 'x' in ...; did you mean 'y'?" (or the list of names). */
+static void unknown(prof *pr, const char *noun, const char *s, const char *where,
+                    const char *const *names, int n)
+{
+	const char *near = diag_nearest(s, names, n);
+	s = shown(pr->a, s);
+	if (near)
+		diag_error(here(pr), "unknown %s '%s' %s; did you mean '%s'?", noun, s, where, near);
+	else
+		diag_error(here(pr), "unknown %s '%s' %s; known: %s", noun, s, where,
+		           joined(pr->a, names, n));
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+static void yaml_problem(prof *pr)
+{
+	const yaml_parser_t *p = &pr->p;
+	if (p->error == YAML_READER_ERROR) {
+		/* problem_offset counts bytes */
+		size_t off = p->problem_offset, lo = 0, hi = pr->nlines;
+		while (hi - lo > 1) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (pr->line_start[mid] <= off)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		ir_loc loc = {pr->src, (int)lo + 1, (int)(off - pr->line_start[lo]) + 1};
+		if (strstr(p->problem, "UTF-8") && p->problem_value != -1)
+			diag_error(loc, "%s (byte 0x%02X); the file must be UTF-8 text", p->problem,
+			           (unsigned)p->problem_value);
+		else
+			diag_error(loc, "%s", p->problem);
+	} else if (p->error == YAML_SCANNER_ERROR || p->error == YAML_PARSER_ERROR) {
+		diag_error(mark_loc(pr, p->problem_mark), "%s%s%s", p->problem, p->context ? " " : "",
+		           p->context ? p->context : "");
+	} else {
+		diag_error((ir_loc){pr->src, 1, 1}, "out of memory while reading YAML");
+	}
+}
+
+/* The next event into pr->ev.  Aliases and tags are not part of the
+ * format; each is an error where it stands. */
+static int next(prof *pr)
+{
+	if (pr->have_ev)
+		yaml_event_delete(&pr->ev);
+	pr->have_ev = false;
+	if (!yaml_parser_parse(&pr->p, &pr->ev)) {
+		yaml_problem(pr);
+		return -1;
+	}
+	pr->have_ev = true;
+	const yaml_char_t *tag = NULL;
+	switch (pr->ev.type) {
+	case YAML_ALIAS_EVENT:
+		diag_error(here(pr), "alias '*%s' in a profile; aliases are not supported here, write "
+		                     "the entry out",
+		           shown(pr->a, (const char *)pr->ev.data.alias.anchor));
+		return -1;
+	case YAML_SCALAR_EVENT: tag = pr->ev.data.scalar.tag; break;
+	case YAML_MAPPING_START_EVENT: tag = pr->ev.data.mapping_start.tag; break;
+	case YAML_SEQUENCE_START_EVENT: tag = pr->ev.data.sequence_start.tag; break;
+	default: break;
+	}
+	if (tag && strcmp((const char *)tag, "!") != 0) {
+		const char *t = (const char *)tag;
+		static const char std[] = "tag:yaml.org,2002:";
+		if (strncmp(t, std, sizeof std - 1) == 0)
+			t = arena_printf(pr->a, "!!%s", t + sizeof std - 1);
+		diag_error(here(pr), "unsupported tag '%s'; tags are not part of the profile format",
+		           shown(pr->a, t));
+		return -1;
+	}
+	return 0;
+}
+
+/* The next event, which must start a mapping (`what` names it). */
+static int want_mapping(prof *pr, const char *what)
+{
+	if (next(pr) < 0)
+		return -1;
+	if (pr->ev.type != YAML_MAPPING_START_EVENT) {
+		diag_error(here(pr), "expected a mapping for %s, got %s", what, describe(pr));
+		return -1;
+	}
+	return 0;
+}
+
+/* The next key of a mapping into pr->ev: 1, 0 at the mapping's end, -1
+ * after a diagnostic. */
+static int next_key(prof *pr, const char *where)
+{
+	if (next(pr) < 0)
+		return -1;
+	if (pr->ev.type == YAML_MAPPING_END_EVENT)
+		return 0;
+	if (pr->ev.type != YAML_SCALAR_EVENT) {
+		diag_error(here(pr), "expected a key %s, got %s", where, describe(pr));
+		return -1;
+	}
+	return 1;
+}
+
+static int duplicate(prof *pr, const char *key, const char *where, ir_loc first)
+{
+	diag_error(here(pr), "duplicate key '%s' %s", shown(pr->a, key), where);
+	diag_note(first, "the first '%s' is here", shown(pr->a, key));
+	return -1;
+}
+
+/* ---- values --------------------------------------------------------------------- */
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* Length of a decimal number [+-]digits[.digits][e[+-]digits] at s. */
+static size_t scan_number(const char *s)
+{
+	size_t i = 0, digits = 0;
+	if (s[i] == '+' || s[i] == '-')
+		i++;
+	for (; is_digit(s[i]); i++)
+		digits++;
+	if (s[i] == '.')
+		for (i++; is_digit(s[i]); i++)
+			digits++;
+	if (!digits)
+		return 0;
+	if (s[i] == 'e' || s[i] == 'E') {
+		size_t j = i + 1 + (s[i + 1] == '+' || s[i + 1] == '-');
+		if (is_digit(s[j])) {
+			while (is_digit(s[j]))
+				j++;
+			i = j;
+		}
+	}
+	return i;
+}
+
+static bool nonfinite(const char *s)
+{
+	static const char *const names[] = {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"};
+	s += *s == '+' || *s == '-';
+	for (int i = 0; i < NELEMS(names); i++)
+		if (strcmp(s, names[i]) == 0)
+			return true;
+	return false;
+}
+
+/* time := non-negative finite number (the next event). */
+static int read_time(prof *pr, const char *key, double *out, ir_loc *loc)
+{
+	if (next(pr) < 0)
+		return -1;
+	*loc = here(pr);
+	const char *s = pr->ev.type == YAML_SCALAR_EVENT ? scalar_text(pr) : "";
+	if (pr->ev.type == YAML_SCALAR_EVENT && plain(pr) && nonfinite(s)) {
+		diag_error(*loc, "'%s' must be finite, got '%s'", key, shown(pr->a, s));
+		return -1;
+	}
+	size_t len = scan_number(s);
+	if (pr->ev.type != YAML_SCALAR_EVENT || !plain(pr) || !len || s[len]) {
+		diag_error(*loc, "expected a number for '%s', got %s", key, describe(pr));
+		return -1;
+	}
+	double v = strtod(s, NULL);
+	if (!isfinite(v)) {
+		diag_error(*loc, "'%s' must be finite, got '%s'", key, shown(pr->a, s));
+		return -1;
+	}
+	if (v < 0) {
+		diag_error(*loc, "'%s' must be at least 0, got %s", key, shown(pr->a, s));
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* A plain scalar of decimal digits as an unsigned integer: 1, 0 when it is
+ * not one, -1 when it is beyond 64 bits. */
+static int parse_index(const prof *pr, uint64_t *out)
+{
+	const char *s = scalar_text(pr);
+	if (pr->ev.type != YAML_SCALAR_EVENT || !plain(pr) || !*s)
+		return 0;
+	for (const char *q = s; *q; q++)
+		if (!is_digit(*q))
+			return 0;
+	errno = 0;
+	*out = strtoull(s, NULL, 10);
+	return errno == ERANGE ? -1 : 1;
+}
+
+/* bytes := non-negative integer (the next event). */
+static int read_bytes(prof *pr, const char *key, uint64_t *out)
+{
+	if (next(pr) < 0)
+		return -1;
+	int rc = parse_index(pr, out);
+	if (rc == 0)
+		diag_error(here(pr), "expected a non-negative integer (bytes) for '%s', got %s", key,
+		           describe(pr));
+	else if (rc < 0)
+		diag_error(here(pr), "integer %s for '%s' is out of range", shown(pr->a, scalar_text(pr)),
+		           key);
+	return rc > 0 ? 0 : -1;
+}
+
+/* entry := {f: time, b: time, w: time, act_bytes?: bytes, wstash_bytes?: bytes} */
+static int read_entry(prof *pr, const char *what, entry *e)
+{
+	if (want_mapping(pr, what) < 0)
+		return -1;
+	memset(e, 0, sizeof *e);
+	e->set = true;
+	e->loc = here(pr);
+	const char *where = arena_printf(pr->a, "in %s", what);
+	ir_loc kloc[E_NKEYS];
+	int rc;
+	while ((rc = next_key(pr, where)) > 0) {
+		const char *key = scalar_text(pr);
+		int k = ir_lookup(entry_keys, E_NKEYS, key);
+		if (k < 0) {
+			unknown(pr, "key", key, where, entry_keys, E_NKEYS);
+			return -1;
+		}
+		if (e->has[k])
+			return duplicate(pr, key, where, kloc[k]);
+		e->has[k] = true;
+		kloc[k] = here(pr);
+		if ((k <= E_W && read_time(pr, entry_keys[k], &e->t[k], &e->tloc[k]) < 0) ||
+		    (k == E_ACT && read_bytes(pr, entry_keys[k], &e->act) < 0) ||
+		    (k == E_WSTASH && read_bytes(pr, entry_keys[k], &e->wstash) < 0))
+			return -1;
+	}
+	if (rc < 0)
+		return -1;
+	for (int k = E_F; k <= E_W; k++)
+		if (!e->has[k]) {
+			diag_error(e->loc, "missing required key '%s' %s", entry_keys[k], where);
+			return -1;
+		}
+	return 0;
+}
+
+/* kinds := {KIND: entry, ...} */
+static int read_kinds(prof *pr)
+{
+	if (want_mapping(pr, "'kinds'") < 0)
+		return -1;
+	ir_loc first[IR_NLAYER_KINDS];
+	int rc;
+	while ((rc = next_key(pr, "in 'kinds'")) > 0) {
+		const char *name = scalar_text(pr);
+		int k = ir_lookup(ir_layer_kind_names, IR_NLAYER_KINDS, name);
+		if (k < 0) {
+			unknown(pr, "layer kind", name, "in 'kinds'", ir_layer_kind_names, IR_NLAYER_KINDS);
+			return -1;
+		}
+		if (pr->kind[k].set)
+			return duplicate(pr, name, "in 'kinds'", first[k]);
+		first[k] = here(pr);
+		if (read_entry(pr, arena_printf(pr->a, "'%s'", ir_layer_kind_names[k]), &pr->kind[k]) < 0)
+			return -1;
+	}
+	return rc;
+}
+
+/* layers := {INDEX: entry, ...} */
+static int read_layers(prof *pr)
+{
+	if (want_mapping(pr, "'layers'") < 0)
+		return -1;
+	int n = pr->m->nlayers, rc;
+	ir_loc *first = arena_alloc(pr->a, (size_t)n * sizeof *first);
+	while ((rc = next_key(pr, "in 'layers'")) > 0) {
+		uint64_t i;
+		int ok = parse_index(pr, &i);
+		const char *s = scalar_text(pr);
+		if (ok == 0 && plain(pr) && s[0] == '-' && s[1] && strspn(s + 1, "0123456789") == strlen(s + 1))
+			ok = -1; /* a negative index */
+		if (ok == 0) {
+			diag_error(here(pr), "expected a layer index (an integer) in 'layers', got %s",
+			           describe(pr));
+			return -1;
+		}
+		if (ok < 0 || i >= (uint64_t)n) {
+			diag_error(here(pr), "layer index %s is out of range; the model has %d layers (0..%d)",
+			           shown(pr->a, scalar_text(pr)), n, n - 1);
+			return -1;
+		}
+		if (pr->layer[i].set) {
+			diag_error(here(pr), "duplicate layer %llu in 'layers'", (unsigned long long)i);
+			diag_note(first[i], "the first entry for layer %llu is here", (unsigned long long)i);
+			return -1;
+		}
+		first[i] = here(pr);
+		if (read_entry(pr, arena_printf(pr->a, "layer %llu", (unsigned long long)i),
+		               &pr->layer[i]) < 0)
+			return -1;
+	}
+	return rc;
+}
+
+/* profile := {units: ms | us | s, kinds?: kinds, layers?: layers} */
+static int read_profile(prof *pr)
+{
+	if (next(pr) < 0 || next(pr) < 0) /* stream start, document start */
+		return -1;
+	if (pr->ev.type == YAML_STREAM_END_EVENT) {
+		diag_error((ir_loc){pr->src, 1, 1}, "empty profile");
+		return -1;
+	}
+	if (next(pr) < 0)
+		return -1;
+	if (pr->ev.type != YAML_MAPPING_START_EVENT) {
+		diag_error(here(pr), "expected a mapping at the top level of a profile, got %s",
+		           describe(pr));
+		return -1;
+	}
+	ir_loc top = here(pr), first[T_NKEYS];
+	bool seen[T_NKEYS] = {0};
+	int rc;
+	while ((rc = next_key(pr, "at the top level of a profile")) > 0) {
+		const char *key = scalar_text(pr);
+		int k = ir_lookup(top_keys, T_NKEYS, key);
+		if (k < 0) {
+			unknown(pr, "key", key, "at the top level of a profile", top_keys, T_NKEYS);
+			return -1;
+		}
+		if (seen[k])
+			return duplicate(pr, key, "at the top level of a profile", first[k]);
+		seen[k] = true;
+		first[k] = here(pr);
+		if (k == T_KINDS)
+			rc = read_kinds(pr);
+		else if (k == T_LAYERS)
+			rc = read_layers(pr);
+		else if (next(pr) < 0)
+			rc = -1;
+		else if (pr->ev.type != YAML_SCALAR_EVENT) {
+			diag_error(here(pr), "expected a string for 'units', got %s", describe(pr));
+			rc = -1;
+		} else if (!*scalar_text(pr)) {
+			diag_error(here(pr), "expected a unit (ms, us or s) for 'units', got %s", describe(pr));
+			rc = -1;
+		} else if ((pr->unit = ir_lookup(unit_names, NELEMS(unit_names), scalar_text(pr))) < 0) {
+			unknown(pr, "unit", scalar_text(pr), "for 'units'", unit_names, NELEMS(unit_names));
+			rc = -1;
+		}
+		if (rc < 0)
+			return -1;
+	}
+	if (rc < 0)
+		return -1;
+	if (!seen[T_UNITS]) {
+		diag_error(top, "missing required key 'units' at the top level of a profile (ms, us or s)");
+		return -1;
+	}
+	if (next(pr) < 0 || next(pr) < 0) /* document end, then the stream's end */
+		return -1;
+	if (pr->ev.type != YAML_STREAM_END_EVENT) {
+		diag_error(here(pr), "a second YAML document; a profile holds one");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- applying it ---------------------------------------------------------------- */
+
+static int apply(prof *pr)
+{
+	ir_module *m = pr->m;
+	double scale = unit_us[pr->unit];
+	ir_cost *cost = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *cost);
+	bool *hit = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *hit);
+	for (int i = 0; i < m->nlayers; i++) {
+		const entry *e = pr->layer[i].set ? &pr->layer[i] : &pr->kind[m->layers[i].kind];
+		if (!e->set)
+			continue;
+		if (cost_layer(m, i, &cost[i]) < 0)
+			return -1;
+		double *t[3] = {&cost[i].f, &cost[i].b, &cost[i].w};
+		for (int k = 0; k < 3; k++) {
+			*t[k] = cost_round_us(e->t[k] * scale);
+			if (!isfinite(*t[k])) {
+				diag_error(e->tloc[k], "'%s' is too large: %g %s is beyond any time", entry_keys[k],
+				           e->t[k], unit_names[pr->unit]);
+				return -1;
+			}
+		}
+		if (e->has[E_ACT])
+			cost[i].act = e->act;
+		if (e->has[E_WSTASH])
+			cost[i].wstash = e->wstash;
+		hit[i] = true;
+	}
+	for (int i = 0; i < m->nlayers; i++)
+		if (hit[i])
+			m->layers[i].cost = cost[i];
+	return 0;
+}
+
+int fe_load_profile_src(ir_module *m, const src_file *src)
+{
+	prof pr = {.m = m, .a = m->arena, .src = src, .unit = -1};
+	pr.layer = arena_alloc(pr.a, (size_t)(m->nlayers ? m->nlayers : 1) * sizeof *pr.layer);
+	index_lines(&pr);
+	if (!yaml_parser_initialize(&pr.p)) {
+		diag_error((ir_loc){src, 1, 1}, "out of memory while reading YAML");
+		return -1;
+	}
+	yaml_parser_set_input_string(&pr.p, (const unsigned char *)src->text, src->len);
+	int rc = read_profile(&pr);
+	if (pr.have_ev)
+		yaml_event_delete(&pr.ev);
+	yaml_parser_delete(&pr.p);
+	return rc < 0 ? -1 : apply(&pr);
+}
+
+int fe_load_profile(ir_module *m, const char *path)
+{
+	const src_file *src = src_read(m->arena, path);
+	return src ? fe_load_profile_src(m, src) : -1;
+}

@@ -1,0 +1,375 @@
+/* cost.c: the `cost` pass -- F, B and W time, FLOPs and bytes of every
+ * layer, from its attributes, the training shape and the cluster.
+ *
+ * Reads: the model (hidden, vocab, seq, dtype), the micro-batch size, the
+ * optimizer, the cluster's peak FLOP/s and memory bandwidth, and each
+ * layer's kind and attributes.
+ * Writes: ir_layer.cost of every layer whose cost is not known yet.
+ * Guarantees: afterwards every layer's cost is known, finite and
+ * non-negative; a cost that was known (from a profile or from IR text) is
+ * left exactly as it was, so the pass is idempotent and printed IR stays
+ * self-contained.
+ *
+ * A layer is a list of ops (kernels).  Each op has FLOPs, bytes moved and a
+ * class with an efficiency; it takes
+ *     max(FLOPs / (peak x efficiency), bytes / memory bandwidth) + OP_US
+ * and the F, B or W time of a layer is the sum over its ops.  The ops of
+ * every kind, their FLOPs, bytes and stashes are derived in
+ * docs/cost-model.md, which follows this file helper by helper. */
+#include "cost.h"
+#include "pass.h"
+
+/* ---- constants (docs/cost-model.md, "Constants") ---------------------- */
+
+/* Fractions of peak FLOP/s an op class reaches. */
+#define EFF_GEMM 0.75   /* large dense (and grouped expert) GEMMs on tensor cores */
+#define EFF_ATTN 0.50   /* flash-attention core, forward and backward */
+#define EFF_SSD 0.35    /* Mamba-2 chunked SSD scan: small batched GEMMs */
+#define EFF_VECTOR 0.05 /* CUDA-core arithmetic: norms, activations, conv, selective scan, softmax */
+
+#define OP_US 4.0       /* fixed cost of launching one op, microseconds */
+
+#define SSD_CHUNK 256   /* Mamba-2 chunk length (mamba_ssm's default chunk_size) */
+#define SCAN_FLOPS 9    /* Mamba-1 selective scan, per (token, channel, state) */
+#define IDX_BYTES 4     /* token ids and expert indices (int32) */
+#define F32 4           /* fp32 statistics: rstd, logsumexp, router probabilities */
+
+/* Bytes per parameter held all step besides the weights themselves. */
+#define GRAD_BYTES 4    /* fp32 gradient accumulation buffer */
+#define ADAM_BYTES 8    /* AdamW: first and second moments in fp32 */
+#define MASTER_BYTES 4  /* fp32 master weights, when the dtype is not f32 */
+
+/* FLOPs per output element of each activation (swiglu: silu(a) * b). */
+static const double act_flops[IR_NACTS] = {
+	[IR_ACT_SWIGLU] = 5, [IR_ACT_GEGLU] = 9, [IR_ACT_GELU] = 8,
+	[IR_ACT_RELU] = 1,   [IR_ACT_RELU2] = 2,
+};
+
+typedef enum op_class { OC_GEMM, OC_ATTN, OC_SSD, OC_VECTOR } op_class;
+static const double eff[] = {EFF_GEMM, EFF_ATTN, EFF_SSD, EFF_VECTOR};
+
+/* ---- accumulating a layer's ops ------------------------------------------ */
+
+typedef struct acc {
+	const ir_cluster *c;
+	double T;                    /* tokens per micro-batch: mbs x seq */
+	double S;                    /* sequence length */
+	double s;                    /* bytes per element of the dtype */
+	double us[IR_NOPS], flops[IR_NOPS];
+	double act, wstash, params;  /* bytes, bytes, count */
+} acc;
+
+static void op(acc *a, ir_op_kind k, op_class oc, double flops, double bytes)
+{
+	double compute = flops / (a->c->flops * eff[oc]);
+	double memory = bytes / a->c->membw; /* 0 when the bandwidth is infinite */
+	a->us[k] += 1e6 * fmax(compute, memory) + OP_US;
+	a->flops[k] += flops;
+}
+
+/* Y[rows x n] = X[rows x k] W[k x n], with `mats` weight matrices of k x n
+ * (experts; every one is read).  F computes Y, B dX = dY W^T, W dW = X^T dY:
+ * 2 rows k n FLOPs each.  W needs X (stashed by F) and dY (made by B). */
+static void gemm(acc *a, double rows, double k, double n, double mats)
+{
+	double fl = 2 * rows * k * n, by = a->s * (rows * k + mats * k * n + rows * n);
+	for (int p = 0; p < IR_NOPS; p++)
+		op(a, p, OC_GEMM, fl, by);
+	a->params += mats * k * n;
+	a->act += a->s * rows * k;
+	a->wstash += a->s * rows * (k + n);
+}
+
+/* RMSNorm over d features: F squares, sums, scales and weights (4 FLOPs an
+ * element); B computes the input gradient and the scale's gradient in one
+ * kernel (8).  Stashes its input and the fp32 rstd per row. */
+static void norm(acc *a, double rows, double d)
+{
+	double n = rows * d;
+	op(a, IR_OP_F, OC_VECTOR, 4 * n, 2 * a->s * n);
+	op(a, IR_OP_B, OC_VECTOR, 8 * n, 3 * a->s * n);
+	a->params += d;
+	a->act += a->s * n + F32 * rows;
+}
+
+/* An elementwise op reading `in` elements and writing `out` with `flops`
+ * FLOPs.  Its backward reads the input and the output gradient and writes
+ * the input gradient, at twice the FLOPs.  `stash`: bytes kept for B. */
+static void eltwise(acc *a, double in, double out, double flops, double stash)
+{
+	op(a, IR_OP_F, OC_VECTOR, flops, a->s * (in + out));
+	op(a, IR_OP_B, OC_VECTOR, 2 * flops, a->s * (2 * in + out));
+	a->act += stash;
+}
+
+/* x + f(x): one add forward; backward, the add of the branch's input
+ * gradient into the residual gradient. */
+static void residual(acc *a, double h)
+{
+	double n = a->T * h;
+	op(a, IR_OP_F, OC_VECTOR, n, 3 * a->s * n);
+	op(a, IR_OP_B, OC_VECTOR, n, 3 * a->s * n);
+}
+
+/* Matrices an FFN's up GEMM holds: gate and up for the gated activations. */
+static double up_mats(int act)
+{
+	return act == IR_ACT_SWIGLU || act == IR_ACT_GEGLU ? 2 : 1;
+}
+
+/* The activation between an FFN's up and down GEMMs over `rows` rows of f:
+ * gated ones read 2f (gate, up).  Stashes its input. */
+static void activation(acc *a, double rows, double f, int act)
+{
+	double up = up_mats(act);
+	double flops = act >= 0 && act < IR_NACTS ? act_flops[act] : 1;
+	eltwise(a, rows * up * f, rows * f, flops * rows * f, a->s * rows * up * f);
+}
+
+/* Average keys per query of a causal layer: S/2 globally; a window W <= S
+ * sees sum_i min(i, W) / S ~ W - W^2 / 2S. */
+static double context(const acc *a, double window)
+{
+	if (window <= 0 || window >= a->S)
+		return a->S / 2;
+	return window - window * window / (2 * a->S);
+}
+
+/* Flash attention: scores Q K^T over d_qk and P V over d_v, for `ctx` keys
+ * per query and H query heads (kv heads share K and V).  F: 2 T ctx H
+ * (d_qk + d_v); B recomputes the scores and forms dV, dP, dQ, dK:
+ * 2 T ctx H (3 d_qk + 2 d_v).  No score matrix is kept: it stashes Q, K, V
+ * and the fp32 logsumexp per row (O is the output GEMM's input). */
+static void attn_core(acc *a, double H, double Hkv, double d_qk, double d_v, double ctx)
+{
+	double T = a->T, qkv = T * (H * d_qk + Hkv * (d_qk + d_v)), o = T * H * d_v;
+	double lse = F32 * T * H;
+	op(a, IR_OP_F, OC_ATTN, 2 * T * ctx * H * (d_qk + d_v), a->s * (qkv + o) + lse);
+	op(a, IR_OP_B, OC_ATTN, 2 * T * ctx * H * (3 * d_qk + 2 * d_v),
+	   a->s * (2 * qkv + 2 * o) + lse);
+	a->act += a->s * qkv + lse;
+}
+
+/* Rotary embedding of n elements: 3 FLOPs each, in place; its backward is
+ * the inverse rotation and needs nothing stashed. */
+static void rope(acc *a, double n)
+{
+	eltwise(a, n, n, 3 * n, 0);
+}
+
+/* ---- layer kinds ---------------------------------------------------------- */
+
+static void attention(acc *a, double h, const int64_t *v)
+{
+	double T = a->T, H = v[IR_ATTR_HEADS], G = v[IR_ATTR_KV_HEADS], d = v[IR_ATTR_HEAD_DIM];
+	double ctx = context(a, v[IR_ATTR_WINDOW]);
+	norm(a, T, h);
+	if (v[IR_ATTR_KV_LORA_RANK]) {
+		/* MLA: x -> [q latent], kv latent + shared rotary key; the latents
+		 * are normed and projected up to per-head q, k_nope and v. */
+		double rq = v[IR_ATTR_Q_LORA_RANK], rkv = v[IR_ATTR_KV_LORA_RANK];
+		double dr = v[IR_ATTR_QK_ROPE_DIM];
+		double dv = v[IR_ATTR_V_HEAD_DIM] ? v[IR_ATTR_V_HEAD_DIM] : d, dqk = d + dr;
+		if (rq) {
+			gemm(a, T, h, rq + rkv + dr, 1); /* q_a and kv_a read the same x */
+			norm(a, T, rq);
+			gemm(a, T, rq, H * dqk, 1);
+		} else {
+			gemm(a, T, h, H * dqk + rkv + dr, 1); /* q and kv_a */
+		}
+		norm(a, T, rkv);
+		gemm(a, T, rkv, H * (d + dv), 1);
+		rope(a, T * (H + 1) * dr);
+		attn_core(a, H, H, dqk, dv, ctx);
+		gemm(a, T, H * dv, h, 1);
+	} else {
+		gemm(a, T, h, (H + 2 * G) * d, 1); /* q, k, v */
+		rope(a, T * (H + G) * d);
+		attn_core(a, H, G, d, d, ctx);
+		gemm(a, T, H * d, h, 1);
+	}
+	residual(a, h);
+}
+
+static void mlp(acc *a, double h, const int64_t *v)
+{
+	double T = a->T, f = v[IR_ATTR_FFN];
+	int act = (int)v[IR_ATTR_ACT];
+	norm(a, T, h);
+	gemm(a, T, h, up_mats(act) * f, 1);
+	activation(a, T, f, act);
+	gemm(a, T, f, h, 1);
+	residual(a, h);
+}
+
+static void moe(acc *a, double h, const int64_t *v)
+{
+	double T = a->T, E = v[IR_ATTR_EXPERTS], k = v[IR_ATTR_TOP_K];
+	double f = v[IR_ATTR_EXPERT_FFN], sh = v[IR_ATTR_SHARED_EXPERTS];
+	int act = (int)v[IR_ATTR_ACT];
+	double rows = T * k; /* token copies routed to experts */
+	norm(a, T, h);
+	gemm(a, T, h, E, 1);                                 /* router */
+	eltwise(a, T * E, 2 * rows, 5 * T * E, F32 * T * E); /* softmax, top-k */
+	eltwise(a, T * h, rows * h, 0, IDX_BYTES * rows);    /* dispatch: permute copies */
+	gemm(a, rows, h, up_mats(act) * f, E);
+	activation(a, rows, f, act);
+	gemm(a, rows, f, h, E);
+	if (sh) {
+		gemm(a, T, h, up_mats(act) * f * sh, 1);
+		activation(a, T, f * sh, act);
+		gemm(a, T, f * sh, h, 1);
+	}
+	/* combine: weight each expert's output by its gate (their gradients
+	 * need the outputs, stashed) and add the shared experts' */
+	eltwise(a, (rows + (sh ? T : 0)) * h, T * h, 2 * rows * h + (sh ? T * h : 0),
+	        a->s * rows * h);
+	residual(a, h);
+}
+
+/* Causal depthwise convolution of `ch` channels, width w, then SiLU.  B
+ * computes the input and the tap gradients in one kernel.  Stashes its
+ * input. */
+static void conv(acc *a, double ch, double w)
+{
+	double n = a->T * ch;
+	eltwise(a, n, n, 2 * n * w + 4 * n, a->s * n);
+	a->params += ch * w + ch; /* taps and bias */
+}
+
+static void mamba(acc *a, double h, const int64_t *v)
+{
+	double T = a->T, inner = v[IR_ATTR_EXPAND] * h, N = v[IR_ATTR_STATE];
+	double w = v[IR_ATTR_CONV];
+	norm(a, T, h);
+	if (v[IR_ATTR_VERSION] == 1) {
+		/* Mamba-1: in_proj -> x, z; conv(x); x_proj -> dt (low rank), B, C;
+		 * dt_proj -> delta; selective scan gated by z; out_proj. */
+		double R = v[IR_ATTR_DT_RANK];
+		gemm(a, T, h, 2 * inner, 1);
+		conv(a, inner, w);
+		gemm(a, T, inner, R + 2 * N, 1);
+		gemm(a, T, R, inner, 1);
+		a->params += inner + inner * N + inner; /* dt bias, A, D */
+		double fl = SCAN_FLOPS * T * inner * N, by = a->s * T * (4 * inner + 2 * N);
+		op(a, IR_OP_F, OC_VECTOR, fl, by);
+		op(a, IR_OP_B, OC_VECTOR, 2 * fl, 2 * by);
+		a->act += a->s * T * (2 * inner + 2 * N); /* delta, z, B, C */
+		gemm(a, T, inner, h, 1);
+	} else {
+		/* Mamba-2: in_proj -> z, x, B, C, dt; conv(x, B, C); chunked SSD;
+		 * gated RMSNorm(y * silu(z)); out_proj. */
+		double H = v[IR_ATTR_HEADS], P = v[IR_ATTR_HEAD_DIM], g = v[IR_ATTR_GROUPS];
+		double xbc = inner + 2 * g * N, Q = SSD_CHUNK < a->S ? SSD_CHUNK : a->S;
+		gemm(a, T, h, inner + xbc + H, 1);
+		conv(a, xbc, w);
+		a->params += 3 * H; /* A, D, dt bias */
+		double fl = T * (2 * Q * (g * N + H * P) + 4 * H * N * P);
+		double by = a->s * T * (xbc + H + inner);
+		op(a, IR_OP_F, OC_SSD, fl, by);
+		op(a, IR_OP_B, OC_SSD, 2 * fl, 2 * by);
+		a->act += a->s * T * (xbc + H) + F32 * T * H; /* x, B, C, dt; dA cumsum */
+		eltwise(a, 2 * T * inner, T * inner, 9 * T * inner,
+		        a->s * 2 * T * inner + F32 * T); /* gated norm: y, z, rstd */
+		a->params += inner;
+		gemm(a, T, inner, h, 1);
+	}
+	residual(a, h);
+}
+
+/* Gather T rows of the vocab x h table; no B (token ids have no gradient);
+ * W scatter-adds dY into the fp32 gradient rows (read-modify-write). */
+static void embedding(acc *a, double h, double vocab)
+{
+	double T = a->T;
+	op(a, IR_OP_F, OC_VECTOR, 0, 2 * a->s * T * h + IDX_BYTES * T);
+	op(a, IR_OP_W, OC_VECTOR, T * h, a->s * T * h + IDX_BYTES * T + 2 * GRAD_BYTES * T * h);
+	a->params += vocab * h;
+	a->act += IDX_BYTES * T;
+	a->wstash += IDX_BYTES * T + a->s * T * h;
+}
+
+/* Final norm, logits = x W_vocab, softmax cross-entropy.  The logits are
+ * kept (B turns them into their gradient in place), so the head stashes
+ * T x vocab and W holds dlogits until it runs. */
+static void head(acc *a, double h, double vocab)
+{
+	double T = a->T, n = T * vocab;
+	norm(a, T, h);
+	gemm(a, T, h, vocab, 1);
+	op(a, IR_OP_F, OC_VECTOR, 5 * n, a->s * n + 2 * IDX_BYTES * T);
+	op(a, IR_OP_B, OC_VECTOR, 3 * n, 2 * a->s * n + 2 * IDX_BYTES * T);
+	a->act += a->s * n + F32 * T + IDX_BYTES * T; /* logits, logsumexp, targets */
+}
+
+/* ---- the layer's cost ------------------------------------------------------ */
+
+static int fits(const ir_module *m, int i, const char *what, double v, uint64_t *out)
+{
+	if (!(v >= 0 && v < 0x1p64)) {
+		diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[i] : (ir_loc){0}, m->loc),
+		           "layer L%d (%s): %s (%.4g) does not fit in 64 bits", i,
+		           ir_layer_kind_names[m->layers[i].kind], what, v);
+		return -1;
+	}
+	*out = (uint64_t)llround(v);
+	return 0;
+}
+
+int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[IR_NOPS])
+{
+	ir_assert(layer >= 0 && layer < m->nlayers);
+	const ir_layer *l = &m->layers[layer];
+	const ir_model_info *mi = &m->model;
+	double h = mi->hidden;
+	acc a = {.c = &m->cluster, .T = (double)m->train.mbs * mi->seq, .S = mi->seq,
+	         .s = ir_dtype_bytes[mi->dtype]};
+	switch (l->kind) {
+	case IR_LAYER_EMBEDDING: embedding(&a, h, mi->vocab); break;
+	case IR_LAYER_ATTENTION: attention(&a, h, l->attr); break;
+	case IR_LAYER_MLP: mlp(&a, h, l->attr); break;
+	case IR_LAYER_MOE: moe(&a, h, l->attr); break;
+	case IR_LAYER_MAMBA: mamba(&a, h, l->attr); break;
+	case IR_LAYER_HEAD: head(&a, h, mi->vocab); break;
+	default: ir_bug("layer L%d has kind %d", layer, (int)l->kind);
+	}
+
+	double per_param = a.s + GRAD_BYTES;
+	if (m->train.optimizer == IR_OPT_ADAMW)
+		per_param += ADAM_BYTES;
+	if (mi->dtype != IR_DTYPE_F32)
+		per_param += MASTER_BYTES;
+	ir_cost c = {.known = true, .f = cost_round_us(a.us[IR_OP_F]),
+	             .b = cost_round_us(a.us[IR_OP_B]), .w = cost_round_us(a.us[IR_OP_W])};
+	c.flops = a.flops[IR_OP_F] + a.flops[IR_OP_B] + a.flops[IR_OP_W];
+	if (!(isfinite(c.f) && isfinite(c.b) && isfinite(c.w) && isfinite(c.flops))) {
+		diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[layer] : (ir_loc){0}, m->loc),
+		           "layer L%d (%s): its time on cluster '%s' is not finite; is 'peak_flops' "
+		           "too small?",
+		           layer, ir_layer_kind_names[l->kind], m->cluster.name ? m->cluster.name : "");
+		return -1;
+	}
+	if (fits(m, layer, "the activation stash in bytes", a.act, &c.act) < 0 ||
+	    fits(m, layer, "the W stash in bytes", a.wstash, &c.wstash) < 0 ||
+	    fits(m, layer, "the parameter count", a.params, &c.params) < 0 ||
+	    fits(m, layer, "the resident bytes", a.params * per_param, &c.resident) < 0)
+		return -1;
+	*out = c;
+	if (flops)
+		for (int p = 0; p < IR_NOPS; p++)
+			flops[p] = a.flops[p];
+	return 0;
+}
+
+int cost_layer(const ir_module *m, int layer, ir_cost *out)
+{
+	return cost_layer_split(m, layer, out, NULL);
+}
+
+int pass_cost(ir_module *m)
+{
+	for (int i = 0; i < m->nlayers; i++)
+		if (!m->layers[i].cost.known && cost_layer(m, i, &m->layers[i].cost) < 0)
+			return -1;
+	return 0;
+}
