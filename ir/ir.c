@@ -164,6 +164,13 @@ ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc 
 	return op;
 }
 
+int64_t ir_plan_chunks(const ir_plan_opts *p)
+{
+	if (p->schedule != IR_SCHED_ZBV)
+		return p->chunks;
+	return p->chunks == 1 || p->chunks == 2 ? 2 : 0;
+}
+
 static bool str_eq(const char *a, const char *b)
 {
 	if (!a || !b)

@@ -284,6 +284,10 @@ void ir_alloc_devices(ir_module *m);  /* one empty program per cluster device */
 void ir_clear_devices(ir_module *m);
 ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc loc);
 
+/* Stages per device the plan options ask for: chunks, except that zbv
+ * always runs two (a V); 0 when zbv is given any other chunk count. */
+int64_t ir_plan_chunks(const ir_plan_opts *p);
+
 /* Field-for-field equality of two modules (locations ignored). */
 bool ir_equal(const ir_module *a, const ir_module *b);
 

@@ -163,14 +163,11 @@ int pass_partition(ir_module *m)
 	if (p->partition == IR_PART_GIVEN)
 		return partition_given(m);
 
-	int64_t chunks = p->chunks;
-	if (p->schedule == IR_SCHED_ZBV) {
-		if (chunks != 1 && chunks != 2) {
-			diag_error(plan_loc(m), "schedule zbv runs 2 chunks per device (a V); chunks=%lld does not apply",
-			           (long long)chunks);
-			return -1;
-		}
-		chunks = 2;
+	int64_t chunks = ir_plan_chunks(p);
+	if (chunks == 0) {
+		diag_error(plan_loc(m), "schedule zbv runs 2 chunks per device (a V); chunks=%lld does not apply",
+		           (long long)p->chunks);
+		return -1;
 	}
 	int64_t nstages = m->cluster.devices * chunks;
 	if (nstages > m->nlayers) {

@@ -14,8 +14,8 @@ typedef int (*pass_fn)(ir_module *m);
 /* X(name, one-line synopsis) */
 #define PASS_LIST(X)                                                           \
 	X(cost, "F/B/W time, FLOPs, stashes and resident bytes of every layer")    \
-	X(partition, "cut the layers into contiguous stages (uniform or given)")  \
-	X(place, "assign every stage to a device (sequential or given)")          \
+	X(partition, "cut the layers into contiguous stages (uniform, balanced or given)") \
+	X(place, "assign every stage to a device (sequential, a V for zbv, or given)") \
 	X(schedule, "order F, B and W of every stage and micro-batch per device")
 
 typedef enum pass_id {

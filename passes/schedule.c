@@ -25,14 +25,14 @@
  *     zbh1   ZB-H1: 1F1B's order with B and W split; the stage at position
  *            s keeps its s most recent W's back, which fills its cool-down.
  * - greedy: a list scheduler over unit-time ops, as the Zero Bubble
- *   authors build their schedules: at every step each device starts a
- *   ready F (if its in-flight cap allows), else a ready B, else its oldest
- *   W.  The caps make the schedule.
- *     zbh2   ZB-H2: one stage per device, 2(p-s)-1 micro-batches in flight
- *            at position s (2p-1 on the first device).
+ *   authors build their schedules, with a cap on the (stage, micro-batch)
+ *   pairs a device holds between F and W; see schedule_greedy.
+ *     zbh2   ZB-H2: one stage per device, 2p-1 pairs held on every device,
+ *            backward first (the first device warms up with 2p-1
+ *            forwards).
  *     zbv    ZB-V: 2p stages in a V (stage k and 2p-1-k share a device),
- *            at most 2p (stage, micro-batch) pairs in flight per device,
- *            the activation memory of 1F1B's first device. */
+ *            2p pairs of half a 1F1B stage held per device (1F1B's peak
+ *            on its first device), forward first. */
 #include "pass.h"
 
 #include <stdlib.h>
@@ -67,11 +67,17 @@ static void wq_push(wqueue *w, int stage, int mb)
 	w->q[(w->head + w->n++) % w->cap] = (work){stage, mb};
 }
 
-static void wq_emit_oldest(ir_module *m, int dev, wqueue *w)
+static work wq_pop(wqueue *w)
 {
 	ir_assert(w->n > 0);
 	work x = w->q[w->head];
 	w->head = (w->head + 1) % w->cap, w->n--;
+	return x;
+}
+
+static void wq_emit_oldest(ir_module *m, int dev, wqueue *w)
+{
+	work x = wq_pop(w);
 	ir_add_op(m, dev, IR_OP_W, x.stage, x.mb, (ir_loc){0});
 }
 
@@ -112,24 +118,27 @@ static void emit_phased(ir_module *m, int dev, const phased *ph)
 
 /* ---- placement shapes ---------------------------------------------------- */
 
-/* The stage of every device, for schedules that run one stage per device:
- * owner[d], -1 for a device without one.  NULL after a diagnostic. */
-static int *one_stage_per_device(const ir_module *m)
+/* 1F1B and the H schedules run one stage per device (any one-to-one
+ * placement).  Returns 0, or -1 after a diagnostic. */
+static int check_one_stage_per_device(const ir_module *m)
 {
 	int *owner = xcalloc((size_t)m->cluster.devices, sizeof *owner);
+	int rc = 0;
 	for (int d = 0; d < m->cluster.devices; d++)
 		owner[d] = -1;
-	for (int s = 0; s < m->nstages; s++) {
+	for (int s = 0; s < m->nstages && !rc; s++) {
 		int d = m->stages[s].device;
 		if (owner[d] >= 0) {
-			diag_error(plan_loc(m), "schedule %s runs one stage per device, but D%d holds S%d and S%d",
-			           ir_schedule_names[m->plan.schedule], d, owner[d], s);
-			free(owner);
-			return NULL;
+			bool chunked = m->plan.chunks > 1 && m->plan.partition != IR_PART_GIVEN;
+			diag_error(plan_loc(m), "schedule %s runs one stage per device, but D%d holds S%d and S%d%s",
+			           ir_schedule_names[m->plan.schedule], d, owner[d], s,
+			           chunked ? " (chunks above 1 are for gpipe, i1f1b and zbv)" : "");
+			rc = -1;
 		}
 		owner[d] = s;
 	}
-	return owner;
+	free(owner);
+	return rc;
 }
 
 /* Interleaving needs p x V stages with stage k on the device of stage k-p
@@ -144,20 +153,21 @@ static int interleaved_chunks(const ir_module *m)
 		return 0;
 	}
 	int *seen = xcalloc((size_t)p, sizeof *seen);
-	int bad = -1;
-	for (int s = 0; s < p && bad < 0; s++)
+	int twice = -1, bad = -1;
+	for (int s = 0; s < p && twice < 0; s++)
 		if (seen[m->stages[s].device]++)
-			bad = s;
-	for (int s = p; s < S && bad < 0; s++)
+			twice = s;
+	for (int s = p; s < S && twice < 0 && bad < 0; s++)
 		if (m->stages[s].device != m->stages[s - p].device)
 			bad = s;
 	free(seen);
-	if (bad >= 0) {
+	if (twice >= 0)
+		diag_error(plan_loc(m), "schedule i1f1b needs S0..S%d on %d different devices, but S%d shares D%d with an earlier one",
+		           p - 1, p, twice, m->stages[twice].device);
+	else if (bad >= 0)
 		diag_error(plan_loc(m), "schedule i1f1b needs stage k on the device of stage k-%d (Megatron-LM's interleaving, place's default), but S%d is on D%d",
 		           p, bad, m->stages[bad].device);
-		return 0;
-	}
-	return S / p;
+	return twice >= 0 || bad >= 0 ? 0 : S / p;
 }
 
 /* ZB-V needs 2p stages with stages k and 2p-1-k on one device, a device
@@ -211,10 +221,8 @@ static int schedule_gpipe(ir_module *m)
 static int schedule_1f1b(ir_module *m, bool zb)
 {
 	int S = m->nstages, M = (int)m->train.microbatches;
-	int *owner = one_stage_per_device(m);
-	if (!owner)
+	if (check_one_stage_per_device(m) < 0)
 		return -1;
-	free(owner);
 	work *seq = xcalloc((size_t)M, sizeof *seq);
 	ir_alloc_devices(m);
 	for (int s = 0; s < S; s++) {
@@ -263,22 +271,40 @@ static int schedule_i1f1b(ir_module *m)
 
 /* ---- shape 2: the greedy list scheduler (zbh2, zbv) ---------------------- */
 
-/* Unit-time list scheduling.  At step t a device starts at most one op whose
- * input was produced before t: a forward if `cap[d]` allows (preferring the
- * deeper stage), else a backward (oldest micro-batch, then deeper stage),
- * else its oldest pending W.  A forward of stage s needs room for the
- * micro-batch's stages on the device from s on, so that a micro-batch let
- * in can always finish its forward there.  Only devices that an op ending
- * at t can concern are looked at in step t, so the cost is O(ops x stages
- * per device). */
+/* Unit-time list scheduling, as the Zero Bubble authors build ZB-H2 and
+ * ZB-V.  At step t every device starts at most one op whose input was
+ * produced before t, from three slots:
+ *   F  its deepest ready forward that fits in memory; if a ready forward
+ *      does not fit, its oldest pending W instead (W frees memory);
+ *   B  its oldest ready backward (the deeper stage on a tie);
+ *   W  its oldest pending W;
+ * tried in the order F, B, W (zbv) or B, F, W (zbh2).  Memory counts the
+ * (stage, micro-batch) pairs between F and W on the device, as the Zero
+ * Bubble papers count a micro-batch's activations (B frees some, W the
+ * rest), and stays within cap[d].  A forward of the device's first stage
+ * also leaves room for one deeper forward: it needs fewer than cap[d]-1
+ * micro-batches waiting on the device for their deeper forward.
+ *
+ * That rule makes the scheduler deadlock-free: take the oldest unfinished
+ * micro-batch i.  A B or W of it that is ready always runs (or another
+ * does); a forward of i at the device's first stage finds the device empty
+ * of later micro-batches (stages run their micro-batches in order); a
+ * deeper forward of i is blocked only if all cap[d] pairs are first-stage
+ * forwards waiting for it, which the rule forbids.
+ *
+ * Only devices that an op ending at t can concern are looked at in step
+ * t, so the cost is O(ops x stages per device). */
 typedef struct greedy {
 	ir_module *m;
 	int S, M, P;
+	const int *cap;
+	bool forward_first;
 	int *done;     /* per (stage, mb, kind): step + 1 when started, 0: not yet */
 	int *nf, *nb;  /* per stage: next micro-batch to forward, to backward */
 	int **mine;    /* per device: its stages, deepest first */
 	int *nmine;
-	int *act;      /* per device: (stage, mb) pairs between F and B */
+	int *held;     /* per device: (stage, mb) pairs between F and W */
+	int *waiting;  /* per device: micro-batches past its first stage, not its deepest */
 	wqueue *wq;
 } greedy;
 
@@ -293,15 +319,33 @@ static bool ready_by(const greedy *g, int stage, int mb, ir_op_kind k, int t)
 	return d && d <= t;
 }
 
-/* The op device d starts at step t, or kind IR_NOPS for none. */
-static ir_op pick(const greedy *g, int d, int t, const int *cap)
+static ir_op oldest_w(const greedy *g, int d)
 {
-	for (int j = 0; j < g->nmine[d]; j++) {
+	if (!g->wq[d].n)
+		return (ir_op){IR_NOPS, -1, -1};
+	work w = g->wq[d].q[g->wq[d].head];
+	return (ir_op){IR_OP_W, w.stage, w.mb};
+}
+
+static ir_op slot_f(const greedy *g, int d, int t)
+{
+	int n = g->nmine[d], first = g->mine[d][n - 1];
+	bool blocked = false;
+	for (int j = 0; j < n; j++) {
 		int s = g->mine[d][j], i = g->nf[s];
-		if (i < g->M && (s == 0 || ready_by(g, s - 1, i, IR_OP_F, t)) &&
-		    g->act[d] + j + 1 <= cap[d])
+		if (i >= g->M || (s > 0 && !ready_by(g, s - 1, i, IR_OP_F, t)))
+			continue;
+		bool fits = g->held[d] < g->cap[d] &&
+		            (n == 1 || s != first || g->waiting[d] + 1 < g->cap[d]);
+		if (fits)
 			return (ir_op){IR_OP_F, s, i};
+		blocked = true;
 	}
+	return blocked ? oldest_w(g, d) : (ir_op){IR_NOPS, -1, -1};
+}
+
+static ir_op slot_b(const greedy *g, int d, int t)
+{
 	ir_op best = {IR_NOPS, -1, -1};
 	for (int j = 0; j < g->nmine[d]; j++) {
 		int s = g->mine[d][j], i = g->nb[s];
@@ -311,25 +355,52 @@ static ir_op pick(const greedy *g, int d, int t, const int *cap)
 		if (in && (best.kind == IR_NOPS || i < best.mb))
 			best = (ir_op){IR_OP_B, s, i};
 	}
-	if (best.kind == IR_NOPS && g->wq[d].n) {
-		work w = g->wq[d].q[g->wq[d].head];
-		best = (ir_op){IR_OP_W, w.stage, w.mb};
-	}
 	return best;
 }
 
-static void schedule_greedy(ir_module *m, const int *cap)
+/* The op device d starts at step t, or kind IR_NOPS for none. */
+static ir_op pick(const greedy *g, int d, int t)
+{
+	ir_op op = g->forward_first ? slot_f(g, d, t) : slot_b(g, d, t);
+	if (op.kind == IR_NOPS)
+		op = g->forward_first ? slot_b(g, d, t) : slot_f(g, d, t);
+	if (op.kind == IR_NOPS)
+		op = oldest_w(g, d);
+	return op;
+}
+
+static void start(greedy *g, int d, ir_op op, int t)
+{
+	int n = g->nmine[d];
+	ir_add_op(g->m, d, op.kind, op.stage, op.mb, (ir_loc){0});
+	*gdone(g, op.stage, op.mb, op.kind) = t + 1;
+	if (op.kind == IR_OP_F) {
+		g->nf[op.stage]++, g->held[d]++;
+		if (n > 1)
+			g->waiting[d] += op.stage == g->mine[d][n - 1] ? 1 : op.stage == g->mine[d][0] ? -1 : 0;
+	} else if (op.kind == IR_OP_B) {
+		g->nb[op.stage]++;
+		wq_push(&g->wq[d], op.stage, op.mb);
+	} else {
+		work x = wq_pop(&g->wq[d]);
+		ir_assert(x.stage == op.stage && x.mb == op.mb);
+		g->held[d]--;
+	}
+}
+
+static void schedule_greedy(ir_module *m, const int *cap, bool forward_first)
 {
 	greedy g = {.m = m, .S = m->nstages, .M = (int)m->train.microbatches,
-	            .P = (int)m->cluster.devices};
+	            .P = (int)m->cluster.devices, .cap = cap, .forward_first = forward_first};
 	g.done = xcalloc((size_t)g.S * g.M * IR_NOPS, sizeof *g.done);
 	g.nf = xcalloc((size_t)g.S, sizeof *g.nf);
 	g.nb = xcalloc((size_t)g.S, sizeof *g.nb);
 	g.mine = xcalloc((size_t)g.P, sizeof *g.mine);
 	g.nmine = xcalloc((size_t)g.P, sizeof *g.nmine);
-	g.act = xcalloc((size_t)g.P, sizeof *g.act);
+	g.held = xcalloc((size_t)g.P, sizeof *g.held);
+	g.waiting = xcalloc((size_t)g.P, sizeof *g.waiting);
 	g.wq = xcalloc((size_t)g.P, sizeof *g.wq);
-	for (int s = g.S - 1; s >= 0; s--)
+	for (int s = 0; s < g.S; s++)
 		g.nmine[m->stages[s].device]++;
 	for (int d = 0; d < g.P; d++) {
 		g.mine[d] = xcalloc((size_t)g.nmine[d], sizeof **g.mine);
@@ -342,74 +413,64 @@ static void schedule_greedy(ir_module *m, const int *cap)
 		g.mine[d][g.nmine[d]++] = s;
 	}
 
-	/* Devices to look at in this step and the next; `mark` keeps each once. */
+	/* The devices to look at in this step and in the next. */
 	int *cur = xcalloc((size_t)g.P, sizeof *cur), *next = xcalloc((size_t)g.P, sizeof *next);
 	int *mark = xcalloc((size_t)g.P, sizeof *mark);
 	int ncur = 0, nnext = 0;
 	for (int d = 0; d < g.P; d++)
 		if (g.nmine[d])
-			cur[ncur++] = d, mark[d] = 1;
+			cur[ncur++] = d;
 	int64_t left = (int64_t)g.S * g.M * IR_NOPS;
-#define WAKE(dev)                                                              \
-	do {                                                                       \
-		if (mark[dev] != t + 2)                                                \
-			mark[dev] = t + 2, next[nnext++] = (dev);                          \
-	} while (0)
 	for (int t = 0; left > 0; t++) {
 		if (!ncur)
 			ir_bug("greedy schedule stalls at step %d with %lld ops left", t, (long long)left);
 		nnext = 0;
 		for (int k = 0; k < ncur; k++) {
 			int d = cur[k];
-			ir_op op = pick(&g, d, t, cap);
+			ir_op op = pick(&g, d, t);
 			if (op.kind == IR_NOPS)
 				continue;
-			ir_add_op(m, d, op.kind, op.stage, op.mb, (ir_loc){0});
-			*gdone(&g, op.stage, op.mb, op.kind) = t + 1;
+			start(&g, d, op, t);
 			left--;
-			WAKE(d);
-			if (op.kind == IR_OP_F) {
-				g.nf[op.stage]++, g.act[d]++;
-				if (op.stage + 1 < g.S)
-					WAKE(m->stages[op.stage + 1].device);
-			} else if (op.kind == IR_OP_B) {
-				g.nb[op.stage]++, g.act[d]--;
-				wq_push(&g.wq[d], op.stage, op.mb);
-				if (op.stage > 0)
-					WAKE(m->stages[op.stage - 1].device);
-			} else {
-				g.wq[d].head = (g.wq[d].head + 1) % g.wq[d].cap, g.wq[d].n--;
-			}
+			/* Who may have something new at t + 1: d itself, and the
+			 * device that takes this op's output. */
+			int wake[2] = {d, -1};
+			if (op.kind == IR_OP_F && op.stage + 1 < g.S)
+				wake[1] = m->stages[op.stage + 1].device;
+			else if (op.kind == IR_OP_B && op.stage > 0)
+				wake[1] = m->stages[op.stage - 1].device;
+			for (int w = 0; w < 2; w++)
+				if (wake[w] >= 0 && mark[wake[w]] != t + 1)
+					mark[wake[w]] = t + 1, next[nnext++] = wake[w];
 		}
 		int *tmp = cur;
 		cur = next, next = tmp, ncur = nnext;
 	}
-#undef WAKE
 	for (int d = 0; d < g.P; d++)
 		free(g.mine[d]), free(g.wq[d].q);
-	free(g.done), free(g.nf), free(g.nb), free(g.mine), free(g.nmine), free(g.act), free(g.wq);
+	free(g.done), free(g.nf), free(g.nb), free(g.mine), free(g.nmine);
+	free(g.held), free(g.waiting), free(g.wq);
 	free(cur), free(next), free(mark);
 }
 
-/* ZB-H2: up to 2(p-s)-1 micro-batches in flight at pipeline position s. */
+/* ZB-H2: 2p-1 micro-batches between F and W on every device, backward
+ * first; the first device warms up with 2p-1 forwards. */
 static int schedule_zbh2(ir_module *m)
 {
-	int *owner = one_stage_per_device(m);
-	if (!owner)
+	if (check_one_stage_per_device(m) < 0)
 		return -1;
-	int p = m->nstages;
 	int *cap = xcalloc((size_t)m->cluster.devices, sizeof *cap);
 	for (int d = 0; d < m->cluster.devices; d++)
-		cap[d] = owner[d] >= 0 ? 2 * (p - owner[d]) - 1 : 0;
+		cap[d] = 2 * m->nstages - 1;
 	ir_alloc_devices(m);
-	schedule_greedy(m, cap);
+	schedule_greedy(m, cap, false);
 	free(cap);
-	free(owner);
 	return 0;
 }
 
-/* ZB-V: 2p (stage, micro-batch) pairs in flight per device, each half a
- * 1F1B stage: 1F1B's peak activation memory on every device. */
+/* ZB-V: 2p (stage, micro-batch) pairs between F and W on every device,
+ * each half a 1F1B stage: 1F1B's peak on its first device; forward
+ * first. */
 static int schedule_zbv(ir_module *m)
 {
 	if (check_v_shape(m) < 0)
@@ -419,7 +480,7 @@ static int schedule_zbv(ir_module *m)
 	for (int d = 0; d < p; d++)
 		cap[d] = 2 * p;
 	ir_alloc_devices(m);
-	schedule_greedy(m, cap);
+	schedule_greedy(m, cap, true);
 	free(cap);
 	return 0;
 }

@@ -200,23 +200,73 @@ START_TEST(test_grid_valid)
 }
 END_TEST
 
-/* The greedy schedules over a wider range never stall, and keep their caps. */
+/* The greedy schedules over a wider range: they never stall, hold their
+ * in-flight counts, and meet their closed forms at unit costs. */
 START_TEST(test_greedy_wide)
 {
-	for (int p = 1; p <= 16; p++)
-		for (int M = 1; M <= 4 * p + 1; M += (p > 8 ? 3 : 1)) {
+	for (int p = 1; p <= 32; p += p < 12 ? 1 : 5)
+		for (int M = 1; M <= 6 * p + 1; M += p < 12 ? 1 : 7) {
 			ir_schedule ss[] = {IR_SCHED_ZBH2, IR_SCHED_ZBV};
 			for (int k = 0; k < 2; k++) {
 				ir_module *m = planned(ss[k], p, M, 1, 1, 1, 1);
-				int peak[16];
+				int peak[32];
 				execute(m, peak);
 				for (int d = 0; d < p; d++)
 					ck_assert_msg(peak[d] == inflight_bound(ss[k], p, M, 1, d),
 					              "%s p=%d m=%d: D%d holds %d in flight, want %d", sname(ss[k]),
 					              p, M, d, peak[d], inflight_bound(ss[k], p, M, 1, d));
+				if (M >= p) {
+					sim_result *r = sim_run(m);
+					double want = (k ? 6 : 3) * M + p - 1;
+					ck_assert_msg(r->makespan == want, "%s p=%d m=%d: makespan %g, want %g",
+					              sname(ss[k]), p, M, r->makespan, want);
+					sim_free(r);
+				}
 				ir_free(m);
 			}
 		}
+}
+END_TEST
+
+/* Any placement and any cut of the stages, for every schedule: a
+ * diagnostic, or programs that verify and run to the end. */
+START_TEST(test_any_placement)
+{
+	unsigned seed = 7;
+	int planned_ok = 0;
+	for (int trial = 0; trial < 3000; trial++) {
+		seed = seed * 1103515245u + 12345u;
+		int p = 1 + (int)(seed >> 16) % 4, M = 1 + (int)(seed >> 8) % 7;
+		ir_schedule sc = (ir_schedule)((seed >> 4) % IR_NSCHEDULES);
+		int nst = 1 + (int)(seed >> 20) % (2 * p + 1);
+		ir_module *m = model(12, p, M, sc, 1, 1, 1, 1);
+		int64_t *given = arena_alloc(m->arena, (size_t)nst * sizeof *given);
+		int64_t *place = arena_alloc(m->arena, (size_t)nst * sizeof *place);
+		int left = m->nlayers;
+		for (int s = 0; s < nst; s++) {
+			seed = seed * 1103515245u + 12345u;
+			given[s] = s + 1 < nst ? 1 + (int)(seed >> 16) % 2 : left;
+			left -= (int)given[s];
+			place[s] = (int)(seed >> 8) % p;
+		}
+		m->plan.partition = IR_PART_GIVEN, m->plan.given = given, m->plan.ngiven = nst;
+		if (seed & 1)
+			m->plan.placement = place, m->plan.nplacement = nst;
+		capture();
+		pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule};
+		int rc = pass_run(m, ids, 3, NULL);
+		if (rc == 0) {
+			ck_assert_int_eq(ir_verify(m), 0);
+			int peak[4];
+			execute(m, peak);
+			planned_ok++;
+		} else {
+			ck_assert_int_gt(diag_errors, 0);
+		}
+		release();
+		ir_free(m);
+	}
+	ck_assert_int_gt(planned_ok, 300);
 }
 END_TEST
 
@@ -306,11 +356,22 @@ START_TEST(test_exact_zbh1)
 }
 END_TEST
 
+/* Device d starts at d c (its first input) and never waits after. */
+static void expect_no_wait(const ir_module *m, const sim_result *r, int d, double c)
+{
+	int n = m->devices[d].nops;
+	ck_assert_msg(r->dev[d].start[0] == d * c && r->dev[d].end[n - 1] == d * c + n * c,
+	              "%s p=%d m=%d: D%d runs from %g to %g", sname(m->plan.schedule), r->ndev,
+	              (int)m->train.microbatches, d, r->dev[d].start[0], r->dev[d].end[n - 1]);
+}
+
 /* zbh2 with F = B = W = c: m(F+B+W) + (p-1)F, the first forward's fill and
- * nothing else, for m >= p; min(2p-1, m) in flight on device 0.
+ * nothing else, for m >= p (a parallelogram from m >= 2p-1 on); min(2p-1, m)
+ * between F and B on device 0.
  * zbv with chunk costs F = B = W = c: m(2F+2B+2W) + (p-1)F, again the
  * fill alone; min(2p, 2m, m+d+1) (stage, micro-batch) pairs, each half a
- * 1F1B stage, in flight on device d: 2p, 1F1B's peak, at the V's turn. */
+ * 1F1B stage, in flight on device d: 2p, 1F1B's peak, at the V's turn,
+ * which never waits once its first input is there. */
 START_TEST(test_exact_zbh2_zbv)
 {
 	for (size_t pi = 0; pi < sizeof Ps / sizeof *Ps; pi++)
@@ -318,16 +379,21 @@ START_TEST(test_exact_zbh2_zbv)
 			int p = Ps[pi];
 			int ms[] = {p, p + 1, 2 * p, 3 * p + 1, 5 * p};
 			for (int mi = 0; mi < 5; mi++) {
-				int M = ms[mi], peak;
+				int M = ms[mi];
 				ir_module *m = planned(IR_SCHED_ZBH2, p, M, 1, c, c, c);
-				double got = makespan(m, &peak), want = M * 3 * c + (p - 1) * c;
-				EXACT(got, want, "zbh2 p=%d m=%d c=%g: makespan %g, want %g", p, M, c, got,
-				      want);
-				ck_assert_int_eq(peak, imin(2 * p - 1, M));
+				sim_result *r = sim_run(m);
+				ck_assert_ptr_nonnull(r);
+				double want = M * 3 * c + (p - 1) * c;
+				EXACT(r->makespan, want, "zbh2 p=%d m=%d c=%g: makespan %g, want %g", p, M, c,
+				      r->makespan, want);
+				ck_assert_int_eq(r->dev[0].peak_inflight, imin(2 * p - 1, M));
+				for (int d = 0; d < p && M >= 2 * p - 1; d++) /* a parallelogram */
+					expect_no_wait(m, r, d, c);
+				sim_free(r);
 				ir_free(m);
 
 				m = planned(IR_SCHED_ZBV, p, M, 1, c, c, c);
-				sim_result *r = sim_run(m);
+				r = sim_run(m);
 				ck_assert_ptr_nonnull(r);
 				want = M * 6 * c + (p - 1) * c;
 				EXACT(r->makespan, want, "zbv p=%d m=%d c=%g: makespan %g, want %g", p, M, c,
@@ -335,6 +401,7 @@ START_TEST(test_exact_zbh2_zbv)
 				for (int d = 0; d < p; d++)
 					ck_assert_int_eq(r->dev[d].peak_inflight, inflight_bound(IR_SCHED_ZBV, p, M, 1, d));
 				ck_assert_int_eq(r->dev[p - 1].peak_inflight, 2 * p);
+				expect_no_wait(m, r, p - 1, c); /* the turn of the V */
 				sim_free(r);
 				ir_free(m);
 			}
@@ -342,26 +409,39 @@ START_TEST(test_exact_zbh2_zbv)
 }
 END_TEST
 
-/* The same 2p-layer model under 1f1b (two layers a stage) and zbv (one):
- * zbv's peak stashed activations stay within 1F1B's on its first device
- * everywhere, and reach it on device p-1, the turn of the V. */
-START_TEST(test_zbv_memory_as_1f1b)
+/* Memory in bytes (act from F to B, a W stash as large from B to W, so that
+ * the bytes count the pairs held between F and W): the same 2p-layer model
+ * under 1f1b (two layers a stage), zbh1 and zbv (one layer a stage).  ZB-H1
+ * and ZB-V peak at exactly 1F1B's first-device peak on every device; ZB-H2
+ * holds 2p-1 micro-batches on every device. */
+START_TEST(test_memory_as_1f1b)
 {
 	for (size_t pi = 0; pi < sizeof Ps / sizeof *Ps; pi++) {
 		int p = Ps[pi];
 		for (int M = p; M <= 3 * p; M += p) {
-			ir_module *a = model(2 * p, p, M, IR_SCHED_1F1B, 1, 1, 1, 1);
-			ir_module *v = model(2 * p, p, M, IR_SCHED_ZBV, 1, 1, 1, 1);
-			ck_assert_int_eq(plan(a), 0);
-			ck_assert_int_eq(plan(v), 0);
-			sim_result *ra = sim_run(a), *rv = sim_run(v);
-			for (int d = 0; d < p; d++)
-				ck_assert_uint_le(rv->dev[d].peak_act, ra->dev[0].peak_act);
-			ck_assert_uint_eq(rv->dev[p - 1].peak_act, ra->dev[0].peak_act);
-			sim_free(ra);
-			sim_free(rv);
-			ir_free(a);
-			ir_free(v);
+			ir_schedule ss[] = {IR_SCHED_1F1B, IR_SCHED_ZBH1, IR_SCHED_ZBV, IR_SCHED_ZBH2};
+			sim_result *r[4];
+			ir_module *m[4];
+			for (int k = 0; k < 4; k++) {
+				int body = ss[k] == IR_SCHED_ZBH2 ? p : 2 * p;
+				m[k] = model(body, p, M, ss[k], 1, 1, 1, 1);
+				for (int l = 0; l < m[k]->nlayers; l++)
+					m[k]->layers[l].cost.wstash = m[k]->layers[l].cost.act;
+				ck_assert_int_eq(plan(m[k]), 0);
+				r[k] = sim_run(m[k]);
+				ck_assert_ptr_nonnull(r[k]);
+			}
+			uint64_t base = r[0]->dev[0].peak_act; /* p micro-batches of 2 layers */
+			ck_assert_uint_eq(base, (uint64_t)p * 2000);
+			for (int d = 0; d < p; d++) {
+				ck_assert_uint_eq(r[1]->dev[d].peak_act, base);
+				ck_assert_uint_eq(r[2]->dev[d].peak_act, base);
+				ck_assert_uint_eq(r[3]->dev[d].peak_act, (uint64_t)imin(2 * p - 1, M) * 1000);
+			}
+			for (int k = 0; k < 4; k++) {
+				sim_free(r[k]);
+				ir_free(m[k]);
+			}
 		}
 	}
 }
@@ -403,13 +483,20 @@ START_TEST(test_orders)
 	expect_program(m, 0, "F0.0 F0.1 F0.2 B0.0 W0.0 F0.3 B0.1 W0.1 B0.2 W0.2 B0.3 W0.3");
 	expect_program(m, 2, "F2.0 B2.0 F2.1 B2.1 F2.2 B2.2 W2.0 F2.3 B2.3 W2.1 W2.2 W2.3");
 	ir_free(m);
-	/* ZB-H2, p=4, m=8: 2p-1 = 7 warm-up forwards on D0, the authors'
-	 * parallelogram (W's only once the forwards are done). */
+	/* ZB-H2, p=4, m=8: 2p-1 = 7 warm-up forwards on D0, 7 micro-batches
+	 * between F and W on every device; the last one holds its W's back. */
 	m = planned(IR_SCHED_ZBH2, 4, 8, 1, 1, 1, 1);
-	expect_program(m, 0, "F0.0 F0.1 F0.2 F0.3 F0.4 F0.5 F0.6 B0.0 F0.7 B0.1 W0.0 B0.2 W0.1 "
-	                     "B0.3 W0.2 B0.4 W0.3 B0.5 W0.4 B0.6 W0.5 B0.7 W0.6 W0.7");
+	expect_program(m, 0, "F0.0 F0.1 F0.2 F0.3 F0.4 F0.5 F0.6 B0.0 W0.0 B0.1 F0.7 B0.2 W0.1 "
+	                     "B0.3 W0.2 B0.4 W0.3 B0.5 W0.4 B0.6 W0.5 W0.6 B0.7 W0.7");
 	expect_program(m, 3, "F3.0 B3.0 F3.1 B3.1 F3.2 B3.2 F3.3 B3.3 F3.4 B3.4 F3.5 B3.5 F3.6 "
-	                     "B3.6 F3.7 B3.7 W3.0 W3.1 W3.2 W3.3 W3.4 W3.5 W3.6 W3.7");
+	                     "B3.6 W3.0 F3.7 B3.7 W3.1 W3.2 W3.3 W3.4 W3.5 W3.6 W3.7");
+	ir_free(m);
+	/* ZB-V, p=2, m=4: D0 holds S0 and S3, D1 S1 and S2 (the turn). */
+	m = planned(IR_SCHED_ZBV, 2, 4, 1, 1, 1, 1);
+	expect_program(m, 0, "F0.0 F0.1 F0.2 F3.0 B3.0 W3.0 F3.1 B3.1 W3.1 F0.3 B0.0 W0.0 F3.2 "
+	                     "B3.2 W3.2 B0.1 W0.1 F3.3 B3.3 B0.2 W3.3 B0.3 W0.2 W0.3");
+	expect_program(m, 1, "F1.0 F2.0 F1.1 F2.1 B2.0 W2.0 F1.2 B1.0 W1.0 F2.2 B2.1 W2.1 F1.3 "
+	                     "B1.1 W1.1 F2.3 B2.2 B1.2 B2.3 B1.3 W2.2 W1.2 W2.3 W1.3");
 	ir_free(m);
 	/* i1f1b with one chunk is 1f1b. */
 	ir_module *a = planned(IR_SCHED_I1F1B, 4, 6, 1, 1, 1, 1);
@@ -456,7 +543,8 @@ static void expect_error(ir_module *m, const char *want)
 START_TEST(test_errors)
 {
 	expect_error(model(8, 2, 4, IR_SCHED_1F1B, 2, 1, 1, 1),
-	             "schedule 1f1b runs one stage per device, but D0 holds S0 and S2");
+	             "schedule 1f1b runs one stage per device, but D0 holds S0 and S2 "
+	             "(chunks above 1 are for gpipe, i1f1b and zbv)");
 	expect_error(model(8, 2, 4, IR_SCHED_ZBH1, 2, 1, 1, 1),
 	             "schedule zbh1 runs one stage per device, but D0 holds S0 and S2");
 	expect_error(model(8, 2, 4, IR_SCHED_ZBH2, 2, 1, 1, 1),
@@ -480,6 +568,10 @@ START_TEST(test_errors)
 	m->plan.placement = rr, m->plan.nplacement = 4;
 	expect_error(m, "schedule i1f1b needs stage k on the device of stage k-2 "
 	                "(Megatron-LM's interleaving, place's default), but S2 is on D1");
+	static int64_t pairs[] = {0, 0, 1, 1};
+	m = model(8, 2, 4, IR_SCHED_I1F1B, 2, 1, 1, 1);
+	m->plan.placement = pairs, m->plan.nplacement = 4;
+	expect_error(m, "schedule i1f1b needs S0..S1 on 2 different devices, but S1 shares D0 with an earlier one");
 	m = model(8, 2, 4, IR_SCHED_ZBV, 1, 1, 1, 1);
 	m->plan.placement = v4, m->plan.nplacement = 4;
 	expect_error(m, "schedule zbv needs S0 and S3 alone on one device (a V), but they are on D0 and D1");
@@ -577,11 +669,12 @@ static Suite *schedules_suite(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_grid_valid);
 	tcase_add_test(tc, test_greedy_wide);
+	tcase_add_test(tc, test_any_placement);
 	tcase_add_test(tc, test_exact_gpipe_1f1b);
 	tcase_add_test(tc, test_exact_i1f1b);
 	tcase_add_test(tc, test_exact_zbh1);
 	tcase_add_test(tc, test_exact_zbh2_zbv);
-	tcase_add_test(tc, test_zbv_memory_as_1f1b);
+	tcase_add_test(tc, test_memory_as_1f1b);
 	tcase_add_test(tc, test_orders);
 	tcase_add_test(tc, test_place_v);
 	tcase_add_test(tc, test_errors);

@@ -1,0 +1,712 @@
+/* test_kernels.c: Check suite for the CPU layer kernels (runtime/cpu).
+ *
+ * Every layer kind and variant (GQA, sliding window, odd head_dim, MLA with
+ * and without a query rank, five MLP activations, MoE with and without
+ * shared experts, Mamba-2 and Mamba-1 across scan-chunk boundaries,
+ * embedding, head) goes through:
+ *   - gradient checks in double: B's input gradient and W's weight
+ *     gradients against central differences of L = sum(y . R) (the head:
+ *     L = summed cross-entropy), normwise relative error < 1e-6 (observed
+ *     up to 1e-8) with step 1e-5;
+ *   - the B/W split: W reads only the W stash (act stash and scratch are
+ *     poisoned before W; bitwise the same gradients), B leaves the act stash
+ *     untouched, W twice doubles the gradient (1e-12), in-place x == y and
+ *     dy == dx give the same bits;
+ *   - f32 against f64 (same weights, same input): forward 1e-5, gradients
+ *     1e-4 (normwise relative; observed up to 6e-7 and 2e-6);
+ *   - determinism: two f32 runs, the second over garbage-filled buffers,
+ *     give the same bits.
+ * Plus init, layout, descriptor errors, and a small hybrid stack that
+ * trains (loss halves) with bitwise-equal losses over two runs. */
+#include <check.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "kernels_f64.h"
+#include "octo_kernels.h"
+
+#define GRAD_TOL 1e-6
+#define FD_STEP 1e-5
+#define F32_FWD_TOL 1e-5
+#define F32_GRAD_TOL 1e-4
+
+/* ---- cases -------------------------------------------------------------------- */
+
+typedef struct kcase {
+	const char *name;
+	rt_layer_desc d;
+} kcase;
+
+#define SHAPE(h, s, b) .hidden = h, .seq = s, .mbs = b
+static const kcase cases[] = {
+	{"embedding", {RT_EMBEDDING, SHAPE(8, 6, 2), .vocab = 11}},
+	{"head", {RT_HEAD, SHAPE(8, 6, 2), .vocab = 11}},
+	{"attention-gqa", {RT_ATTENTION, SHAPE(16, 7, 2), .heads = 4, .kv_heads = 2}},
+	{"attention-odd-headdim", {RT_ATTENTION, SHAPE(12, 6, 2), .heads = 2, .head_dim = 5}},
+	{"attention-window", {RT_ATTENTION, SHAPE(8, 8, 2), .heads = 2, .kv_heads = 1, .window = 3}},
+	{"attention-mla", {RT_ATTENTION, SHAPE(12, 6, 2), .heads = 2, .head_dim = 4, .q_lora_rank = 6,
+	                   .kv_lora_rank = 5, .qk_rope_dim = 4, .v_head_dim = 3}},
+	{"attention-mla-fullq", {RT_ATTENTION, SHAPE(8, 5, 2), .heads = 3, .head_dim = 2,
+	                         .kv_lora_rank = 4, .qk_rope_dim = 3}},
+	{"mlp-swiglu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_SWIGLU}},
+	{"mlp-geglu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_GEGLU}},
+	{"mlp-gelu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_GELU}},
+	{"mlp-relu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_RELU}},
+	{"mlp-relu2", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_RELU2}},
+	{"moe-shared", {RT_MOE, SHAPE(8, 6, 2), .experts = 4, .top_k = 2, .expert_ffn = 6,
+	                .shared_experts = 1}},
+	{"moe-relu2-top1", {RT_MOE, SHAPE(8, 7, 2), .experts = 3, .top_k = 1, .expert_ffn = 5,
+	                    .act = RT_RELU2}},
+	{"moe-all-experts", {RT_MOE, SHAPE(8, 5, 2), .experts = 3, .top_k = 3, .expert_ffn = 4,
+	                     .shared_experts = 2, .act = RT_GEGLU}},
+	{"mamba2", {RT_MAMBA, SHAPE(8, 7, 2), .version = 2, .state = 4, .expand = 2, .conv = 3,
+	            .heads = 4, .head_dim = 4, .groups = 2}},
+	{"mamba2-chunks", {RT_MAMBA, SHAPE(8, 35, 1), .version = 2, .state = 3, .expand = 1,
+	                   .conv = 4, .heads = 2, .head_dim = 4, .groups = 1}},
+	{"mamba1", {RT_MAMBA, SHAPE(8, 7, 2), .version = 1, .state = 4, .expand = 2, .conv = 3,
+	            .dt_rank = 3}},
+	{"mamba1-chunks", {RT_MAMBA, SHAPE(6, 19, 1), .version = 1, .state = 3, .expand = 1,
+	                   .conv = 2}},
+};
+#define NCASES ((int)(sizeof cases / sizeof *cases))
+
+/* ---- buffers -------------------------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static double rnd(void) /* uniform in [-1, 1) */
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (double)(z >> 11) * 0x1p-52 - 1;
+}
+
+static void *xalloc(size_t bytes)
+{
+	bytes = (bytes + 63) / 64 * 64 + 64;
+	void *p = aligned_alloc(64, bytes);
+	ck_assert_ptr_nonnull(p);
+	memset(p, 0, bytes);
+	return p;
+}
+
+/* Everything one layer call needs, in one precision (esz 4 or 8). */
+typedef struct run {
+	const rt_layer_desc *d;
+	rt_sizes sz;
+	size_t n, nx; /* params, elements of x and y */
+	size_t esz;
+	void *p, *g, *x, *y, *dy, *dx, *act, *ws, *scr;
+	int32_t *tok;
+} run;
+
+static void run_alloc(run *r, const rt_layer_desc *d, size_t esz)
+{
+	memset(r, 0, sizeof *r);
+	r->d = d;
+	r->esz = esz;
+	ck_assert_int_eq(esz == 8 ? rtd_layer_sizes(d, &r->sz) : rt_layer_sizes(d, &r->sz), RT_OK);
+	r->n = (size_t)r->sz.params;
+	r->nx = (size_t)(d->mbs * d->seq * d->hidden);
+	r->p = xalloc(r->n * esz);
+	r->g = xalloc(r->n * esz);
+	r->x = xalloc(r->nx * esz);
+	r->y = xalloc(r->nx * esz);
+	r->dy = xalloc(r->nx * esz);
+	r->dx = xalloc(r->nx * esz);
+	r->act = xalloc((size_t)r->sz.act);
+	r->ws = xalloc((size_t)r->sz.wstash);
+	r->scr = xalloc((size_t)r->sz.scratch);
+	r->tok = xalloc((size_t)(d->mbs * d->seq) * sizeof(int32_t));
+}
+
+static void run_free(run *r)
+{
+	void *ps[] = {r->p, r->g, r->x, r->y, r->dy, r->dx, r->act, r->ws, r->scr, r->tok};
+	for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
+		free(ps[i]);
+}
+
+/* Seeded inputs: x and dy uniform in [-1, 1), tokens (a -1 target in the
+ * head), and parameters from the layer init (seed 7, layer 3), perturbed
+ * so that unit norm scales and the like are not special. */
+static void run_fill(run *r, uint64_t seed)
+{
+	rng_state = seed;
+	const rt_layer_desc *d = r->d;
+	size_t T = (size_t)(d->mbs * d->seq);
+	for (size_t t = 0; t < T; t++)
+		r->tok[t] = d->vocab ? (int32_t)((t * 7 + t / 3) % (size_t)d->vocab) : 0;
+	if (d->kind == RT_HEAD)
+		r->tok[1] = -1;
+	if (r->esz == 8) {
+		double *p = r->p, *x = r->x, *dy = r->dy;
+		ck_assert_int_eq(rtd_layer_init(d, 7, 3, p), RT_OK);
+		for (size_t i = 0; i < r->n; i++)
+			p[i] += 0.1 * rnd();
+		for (size_t i = 0; i < r->nx; i++)
+			x[i] = rnd(), dy[i] = rnd();
+	} else {
+		float *p = r->p, *x = r->x, *dy = r->dy;
+		ck_assert_int_eq(rt_layer_init(d, 7, 3, p), RT_OK);
+		for (size_t i = 0; i < r->n; i++)
+			p[i] += (float)(0.1 * rnd());
+		for (size_t i = 0; i < r->nx; i++)
+			x[i] = (float)rnd(), dy[i] = (float)rnd();
+	}
+}
+
+static const void *xin(const run *r)
+{
+	return r->d->kind == RT_EMBEDDING ? NULL : r->x;
+}
+
+static void *yout(const run *r)
+{
+	return r->d->kind == RT_HEAD ? NULL : r->y;
+}
+
+/* F, B, W (W into zeroed gradients) in the run's precision. */
+static void run_fbw(run *r, rt_loss *loss)
+{
+	const rt_layer_desc *d = r->d;
+	bool emb = d->kind == RT_EMBEDDING, head = d->kind == RT_HEAD;
+	memset(r->g, 0, r->n * r->esz);
+	if (r->esz == 8) {
+		ck_assert_int_eq(rtd_forward(d, r->p, xin(r), r->tok, yout(r), head ? loss : NULL, r->act,
+		                             r->scr), RT_OK);
+		ck_assert_int_eq(rtd_backward_b(d, r->p, head ? NULL : r->dy, 1, emb ? NULL : r->dx,
+		                                r->act, r->ws, r->scr), RT_OK);
+		ck_assert_int_eq(rtd_backward_w(d, r->p, r->g, r->ws, r->scr), RT_OK);
+	} else {
+		ck_assert_int_eq(rt_forward(d, r->p, xin(r), r->tok, yout(r), head ? loss : NULL, r->act,
+		                            r->scr), RT_OK);
+		ck_assert_int_eq(rt_backward_b(d, r->p, head ? NULL : r->dy, 1, emb ? NULL : r->dx,
+		                               r->act, r->ws, r->scr), RT_OK);
+		ck_assert_int_eq(rt_backward_w(d, r->p, r->g, r->ws, r->scr), RT_OK);
+	}
+}
+
+/* L = sum(y . dy) (the head: its summed cross-entropy), in double. */
+static double loss64(run *r)
+{
+	rt_loss loss = {0, 0};
+	bool head = r->d->kind == RT_HEAD;
+	ck_assert_int_eq(rtd_forward(r->d, r->p, xin(r), r->tok, yout(r), head ? &loss : NULL, r->act,
+	                             r->scr), RT_OK);
+	if (head)
+		return loss.sum;
+	double s = 0, *y = r->y, *dy = r->dy;
+	for (size_t i = 0; i < r->nx; i++)
+		s += y[i] * dy[i];
+	return s;
+}
+
+static double fd(run *r, double *v)
+{
+	double keep = *v;
+	*v = keep + FD_STEP;
+	double lp = loss64(r);
+	*v = keep - FD_STEP;
+	double lm = loss64(r);
+	*v = keep;
+	return (lp - lm) / (2 * FD_STEP);
+}
+
+/* max |a - b| / max |b| */
+static double relerr(const double *a, const double *b, size_t n)
+{
+	double num = 0, den = 1e-300;
+	for (size_t i = 0; i < n; i++) {
+		num = fmax(num, fabs(a[i] - b[i]));
+		den = fmax(den, fabs(b[i]));
+	}
+	return num / den;
+}
+
+static double relerr32(const float *a, const double *b, size_t n)
+{
+	double num = 0, den = 1e-300;
+	for (size_t i = 0; i < n; i++) {
+		num = fmax(num, fabs((double)a[i] - b[i]));
+		den = fmax(den, fabs(b[i]));
+	}
+	return num / den;
+}
+
+static int ntensors(const rt_layer_desc *d)
+{
+	int n;
+	ck_assert_int_eq(rt_layer_ntensors(d, &n), RT_OK);
+	return n;
+}
+
+static rt_tensor_info tensor(const rt_layer_desc *d, int i)
+{
+	rt_tensor_info t;
+	ck_assert_int_eq(rt_layer_tensor(d, i, &t), RT_OK);
+	return t;
+}
+
+static size_t tensor_size(const rt_tensor_info *t)
+{
+	size_t n = 1;
+	for (int i = 0; i < t->ndim; i++)
+		n *= (size_t)t->dim[i];
+	return n;
+}
+
+/* ---- gradient checks -------------------------------------------------------------- */
+
+START_TEST(test_gradcheck)
+{
+	const kcase *c = &cases[_i];
+	run r;
+	run_alloc(&r, &c->d, 8);
+	run_fill(&r, 100 + (uint64_t)_i);
+	rt_loss loss;
+	run_fbw(&r, &loss);
+	double *dx = xalloc(r.nx * 8), *g = xalloc(r.n * 8), *num = xalloc((r.n + r.nx) * 8);
+	memcpy(dx, r.dx, r.nx * 8);
+	memcpy(g, r.g, r.n * 8);
+	if (c->d.kind != RT_EMBEDDING) {
+		for (size_t i = 0; i < r.nx; i++)
+			num[i] = fd(&r, (double *)r.x + i);
+		double e = relerr(dx, num, r.nx);
+		ck_assert_msg(e < GRAD_TOL, "%s: input gradient: relative error %.3g", c->name, e);
+	}
+	for (int k = 0; k < ntensors(&c->d); k++) {
+		rt_tensor_info t = tensor(&c->d, k);
+		size_t n = tensor_size(&t);
+		for (size_t i = 0; i < n; i++)
+			num[i] = fd(&r, (double *)r.p + t.offset + i);
+		double e = relerr(g + t.offset, num, n);
+		ck_assert_msg(e < GRAD_TOL, "%s: gradient of %s: relative error %.3g", c->name, t.name, e);
+		double mx = 0;
+		for (size_t i = 0; i < n; i++)
+			mx = fmax(mx, fabs(num[i]));
+		/* With top_k 1 the renormalised weight is always 1: no router gradient. */
+		bool router1 = c->d.kind == RT_MOE && c->d.top_k == 1 && !strcmp(t.name, "router");
+		ck_assert_msg(mx > 0 || router1, "%s: %s has a zero gradient", c->name, t.name);
+	}
+	free(dx);
+	free(g);
+	free(num);
+	run_free(&r);
+}
+END_TEST
+
+/* ---- the B/W split ----------------------------------------------------------------- */
+
+static void poison(void *p, size_t bytes)
+{
+	memset(p, 0xff, bytes); /* NaN in both precisions */
+}
+
+START_TEST(test_bw_split)
+{
+	const kcase *c = &cases[_i];
+	const rt_layer_desc *d = &c->d;
+	bool emb = d->kind == RT_EMBEDDING, head = d->kind == RT_HEAD;
+	run r;
+	run_alloc(&r, d, 8);
+	run_fill(&r, 200 + (uint64_t)_i);
+	rt_loss loss;
+	run_fbw(&r, &loss);
+	double *g1 = xalloc(r.n * 8), *dx = xalloc(r.nx * 8), *y = xalloc(r.nx * 8);
+	memcpy(g1, r.g, r.n * 8);
+	memcpy(dx, r.dx, r.nx * 8);
+	memcpy(y, r.y, r.nx * 8);
+
+	/* F again; B must not write the act stash; W must not read it, nor
+	 * anything left in scratch. */
+	ck_assert_int_eq(rtd_forward(d, r.p, xin(&r), r.tok, yout(&r), head ? &loss : NULL, r.act, r.scr),
+	                 RT_OK);
+	void *act_copy = xalloc((size_t)r.sz.act);
+	memcpy(act_copy, r.act, (size_t)r.sz.act);
+	poison(r.scr, (size_t)r.sz.scratch);
+	poison(r.ws, (size_t)r.sz.wstash);
+	ck_assert_int_eq(rtd_backward_b(d, r.p, head ? NULL : r.dy, 1, emb ? NULL : r.dx, r.act, r.ws,
+	                                r.scr), RT_OK);
+	ck_assert_msg(memcmp(act_copy, r.act, (size_t)r.sz.act) == 0, "%s: B wrote the act stash", c->name);
+	poison(r.act, (size_t)r.sz.act);
+	poison(r.scr, (size_t)r.sz.scratch);
+	memset(r.g, 0, r.n * 8);
+	ck_assert_int_eq(rtd_backward_w(d, r.p, r.g, r.ws, r.scr), RT_OK);
+	ck_assert_msg(memcmp(g1, r.g, r.n * 8) == 0, "%s: W depends on more than the W stash", c->name);
+
+	/* W accumulates: twice gives twice the gradient. */
+	ck_assert_int_eq(rtd_backward_w(d, r.p, r.g, r.ws, r.scr), RT_OK);
+	for (size_t i = 0; i < r.n; i++)
+		((double *)r.g)[i] *= 0.5;
+	double e = relerr(r.g, g1, r.n);
+	ck_assert_msg(e < 1e-12, "%s: W twice is not twice W (%.3g)", c->name, e);
+
+	/* In place: y over x, dx over dy. */
+	if (!emb && !head) {
+		memcpy(r.y, r.x, r.nx * 8);
+		ck_assert_int_eq(rtd_forward(d, r.p, r.y, NULL, r.y, NULL, r.act, r.scr), RT_OK);
+		ck_assert_msg(memcmp(y, r.y, r.nx * 8) == 0, "%s: in-place F differs", c->name);
+		memcpy(r.dx, r.dy, r.nx * 8);
+		ck_assert_int_eq(rtd_backward_b(d, r.p, r.dx, 1, r.dx, r.act, r.ws, r.scr), RT_OK);
+		ck_assert_msg(memcmp(dx, r.dx, r.nx * 8) == 0, "%s: in-place B differs", c->name);
+	}
+	free(act_copy);
+	free(g1);
+	free(dx);
+	free(y);
+	run_free(&r);
+}
+END_TEST
+
+/* ---- f32 against f64 ----------------------------------------------------------------- */
+
+START_TEST(test_f32_vs_f64)
+{
+	const kcase *c = &cases[_i];
+	const rt_layer_desc *d = &c->d;
+	run r4, r8;
+	run_alloc(&r4, d, 4);
+	run_alloc(&r8, d, 8);
+	run_fill(&r4, 300 + (uint64_t)_i);
+	/* The same weights and inputs in both: the f32 values, widened. */
+	for (size_t i = 0; i < r4.n; i++)
+		((double *)r8.p)[i] = ((float *)r4.p)[i];
+	for (size_t i = 0; i < r4.nx; i++) {
+		((double *)r8.x)[i] = ((float *)r4.x)[i];
+		((double *)r8.dy)[i] = ((float *)r4.dy)[i];
+	}
+	memcpy(r8.tok, r4.tok, (size_t)(d->mbs * d->seq) * sizeof(int32_t));
+	rt_loss l4, l8;
+	run_fbw(&r4, &l4);
+	run_fbw(&r8, &l8);
+	if (d->kind == RT_HEAD) {
+		ck_assert_int_eq(l4.count, l8.count);
+		ck_assert_msg(fabs(l4.sum - l8.sum) < F32_FWD_TOL * fabs(l8.sum), "%s: loss %.9g vs %.9g",
+		              c->name, l4.sum, l8.sum);
+	} else {
+		/* The layer's branch y - x, which the residual would hide. */
+		double *f8 = xalloc(r4.nx * 8);
+		float *f4 = xalloc(r4.nx * 4);
+		for (size_t i = 0; i < r4.nx; i++) {
+			bool e = d->kind == RT_EMBEDDING;
+			f8[i] = ((double *)r8.y)[i] - (e ? 0 : ((double *)r8.x)[i]);
+			f4[i] = ((float *)r4.y)[i] - (e ? 0 : ((float *)r4.x)[i]);
+		}
+		double e = relerr32(f4, f8, r4.nx);
+		ck_assert_msg(e < F32_FWD_TOL, "%s: forward: f32 vs f64 %.3g", c->name, e);
+		free(f8);
+		free(f4);
+	}
+	if (d->kind != RT_EMBEDDING) {
+		double e = relerr32(r4.dx, r8.dx, r4.nx);
+		ck_assert_msg(e < F32_GRAD_TOL, "%s: input gradient: f32 vs f64 %.3g", c->name, e);
+	}
+	for (int k = 0; k < ntensors(d); k++) {
+		rt_tensor_info t = tensor(d, k);
+		double e = relerr32((float *)r4.g + t.offset, (double *)r8.g + t.offset, tensor_size(&t));
+		ck_assert_msg(e < F32_GRAD_TOL, "%s: gradient of %s: f32 vs f64 %.3g", c->name, t.name, e);
+	}
+	run_free(&r4);
+	run_free(&r8);
+}
+END_TEST
+
+/* ---- determinism ---------------------------------------------------------------------- */
+
+START_TEST(test_determinism)
+{
+	const kcase *c = &cases[_i];
+	run a, b;
+	run_alloc(&a, &c->d, 4);
+	run_alloc(&b, &c->d, 4);
+	run_fill(&a, 400);
+	run_fill(&b, 400);
+	rng_state = 99;
+	for (size_t i = 0; i < (size_t)b.sz.scratch; i++)
+		((unsigned char *)b.scr)[i] = (unsigned char)(rnd() * 127);
+	poison(b.act, (size_t)b.sz.act);
+	poison(b.ws, (size_t)b.sz.wstash);
+	rt_loss la = {0, 0}, lb = {1, 1};
+	run_fbw(&a, &la);
+	run_fbw(&b, &lb);
+	ck_assert_msg(memcmp(a.y, b.y, a.nx * 4) == 0, "%s: y differs", c->name);
+	ck_assert_msg(memcmp(a.dx, b.dx, a.nx * 4) == 0, "%s: dx differs", c->name);
+	ck_assert_msg(memcmp(a.g, b.g, a.n * 4) == 0, "%s: gradients differ", c->name);
+	if (c->d.kind == RT_HEAD)
+		ck_assert_msg(la.sum == lb.sum && la.count == lb.count, "%s: loss differs", c->name);
+	run_free(&a);
+	run_free(&b);
+}
+END_TEST
+
+/* ---- init and layout ------------------------------------------------------------------ */
+
+START_TEST(test_init)
+{
+	rt_layer_desc d = {RT_MLP, SHAPE(64, 4, 1), .ffn = 256};
+	rt_sizes sz;
+	ck_assert_int_eq(rt_layer_sizes(&d, &sz), RT_OK);
+	size_t n = (size_t)sz.params;
+	float *a = xalloc(n * 4), *b = xalloc(n * 4);
+	double *c = xalloc(n * 8);
+	ck_assert_int_eq(rt_layer_init(&d, 1, 5, a), RT_OK);
+	ck_assert_int_eq(rt_layer_init(&d, 1, 5, b), RT_OK);
+	ck_assert(memcmp(a, b, n * 4) == 0);
+	ck_assert_int_eq(rtd_layer_init(&d, 1, 5, c), RT_OK);
+	for (size_t i = 0; i < n; i++)
+		ck_assert(a[i] == (float)c[i]);
+	for (uint64_t seed = 1; seed <= 2; seed++) {
+		ck_assert_int_eq(rt_layer_init(&d, seed, seed == 1 ? 6 : 5, b), RT_OK);
+		size_t same = 0;
+		for (size_t i = 0; i < n; i++)
+			same += a[i] == b[i];
+		/* Only the norm scale (all ones) may coincide. */
+		ck_assert_msg(same == (size_t)d.hidden, "seed %d: %zu equal elements", (int)seed, same);
+	}
+	/* The scale: N(0, 1/fan_in) per matrix; norms start at 1. */
+	for (int k = 0; k < ntensors(&d); k++) {
+		rt_tensor_info t = tensor(&d, k);
+		size_t m = tensor_size(&t);
+		double s1 = 0, s2 = 0;
+		for (size_t i = 0; i < m; i++)
+			s1 += a[t.offset + i], s2 += (double)a[t.offset + i] * a[t.offset + i];
+		if (t.ndim == 1) {
+			ck_assert(s1 == (double)m);
+			continue;
+		}
+		double sd = sqrt(s2 / (double)m), want = 1 / sqrt((double)t.dim[0]);
+		ck_assert_msg(fabs(sd / want - 1) < 0.03, "%s: std %g, want %g", t.name, sd, want);
+		ck_assert_msg(fabs(s1 / (double)m) < 4 * want / sqrt((double)m), "%s: mean %g", t.name,
+		              s1 / (double)m);
+	}
+	/* Mamba's special tensors: dt = softplus(dt_bias) in [1e-3, 1e-1],
+	 * A_log = log of [1, 16], D = 1. */
+	rt_layer_desc m = {RT_MAMBA, SHAPE(64, 4, 1), .version = 2, .state = 16, .head_dim = 16};
+	ck_assert_int_eq(rt_layer_sizes(&m, &sz), RT_OK);
+	float *p = xalloc((size_t)sz.params * 4);
+	ck_assert_int_eq(rt_layer_init(&m, 1, 2, p), RT_OK);
+	for (int k = 0; k < ntensors(&m); k++) {
+		rt_tensor_info t = tensor(&m, k);
+		for (size_t i = 0; i < tensor_size(&t); i++) {
+			double v = p[t.offset + i];
+			if (!strcmp(t.name, "dt_bias"))
+				ck_assert(log1p(exp(v)) > 0.99e-3 && log1p(exp(v)) < 1.01e-1);
+			else if (!strcmp(t.name, "A_log"))
+				ck_assert(v >= 0 && v <= log(16.0) + 1e-6);
+			else if (!strcmp(t.name, "D"))
+				ck_assert(v == 1);
+		}
+	}
+	free(p);
+	free(a);
+	free(b);
+	free(c);
+}
+END_TEST
+
+START_TEST(test_layout)
+{
+	/* tiny-dense's attention: wq 64x64, wk 64x32, wv 64x32, wo 64x64. */
+	rt_layer_desc d = {RT_ATTENTION, SHAPE(64, 64, 2), .heads = 4, .kv_heads = 2};
+	rt_sizes sz;
+	ck_assert_int_eq(rt_layer_sizes(&d, &sz), RT_OK);
+	ck_assert_int_eq(sz.params, 64 + 64 * 64 * 2 + 64 * 32 * 2);
+	static const char *const want[] = {"norm", "wq", "wk", "wv", "wo"};
+	ck_assert_int_eq(ntensors(&d), 5);
+	for (int i = 0; i < 5; i++)
+		ck_assert_str_eq(tensor(&d, i).name, want[i]);
+	rt_tensor_info t;
+	ck_assert_int_eq(rt_layer_tensor(&d, 5, &t), RT_EARG);
+	/* Every case: the tensors tile the array, and sizes agree between the
+	 * builds up to the element size. */
+	for (int c = 0; c < NCASES; c++) {
+		const rt_layer_desc *cd = &cases[c].d;
+		rt_sizes s4, s8;
+		ck_assert_int_eq(rt_layer_sizes(cd, &s4), RT_OK);
+		ck_assert_int_eq(rtd_layer_sizes(cd, &s8), RT_OK);
+		ck_assert_int_eq(s4.params, s8.params);
+		ck_assert(s8.act >= s4.act && s8.act <= 2 * s4.act + 64 * 64);
+		int64_t off = 0;
+		for (int k = 0; k < ntensors(cd); k++) {
+			t = tensor(cd, k);
+			ck_assert_int_eq(t.offset, off);
+			off += (int64_t)tensor_size(&t);
+		}
+		ck_assert_int_eq(off, s4.params);
+		double f, b, w;
+		ck_assert_int_eq(rt_layer_flops(cd, &f, &b, &w), RT_OK);
+		ck_assert(f >= 0 && b >= 0 && w > 0);
+	}
+}
+END_TEST
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+START_TEST(test_errors)
+{
+	static const rt_layer_desc bad[] = {
+		{RT_NKINDS, SHAPE(8, 4, 1)},
+		{RT_MLP, SHAPE(0, 4, 1), .ffn = 8},
+		{RT_MLP, SHAPE(8, 0, 1), .ffn = 8},
+		{RT_MLP, SHAPE(8, 4, 1)},                                   /* no ffn */
+		{RT_MLP, SHAPE(8, 4, 1), .ffn = 8, .act = RT_NACTS},
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 4, .kv_heads = 3},  /* kv does not divide */
+		{RT_ATTENTION, SHAPE(10, 4, 1), .heads = 4},                /* head_dim: 10 / 4 */
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .q_lora_rank = 4}, /* MLA field without MLA */
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .kv_lora_rank = 4}, /* MLA without rope dim */
+		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 3, .expert_ffn = 4},
+		{RT_MAMBA, SHAPE(8, 4, 1), .version = 3, .state = 4},
+		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .heads = 3, .head_dim = 4},
+		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .head_dim = 4, .groups = 3},
+		{RT_MAMBA, SHAPE(8, 4, 1), .version = 1, .state = 4, .heads = 2},
+		{RT_HEAD, SHAPE(8, 4, 1)},                                  /* no vocab */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		rt_sizes sz;
+		ck_assert_msg(rt_layer_check(&bad[i]) == RT_EINVAL, "bad descriptor %zu accepted", i);
+		ck_assert_int_eq(rt_layer_sizes(&bad[i], &sz), RT_EINVAL);
+		ck_assert_int_eq(rt_forward(&bad[i], NULL, NULL, NULL, NULL, NULL, NULL, NULL), RT_EINVAL);
+	}
+	ck_assert_int_eq(rt_layer_check(NULL), RT_EARG);
+	for (int c = 0; c < NCASES; c++)
+		ck_assert_int_eq(rt_layer_check(&cases[c].d), RT_OK);
+
+	const rt_layer_desc *emb = &cases[0].d, *head = &cases[1].d;
+	run r;
+	run_alloc(&r, emb, 4);
+	run_fill(&r, 1);
+	r.tok[3] = (int32_t)emb->vocab;
+	ck_assert_int_eq(rt_forward(emb, r.p, NULL, r.tok, r.y, NULL, r.act, r.scr), RT_ERANGE);
+	r.tok[3] = -1;
+	ck_assert_int_eq(rt_forward(emb, r.p, NULL, r.tok, r.y, NULL, r.act, r.scr), RT_ERANGE);
+	r.tok[3] = 0;
+	ck_assert_int_eq(rt_forward(emb, r.p, NULL, r.tok, r.y, NULL, r.act, r.scr), RT_OK);
+	ck_assert_int_eq(rt_forward(emb, r.p, NULL, NULL, r.y, NULL, r.act, r.scr), RT_EARG);
+	ck_assert_int_eq(rt_forward(emb, r.p, NULL, r.tok, r.y, NULL, (char *)r.act + 4, r.scr), RT_EARG);
+	ck_assert_int_eq(rt_backward_w(emb, r.p, NULL, r.ws, r.scr), RT_EARG);
+	run_free(&r);
+	run_alloc(&r, head, 4);
+	run_fill(&r, 1);
+	rt_loss loss;
+	ck_assert_int_eq(rt_forward(head, r.p, r.x, r.tok, NULL, &loss, r.act, r.scr), RT_OK);
+	ck_assert_int_eq(loss.count, head->mbs * head->seq - 1); /* one target is -1 */
+	ck_assert_int_eq(rt_forward(head, r.p, r.x, r.tok, NULL, NULL, r.act, r.scr), RT_EARG);
+	ck_assert_int_eq(rt_forward(head, r.p, r.x, r.tok, NULL, &loss, r.act, NULL), RT_EARG);
+	run_free(&r);
+	for (int code = 0; code >= -5; code--)
+		ck_assert_ptr_nonnull(rt_strerror(code));
+}
+END_TEST
+
+/* ---- a stack that trains ----------------------------------------------------------------- */
+
+/* tiny-hybrid's layers (hidden 64, seq 64, mbs 2), one of each mixer and
+ * FFN kind, SGD on one fixed batch of a repeating token pattern: the loss
+ * must halve within 30 steps, and two runs must agree bit for bit. */
+static void train(double *losses, int steps)
+{
+	rt_layer_desc L[] = {
+		{RT_EMBEDDING, SHAPE(64, 64, 2), .vocab = 256},
+		{RT_MAMBA, SHAPE(64, 64, 2), .version = 2, .state = 16, .expand = 2, .conv = 4,
+		 .head_dim = 16, .groups = 1},
+		{RT_MOE, SHAPE(64, 64, 2), .experts = 4, .top_k = 2, .expert_ffn = 64, .shared_experts = 1},
+		{RT_ATTENTION, SHAPE(64, 64, 2), .heads = 4, .kv_heads = 2},
+		{RT_MLP, SHAPE(64, 64, 2), .ffn = 128},
+		{RT_HEAD, SHAPE(64, 64, 2), .vocab = 256},
+	};
+	enum { NL = sizeof L / sizeof *L, T = 128, H = 64 };
+	float *p[NL], *g[NL], *act[NL], *h[NL + 1];
+	size_t n[NL], ws = 0, scr = 0;
+	for (int i = 0; i < NL; i++) {
+		rt_sizes sz;
+		ck_assert_int_eq(rt_layer_sizes(&L[i], &sz), RT_OK);
+		n[i] = (size_t)sz.params;
+		p[i] = xalloc(n[i] * 4);
+		g[i] = xalloc(n[i] * 4);
+		act[i] = xalloc((size_t)sz.act);
+		h[i] = xalloc(T * H * 4);
+		ws = ws > (size_t)sz.wstash ? ws : (size_t)sz.wstash;
+		scr = scr > (size_t)sz.scratch ? scr : (size_t)sz.scratch;
+		ck_assert_int_eq(rt_layer_init(&L[i], 1, i, p[i]), RT_OK);
+	}
+	h[NL] = xalloc(T * H * 4);
+	void *wst = xalloc(ws), *sc = xalloc(scr);
+	float *d0 = xalloc(T * H * 4), *d1 = xalloc(T * H * 4);
+	int32_t tok[T], tgt[T];
+	for (int t = 0; t < T; t++) {
+		tok[t] = (t % 64 * 5 + t / 64) % 13 + 'a';
+		tgt[t] = ((t + 1) % 64 * 5 + t / 64) % 13 + 'a';
+	}
+	for (int s = 0; s < steps; s++) {
+		rt_loss loss;
+		for (int i = 0; i < NL; i++)
+			ck_assert_int_eq(rt_forward(&L[i], p[i], i == 0 ? NULL : h[i], i == 0 ? tok : i == NL - 1 ? tgt : NULL,
+			                            i == NL - 1 ? NULL : h[i + 1], i == NL - 1 ? &loss : NULL,
+			                            act[i], sc), RT_OK);
+		losses[s] = loss.sum / (double)loss.count;
+		float *dy = NULL;
+		for (int i = NL - 1; i >= 0; i--) {
+			float *dx = dy == d0 ? d1 : d0;
+			ck_assert_int_eq(rt_backward_b(&L[i], p[i], dy, 1.0f / T, i ? dx : NULL, act[i], wst, sc),
+			                 RT_OK);
+			memset(g[i], 0, n[i] * 4);
+			ck_assert_int_eq(rt_backward_w(&L[i], p[i], g[i], wst, sc), RT_OK);
+			for (size_t k = 0; k < n[i]; k++)
+				p[i][k] -= 0.5f * g[i][k];
+			dy = dx;
+		}
+	}
+	for (int i = 0; i < NL; i++)
+		free(p[i]), free(g[i]), free(act[i]), free(h[i]);
+	free(h[NL]), free(wst), free(sc), free(d0), free(d1);
+}
+
+START_TEST(test_training)
+{
+	enum { STEPS = 30 };
+	double a[STEPS], b[STEPS];
+	train(a, STEPS);
+	train(b, STEPS);
+	ck_assert_msg(memcmp(a, b, sizeof a) == 0, "two runs differ");
+	for (int s = 0; s < STEPS; s++)
+		ck_assert(isfinite(a[s]));
+	ck_assert_msg(a[STEPS - 1] < 0.5 * a[0], "loss %g -> %g", a[0], a[STEPS - 1]);
+}
+END_TEST
+
+static Suite *kernels_suite(void)
+{
+	Suite *s = suite_create("kernels");
+	TCase *tc = tcase_create("grad");
+	tcase_add_loop_test(tc, test_gradcheck, 0, NCASES);
+	tcase_add_loop_test(tc, test_bw_split, 0, NCASES);
+	tcase_add_loop_test(tc, test_f32_vs_f64, 0, NCASES);
+	tcase_add_loop_test(tc, test_determinism, 0, NCASES);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("api");
+	tcase_add_test(tc, test_init);
+	tcase_add_test(tc, test_layout);
+	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_training);
+	tcase_set_timeout(tc, 120);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	openblas_set_num_threads(1);
+	SRunner *sr = srunner_create(kernels_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
