@@ -16,8 +16,9 @@
  *     1e-4 (normwise relative; observed up to 6e-7 and 2e-6);
  *   - determinism: two f32 runs, the second over garbage-filled buffers,
  *     give the same bits.
- * Plus init, layout, descriptor errors, and a small hybrid stack that
- * trains (loss halves) with bitwise-equal losses over two runs. */
+ * Plus init, layout, descriptor errors, MoE tie-breaking, and a small
+ * hybrid stack that trains (loss halves) with bitwise-equal losses over
+ * two runs. */
 #include <check.h>
 #include <math.h>
 #include <stdbool.h>
@@ -548,6 +549,50 @@ START_TEST(test_layout)
 }
 END_TEST
 
+/* ---- MoE routing ----------------------------------------------------------------------- */
+
+/* A zero router makes every expert equally likely: top-2 of 4 must pick
+ * experts 0 and 1 (ties to the lower index), each with weight 1/2.  An
+ * expert is an MLP, so the layer must equal the mean of two MLP layers
+ * made of experts 0 and 1's weights.  Experts 2 and 3 are set to differ. */
+START_TEST(test_moe_ties)
+{
+	rt_layer_desc moe = {RT_MOE, SHAPE(8, 5, 2), .experts = 4, .top_k = 2, .expert_ffn = 6};
+	rt_layer_desc mlp = {RT_MLP, SHAPE(8, 5, 2), .ffn = 6};
+	run m, e[2];
+	run_alloc(&m, &moe, 8);
+	run_fill(&m, 500);
+	double *P = m.p;
+	int nt = ntensors(&moe);
+	rt_tensor_info t[8];
+	for (int k = 0; k < nt; k++)
+		t[k] = tensor(&moe, k); /* norm, router, experts.w_gate, .w_up, .w_down */
+	ck_assert_int_eq(nt, 5);
+	memset(P + t[1].offset, 0, tensor_size(&t[1]) * 8);
+	size_t HF = 8 * 6;
+	for (size_t i = 0; i < 2 * HF; i++) /* experts 2 and 3: large, distinct outputs */
+		P[t[4].offset + 2 * HF + i] = 3 + (double)i;
+	ck_assert_int_eq(rtd_forward(&moe, m.p, m.x, NULL, m.y, NULL, m.act, m.scr), RT_OK);
+	for (int x = 0; x < 2; x++) {
+		run_alloc(&e[x], &mlp, 8);
+		double *q = e[x].p;
+		memcpy(q, P + t[0].offset, 8 * 8); /* the norm scale */
+		for (int k = 2; k <= 4; k++)
+			memcpy(q + tensor(&mlp, k - 1).offset, P + t[k].offset + (size_t)x * HF, HF * 8);
+		memcpy(e[x].x, m.x, m.nx * 8);
+		ck_assert_int_eq(rtd_forward(&mlp, e[x].p, e[x].x, NULL, e[x].y, NULL, e[x].act, e[x].scr),
+		                 RT_OK);
+	}
+	double *y = m.y, *x = m.x, *y0 = e[0].y, *y1 = e[1].y, err = 0;
+	for (size_t i = 0; i < m.nx; i++)
+		err = fmax(err, fabs((y[i] - x[i]) - 0.5 * ((y0[i] - x[i]) + (y1[i] - x[i]))));
+	ck_assert_msg(err < 1e-12, "moe with tied router differs from experts 0, 1: %g", err);
+	run_free(&m);
+	run_free(&e[0]);
+	run_free(&e[1]);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 START_TEST(test_errors)
@@ -695,6 +740,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_init);
 	tcase_add_test(tc, test_layout);
 	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_moe_ties);
 	tcase_add_test(tc, test_training);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);

@@ -1,0 +1,412 @@
+/* layers.c: the element-type-independent half of the CPU kernels: it
+ * validates descriptors (filling defaults into an rt_shape), lays out each
+ * kind's parameters in one flat array, gives every parameter its initial
+ * value from a counter-based hash of (seed, layer, element), and counts
+ * FLOPs.  Both kernel builds (f32, f64) read these, so the two agree on
+ * layout and init by construction. */
+#include <math.h>
+#include <stddef.h>
+
+#include "layers.h"
+
+#define LIM ((int64_t)1 << 24)   /* any one attribute or model size */
+#define LIM_LD ((int64_t)1 << 30) /* any derived row length (a BLAS int) */
+
+const char *rt_strerror(int code)
+{
+	switch (code) {
+	case RT_OK: return "success";
+	case RT_EINVAL: return "invalid layer descriptor";
+	case RT_ENOMEM: return "out of memory";
+	case RT_EARG: return "invalid argument (NULL or misaligned buffer, or bad index)";
+	case RT_ERANGE: return "token id outside the vocabulary";
+	default: return "unknown error";
+	}
+}
+
+static bool in(int64_t v, int64_t lo, int64_t hi)
+{
+	return v >= lo && v <= hi;
+}
+
+static int64_t or_default(int64_t v, int64_t dflt)
+{
+	return v ? v : dflt;
+}
+
+static int shape_attention(const rt_layer_desc *d, rt_shape *s)
+{
+	s->nh = d->heads;
+	if (!in(s->nh, 1, LIM) || !in(d->kv_heads, 0, LIM) || !in(d->head_dim, 0, LIM) ||
+	    !in(d->window, 0, (int64_t)1 << 30))
+		return RT_EINVAL;
+	s->win = d->window;
+	if (!d->head_dim && s->H % s->nh)
+		return RT_EINVAL;
+	int64_t hd = or_default(d->head_dim, s->H / s->nh);
+	s->mla = d->kv_lora_rank != 0;
+	if (!s->mla) {
+		if (d->q_lora_rank || d->qk_rope_dim || d->v_head_dim)
+			return RT_EINVAL;
+		s->nkv = or_default(d->kv_heads, s->nh);
+		if (s->nh % s->nkv)
+			return RT_EINVAL;
+		s->dqk = s->dv = hd;
+		s->rope_off = 0;
+		s->rope_len = hd;
+	} else {
+		/* MLA: keys and values are per head (kv_heads does not apply). */
+		if (!in(d->kv_lora_rank, 1, LIM) || !in(d->qk_rope_dim, 1, LIM) ||
+		    !in(d->q_lora_rank, 0, LIM) || !in(d->v_head_dim, 0, LIM))
+			return RT_EINVAL;
+		s->nkv = s->nh;
+		s->dn = hd;
+		s->dr = d->qk_rope_dim;
+		s->rq = d->q_lora_rank;
+		s->rkv = d->kv_lora_rank;
+		s->dqk = s->dn + s->dr;
+		s->dv = or_default(d->v_head_dim, hd);
+		s->rope_off = s->dn;
+		s->rope_len = s->dr;
+	}
+	if (s->nh * s->dqk > LIM_LD || s->nh * (s->dn + s->dv) > LIM_LD || s->nh * s->dv > LIM_LD)
+		return RT_EINVAL;
+	return RT_OK;
+}
+
+static int shape_ffn(const rt_layer_desc *d, rt_shape *s)
+{
+	if (!in((int64_t)d->act, 0, RT_NACTS - 1))
+		return RT_EINVAL;
+	s->act = d->act;
+	s->gated = d->act == RT_SWIGLU || d->act == RT_GEGLU;
+	if (s->kind == RT_MLP) {
+		s->F = d->ffn;
+		return in(s->F, 1, LIM) ? RT_OK : RT_EINVAL;
+	}
+	s->E = d->experts;
+	s->K = d->top_k;
+	s->F = d->expert_ffn;
+	if (!in(s->E, 1, (int64_t)1 << 16) || !in(s->K, 1, s->E) || !in(s->F, 1, LIM) ||
+	    !in(d->shared_experts, 0, (int64_t)1 << 16))
+		return RT_EINVAL;
+	s->SF = d->shared_experts * s->F;
+	if (s->SF > LIM_LD || s->T * s->K > LIM_LD || s->E * s->H * s->F > ((int64_t)1 << 40))
+		return RT_EINVAL;
+	return RT_OK;
+}
+
+static int shape_mamba(const rt_layer_desc *d, rt_shape *s)
+{
+	s->ver = (int)or_default(d->version, 2);
+	int64_t expand = or_default(d->expand, 2);
+	s->N = d->state;
+	s->Kc = or_default(d->conv, 4);
+	if ((s->ver != 1 && s->ver != 2) || !in(expand, 1, 64) || !in(s->N, 1, (int64_t)1 << 16) ||
+	    !in(s->Kc, 1, 1024))
+		return RT_EINVAL;
+	s->di = expand * s->H;
+	if (s->ver == 2) {
+		if (d->dt_rank || !in(d->heads, 0, LIM) || !in(d->head_dim, 0, LIM) ||
+		    !in(d->groups, 0, LIM))
+			return RT_EINVAL;
+		s->P = or_default(d->head_dim, d->heads ? s->di / d->heads : 64);
+		s->mh = or_default(d->heads, s->di / s->P);
+		s->G = or_default(d->groups, 1);
+		if (s->P < 1 || s->mh * s->P != s->di || s->mh % s->G)
+			return RT_EINVAL;
+		s->cd = s->di + 2 * s->G * s->N;
+		s->dip = s->di + s->cd + s->mh;
+	} else {
+		if (d->heads || d->head_dim || d->groups || !in(d->dt_rank, 0, LIM))
+			return RT_EINVAL;
+		/* Mamba-1 is the scan with one channel per head and one group. */
+		s->R = or_default(d->dt_rank, (s->H + 15) / 16);
+		s->mh = s->di;
+		s->P = 1;
+		s->G = 1;
+		s->cd = s->di;
+		s->dip = 2 * s->di;
+	}
+	if (s->dip > LIM_LD || s->mh * s->N > LIM_LD || s->R + 2 * s->N > LIM_LD)
+		return RT_EINVAL;
+	s->nck = (s->S + RT_SCAN_CHUNK - 1) / RT_SCAN_CHUNK;
+	return RT_OK;
+}
+
+int rt__shape(const rt_layer_desc *d, rt_shape *s)
+{
+	if (!d)
+		return RT_EARG;
+	*s = (rt_shape){.kind = d->kind, .H = d->hidden, .S = d->seq, .nb = d->mbs, .V = d->vocab};
+	if (!in((int64_t)d->kind, 0, RT_NKINDS - 1) || !in(s->H, 1, LIM) || !in(s->S, 1, LIM) ||
+	    !in(s->nb, 1, LIM) || s->S * s->nb > LIM_LD)
+		return RT_EINVAL;
+	s->T = s->S * s->nb;
+	switch (d->kind) {
+	case RT_EMBEDDING:
+	case RT_HEAD:
+		return in(s->V, 1, LIM) ? RT_OK : RT_EINVAL;
+	case RT_ATTENTION:
+		return shape_attention(d, s);
+	case RT_MLP:
+	case RT_MOE:
+		return shape_ffn(d, s);
+	case RT_MAMBA:
+		return shape_mamba(d, s);
+	default:
+		return RT_EINVAL;
+	}
+}
+
+int rt_layer_check(const rt_layer_desc *d)
+{
+	rt_shape s;
+	return rt__shape(d, &s);
+}
+
+/* ---- parameter layout ------------------------------------------------- */
+
+static void put(rt_tensor *t, const char *name, rt_init init, int ndim, int64_t a, int64_t b,
+                int64_t c)
+{
+	*t = (rt_tensor){.name = name, .ndim = ndim, .dim = {a, b, c}, .init = init};
+	t->size = a * (ndim > 1 ? b : 1) * (ndim > 2 ? c : 1);
+}
+
+#define MAT(name, rows, cols) put(t, name, INIT_NORMAL, 2, rows, cols, 0)
+#define VEC(name, n, init) put(t, name, init, 1, n, 0, 0)
+
+int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
+{
+	rt_tensor *t;
+	int nt = 0;
+	switch (s->kind) {
+	case RT_EMBEDDING:
+		nt = EMB_N;
+		t = &tt[EMB_TABLE], put(t, "table", INIT_EMBED, 2, s->V, s->H, 0);
+		break;
+	case RT_HEAD:
+		nt = HD_N;
+		t = &tt[HD_NORM], VEC("norm", s->H, INIT_ONES);
+		t = &tt[HD_W], MAT("w", s->H, s->V);
+		break;
+	case RT_ATTENTION: {
+		nt = AT_N;
+		int64_t q = s->nh * s->dqk;
+		bool fullq = !s->mla || !s->rq;
+		t = &tt[AT_NORM], VEC("norm", s->H, INIT_ONES);
+		t = &tt[AT_WQ], MAT("wq", fullq ? s->H : 0, q);
+		t = &tt[AT_WDQ], MAT("wq_a", fullq ? 0 : s->H, s->rq);
+		t = &tt[AT_QNORM], VEC("q_norm", fullq ? 0 : s->rq, INIT_ONES);
+		t = &tt[AT_WUQ], MAT("wq_b", fullq ? 0 : s->rq, q);
+		t = &tt[AT_WK], MAT("wk", s->mla ? 0 : s->H, s->nkv * s->dqk);
+		t = &tt[AT_WV], MAT("wv", s->mla ? 0 : s->H, s->nkv * s->dv);
+		t = &tt[AT_WDKV], MAT("wkv_a", s->mla ? s->H : 0, s->rkv + s->dr);
+		t = &tt[AT_KVNORM], VEC("kv_norm", s->mla ? s->rkv : 0, INIT_ONES);
+		t = &tt[AT_WUKV], MAT("wkv_b", s->mla ? s->rkv : 0, s->nh * (s->dn + s->dv));
+		t = &tt[AT_WO], MAT("wo", s->nh * s->dv, s->H);
+		break;
+	}
+	case RT_MLP:
+		nt = FF_N;
+		t = &tt[FF_NORM], VEC("norm", s->H, INIT_ONES);
+		t = &tt[FF_W1], MAT(s->gated ? "w_gate" : "w_up", s->H, s->F);
+		t = &tt[FF_WU], MAT("w_up", s->gated ? s->H : 0, s->F);
+		t = &tt[FF_WD], MAT("w_down", s->F, s->H);
+		break;
+	case RT_MOE:
+		nt = MOE_N;
+		t = &tt[MOE_NORM], VEC("norm", s->H, INIT_ONES);
+		t = &tt[MOE_ROUTER], MAT("router", s->H, s->E);
+		t = &tt[MOE_W1], put(t, s->gated ? "experts.w_gate" : "experts.w_up", INIT_NORMAL, 3,
+		                     s->E, s->H, s->F);
+		t = &tt[MOE_WU], put(t, "experts.w_up", INIT_NORMAL, 3, s->gated ? s->E : 0, s->H, s->F);
+		t = &tt[MOE_WD], put(t, "experts.w_down", INIT_NORMAL, 3, s->E, s->F, s->H);
+		t = &tt[MOE_SW1], MAT(s->gated ? "shared.w_gate" : "shared.w_up", s->SF ? s->H : 0, s->SF);
+		t = &tt[MOE_SWU], MAT("shared.w_up", s->SF && s->gated ? s->H : 0, s->SF);
+		t = &tt[MOE_SWD], MAT("shared.w_down", s->SF, s->SF ? s->H : 0);
+		break;
+	case RT_MAMBA: {
+		nt = MB_N;
+		bool v1 = s->ver == 1;
+		t = &tt[MB_NORM], VEC("norm", s->H, INIT_ONES);
+		t = &tt[MB_WIN], MAT("in_proj", s->H, s->dip);
+		t = &tt[MB_CONVW], put(t, "conv_w", INIT_CONV, 2, s->cd, s->Kc, 0);
+		t = &tt[MB_CONVB], VEC("conv_b", s->cd, INIT_ZEROS);
+		t = &tt[MB_XPROJ], MAT("x_proj", v1 ? s->di : 0, s->R + 2 * s->N);
+		t = &tt[MB_DTPROJ], MAT("dt_proj", v1 ? s->R : 0, s->di);
+		t = &tt[MB_DTBIAS], VEC("dt_bias", s->mh, INIT_DT_BIAS);
+		if (v1)
+			t = &tt[MB_ALOG], put(t, "A_log", INIT_ALOG_N, 2, s->di, s->N, 0);
+		else
+			t = &tt[MB_ALOG], VEC("A_log", s->mh, INIT_ALOG_U);
+		t = &tt[MB_D], VEC("D", s->mh, INIT_ONES);
+		t = &tt[MB_GNORM], VEC("norm_gated", v1 ? 0 : s->di, INIT_ONES);
+		t = &tt[MB_WOUT], MAT("out_proj", s->di, s->H);
+		break;
+	}
+	default:
+		*n = 0;
+		return 0;
+	}
+	int64_t off = 0;
+	for (int i = 0; i < nt; i++) {
+		tt[i].offset = off;
+		off += tt[i].size;
+	}
+	*n = nt;
+	return off;
+}
+
+int rt_layer_ntensors(const rt_layer_desc *d, int *n)
+{
+	rt_shape s;
+	rt_tensor t[RT_MAX_TENSORS];
+	int rc = rt__shape(d, &s), nt;
+	if (rc)
+		return rc;
+	if (!n)
+		return RT_EARG;
+	rt__tensors(&s, t, &nt);
+	*n = 0;
+	for (int i = 0; i < nt; i++)
+		*n += t[i].size > 0;
+	return RT_OK;
+}
+
+int rt_layer_tensor(const rt_layer_desc *d, int i, rt_tensor_info *out)
+{
+	rt_shape s;
+	rt_tensor t[RT_MAX_TENSORS];
+	int rc = rt__shape(d, &s), nt;
+	if (rc)
+		return rc;
+	if (!out || i < 0)
+		return RT_EARG;
+	rt__tensors(&s, t, &nt);
+	for (int k = 0; k < nt; k++) {
+		if (!t[k].size)
+			continue;
+		if (i-- == 0) {
+			*out = (rt_tensor_info){t[k].name, t[k].offset, t[k].ndim,
+			                        {t[k].dim[0], t[k].dim[1], t[k].dim[2]}};
+			return RT_OK;
+		}
+	}
+	return RT_EARG;
+}
+
+/* ---- init ------------------------------------------------------------- */
+
+/* splitmix64's finaliser: a bijective 64-bit mix. */
+static uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 53 bits, draw j of element i. */
+static double unif(uint64_t key, int64_t i, int j)
+{
+	return (double)(mix64(key ^ mix64((uint64_t)i * 4 + (uint64_t)j)) >> 11) * 0x1p-53;
+}
+
+double rt__init_value(const rt_tensor *t, uint64_t seed, int64_t layer, int64_t i)
+{
+	uint64_t key = mix64(mix64(seed) ^ (uint64_t)layer);
+	int64_t g = t->offset + i; /* the element's index in the layer's array */
+	switch (t->init) {
+	case INIT_ONES:
+		return 1;
+	case INIT_ZEROS:
+		return 0;
+	case INIT_NORMAL:
+	case INIT_CONV:
+	case INIT_EMBED: {
+		/* Irwin-Hall: four uniforms, centred and scaled to unit variance.
+		 * Plain arithmetic, so every libm gives the same bits. */
+		double z = (unif(key, g, 0) + unif(key, g, 1) + unif(key, g, 2) + unif(key, g, 3) - 2) *
+		           1.7320508075688772;
+		if (t->init == INIT_EMBED)
+			return z;
+		int64_t fan = t->init == INIT_CONV ? t->dim[1] : t->dim[t->ndim - 2];
+		return z / sqrt((double)fan);
+	}
+	case INIT_DT_BIAS: {
+		double dt = exp(log(1e-3) + unif(key, g, 0) * (log(1e-1) - log(1e-3)));
+		return dt + log(-expm1(-dt));
+	}
+	case INIT_ALOG_U:
+		return log(1 + 15 * unif(key, g, 0));
+	case INIT_ALOG_N:
+		return log((double)(i % t->dim[1] + 1));
+	}
+	return 0;
+}
+
+/* ---- FLOPs ------------------------------------------------------------ */
+
+int rt_layer_flops(const rt_layer_desc *d, double *f, double *b, double *w)
+{
+	rt_shape s;
+	int rc = rt__shape(d, &s);
+	if (rc)
+		return rc;
+	if (!f || !b || !w)
+		return RT_EARG;
+	double T = (double)s.T, H = (double)s.H;
+	double proj = 0, fx = 0, bx = 0, wx = 0; /* proj: one pass of the projections */
+	switch (s.kind) {
+	case RT_EMBEDDING:
+		wx = T * H;
+		break;
+	case RT_HEAD:
+		proj = 2 * T * H * (double)s.V;
+		bx = proj; /* B recomputes the logits */
+		break;
+	case RT_ATTENTION: {
+		double q = (double)(s.nh * s.dqk);
+		if (!s.mla) {
+			proj = 2 * T * H * (q + (double)(s.nkv * (s.dqk + s.dv)));
+		} else {
+			proj = s.rq ? 2 * T * (double)s.rq * (H + q) : 2 * T * H * q;
+			proj += 2 * T * H * (double)(s.rkv + s.dr) +
+			        2 * T * (double)(s.rkv * s.nh * (s.dn + s.dv));
+		}
+		proj += 2 * T * (double)(s.nh * s.dv) * H;
+		double pairs = 0;
+		for (int64_t i = 0; i < s.S; i++)
+			pairs += (double)(s.win && s.win < i + 1 ? s.win : i + 1);
+		double c = (double)(s.nb * s.nh) * pairs * 2;
+		fx = c * (double)(s.dqk + s.dv);
+		bx = c * (double)(3 * s.dqk + 2 * s.dv);
+		break;
+	}
+	case RT_MLP:
+		proj = 2 * T * H * (double)s.F * (s.gated ? 3 : 2);
+		break;
+	case RT_MOE:
+		proj = 2 * T * H * (double)s.E +
+		       2 * T * H * (double)(s.K * s.F + s.SF) * (s.gated ? 3 : 2);
+		break;
+	case RT_MAMBA: {
+		double scan = T * (double)(s.mh * s.P * s.N), conv = 2 * T * (double)(s.cd * s.Kc);
+		proj = 2 * T * H * (double)s.dip + 2 * T * (double)s.di * H;
+		if (s.ver == 1)
+			proj += 2 * T * (double)(s.di * (s.R + 2 * s.N)) + 2 * T * (double)(s.R * s.di);
+		fx = conv + 5 * scan;
+		bx = conv + 15 * scan;
+		wx = conv;
+		break;
+	}
+	default:
+		break;
+	}
+	*f = proj + fx;
+	*b = proj + bx;
+	*w = proj + wx;
+	return RT_OK;
+}

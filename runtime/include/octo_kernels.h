@@ -1,0 +1,165 @@
+/* octo_kernels.h: the CPU layer kernels of libocto_rt.
+ *
+ * Each layer kind has three entry points, called per micro-batch:
+ *   F  forward: input activations -> output activations, filling the
+ *      activation stash the layer's B reads;
+ *   B  input-gradient backward: output gradient -> input gradient, reading
+ *      the activation stash and filling the W stash;
+ *   W  weight-gradient backward: reads only the W stash (and the
+ *      parameters) and ADDS (+=) the layer's weight gradients.
+ * B then W is exactly the full backward.  B never reads what W writes and
+ * W never reads the activation stash, so the stash can be freed after B.
+ *
+ * The caller owns every buffer: parameters, gradients (same layout as the
+ * parameters), both stashes and one scratch buffer, sized by
+ * rt_layer_sizes().  Kernels never allocate.  Buffers must be aligned to 16
+ * bytes.  Results are bitwise reproducible: every reduction runs in a fixed
+ * order, and BLAS is called with fixed shapes (run OpenBLAS with a fixed
+ * thread count; the tests use one thread).  Gradients accumulated over
+ * micro-batches depend on the order of the W calls, as floating-point sums
+ * do; run W in micro-batch order for bitwise equal gradients across plans.
+ *
+ * The math of every layer, the parameter layout, the stash contents and the
+ * init are specified in docs/layers.md.  Every call returns an RT_ code;
+ * none calls exit(). */
+#ifndef OCTO_KERNELS_H
+#define OCTO_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Result codes.  0 is success; failures are negative. */
+#define RT_OK 0
+#define RT_EINVAL (-1)  /* bad layer descriptor */
+#define RT_ENOMEM (-2)  /* allocation failure */
+#define RT_EARG (-3)    /* bad argument: NULL or misaligned buffer, bad index */
+#define RT_ERANGE (-4)  /* token or target id outside the vocabulary */
+
+/* A static English message for an RT_ code. */
+const char *rt_strerror(int code);
+
+/* Layer kinds and feed-forward activations, in the order of ir.h's tables
+ * (IR_LAYER_KINDS, IR_ACTS), so a generated program may pass them through. */
+typedef enum rt_kind {
+	RT_EMBEDDING,
+	RT_ATTENTION,
+	RT_MLP,
+	RT_MOE,
+	RT_MAMBA,
+	RT_HEAD,
+	RT_NKINDS
+} rt_kind;
+
+typedef enum rt_act { RT_SWIGLU, RT_GEGLU, RT_GELU, RT_RELU, RT_RELU2, RT_NACTS } rt_act;
+
+/* One layer and the micro-batch shape it runs on.  Attribute fields mean
+ * what the ir.h attribute of the same name means; 0 is "absent", as there,
+ * except where a default is noted.  Fields that do not apply to the kind
+ * are ignored. */
+typedef struct rt_layer_desc {
+	rt_kind kind;
+	int64_t hidden;
+	int64_t seq;   /* tokens per sequence */
+	int64_t mbs;   /* sequences per micro-batch */
+	int64_t vocab; /* embedding, head */
+
+	/* attention (and mamba version 2: heads, head_dim) */
+	int64_t heads;
+	int64_t kv_heads;     /* 0: heads */
+	int64_t head_dim;     /* 0: hidden / heads */
+	int64_t window;       /* 0: global causal attention */
+	int64_t q_lora_rank;  /* MLA */
+	int64_t kv_lora_rank; /* non-zero: MLA */
+	int64_t qk_rope_dim;  /* MLA, required with kv_lora_rank */
+	int64_t v_head_dim;   /* MLA; 0: head_dim */
+
+	/* mlp, moe */
+	int64_t ffn;
+	rt_act act;
+	int64_t experts;
+	int64_t top_k;
+	int64_t expert_ffn;
+	int64_t shared_experts;
+
+	/* mamba */
+	int64_t version; /* 1 or 2; 0: 2 */
+	int64_t state;
+	int64_t expand;  /* 0: 2 */
+	int64_t conv;    /* 0: 4 */
+	int64_t groups;  /* version 2; 0: 1 */
+	int64_t dt_rank; /* version 1; 0: ceil(hidden / 16) */
+} rt_layer_desc;
+
+/* RT_OK when the descriptor describes a layer these kernels run, else
+ * RT_EINVAL. */
+int rt_layer_check(const rt_layer_desc *d);
+
+/* Buffer sizes of one layer for one micro-batch. */
+typedef struct rt_sizes {
+	int64_t params;  /* floats in the parameter array (and the gradient array) */
+	int64_t act;     /* bytes of the activation stash, F -> B */
+	int64_t wstash;  /* bytes of the W stash, B -> W */
+	int64_t scratch; /* bytes of scratch any of F, B, W needs */
+} rt_sizes;
+
+/* One named tensor of a layer's flat parameter array. */
+typedef struct rt_tensor_info {
+	const char *name; /* e.g. "attn.wq" */
+	int64_t offset;   /* in floats, from the start of the layer's array */
+	int ndim;
+	int64_t dim[3];   /* row-major; a matrix [in][out] maps a row vector x to x.W */
+} rt_tensor_info;
+
+/* Number of tensors of the layer (n), and tensor i (0 <= i < n). */
+int rt_layer_ntensors(const rt_layer_desc *d, int *n);
+int rt_layer_tensor(const rt_layer_desc *d, int i, rt_tensor_info *out);
+
+/* FLOPs of F, B and W for one micro-batch: matrix products and the
+ * attention core (its causal half), as the kernels run them. */
+int rt_layer_flops(const rt_layer_desc *d, double *f, double *b, double *w);
+
+/* The kernel API, declared once over the element type so the double build
+ * used by the tests (prefix rtd_, see runtime/cpu/kernels_f64.h) has the
+ * same signatures.
+ *
+ *   layer_sizes  buffer sizes (bytes depend on the element type)
+ *   layer_init   deterministic parameters from (seed, global layer index):
+ *                the same weights whatever the plan
+ *   forward      F.  x [mbs*seq][hidden] (NULL for the embedding); tokens:
+ *                the embedding's input ids, or the head's targets (a
+ *                negative target is ignored), else NULL; y [mbs*seq][hidden]
+ *                (NULL for the head; may equal x); loss: the head's
+ *                {sum of per-token cross-entropy, count of targets}, else NULL
+ *   backward_b   B.  dy like y (NULL for the head); dscale: the head's
+ *                d(loss)/d(per-token cross-entropy), e.g. 1 / tokens in the
+ *                step (ignored elsewhere); dx like x (NULL for the
+ *                embedding, which only moves dy into its W stash; may equal dy)
+ *   backward_w   W.  grads += weight gradients of this micro-batch */
+typedef struct rt_loss {
+	double sum;    /* sum of -log p(target) over counted tokens */
+	int64_t count; /* tokens with a target >= 0 */
+} rt_loss;
+
+#define RT_KERNEL_API(P, real)                                                  \
+	int P##_layer_sizes(const rt_layer_desc *d, rt_sizes *s);             \
+	int P##_layer_init(const rt_layer_desc *d, uint64_t seed, int64_t layer,     \
+	                   real *params);                                            \
+	int P##_forward(const rt_layer_desc *d, const real *params, const real *x,   \
+	                const int32_t *tokens, real *y, rt_loss *loss, void *act,    \
+	                void *scratch);                                              \
+	int P##_backward_b(const rt_layer_desc *d, const real *params,               \
+	                   const real *dy, real dscale, real *dx, const void *act,   \
+	                   void *wstash, void *scratch);                             \
+	int P##_backward_w(const rt_layer_desc *d, const real *params, real *grads, \
+	                   const void *wstash, void *scratch);
+
+RT_KERNEL_API(rt, float)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
