@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "yamlsrc.h"
+
 #ifndef OCTO_MODELS_DIR
 #define OCTO_MODELS_DIR "models"
 #endif
@@ -26,10 +28,7 @@ enum {
 	MAX_LAYERS = 100000,   /* docs/yaml.md: a model has at most this many */
 	MAX_REPEAT_DEPTH = 32, /* repeat blocks inside each other */
 	MAX_PRESET_DEPTH = 8,  /* cluster files naming presets naming ... */
-	SHOW_MAX = 40,         /* longest user value echoed in a message */
 };
-
-#define NELEMS(a) ((int)(sizeof(a) / sizeof *(a)))
 
 static const ir_loc no_loc; /* "octopipe: error: ..." (command line) */
 
@@ -38,78 +37,14 @@ static const ir_loc no_loc; /* "octopipe: error: ..." (command line) */
 /* One parsed YAML file: its text, for locations, and its node tree. */
 typedef struct ydoc {
 	arena *a;             /* strings that outlive the tree */
-	const src_file *src;
+	ysrc ys;
 	yaml_document_t doc;
 	bool loaded;
-	size_t *line_start;   /* byte offset of each line */
-	size_t nlines;
-	bool ascii;           /* then character columns are byte columns */
-	size_t cline, ccol, cbyte; /* last column conversion, resumed to the right */
 } ydoc;
-
-static void index_lines(ydoc *d)
-{
-	const char *t = d->src->text;
-	size_t n = d->src->len, count = 1;
-	d->ascii = true;
-	for (size_t i = 0; i < n; i++) {
-		count += t[i] == '\n';
-		if ((unsigned char)t[i] >= 0x80)
-			d->ascii = false;
-	}
-	d->line_start = arena_alloc(d->a, count * sizeof *d->line_start);
-	d->nlines = 0;
-	d->line_start[d->nlines++] = 0;
-	for (size_t i = 0; i < n; i++)
-		if (t[i] == '\n')
-			d->line_start[d->nlines++] = i + 1;
-	d->cline = (size_t)-1;
-}
-
-/* libyaml counts columns in characters; diagnostics (and the caret under
- * the source line) count bytes. */
-static ir_loc mark_loc(ydoc *d, yaml_mark_t mk)
-{
-	size_t line = mk.line < d->nlines ? mk.line : d->nlines - 1;
-	size_t ls = d->line_start[line], byte;
-	if (d->ascii) {
-		byte = ls + mk.column;
-	} else {
-		const unsigned char *t = (const unsigned char *)d->src->text;
-		size_t le = line + 1 < d->nlines ? d->line_start[line + 1] : d->src->len;
-		size_t c = 0, b = ls;
-		if (line == 0 && d->src->len >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0)
-			b = 3; /* libyaml does not count the byte-order mark */
-		if (d->cline == line && d->ccol <= mk.column)
-			c = d->ccol, b = d->cbyte;
-		while (c < mk.column && b < le) {
-			b++;
-			while (b < le && (t[b] & 0xC0) == 0x80)
-				b++;
-			c++;
-		}
-		d->cline = line, d->ccol = c, d->cbyte = b;
-		byte = b;
-	}
-	return (ir_loc){d->src, (int)line + 1, (int)(byte - ls) + 1};
-}
-
-static ir_loc offset_loc(ydoc *d, size_t off)
-{
-	size_t lo = 0, hi = d->nlines; /* last line starting at or before off */
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (d->line_start[mid] <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return (ir_loc){d->src, (int)lo + 1, (int)(off - d->line_start[lo]) + 1};
-}
 
 static ir_loc at(ydoc *d, const yaml_node_t *n)
 {
-	return mark_loc(d, n->start_mark);
+	return ysrc_mark_loc(&d->ys, n->start_mark);
 }
 
 static yaml_node_t *node(ydoc *d, int id)
@@ -119,38 +54,9 @@ static yaml_node_t *node(ydoc *d, int id)
 
 /* ---- messages ---------------------------------------------------------- */
 
-/* A user value as it appears in a message: cut short, control bytes
- * replaced, so a message stays one readable line. */
-static const char *shown(arena *a, const char *s)
-{
-	size_t n = strlen(s);
-	bool cut = n > SHOW_MAX;
-	if (cut)
-		for (n = SHOW_MAX; n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80; n--)
-			; /* not inside a UTF-8 character */
-	char *p = arena_alloc(a, n + 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-	if (cut)
-		memcpy(p + n, "...", 3);
-	return p;
-}
-
 static const char *quoted(arena *a, const char *key)
 {
 	return arena_printf(a, "'%s'", key);
-}
-
-/* "a, b, c" */
-static const char *joined(arena *a, const char *const *names, int n)
-{
-	size_t len = 1;
-	for (int i = 0; i < n; i++)
-		len += strlen(names[i]) + 2;
-	char *p = arena_alloc(a, len), *q = p;
-	for (int i = 0; i < n; i++)
-		q += sprintf(q, "%s%s", i ? ", " : "", names[i]);
-	return p;
 }
 
 /* What a node is, for "expected X for 'k', got Y". */
@@ -161,25 +67,12 @@ static const char *describe(ydoc *d, const yaml_node_t *n)
 		return "a mapping";
 	case YAML_SEQUENCE_NODE:
 		return "a sequence";
-	case YAML_SCALAR_NODE: {
-		const char *s = (const char *)n->data.scalar.value;
-		if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
-			return *s ? arena_printf(d->a, "'%s'", shown(d->a, s)) : "nothing";
-		return arena_printf(d->a, "the string \"%s\"", shown(d->a, s));
-	}
+	case YAML_SCALAR_NODE:
+		return ysrc_describe_scalar(d->a, (const char *)n->data.scalar.value,
+		                            n->data.scalar.style);
 	default:
 		return "nothing";
 	}
-}
-
-static void unknown_name(arena *a, ir_loc loc, const char *noun, const char *s,
-                         const char *const *names, int n)
-{
-	const char *near = diag_nearest(s, names, n);
-	if (near)
-		diag_error(loc, "unknown %s '%s'; did you mean '%s'?", noun, shown(a, s), near);
-	else
-		diag_error(loc, "unknown %s '%s'; known: %s", noun, shown(a, s), joined(a, names, n));
 }
 
 static void range_error(ir_loc loc, const char *what, int64_t v, int64_t lo, int64_t hi)
@@ -210,7 +103,7 @@ static void context_note(ydoc *d, const yaml_parser_t *p)
 			what += 3;
 		else
 			return;
-		diag_note(mark_loc(d, p->context_mark), "the %s starts here", what);
+		diag_note(ysrc_mark_loc(&d->ys, p->context_mark), "the %s starts here", what);
 		return;
 	}
 }
@@ -220,7 +113,7 @@ static void yaml_problem(ydoc *d, const yaml_parser_t *p)
 	ir_loc loc;
 	switch (p->error) {
 	case YAML_READER_ERROR:
-		loc = offset_loc(d, p->problem_offset);
+		loc = ysrc_offset_loc(&d->ys, p->problem_offset);
 		if (strstr(p->problem, "UTF-8") && p->problem_value != -1)
 			diag_error(loc, "%s (byte 0x%02X); the file must be UTF-8 text", p->problem,
 			           (unsigned)p->problem_value);
@@ -231,15 +124,15 @@ static void yaml_problem(ydoc *d, const yaml_parser_t *p)
 		return;
 	case YAML_SCANNER_ERROR:
 	case YAML_PARSER_ERROR:
-		loc = mark_loc(d, p->problem_mark);
+		loc = ysrc_mark_loc(&d->ys, p->problem_mark);
 		break;
 	default:
-		diag_error((ir_loc){d->src, 1, 1}, "out of memory while reading YAML");
+		diag_error((ir_loc){d->ys.src, 1, 1}, "out of memory while reading YAML");
 		return;
 	}
-	size_t off = d->line_start[loc.line - 1] + (size_t)loc.col - 1;
-	const char *t = d->src->text;
-	if (off < d->src->len && t[off] == '\t') {
+	size_t off = d->ys.line_start[loc.line - 1] + (size_t)loc.col - 1;
+	const char *t = d->ys.src->text;
+	if (off < d->ys.src->len && t[off] == '\t') {
 		diag_error(loc, "tab character where YAML expects indentation or a value; indent with spaces");
 	} else {
 		diag_error(loc, "%s%s%s", p->problem, p->context ? " " : "",
@@ -309,8 +202,9 @@ static int set_anchor(ydoc *d, anchors *t, const yaml_char_t *name, int id, yaml
 		anchor_grow(d->a, t);
 	struct anchor *s = anchor_slot(t, (const char *)name);
 	if (s->name) {
-		diag_error(mark_loc(d, mark), "duplicate anchor '&%s'", shown(d->a, s->name));
-		diag_note(mark_loc(d, s->mark), "the first '&%s' is here", shown(d->a, s->name));
+		const char *name_shown = ysrc_shown(d->a, s->name);
+		diag_error(ysrc_mark_loc(&d->ys, mark), "duplicate anchor '&%s'", name_shown);
+		diag_note(ysrc_mark_loc(&d->ys, s->mark), "the first '&%s' is here", name_shown);
 		return -1;
 	}
 	*s = (struct anchor){arena_strdup(d->a, (const char *)name), id, mark};
@@ -339,7 +233,7 @@ static int compose(ydoc *d, yaml_parser_t *p, const char *what)
 			yaml_problem(d, p);
 			return -1;
 		}
-		ir_loc loc = mark_loc(d, ev.start_mark);
+		ir_loc loc = ysrc_mark_loc(&d->ys, ev.start_mark);
 		int id = 0; /* a finished node, to attach to its parent */
 		switch (ev.type) {
 		case YAML_STREAM_END_EVENT:
@@ -355,13 +249,13 @@ static int compose(ydoc *d, yaml_parser_t *p, const char *what)
 			const char *name = (const char *)ev.data.alias.anchor;
 			struct anchor *s = anch.cap ? anchor_slot(&anch, name) : NULL;
 			if (!s || !s->name) {
-				diag_error(loc, "undefined alias '*%s'", shown(d->a, name));
+				diag_error(loc, "undefined alias '*%s'", ysrc_shown(d->a, name));
 				goto fail;
 			}
 			for (int i = 0; i < depth; i++)
 				if (stack[i].id == s->id) {
 					diag_error(loc, "alias '*%s' refers to a node that contains it (a cycle)",
-					           shown(d->a, name));
+					           ysrc_shown(d->a, name));
 					goto fail;
 				}
 			id = s->id;
@@ -426,7 +320,7 @@ static int compose(ydoc *d, yaml_parser_t *p, const char *what)
 	}
 	return 0;
 nomem:
-	diag_error((ir_loc){d->src, 1, 1}, "out of memory while reading YAML");
+	diag_error((ir_loc){d->ys.src, 1, 1}, "out of memory while reading YAML");
 fail:
 	yaml_event_delete(&ev);
 	return -1;
@@ -438,8 +332,7 @@ static int ydoc_load(ydoc *d, arena *a, const src_file *src, const char *what)
 {
 	memset(d, 0, sizeof *d);
 	d->a = a;
-	d->src = src;
-	index_lines(d);
+	ysrc_init(&d->ys, a, src);
 	yaml_parser_t p;
 	if (!yaml_parser_initialize(&p)) {
 		diag_error((ir_loc){src, 1, 1}, "out of memory while reading YAML");
@@ -478,11 +371,8 @@ static int check_tag(ydoc *d, const yaml_node_t *n, const char *what)
 	const char *tag = (const char *)n->tag;
 	if (!tag || strcmp(tag, default_tag(n->type)) == 0)
 		return 0;
-	static const char std[] = "tag:yaml.org,2002:";
-	if (strncmp(tag, std, sizeof std - 1) == 0)
-		tag = arena_printf(d->a, "!!%s", tag + sizeof std - 1);
 	diag_error(at(d, n), "unsupported tag '%s' on %s; tags are not part of the format",
-	           shown(d->a, tag), what);
+	           ysrc_tag_shown(d->a, tag), what);
 	return -1;
 }
 
@@ -536,35 +426,6 @@ static bool is_digit(char c)
 	return c >= '0' && c <= '9';
 }
 
-/* Numbers are written in decimal: [+-]digits[.digits][e[+-]digits].
- * Length of the number at the start of s (0: none). */
-static size_t scan_number(const char *s, bool allow_exp)
-{
-	size_t i = 0, digits = 0;
-	if (s[i] == '+' || s[i] == '-')
-		i++;
-	while (is_digit(s[i]))
-		i++, digits++;
-	if (s[i] == '.') {
-		i++;
-		while (is_digit(s[i]))
-			i++, digits++;
-	}
-	if (!digits)
-		return 0;
-	if (allow_exp && (s[i] == 'e' || s[i] == 'E')) {
-		size_t j = i + 1;
-		if (s[j] == '+' || s[j] == '-')
-			j++;
-		if (is_digit(s[j])) {
-			while (is_digit(s[j]))
-				j++;
-			i = j;
-		}
-	}
-	return i;
-}
-
 /* integer := plain scalar [+-]digits, within lo..hi. */
 static int get_int(ydoc *d, const yaml_node_t *n, const char *what, int64_t lo, int64_t hi,
                    int64_t *out)
@@ -583,7 +444,7 @@ static int get_int(ydoc *d, const yaml_node_t *n, const char *what, int64_t lo, 
 	errno = 0;
 	long long v = strtoll(s, NULL, 10);
 	if (errno == ERANGE) {
-		diag_error(at(d, n), "integer %s for %s is out of range", shown(d->a, s), what);
+		diag_error(at(d, n), "integer %s for %s is out of range", ysrc_shown(d->a, s), what);
 		return -1;
 	}
 	if (v < lo || v > hi) {
@@ -594,48 +455,17 @@ static int get_int(ydoc *d, const yaml_node_t *n, const char *what, int64_t lo, 
 	return 0;
 }
 
-/* The YAML spellings of infinity and not-a-number. */
-static bool yaml_nonfinite(const char *s)
-{
-	if (*s == '+' || *s == '-')
-		s++;
-	static const char *const names[] = {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"};
-	for (int i = 0; i < NELEMS(names); i++)
-		if (strcmp(s, names[i]) == 0)
-			return true;
-	return false;
-}
-
-enum { NUM_ANY, NUM_POSITIVE, NUM_NONNEG };
-
 /* number := plain scalar in decimal or scientific notation, finite. */
 static int get_num(ydoc *d, const yaml_node_t *n, const char *what, int sign, double *out)
 {
 	const char *s;
 	if (scalar(d, n, what, "a number", &s) < 0)
 		return -1;
-	bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-	if (plain && yaml_nonfinite(s)) {
-		diag_error(at(d, n), "%s must be finite, got '%s'", what, s);
-		return -1;
-	}
-	size_t len = scan_number(s, true);
-	if (!plain || !len || s[len]) {
+	int rc = ysrc_number(d->a, at(d, n), what, s,
+	                     n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE, sign, out);
+	if (rc > 0)
 		diag_error(at(d, n), "expected a number for %s, got %s", what, describe(d, n));
-		return -1;
-	}
-	double v = strtod(s, NULL);
-	if (!isfinite(v)) {
-		diag_error(at(d, n), "%s must be finite, got '%s'", what, shown(d->a, s));
-		return -1;
-	}
-	if ((sign == NUM_POSITIVE && !(v > 0)) || (sign == NUM_NONNEG && v < 0)) {
-		diag_error(at(d, n), "%s must be %s, got %s", what,
-		           sign == NUM_POSITIVE ? "greater than 0" : "at least 0", shown(d->a, s));
-		return -1;
-	}
-	*out = v;
-	return 0;
+	return rc ? -1 : 0;
 }
 
 typedef struct unit {
@@ -652,7 +482,7 @@ static int get_with_unit(ydoc *d, const yaml_node_t *n, const char *what, const 
 	const char *s;
 	if (scalar(d, n, what, expect, &s) < 0)
 		return -1;
-	size_t len = scan_number(s, true);
+	size_t len = ysrc_scan_number(s);
 	if (!len) {
 		diag_error(at(d, n), "expected %s for %s, got %s", expect, what, describe(d, n));
 		return -1;
@@ -669,8 +499,8 @@ static int get_with_unit(ydoc *d, const yaml_node_t *n, const char *what, const 
 		for (int i = 0; i < nunits && nn < NELEMS(names); i++)
 			if (*units[i].name)
 				names[nn++] = units[i].name;
-		diag_error(at(d, n), "unknown %s '%s' in '%s' for %s; expected %s", noun, shown(d->a, u),
-		           shown(d->a, s), what, joined(d->a, names, nn));
+		diag_error(at(d, n), "unknown %s '%s' in '%s' for %s; expected %s", noun,
+		           ysrc_shown(d->a, u), ysrc_shown(d->a, s), what, ysrc_joined(d->a, names, nn));
 		return -1;
 	}
 	*out = strtod(s, NULL) * units[k].scale;
@@ -686,14 +516,14 @@ static int get_rate(ydoc *d, const yaml_node_t *n, const char *what, double *out
 	if (n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
 		const char *s = (const char *)n->data.scalar.value;
 		s += *s == '+';
-		if (strcmp(s, "inf") == 0 || (yaml_nonfinite(s) && (s[1] == 'i' || s[1] == 'I'))) {
+		if (strcmp(s, "inf") == 0 || (ysrc_nonfinite(s) && (s[1] == 'i' || s[1] == 'I'))) {
 			if (check_tag(d, n, what) < 0)
 				return -1;
 			*out = INFINITY;
 			return 0;
 		}
 	}
-	return get_num(d, n, what, NUM_POSITIVE, out);
+	return get_num(d, n, what, YSRC_POSITIVE, out);
 }
 
 /* bytes := integer | number suffix (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB) */
@@ -708,11 +538,11 @@ static int get_bytes(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *
 	if (get_with_unit(d, n, what, "a byte size", "size suffix", units, NELEMS(units), &v, &s) < 0)
 		return -1;
 	if (!isfinite(v) || v >= 0x1p63) {
-		diag_error(at(d, n), "byte size %s for %s is out of range", shown(d->a, s), what);
+		diag_error(at(d, n), "byte size %s for %s is out of range", ysrc_shown(d->a, s), what);
 		return -1;
 	}
 	if (v < 1) {
-		diag_error(at(d, n), "%s must be at least 1 byte, got '%s'", what, shown(d->a, s));
+		diag_error(at(d, n), "%s must be at least 1 byte, got '%s'", what, ysrc_shown(d->a, s));
 		return -1;
 	}
 	*out = (uint64_t)(v + 0.5);
@@ -744,7 +574,7 @@ static int get_duration(ydoc *d, const yaml_node_t *n, const char *what, double 
 		return -1;
 	if (!isfinite(v) || v < 0) {
 		diag_error(at(d, n), "%s must be a finite duration of at least 0, got '%s'", what,
-		           shown(d->a, s));
+		           ysrc_shown(d->a, s));
 		return -1;
 	}
 	*out = v;
@@ -760,7 +590,7 @@ static int get_enum(ydoc *d, const yaml_node_t *n, const char *what, const char 
 		return -1;
 	int i = ir_lookup(names, count, s);
 	if (i < 0) {
-		unknown_name(d->a, at(d, n), noun, s, names, count);
+		ysrc_unknown(d->a, at(d, n), noun, s, NULL, names, count);
 		return -1;
 	}
 	*out = i;
@@ -779,19 +609,11 @@ typedef struct keyspec {
 	const char *other_why;      /* "is for version 1, this layer is version 2" */
 } keyspec;
 
-static int find_name(const char *const *names, int n, const char *s)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(names[i], s) == 0)
-			return i;
-	return -1;
-}
-
 static void unknown_key(ydoc *d, const yaml_node_t *k, const char *name, const keyspec *ks)
 {
 	ir_loc loc = at(d, k);
-	const char *s = shown(d->a, name);
-	if (find_name(ks->other, ks->nother, name) >= 0) {
+	const char *s = ysrc_shown(d->a, name);
+	if (ir_lookup(ks->other, ks->nother, name) >= 0) {
 		diag_error(loc, "unknown key '%s' %s; '%s' %s", s, ks->where, s, ks->other_why);
 		return;
 	}
@@ -805,7 +627,7 @@ static void unknown_key(ydoc *d, const yaml_node_t *k, const char *name, const k
 		diag_error(loc, "unknown key '%s' %s; did you mean '%s'?", s, ks->where, near);
 	else
 		diag_error(loc, "unknown key '%s' %s; valid keys: %s", s, ks->where,
-		           joined(d->a, ks->keys, ks->nkeys));
+		           ysrc_joined(d->a, ks->keys, ks->nkeys));
 }
 
 /* Check a mapping's keys against ks (each one known, none twice) and hand
@@ -823,7 +645,7 @@ static int walk_map(ydoc *d, yaml_node_t *map, const char *what, const keyspec *
 		const char *name;
 		if (scalar(d, k, arena_printf(d->a, "a key %s", ks->where), "a string", &name) < 0)
 			return -1;
-		int i = find_name(ks->keys, ks->nkeys, name);
+		int i = ir_lookup(ks->keys, ks->nkeys, name);
 		if (i < 0) {
 			unknown_key(d, k, name, ks);
 			return -1;
@@ -926,12 +748,13 @@ static void unknown_preset(arena *a, ir_loc loc, const char *name)
 	if (dir)
 		closedir(dir);
 	if (!n) {
-		diag_error(loc, "unknown cluster preset '%s'; no presets in %s", shown(a, name), dirname);
+		diag_error(loc, "unknown cluster preset '%s'; no presets in %s", ysrc_shown(a, name),
+		           dirname);
 		return;
 	}
 	qsort(names, (size_t)n, sizeof *names, cmp_str);
-	diag_error(loc, "unknown cluster preset '%s'; known presets: %s", shown(a, name),
-	           joined(a, names, n));
+	diag_error(loc, "unknown cluster preset '%s'; known presets: %s", ysrc_shown(a, name),
+	           ysrc_joined(a, names, n));
 }
 
 /* link := {bandwidth: number, latency: duration} */
@@ -981,7 +804,7 @@ static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int dept
 	    (v[CL_PER_NODE] &&
 	     get_int(d, v[CL_PER_NODE], "'devices_per_node'", 1, 65536, &c->per_node) < 0) ||
 	    (v[CL_MEMORY] && get_memory(d, v[CL_MEMORY], "'memory'", &c->mem) < 0) ||
-	    (v[CL_FLOPS] && get_num(d, v[CL_FLOPS], "'peak_flops'", NUM_POSITIVE, &c->flops) < 0) ||
+	    (v[CL_FLOPS] && get_num(d, v[CL_FLOPS], "'peak_flops'", YSRC_POSITIVE, &c->flops) < 0) ||
 	    (v[CL_MEMBW] &&
 	     get_rate(d, v[CL_MEMBW], "'memory_bandwidth'", &c->membw) < 0) ||
 	    (v[CL_INTRA] && read_link(d, v[CL_INTRA], "intra", base, &c->intra) < 0) ||
@@ -1049,7 +872,8 @@ static int load_cluster_ref(arena *a, const char *ref, ir_loc loc, const char *d
 	if (strchr(ref, '/') || ends_with(ref, ".yaml") || ends_with(ref, ".yml")) {
 		const char *path = resolve(a, dir, ref);
 		if (access(path, R_OK) != 0) {
-			diag_error(loc, "cannot open cluster file '%s': %s", shown(a, path), strerror(errno));
+			diag_error(loc, "cannot open cluster file '%s': %s", ysrc_shown(a, path),
+			           strerror(errno));
 			return -1;
 		}
 		const char *base = strrchr(ref, '/') ? strrchr(ref, '/') + 1 : ref;
@@ -1351,10 +1175,10 @@ static int read_pattern(fe *f, yaml_node_t *map)
 	if (pn->start_mark.line == pn->end_mark.line &&
 	    pn->data.scalar.style != YAML_LITERAL_SCALAR_STYLE &&
 	    pn->data.scalar.style != YAML_FOLDED_SCALAR_STYLE) {
-		ir_loc end = mark_loc(d, pn->end_mark);
-		size_t off = d->line_start[end.line - 1] + (size_t)end.col - 1;
+		ir_loc end = ysrc_mark_loc(&d->ys, pn->end_mark);
+		size_t off = d->ys.line_start[end.line - 1] + (size_t)end.col - 1;
 		off -= pn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? 0 : 1;
-		if (off >= len && memcmp(d->src->text + off - len, pat, len) == 0)
+		if (off >= len && memcmp(d->ys.src->text + off - len, pat, len) == 0)
 			base.col = end.col - (int)len - (pn->data.scalar.style != YAML_PLAIN_SCALAR_STYLE);
 		else
 			base.line = 0;
@@ -1376,7 +1200,7 @@ static int read_pattern(fe *f, yaml_node_t *map)
 			while (i + n < len && ((unsigned char)pat[i + n] & 0xC0) == 0x80)
 				n++;
 			diag_error(cl, "unknown layer character '%s' in pattern; expected %s",
-			           shown(d->a, arena_strndup(d->a, pat + i, n)), expect);
+			           ysrc_shown(d->a, arena_strndup(d->a, pat + i, n)), expect);
 			return -1;
 		}
 		if (!have[kind]) {
@@ -1520,8 +1344,8 @@ static int read_training(fe *f, yaml_node_t *map)
 	    (v[TR_STEPS] && get_int(d, v[TR_STEPS], "'steps'", 1, INT32_MAX, &t->steps) < 0) ||
 	    (v[TR_OPT] && get_enum(d, v[TR_OPT], "'optimizer'", "optimizer", ir_optimizer_names,
 	                           IR_NOPTIMIZERS, &opt) < 0) ||
-	    (v[TR_LR] && get_num(d, v[TR_LR], "'lr'", NUM_POSITIVE, &t->lr) < 0) ||
-	    (v[TR_WD] && get_num(d, v[TR_WD], "'weight_decay'", NUM_NONNEG, &t->weight_decay) < 0) ||
+	    (v[TR_LR] && get_num(d, v[TR_LR], "'lr'", YSRC_POSITIVE, &t->lr) < 0) ||
+	    (v[TR_WD] && get_num(d, v[TR_WD], "'weight_decay'", YSRC_NONNEG, &t->weight_decay) < 0) ||
 	    (v[TR_SEED] && get_int(d, v[TR_SEED], "'seed'", 0, INT64_MAX, &seed) < 0) ||
 	    (v[TR_DATA] &&
 	     get_enum(d, v[TR_DATA], "'data'", "data source", ir_data_names, IR_NDATAS, &data) < 0))
@@ -1552,10 +1376,10 @@ static int read_training(fe *f, yaml_node_t *map)
 			diag_error(at(d, v[TR_TEXT]), "'text_file' must not be empty");
 			return -1;
 		}
-		t->text_file = resolve(d->a, dir_of(d->a, d->src->name), file);
+		t->text_file = resolve(d->a, dir_of(d->a, d->ys.src->name), file);
 		if (access(t->text_file, R_OK) != 0) {
 			diag_error(at(d, v[TR_TEXT]), "cannot read text file '%s': %s",
-			           shown(d->a, t->text_file), strerror(errno));
+			           ysrc_shown(d->a, t->text_file), strerror(errno));
 			return -1;
 		}
 	}
@@ -1670,46 +1494,43 @@ static int check_placement(fe *f)
 	return 0;
 }
 
+/* A numeric flag, when given (not 0), into *field if it is within lo..hi. */
+static int override_num(const char *flag, int64_t v, int64_t lo, int64_t hi, int64_t *field)
+{
+	if (!v)
+		return 0;
+	if (v < lo || v > hi) {
+		range_error(no_loc, flag, v, lo, hi);
+		return -1;
+	}
+	*field = v;
+	return 0;
+}
+
 static int apply_overrides(fe *f, const fe_overrides *ov)
 {
 	ir_module *m = f->m;
 	if (ov->cluster && fe_load_cluster(m->arena, ov->cluster, &m->cluster) < 0)
 		return -1;
-	if (ov->devices) {
-		if (ov->devices < 1 || ov->devices > 65536) {
-			range_error(no_loc, "'--devices'", ov->devices, 1, 65536);
-			return -1;
-		}
-		m->cluster.devices = ov->devices;
-	}
-	if (ov->microbatches) {
-		if (ov->microbatches < 1 || ov->microbatches > 1 << 20) {
-			range_error(no_loc, "'--microbatches'", ov->microbatches, 1, 1 << 20);
-			return -1;
-		}
-		m->train.microbatches = ov->microbatches;
-	}
+	if (override_num("'--devices'", ov->devices, 1, 65536, &m->cluster.devices) < 0 ||
+	    override_num("'--microbatches'", ov->microbatches, 1, 1 << 20, &m->train.microbatches) < 0)
+		return -1;
 	if (ov->schedule) {
 		int s = ir_lookup(ir_schedule_names, IR_NSCHEDULES, ov->schedule);
 		if (s < 0) {
-			unknown_name(m->arena, no_loc, "schedule", ov->schedule, ir_schedule_names,
+			ysrc_unknown(m->arena, no_loc, "schedule", ov->schedule, NULL, ir_schedule_names,
 			             IR_NSCHEDULES);
 			return -1;
 		}
 		m->plan.schedule = s;
 	}
-	if (ov->chunks) {
-		if (ov->chunks < 1 || ov->chunks > 1024) {
-			range_error(no_loc, "'--chunks'", ov->chunks, 1, 1024);
-			return -1;
-		}
-		m->plan.chunks = ov->chunks;
-	}
+	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks) < 0)
+		return -1;
 	if (ov->partition) {
 		int p = ir_lookup(ir_partition_names, IR_NPARTITIONS, ov->partition);
 		if (p < 0 || p == IR_PART_GIVEN) {
 			static const char *const flags[] = {"uniform", "balanced"};
-			unknown_name(m->arena, no_loc, "partition", ov->partition, flags, 2);
+			ysrc_unknown(m->arena, no_loc, "partition", ov->partition, NULL, flags, 2);
 			return -1;
 		}
 		/* A given partition's own lists do not apply to another one. */
@@ -1741,7 +1562,7 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	m->model.dtype = IR_DTYPE_BF16;
 	m->train = (ir_train){.mbs = 1, .microbatches = 8, .steps = 10, .optimizer = IR_OPT_ADAMW,
 	                      .lr = 3e-4, .weight_decay = 0.0, .seed = 1, .data = IR_DATA_SYNTHETIC};
-	m->plan.schedule = IR_SCHED_1F1B;
+	m->plan.schedule = IR_SCHED_TUNED;
 	m->plan.chunks = 1;
 	m->plan.partition = IR_PART_UNIFORM;
 
@@ -1811,4 +1632,13 @@ ir_module *fe_load(const char *path, const fe_overrides *ov)
 		return NULL;
 	}
 	return m;
+}
+
+/* The command-line overrides on a module built some other way (the
+ * published JSON profiles, profile_json.c), with fe_load's rules. */
+int fe_apply_overrides(ir_module *m, const fe_overrides *ov)
+{
+	static const fe_overrides none;
+	fe f = {.m = m};
+	return apply_overrides(&f, ov ? ov : &none);
 }

@@ -44,4 +44,21 @@ int fe_load_cluster(arena *a, const char *name_or_path, ir_cluster *out);
  * OCTOPIPE_MODELS environment variable overrides it). */
 const char *fe_models_dir(void);
 
+/* Apply command-line overrides to a module built some other way, as
+ * fe_load applies them (--cluster first, then the numbers and names).
+ * Returns 0, or -1 after a diagnostic. */
+int fe_apply_overrides(ir_module *m, const fe_overrides *ov);
+
+/* Load one of the published per-layer-kind timing profiles (JSON:
+ * `pattern`, `forward_ms`, `backward_ms`, `weight_ms`; docs/profile.md,
+ * "Published profiles") as a module of its own.  The layers carry the
+ * measured times and placeholder shapes, so the module models time only:
+ * no memory, transfers of a token-sized activation.  The cluster is the
+ * `ideal` preset unless ov names one.  Returns NULL after a diagnostic. */
+ir_module *fe_load_profile_model(const char *path, const fe_overrides *ov);
+
+/* Same, from text already in memory (tests); the model is named after
+ * src->name. */
+ir_module *fe_load_profile_model_src(const src_file *src, const fe_overrides *ov);
+
 #endif

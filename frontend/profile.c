@@ -18,10 +18,7 @@
 #include <yaml.h>
 
 #include "cost.h"
-
-#define NELEMS(a) ((int)(sizeof(a) / sizeof *(a)))
-
-enum { SHOW_MAX = 40 }; /* longest user value echoed in a message */
+#include "yamlsrc.h"
 
 enum { E_F, E_B, E_W, E_ACT, E_WSTASH, E_NKEYS };
 static const char *const entry_keys[E_NKEYS] = {"f", "b", "w", "act_bytes", "wstash_bytes"};
@@ -45,8 +42,7 @@ typedef struct entry {
 typedef struct prof {
 	ir_module *m;
 	arena *a;
-	const src_file *src;
-	size_t *line_start, nlines;
+	ysrc ys;
 	yaml_parser_t p;
 	yaml_event_t ev;
 	bool have_ev;
@@ -57,64 +53,9 @@ typedef struct prof {
 
 /* ---- locations and messages ---------------------------------------------- */
 
-static void index_lines(prof *pr)
-{
-	const char *t = pr->src->text;
-	size_t n = pr->src->len, count = 1;
-	for (size_t i = 0; i < n; i++)
-		count += t[i] == '\n';
-	pr->line_start = arena_alloc(pr->a, count * sizeof *pr->line_start);
-	pr->line_start[pr->nlines++] = 0;
-	for (size_t i = 0; i < n; i++)
-		if (t[i] == '\n')
-			pr->line_start[pr->nlines++] = i + 1;
-}
-
-/* libyaml counts columns in characters, diagnostics in bytes. */
-static ir_loc mark_loc(prof *pr, yaml_mark_t mk)
-{
-	size_t line = mk.line < pr->nlines ? mk.line : pr->nlines - 1;
-	const unsigned char *t = (const unsigned char *)pr->src->text;
-	size_t b = pr->line_start[line];
-	size_t end = line + 1 < pr->nlines ? pr->line_start[line + 1] : pr->src->len;
-	if (line == 0 && pr->src->len >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0)
-		b = 3; /* libyaml does not count the byte-order mark */
-	for (size_t c = 0; c < mk.column && b < end; c++)
-		for (b++; b < end && (t[b] & 0xC0) == 0x80; b++)
-			;
-	return (ir_loc){pr->src, (int)line + 1, (int)(b - pr->line_start[line]) + 1};
-}
-
 static ir_loc here(prof *pr)
 {
-	return mark_loc(pr, pr->ev.start_mark);
-}
-
-/* A user value cut short, control bytes replaced: one readable line. */
-static const char *shown(arena *a, const char *s)
-{
-	size_t n = strlen(s);
-	bool cut = n > SHOW_MAX;
-	if (cut)
-		for (n = SHOW_MAX; n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80; n--)
-			;
-	char *p = arena_alloc(a, n + 4);
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-	if (cut)
-		memcpy(p + n, "...", 3);
-	return p;
-}
-
-static const char *joined(arena *a, const char *const *names, int n)
-{
-	size_t len = 1;
-	for (int i = 0; i < n; i++)
-		len += strlen(names[i]) + 2;
-	char *p = arena_alloc(a, len), *q = p;
-	for (int i = 0; i < n; i++)
-		q += sprintf(q, "%s%s", i ? ", " : "", names[i]);
-	return p;
+	return ysrc_mark_loc(&pr->ys, pr->ev.start_mark);
 }
 
 static const char *scalar_text(const prof *pr)
@@ -135,28 +76,11 @@ static const char *describe(prof *pr)
 		return "a mapping";
 	case YAML_SEQUENCE_START_EVENT:
 		return "a sequence";
-	case YAML_SCALAR_EVENT: {
-		const char *s = shown(pr->a, scalar_text(pr));
-		if (plain(pr))
-			return *s ? arena_printf(pr->a, "'%s'", s) : "nothing";
-		return arena_printf(pr->a, "the string \"%s\"", s);
-	}
+	case YAML_SCALAR_EVENT:
+		return ysrc_describe_scalar(pr->a, scalar_text(pr), pr->ev.data.scalar.style);
 	default:
 		return "nothing";
 	}
-}
-
-/* "unknown key 'x' in ...; did you mean 'y'?" (or the list of names). */
-static void unknown(prof *pr, const char *noun, const char *s, const char *where,
-                    const char *const *names, int n)
-{
-	const char *near = diag_nearest(s, names, n);
-	s = shown(pr->a, s);
-	if (near)
-		diag_error(here(pr), "unknown %s '%s' %s; did you mean '%s'?", noun, s, where, near);
-	else
-		diag_error(here(pr), "unknown %s '%s' %s; known: %s", noun, s, where,
-		           joined(pr->a, names, n));
 }
 
 /* ---- events ------------------------------------------------------------------ */
@@ -165,26 +89,17 @@ static void yaml_problem(prof *pr)
 {
 	const yaml_parser_t *p = &pr->p;
 	if (p->error == YAML_READER_ERROR) {
-		/* problem_offset counts bytes */
-		size_t off = p->problem_offset, lo = 0, hi = pr->nlines;
-		while (hi - lo > 1) {
-			size_t mid = lo + (hi - lo) / 2;
-			if (pr->line_start[mid] <= off)
-				lo = mid;
-			else
-				hi = mid;
-		}
-		ir_loc loc = {pr->src, (int)lo + 1, (int)(off - pr->line_start[lo]) + 1};
+		ir_loc loc = ysrc_offset_loc(&pr->ys, p->problem_offset);
 		if (strstr(p->problem, "UTF-8") && p->problem_value != -1)
 			diag_error(loc, "%s (byte 0x%02X); the file must be UTF-8 text", p->problem,
 			           (unsigned)p->problem_value);
 		else
 			diag_error(loc, "%s", p->problem);
 	} else if (p->error == YAML_SCANNER_ERROR || p->error == YAML_PARSER_ERROR) {
-		diag_error(mark_loc(pr, p->problem_mark), "%s%s%s", p->problem, p->context ? " " : "",
-		           p->context ? p->context : "");
+		diag_error(ysrc_mark_loc(&pr->ys, p->problem_mark), "%s%s%s", p->problem,
+		           p->context ? " " : "", p->context ? p->context : "");
 	} else {
-		diag_error((ir_loc){pr->src, 1, 1}, "out of memory while reading YAML");
+		diag_error((ir_loc){pr->ys.src, 1, 1}, "out of memory while reading YAML");
 	}
 }
 
@@ -205,7 +120,7 @@ static int next(prof *pr)
 	case YAML_ALIAS_EVENT:
 		diag_error(here(pr), "alias '*%s' in a profile; aliases are not supported here, write "
 		                     "the entry out",
-		           shown(pr->a, (const char *)pr->ev.data.alias.anchor));
+		           ysrc_shown(pr->a, (const char *)pr->ev.data.alias.anchor));
 		return -1;
 	case YAML_SCALAR_EVENT: tag = pr->ev.data.scalar.tag; break;
 	case YAML_MAPPING_START_EVENT: tag = pr->ev.data.mapping_start.tag; break;
@@ -213,12 +128,8 @@ static int next(prof *pr)
 	default: break;
 	}
 	if (tag && strcmp((const char *)tag, "!") != 0) {
-		const char *t = (const char *)tag;
-		static const char std[] = "tag:yaml.org,2002:";
-		if (strncmp(t, std, sizeof std - 1) == 0)
-			t = arena_printf(pr->a, "!!%s", t + sizeof std - 1);
 		diag_error(here(pr), "unsupported tag '%s'; tags are not part of the profile format",
-		           shown(pr->a, t));
+		           ysrc_tag_shown(pr->a, (const char *)tag));
 		return -1;
 	}
 	return 0;
@@ -251,53 +162,29 @@ static int next_key(prof *pr, const char *where)
 	return 1;
 }
 
-static int duplicate(prof *pr, const char *key, const char *where, ir_loc first)
+/* The current key's index in names (`noun` names them in messages): each
+ * one known and none twice, as seen[] and first[] (where each was) keep
+ * count.  -1 after a diagnostic. */
+static int key_index(prof *pr, const char *noun, const char *where, const char *const *names,
+                     int n, bool *seen, ir_loc *first)
 {
-	diag_error(here(pr), "duplicate key '%s' %s", shown(pr->a, key), where);
-	diag_note(first, "the first '%s' is here", shown(pr->a, key));
-	return -1;
+	const char *key = scalar_text(pr);
+	int k = ir_lookup(names, n, key);
+	if (k < 0) {
+		ysrc_unknown(pr->a, here(pr), noun, key, where, names, n);
+		return -1;
+	}
+	if (seen[k]) {
+		diag_error(here(pr), "duplicate key '%s' %s", ysrc_shown(pr->a, key), where);
+		diag_note(first[k], "the first '%s' is here", ysrc_shown(pr->a, key));
+		return -1;
+	}
+	seen[k] = true;
+	first[k] = here(pr);
+	return k;
 }
 
 /* ---- values --------------------------------------------------------------------- */
-
-static bool is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-/* Length of a decimal number [+-]digits[.digits][e[+-]digits] at s. */
-static size_t scan_number(const char *s)
-{
-	size_t i = 0, digits = 0;
-	if (s[i] == '+' || s[i] == '-')
-		i++;
-	for (; is_digit(s[i]); i++)
-		digits++;
-	if (s[i] == '.')
-		for (i++; is_digit(s[i]); i++)
-			digits++;
-	if (!digits)
-		return 0;
-	if (s[i] == 'e' || s[i] == 'E') {
-		size_t j = i + 1 + (s[i + 1] == '+' || s[i + 1] == '-');
-		if (is_digit(s[j])) {
-			while (is_digit(s[j]))
-				j++;
-			i = j;
-		}
-	}
-	return i;
-}
-
-static bool nonfinite(const char *s)
-{
-	static const char *const names[] = {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"};
-	s += *s == '+' || *s == '-';
-	for (int i = 0; i < NELEMS(names); i++)
-		if (strcmp(s, names[i]) == 0)
-			return true;
-	return false;
-}
 
 /* time := non-negative finite number (the next event). */
 static int read_time(prof *pr, const char *key, double *out, ir_loc *loc)
@@ -305,27 +192,13 @@ static int read_time(prof *pr, const char *key, double *out, ir_loc *loc)
 	if (next(pr) < 0)
 		return -1;
 	*loc = here(pr);
-	const char *s = pr->ev.type == YAML_SCALAR_EVENT ? scalar_text(pr) : "";
-	if (pr->ev.type == YAML_SCALAR_EVENT && plain(pr) && nonfinite(s)) {
-		diag_error(*loc, "'%s' must be finite, got '%s'", key, shown(pr->a, s));
-		return -1;
-	}
-	size_t len = scan_number(s);
-	if (pr->ev.type != YAML_SCALAR_EVENT || !plain(pr) || !len || s[len]) {
-		diag_error(*loc, "expected a number for '%s', got %s", key, describe(pr));
-		return -1;
-	}
-	double v = strtod(s, NULL);
-	if (!isfinite(v)) {
-		diag_error(*loc, "'%s' must be finite, got '%s'", key, shown(pr->a, s));
-		return -1;
-	}
-	if (v < 0) {
-		diag_error(*loc, "'%s' must be at least 0, got %s", key, shown(pr->a, s));
-		return -1;
-	}
-	*out = v;
-	return 0;
+	bool scalar = pr->ev.type == YAML_SCALAR_EVENT;
+	const char *what = arena_printf(pr->a, "'%s'", key);
+	int rc = ysrc_number(pr->a, *loc, what, scalar ? scalar_text(pr) : "", scalar && plain(pr),
+	                     YSRC_NONNEG, out);
+	if (rc > 0)
+		diag_error(*loc, "expected a number for %s, got %s", what, describe(pr));
+	return rc ? -1 : 0;
 }
 
 /* A plain scalar of decimal digits as an unsigned integer: 1, 0 when it is
@@ -335,9 +208,8 @@ static int parse_index(const prof *pr, uint64_t *out)
 	const char *s = scalar_text(pr);
 	if (pr->ev.type != YAML_SCALAR_EVENT || !plain(pr) || !*s)
 		return 0;
-	for (const char *q = s; *q; q++)
-		if (!is_digit(*q))
-			return 0;
+	if (strspn(s, "0123456789") != strlen(s))
+		return 0;
 	errno = 0;
 	*out = strtoull(s, NULL, 10);
 	return errno == ERANGE ? -1 : 1;
@@ -353,8 +225,8 @@ static int read_bytes(prof *pr, const char *key, uint64_t *out)
 		diag_error(here(pr), "expected a non-negative integer (bytes) for '%s', got %s", key,
 		           describe(pr));
 	else if (rc < 0)
-		diag_error(here(pr), "integer %s for '%s' is out of range", shown(pr->a, scalar_text(pr)),
-		           key);
+		diag_error(here(pr), "integer %s for '%s' is out of range",
+		           ysrc_shown(pr->a, scalar_text(pr)), key);
 	return rc > 0 ? 0 : -1;
 }
 
@@ -370,16 +242,9 @@ static int read_entry(prof *pr, const char *what, entry *e)
 	ir_loc kloc[E_NKEYS];
 	int rc;
 	while ((rc = next_key(pr, where)) > 0) {
-		const char *key = scalar_text(pr);
-		int k = ir_lookup(entry_keys, E_NKEYS, key);
-		if (k < 0) {
-			unknown(pr, "key", key, where, entry_keys, E_NKEYS);
+		int k = key_index(pr, "key", where, entry_keys, E_NKEYS, e->has, kloc);
+		if (k < 0)
 			return -1;
-		}
-		if (e->has[k])
-			return duplicate(pr, key, where, kloc[k]);
-		e->has[k] = true;
-		kloc[k] = here(pr);
 		if ((k <= E_W && read_time(pr, entry_keys[k], &e->t[k], &e->tloc[k]) < 0) ||
 		    (k == E_ACT && read_bytes(pr, entry_keys[k], &e->act) < 0) ||
 		    (k == E_WSTASH && read_bytes(pr, entry_keys[k], &e->wstash) < 0))
@@ -401,17 +266,13 @@ static int read_kinds(prof *pr)
 	if (want_mapping(pr, "'kinds'") < 0)
 		return -1;
 	ir_loc first[IR_NLAYER_KINDS];
+	bool seen[IR_NLAYER_KINDS] = {0};
 	int rc;
 	while ((rc = next_key(pr, "in 'kinds'")) > 0) {
-		const char *name = scalar_text(pr);
-		int k = ir_lookup(ir_layer_kind_names, IR_NLAYER_KINDS, name);
-		if (k < 0) {
-			unknown(pr, "layer kind", name, "in 'kinds'", ir_layer_kind_names, IR_NLAYER_KINDS);
+		int k = key_index(pr, "layer kind", "in 'kinds'", ir_layer_kind_names, IR_NLAYER_KINDS,
+		                  seen, first);
+		if (k < 0)
 			return -1;
-		}
-		if (pr->kind[k].set)
-			return duplicate(pr, name, "in 'kinds'", first[k]);
-		first[k] = here(pr);
 		if (read_entry(pr, arena_printf(pr->a, "'%s'", ir_layer_kind_names[k]), &pr->kind[k]) < 0)
 			return -1;
 	}
@@ -438,7 +299,7 @@ static int read_layers(prof *pr)
 		}
 		if (ok < 0 || i >= (uint64_t)n) {
 			diag_error(here(pr), "layer index %s is out of range; the model has %d layers (0..%d)",
-			           shown(pr->a, scalar_text(pr)), n, n - 1);
+			           ysrc_shown(pr->a, scalar_text(pr)), n, n - 1);
 			return -1;
 		}
 		if (pr->layer[i].set) {
@@ -460,7 +321,7 @@ static int read_profile(prof *pr)
 	if (next(pr) < 0 || next(pr) < 0) /* stream start, document start */
 		return -1;
 	if (pr->ev.type == YAML_STREAM_END_EVENT) {
-		diag_error((ir_loc){pr->src, 1, 1}, "empty profile");
+		diag_error((ir_loc){pr->ys.src, 1, 1}, "empty profile");
 		return -1;
 	}
 	if (next(pr) < 0)
@@ -474,16 +335,10 @@ static int read_profile(prof *pr)
 	bool seen[T_NKEYS] = {0};
 	int rc;
 	while ((rc = next_key(pr, "at the top level of a profile")) > 0) {
-		const char *key = scalar_text(pr);
-		int k = ir_lookup(top_keys, T_NKEYS, key);
-		if (k < 0) {
-			unknown(pr, "key", key, "at the top level of a profile", top_keys, T_NKEYS);
+		int k = key_index(pr, "key", "at the top level of a profile", top_keys, T_NKEYS, seen,
+		                  first);
+		if (k < 0)
 			return -1;
-		}
-		if (seen[k])
-			return duplicate(pr, key, "at the top level of a profile", first[k]);
-		seen[k] = true;
-		first[k] = here(pr);
 		if (k == T_KINDS)
 			rc = read_kinds(pr);
 		else if (k == T_LAYERS)
@@ -497,7 +352,8 @@ static int read_profile(prof *pr)
 			diag_error(here(pr), "expected a unit (ms, us or s) for 'units', got %s", describe(pr));
 			rc = -1;
 		} else if ((pr->unit = ir_lookup(unit_names, NELEMS(unit_names), scalar_text(pr))) < 0) {
-			unknown(pr, "unit", scalar_text(pr), "for 'units'", unit_names, NELEMS(unit_names));
+			ysrc_unknown(pr->a, here(pr), "unit", scalar_text(pr), "for 'units'", unit_names,
+			             NELEMS(unit_names));
 			rc = -1;
 		}
 		if (rc < 0)
@@ -555,9 +411,9 @@ static int apply(prof *pr)
 
 int fe_load_profile_src(ir_module *m, const src_file *src)
 {
-	prof pr = {.m = m, .a = m->arena, .src = src, .unit = -1};
+	prof pr = {.m = m, .a = m->arena, .unit = -1};
 	pr.layer = arena_alloc(pr.a, (size_t)(m->nlayers ? m->nlayers : 1) * sizeof *pr.layer);
-	index_lines(&pr);
+	ysrc_init(&pr.ys, pr.a, src);
 	if (!yaml_parser_initialize(&pr.p)) {
 		diag_error((ir_loc){src, 1, 1}, "out of memory while reading YAML");
 		return -1;

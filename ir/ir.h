@@ -84,7 +84,8 @@ typedef enum ir_partition {
  * and the gradient leaves when W ends. */
 #define IR_SCHEDULES(X)                                                        \
 	X(1F1B, "1f1b", false) X(GPIPE, "gpipe", false) X(I1F1B, "i1f1b", false)   \
-	X(ZBH1, "zbh1", true) X(ZBH2, "zbh2", true) X(ZBV, "zbv", true)
+	X(ZBH1, "zbh1", true) X(ZBH2, "zbh2", true) X(ZBV, "zbv", true)            \
+	X(TUNED, "tuned", true)
 typedef enum ir_schedule {
 #define X(e, s, split) IR_SCHED_##e,
 	IR_SCHEDULES(X)

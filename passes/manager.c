@@ -22,6 +22,7 @@ const pass_id pass_default_pipeline[] = {
 	PASS_partition,
 	PASS_place,
 	PASS_schedule,
+	PASS_tune,
 };
 const int pass_default_pipeline_len =
     (int)(sizeof pass_default_pipeline / sizeof *pass_default_pipeline);

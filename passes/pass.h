@@ -16,7 +16,8 @@ typedef int (*pass_fn)(ir_module *m);
 	X(cost, "F/B/W time, FLOPs, stashes and resident bytes of every layer")    \
 	X(partition, "cut the layers into contiguous stages (uniform, balanced or given)") \
 	X(place, "assign every stage to a device (sequential, a V for zbv, or given)") \
-	X(schedule, "order F, B and W of every stage and micro-batch per device")
+	X(schedule, "order F, B and W of every stage and micro-batch per device")  \
+	X(tune, "search partition, placement and order jointly (schedule 'tuned')")
 
 typedef enum pass_id {
 #define X(n, s) PASS_##n,
@@ -60,5 +61,6 @@ int pass_cost(ir_module *m);
 int pass_partition(ir_module *m);
 int pass_place(ir_module *m);
 int pass_schedule(ir_module *m);
+int pass_tune(ir_module *m);
 
 #endif

@@ -87,8 +87,7 @@ double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
 	return t;
 }
 
-/* Link time in microseconds for `bytes` from device a to device b. */
-static double link_time(const ir_module *m, int a, int b, uint64_t bytes)
+double sim_link_time(const ir_module *m, int a, int b, uint64_t bytes)
 {
 	const ir_cluster *c = &m->cluster;
 	const ir_link *l = a / c->per_node == b / c->per_node ? &c->intra : &c->inter;
@@ -312,7 +311,7 @@ sim_result *sim_run(const ir_module *m)
 			}
 			sim_xfer *x = &r->xfers[e.id];
 			x->start = st;
-			x->end = st + link_time(m, x->src, x->dst, x->bytes);
+			x->end = st + sim_link_time(m, x->src, x->dst, x->bytes);
 			s.send_free[x->src] = s.recv_free[x->dst] = x->end;
 			s.arrive[s.consumer[e.id]] = x->end;
 			try_device(&s, x->dst);

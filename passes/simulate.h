@@ -60,6 +60,10 @@ void sim_free(sim_result *r);
  * one micro-batch: micro-batch size x sequence x hidden x dtype size. */
 uint64_t sim_boundary_bytes(const ir_module *m);
 
+/* Link time in microseconds for `bytes` from device a to device b: the
+ * intra-node link when they share a node, else the inter-node one. */
+double sim_link_time(const ir_module *m, int a, int b, uint64_t bytes);
+
 /* Time of a stage's op (sum over its layers), microseconds. */
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k);
 

@@ -13,9 +13,11 @@
 #include "ir.h"
 #include "pass.h"
 #include "simulate.h"
+#include "tune.h"
 #include "viz.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,10 +31,11 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(DEVICES, "--devices", "N", C_MODEL, "number of devices (overrides the cluster's)") \
 	X(MICROBATCHES, "--microbatches", "M", C_MODEL, "micro-batches per step")            \
 	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL, "cluster preset or cluster file")      \
-	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
+	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: tuned (default), gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
 	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
 	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
+	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the tuner's search (default 20)") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
 	X(PRINT_BEFORE, "--print-ir-before", "PASS", C_PASSES, "print the IR before PASS")   \
 	X(PRINT_AFTER, "--print-ir-after", "PASS", C_PASSES, "print the IR after PASS")      \
@@ -199,7 +202,7 @@ static int parse_args(int argc, char **argv, args *a)
 		if (!*a->val[id])
 			return cli_error(a->cmd->name, "option '%s' has an empty value", opts[id].flag);
 	}
-	if (!a->input && !a->set[O_PRINT_PIPELINE])
+	if (!a->input && !a->set[O_PRINT_PIPELINE] && !(a->set[O_PROFILE] && (a->cmd->bit & C_MODEL)))
 		return cli_error(a->cmd->name, "no input file (usage: octopipe %s %s)", a->cmd->name,
 		                 a->cmd->args);
 	return 0;
@@ -272,6 +275,21 @@ static ir_module *load_model(const args *a)
 	ov.partition = a->val[O_PARTITION];
 	ov.cluster = a->val[O_CLUSTER];
 	ov.schedule = a->val[O_SCHEDULE];
+	if (!a->input) {
+		/* A published profile (JSON) brings its own layer sequence. */
+		ir_module *m = fe_load_profile_model(a->val[O_PROFILE], &ov);
+		if (m && ir_verify(m) != 0) {
+			ir_free(m);
+			return NULL;
+		}
+		return m;
+	}
+	size_t pl = a->set[O_PROFILE] ? strlen(a->val[O_PROFILE]) : 0;
+	if (pl > 5 && strcmp(a->val[O_PROFILE] + pl - 5, ".json") == 0) {
+		cli_error(a->cmd->name, "a published profile (.json) brings its own layers: give it "
+		                        "without %s, or write a YAML profile (docs/profile.md)", a->input);
+		return NULL;
+	}
 	ir_module *m = fe_load(a->input, &ov);
 	if (m && a->set[O_PROFILE] && fe_load_profile(m, a->val[O_PROFILE]) != 0) {
 		ir_free(m);
@@ -434,6 +452,39 @@ static void print_sim_table(const ir_module *m, const sim_result *r)
 	}
 }
 
+/* The tuned plan against every baseline and the lower bound. */
+static void print_comparison(const ir_module *m, const sim_result *r)
+{
+	tune_row rows[TUNE_NBASELINES];
+	tune_baselines(m, rows);
+	double lb = tune_lower_bound(m), best = INFINITY;
+	for (int i = 0; i < TUNE_NBASELINES; i++)
+		if (rows[i].ok && rows[i].fits && rows[i].makespan < best)
+			best = rows[i].makespan;
+	char t[32], mem[32];
+	printf("\n%-14s %12s %8s %12s %10s\n", "plan", "step", "bubble", "peak memory", "tuned is");
+	for (int i = 0; i < TUNE_NBASELINES; i++) {
+		const tune_row *row = &rows[i];
+		if (!row->ok) {
+			printf("%-14s %s\n", row->name, row->why);
+			continue;
+		}
+		printf("%-14s %12s %7.1f%% %12s %9.2fx%s\n", row->name, fmt_time(t, sizeof t, row->makespan),
+		       100 * row->bubble, fmt_mem(mem, sizeof mem, row->peak_mem),
+		       row->makespan / r->makespan, row->fits ? "" : "  (exceeds memory)");
+	}
+	uint64_t peak = 0;
+	for (int d = 0; d < r->ndev; d++)
+		peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
+	printf("%-14s %12s %7.1f%% %12s\n", "tuned", fmt_time(t, sizeof t, r->makespan),
+	       100 * r->bubble_ratio, fmt_mem(mem, sizeof mem, peak));
+	printf("%-14s %12s   (tuned is %.1f %% above it", "lower bound", fmt_time(t, sizeof t, lb),
+	       100 * (r->makespan / lb - 1));
+	if (isfinite(best))
+		printf("; %.2fx faster than the best baseline that fits", best / r->makespan);
+	printf(")\n");
+}
+
 /* Simulate when the module has what the simulator needs (costs and
  * programs); NULL otherwise, or after a diagnostic (*failed set). */
 static sim_result *maybe_simulate(const ir_module *m, bool *failed)
@@ -516,6 +567,8 @@ static int cmd_plan(const args *a)
 			print_plan_table(m);
 			if (r)
 				print_sim_table(m, r);
+			if (r && m->plan.schedule == IR_SCHED_TUNED)
+				print_comparison(m, r);
 		}
 		if (a->set[O_OUTPUT])
 			rc = write_ir(a, m);
@@ -540,7 +593,7 @@ static int cmd_sim(const args *a)
 	arena *ar = arena_new();
 	ir_module *m;
 	int rc = 0;
-	if (is_ir_file(a->input)) {
+	if (a->input && is_ir_file(a->input)) {
 		m = load_ir(a, ar);
 		bool costed = true;
 		for (int l = 0; m && l < m->nlayers; l++)
@@ -651,6 +704,15 @@ int main(int argc, char **argv)
 	int rc = parse_args(argc, argv, &a);
 	if (rc)
 		return rc < 0 ? 0 : rc;
+	if (a.set[O_TUNE_BUDGET]) {
+		char *end;
+		errno = 0;
+		double s = strtod(a.val[O_TUNE_BUDGET], &end);
+		if (*end || errno || !(s > 0) || s > 1e6)
+			return cli_error(a.cmd->name, "--tune-budget must be a number of seconds in (0, 1e6], got '%s'",
+			                 a.val[O_TUNE_BUDGET]);
+		tune_set_budget(s);
+	}
 	switch (a.cmd->bit) {
 	case C_PLAN:
 		return cmd_plan(&a);

@@ -30,7 +30,7 @@ m=models/tiny-hybrid.yaml
 expect 1 "usage: octopipe COMMAND"
 expect 0 "usage: octopipe COMMAND" --help
 expect 0 "--microbatches M" plan --help
-expect 0 "default pipeline: cost partition place schedule" opt --help
+expect 0 "default pipeline: cost partition place schedule tune" opt --help
 expect 0 "octopipe 0.1" --version
 expect 1 "unknown command 'paln'; did you mean 'plan'?" paln $m
 expect 1 "no input file" plan
@@ -55,9 +55,15 @@ expect 1 "missing.yaml:1:1: error: cannot open file" plan missing.yaml
 expect 1 "tests:1:1: error: cannot read file" plan tests
 expect 1 "cannot write '/nonexistent/x.opir'" plan $m -o /nonexistent/x.opir
 # plan
-expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4
+expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4 --schedule 1f1b
+expect 0 "schedule tuned" plan $m --devices 4
+expect 0 "lower bound" plan $m --devices 4
+expect 0 "faster than the best baseline that fits" plan $m --devices 4
+expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
+expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget 0
+expect 0 "tuned" plan $m --tune-budget 0.5
 expect 0 "model tiny-hybrid: 12 layers" plan $m
-expect 0 "cost,partition,place,schedule" plan --print-pipeline
+expect 0 "cost,partition,place,schedule,tune" plan --print-pipeline
 expect 0 "partition" plan $m --passes=partition --print-pipeline
 expect 0 "; *** IR Dump After partition ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
 expect 0 "; *** IR Dump After schedule ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
@@ -66,7 +72,7 @@ expect 0 "cluster h100-sxm: 16 devices" plan models/llama-3-8b.yaml --devices 16
 expect 1 "cannot cut 12 layers into 16 stages" plan $m --devices 16
 expect 0 "\"ops_per_device\": [" plan $m --json --devices 4
 # a dump is IR text that opt, verify and the golden files accept
-"$bin" plan $m --devices 4 -o "$tmp/p.opir" >/dev/null 2>&1
+"$bin" plan $m --devices 4 --schedule 1f1b -o "$tmp/p.opir" >/dev/null 2>&1
 expect 0 "ok: 12 layers, 4 stages, 4 device programs" verify "$tmp/p.opir"
 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >/dev/null 2>&1
 if cmp -s "$tmp/p.opir" "$tmp/q.opir"; then pass=$((pass + 1)); else
@@ -74,11 +80,11 @@ if cmp -s "$tmp/p.opir" "$tmp/q.opir"; then pass=$((pass + 1)); else
 expect 0 "@D3" opt "$tmp/p.opir" --passes=partition,place --print-ir-after=place
 # JSON is one valid object
 if command -v python3 >/dev/null; then
-  if "$bin" plan $m --json --devices 4 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["devices"]==4 and len(d["stages"])==4, d' 2>"$tmp/err"; then
+  if "$bin" plan $m --json --devices 4 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["devices"]==4 and d["schedule"]=="tuned" and len(d["stages"])>=4 and d["makespan_s"]>0 and len(d["peak_mem_bytes"])==4, d' 2>"$tmp/err"; then
     pass=$((pass + 1)); else echo "FAIL plan --json: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
 fi
 # profiles replace the analytic costs
-expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/profile.yaml
+expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/profile.yaml --schedule 1f1b
 expect 1 "nope.yaml:1:1: error: cannot open file" plan $m --profile nope.yaml
 # features not built yet say so and exit 2
 expect 2 "not built yet" compile $m -o "$tmp/out"

@@ -6,7 +6,6 @@
  * from the documented formulas, the zoo's parameter counts against the
  * published ones, and the worked example of docs/cost-model.md number for
  * number. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,32 +14,9 @@
 #include "cost.h"
 #include "frontend.h"
 #include "pass.h"
+#include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static char *diag_buf;
-static size_t diag_len;
-static FILE *saved_stream;
-
-static void capture(void)
-{
-	saved_stream = diag_stream;
-	diag_stream = open_memstream(&diag_buf, &diag_len);
-}
-
-/* The first line of what was reported since capture(); stops capturing. */
-static char *release(void)
-{
-	fclose(diag_stream);
-	diag_stream = saved_stream;
-	char *nl = diag_buf ? strchr(diag_buf, '\n') : NULL;
-	if (nl)
-		*nl = 0;
-	char *first = strdup(diag_buf ? diag_buf : "");
-	free(diag_buf);
-	diag_buf = NULL;
-	return first;
-}
 
 /* A module built directly: embedding, the given middle layer, head. */
 static ir_module *one(ir_layer_kind k, int64_t hidden, int64_t seq, int64_t mbs, ir_dtype dt)
@@ -444,9 +420,9 @@ START_TEST(test_overflow_is_a_diagnostic)
 	 * does not fit in 64 bits; an error, never a wrapped number. */
 	ir_module *m = one(IR_LAYER_MLP, 1 << 20, 1 << 24, 1 << 20, IR_DTYPE_F32);
 	attr(m)[IR_ATTR_FFN] = 1 << 24;
-	capture();
+	tu_capture();
 	ck_assert_int_eq(pass_cost(m), -1);
-	char *msg = release();
+	char *msg = tu_release_first_line();
 	ck_assert_msg(strstr(msg, "error: layer L0 (embedding): the W stash in bytes") &&
 	                  strstr(msg, "does not fit in 64 bits"),
 	              "%s", msg);
@@ -455,9 +431,9 @@ START_TEST(test_overflow_is_a_diagnostic)
 	ir_module *n = one(IR_LAYER_MLP, 64, 32, 1, IR_DTYPE_F32);
 	attr(n)[IR_ATTR_FFN] = 64;
 	n->cluster.flops = 1e-320;
-	capture();
+	tu_capture();
 	ck_assert_int_eq(pass_cost(n), -1);
-	msg = release();
+	msg = tu_release_first_line();
 	ck_assert_ptr_nonnull(strstr(msg, "is not finite"));
 	free(msg);
 	ir_free(m);
@@ -529,9 +505,9 @@ START_TEST(test_inf_in_yaml)
 	                                "layers: [{kind: embedding}, {kind: mlp, ffn: 128}, {kind: head}]\n"
 	                                "cluster: %s\n",
 	                                inf_cases[_i].cluster);
-	capture();
+	tu_capture();
 	ir_module *m = fe_load_src(src_from_string(a, "t.yaml", text), NULL);
-	char *msg = release();
+	char *msg = tu_release_first_line();
 	if (inf_cases[_i].error) {
 		ck_assert_ptr_null(m);
 		ck_assert_str_eq(msg, inf_cases[_i].error);
@@ -569,9 +545,9 @@ START_TEST(test_inf_in_ir_text)
 		    "plan schedule=1f1b chunks=1 partition=uniform\n"
 		    "layer L0 embedding\nlayer L1 mlp ffn=128 activation=swiglu\nlayer L2 head\n",
 		    cases[i].cluster);
-		capture();
+		tu_capture();
 		ir_module *m = ir_parse(src_from_string(a, "t.opir", text));
-		char *msg = release();
+		char *msg = tu_release_first_line();
 		if (cases[i].error) {
 			ck_assert_ptr_null(m);
 			ck_assert_str_eq(msg, cases[i].error);
@@ -749,9 +725,9 @@ static const struct { const char *text, *error; } bad_profiles[] = {
 START_TEST(test_profile_bad)
 {
 	ir_module *m = tiny();
-	capture();
+	tu_capture();
 	int rc = profile(m, bad_profiles[_i].text);
-	char *msg = release();
+	char *msg = tu_release_first_line();
 	ck_assert_int_eq(rc, -1);
 	ck_assert_str_eq(msg, bad_profiles[_i].error);
 	/* nothing was applied */
@@ -786,9 +762,9 @@ START_TEST(test_profile_files)
 	const char *paths[] = {empty, binary, missing};
 	for (int i = 0; i < 3; i++) {
 		ir_module *n = tiny();
-		capture();
+		tu_capture();
 		ck_assert_int_eq(fe_load_profile(n, paths[i]), -1);
-		char *msg = release();
+		char *msg = tu_release_first_line();
 		ck_assert_msg(strncmp(msg, paths[i], strlen(paths[i])) == 0 &&
 		                  strncmp(msg + strlen(paths[i]), ":1:", 3) == 0 && strstr(msg, "error: "),
 		              "%s", msg);
@@ -841,9 +817,5 @@ static Suite *cost_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(cost_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(cost_suite());
 }

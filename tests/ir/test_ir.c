@@ -1,35 +1,11 @@
 /* test_ir.c: Check suite for ir/ (tables, text round trip, parser
  * diagnostics, verifier). */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir.h"
-
-/* Diagnostics captured per test. */
-static char *diag_buf;
-static size_t diag_len;
-
-static void capture(void)
-{
-	diag_stream = open_memstream(&diag_buf, &diag_len);
-	diag_errors = 0;
-}
-
-static const char *captured(void)
-{
-	fflush(diag_stream);
-	return diag_buf ? diag_buf : "";
-}
-
-static void release(void)
-{
-	fclose(diag_stream);
-	diag_stream = stderr;
-	free(diag_buf);
-	diag_buf = NULL;
-}
+#include "testutil.h"
 
 /* A small valid module, built through the API: embedding, attention, mlp,
  * moe, mamba v2, mamba v1, head; two stages on two devices with a 1F1B
@@ -208,16 +184,16 @@ static const struct {
 START_TEST(test_parse_errors)
 {
 	const char *text = bad[_i].text;
-	capture();
+	tu_capture();
 	arena *a = arena_new();
 	ir_module *m = parse_text(a, text);
 	ck_assert_ptr_null(m);
 	ck_assert_int_eq(diag_errors, 1);
-	const char *out = captured();
+	const char *out = tu_captured();
 	size_t n = strcspn(out, "\n");
 	ck_assert_msg(strlen(bad[_i].first_line) == n && strncmp(out, bad[_i].first_line, n) == 0,
 	              "case %d: got\n%s\nwant\n%s", _i, out, bad[_i].first_line);
-	release();
+	tu_release();
 	arena_free(a);
 }
 END_TEST
@@ -285,13 +261,13 @@ START_TEST(test_verifier_rejects)
 	char *text = arena_printf(a, "%s%s", HDR, invalid[_i].tail);
 	ir_module *m = parse_text(a, text);
 	ck_assert_msg(m != NULL, "case %d does not parse", _i);
-	capture();
+	tu_capture();
 	int errs = ir_verify(m);
-	const char *out = captured();
+	const char *out = tu_captured();
 	ck_assert_msg(errs > 0, "case %d: verifier accepted:\n%s", _i, text);
 	ck_assert_msg(strstr(out, invalid[_i].want), "case %d: got\n%s\nwant '%s'", _i, out,
 	              invalid[_i].want);
-	release();
+	tu_release();
 	ir_free(m);
 	arena_free(a);
 }
@@ -302,25 +278,25 @@ START_TEST(test_check_layer)
 	ir_model_info mi = {"m", 64, 256, 8, IR_DTYPE_F32};
 	ir_layer l = {.kind = IR_LAYER_ATTENTION};
 	l.attr[IR_ATTR_HEADS] = 8, l.attr[IR_ATTR_KV_HEADS] = 3, l.attr[IR_ATTR_HEAD_DIM] = 8;
-	capture();
+	tu_capture();
 	ck_assert_int_eq(ir_check_layer(&mi, &l, 1, NULL, NULL, (ir_loc){0}), 1);
-	ck_assert_ptr_nonnull(strstr(captured(), "'kv_heads' (3) must divide 'heads' (8)"));
-	release();
+	ck_assert_ptr_nonnull(strstr(tu_captured(), "'kv_heads' (3) must divide 'heads' (8)"));
+	tu_release();
 
 	ir_layer mb = {.kind = IR_LAYER_MAMBA};
 	mb.attr[IR_ATTR_VERSION] = 2, mb.attr[IR_ATTR_STATE] = 16, mb.attr[IR_ATTR_EXPAND] = 2;
 	mb.attr[IR_ATTR_CONV] = 4, mb.attr[IR_ATTR_HEADS] = 8, mb.attr[IR_ATTR_HEAD_DIM] = 8;
 	mb.attr[IR_ATTR_GROUPS] = 1;
-	capture();
+	tu_capture();
 	ck_assert_int_eq(ir_check_layer(&mi, &mb, 1, NULL, NULL, (ir_loc){0}), 1);
-	ck_assert_ptr_nonnull(strstr(captured(), "must equal expand x hidden (128)"));
-	release();
+	ck_assert_ptr_nonnull(strstr(tu_captured(), "must equal expand x hidden (128)"));
+	tu_release();
 	mb.attr[IR_ATTR_HEAD_DIM] = 16;
 	mb.attr[IR_ATTR_DT_RANK] = 4; /* a Mamba-1 attribute on Mamba-2 */
-	capture();
+	tu_capture();
 	ck_assert_int_eq(ir_check_layer(&mi, &mb, 1, NULL, NULL, (ir_loc){0}), 1);
-	ck_assert_ptr_nonnull(strstr(captured(), "'dt_rank' does not apply"));
-	release();
+	ck_assert_ptr_nonnull(strstr(tu_captured(), "'dt_rank' does not apply"));
+	tu_release();
 }
 END_TEST
 
@@ -342,9 +318,5 @@ static Suite *ir_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(ir_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(ir_suite());
 }

@@ -7,36 +7,13 @@
  * in-flight bound; with uniform integer costs on the `ideal` cluster the
  * simulator's makespan equals each schedule's closed form exactly
  * (docs/schedules.md derives them); every constraint is a diagnostic. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pass.h"
 #include "simulate.h"
-
-static char *diag_buf;
-static size_t diag_len;
-
-static void capture(void)
-{
-	diag_stream = open_memstream(&diag_buf, &diag_len);
-	diag_errors = 0;
-}
-
-static const char *captured(void)
-{
-	fflush(diag_stream);
-	return diag_buf ? diag_buf : "";
-}
-
-static void release(void)
-{
-	fclose(diag_stream);
-	diag_stream = stderr;
-	free(diag_buf);
-	diag_buf = NULL;
-}
+#include "testutil.h"
 
 static const char *sname(ir_schedule s)
 {
@@ -167,7 +144,7 @@ static const int Ps[] = {1, 2, 3, 4, 8};
  * verifies, runs to the end, holds its in-flight bound, and simulates. */
 START_TEST(test_grid_valid)
 {
-	for (int s = 0; s < IR_NSCHEDULES; s++)
+	for (int s = 0; s < IR_SCHED_TUNED; s++) /* the baselines; tuned: test_tune.c */
 		for (size_t pi = 0; pi < sizeof Ps / sizeof *Ps; pi++) {
 			int p = Ps[pi];
 			int ms[] = {1, p, 2 * p, 3 * p + 1};
@@ -237,7 +214,7 @@ START_TEST(test_any_placement)
 	for (int trial = 0; trial < 3000; trial++) {
 		seed = seed * 1103515245u + 12345u;
 		int p = 1 + (int)(seed >> 16) % 4, M = 1 + (int)(seed >> 8) % 7;
-		ir_schedule sc = (ir_schedule)((seed >> 4) % IR_NSCHEDULES);
+		ir_schedule sc = (ir_schedule)((seed >> 4) % IR_SCHED_TUNED);
 		int nst = 1 + (int)(seed >> 20) % (2 * p + 1);
 		ir_module *m = model(12, p, M, sc, 1, 1, 1, 1);
 		int64_t *given = arena_alloc(m->arena, (size_t)nst * sizeof *given);
@@ -252,7 +229,7 @@ START_TEST(test_any_placement)
 		m->plan.partition = IR_PART_GIVEN, m->plan.given = given, m->plan.ngiven = nst;
 		if (seed & 1)
 			m->plan.placement = place, m->plan.nplacement = nst;
-		capture();
+		tu_capture();
 		pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule};
 		int rc = pass_run(m, ids, 3, NULL);
 		if (rc == 0) {
@@ -263,7 +240,7 @@ START_TEST(test_any_placement)
 		} else {
 			ck_assert_int_gt(diag_errors, 0);
 		}
-		release();
+		tu_release();
 		ir_free(m);
 	}
 	ck_assert_int_gt(planned_ok, 300);
@@ -531,12 +508,12 @@ END_TEST
 /* Every constraint is a diagnostic. */
 static void expect_error(ir_module *m, const char *want)
 {
-	capture();
+	tu_capture();
 	pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule};
 	int rc = pass_run(m, ids, 3, NULL);
-	const char *got = captured();
+	const char *got = tu_captured();
 	ck_assert_msg(rc == -1 && strstr(got, want), "want '%s', got rc=%d '%s'", want, rc, got);
-	release();
+	tu_release();
 	ir_free(m);
 }
 
@@ -685,9 +662,5 @@ static Suite *schedules_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(schedules_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(schedules_suite());
 }

@@ -1,36 +1,13 @@
 /* test_sim.c: Check suite for the simulator: closed forms on uniform
  * costs, the idle split, link costs, memory, deadlock detection and
  * determinism.  (The baselines' closed forms are in test_schedules.c.) */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pass.h"
 #include "simulate.h"
-
-static char *diag_buf;
-static size_t diag_len;
-
-static void capture(void)
-{
-	diag_stream = open_memstream(&diag_buf, &diag_len);
-	diag_errors = 0;
-}
-
-static const char *captured(void)
-{
-	fflush(diag_stream);
-	return diag_buf ? diag_buf : "";
-}
-
-static void release(void)
-{
-	fclose(diag_stream);
-	diag_stream = stderr;
-	free(diag_buf);
-	diag_buf = NULL;
-}
+#include "testutil.h"
 
 /* p stages of one mlp layer each (the embedding and head cost nothing and
  * ride on the first and last stage); every stage costs F, B, W. */
@@ -156,10 +133,10 @@ START_TEST(test_stuck_programs)
 	memcpy(mod->devices[0].ops, d0, sizeof d0);
 	memcpy(mod->devices[1].ops, d1, sizeof d1);
 	ck_assert_int_eq(ir_verify(mod), 0); /* structurally fine */
-	capture();
+	tu_capture();
 	ck_assert_ptr_null(sim_run(mod));
-	ck_assert_ptr_nonnull(strstr(captured(), "cannot run to the end"));
-	release();
+	ck_assert_ptr_nonnull(strstr(tu_captured(), "cannot run to the end"));
+	tu_release();
 	ir_free(mod);
 }
 END_TEST
@@ -168,10 +145,10 @@ START_TEST(test_needs_costs)
 {
 	ir_module *mod = uniform(2, 2, 1, 1, 1, INFINITY, 0);
 	mod->layers[1].cost.known = false;
-	capture();
+	tu_capture();
 	ck_assert_ptr_null(sim_run(mod));
-	ck_assert_ptr_nonnull(strstr(captured(), "layer L1 has no cost"));
-	release();
+	ck_assert_ptr_nonnull(strstr(tu_captured(), "layer L1 has no cost"));
+	tu_release();
 	ir_free(mod);
 }
 END_TEST
@@ -209,9 +186,5 @@ static Suite *sim_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(sim_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(sim_suite());
 }

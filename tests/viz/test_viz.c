@@ -1,38 +1,15 @@
 /* test_viz.c: Check suite for passes/viz.c (Chrome trace and SVG
  * timeline), on a hand-built module and a hand-filled simulation result,
  * so it needs no simulator.  Set VIZ_TEST_OUT=dir to keep the files. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "viz.h"
+#include "testutil.h"
 
 /* ---- fixtures --------------------------------------------------------- */
-
-static char *diag_buf;
-static size_t diag_len;
-
-static void capture(void)
-{
-	diag_stream = open_memstream(&diag_buf, &diag_len);
-	diag_errors = 0;
-}
-
-static const char *captured(void)
-{
-	fflush(diag_stream);
-	return diag_buf ? diag_buf : "";
-}
-
-static void release(void)
-{
-	fclose(diag_stream);
-	diag_stream = stderr;
-	free(diag_buf);
-	diag_buf = NULL;
-}
 
 /* Where the files go: VIZ_TEST_OUT, kept; else a temp dir, removed. */
 static char dir[256];
@@ -566,22 +543,22 @@ START_TEST(test_unwritable)
 {
 	ir_module *m = sample("x");
 	sim_result *r = sample_result(m);
-	capture();
+	tu_capture();
 	ck_assert_int_eq(viz_trace(m, r, "/nonexistent-dir/t.json"), -1);
-	ck_assert_str_eq(captured(), "octopipe: error: cannot write '/nonexistent-dir/t.json': "
-	                             "No such file or directory\n");
-	release();
-	capture();
+	ck_assert_str_eq(tu_captured(), "octopipe: error: cannot write '/nonexistent-dir/t.json': "
+	                                "No such file or directory\n");
+	tu_release();
+	tu_capture();
 	ck_assert_int_eq(viz_svg(m, r, dir), -1); /* a directory */
-	ck_assert_ptr_nonnull(strstr(captured(), "octopipe: error: cannot write '"));
-	ck_assert_ptr_nonnull(strstr(captured(), "Is a directory"));
-	release();
+	ck_assert_ptr_nonnull(strstr(tu_captured(), "octopipe: error: cannot write '"));
+	ck_assert_ptr_nonnull(strstr(tu_captured(), "Is a directory"));
+	tu_release();
 	if (access("/dev/full", W_OK) == 0) {
-		capture();
+		tu_capture();
 		ck_assert_int_eq(viz_svg(m, r, "/dev/full"), -1);
-		ck_assert_str_eq(captured(), "octopipe: error: cannot write '/dev/full': "
-		                             "No space left on device\n");
-		release();
+		ck_assert_str_eq(tu_captured(), "octopipe: error: cannot write '/dev/full': "
+		                                "No space left on device\n");
+		tu_release();
 	}
 	free_result(r);
 	ir_free(m);
@@ -605,9 +582,5 @@ static Suite *viz_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(viz_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run(viz_suite());
 }

@@ -13,7 +13,7 @@ for model in models/*.yaml tests/good/*.yaml; do
   case $model in tests/good/*) devs=own ;; *) devs="1 2 4 8" ;; esac
   for dev in $devs; do
     name="$model --devices $dev"
-    flags=(--devices "$dev")
+    flags=(--devices "$dev" --schedule 1f1b)
     [ "$dev" = own ] && flags=()
     if ! timeout 20 "$bin" plan "$model" "${flags[@]}" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
       echo "FAIL $name: plan failed"; head -n 5 "$tmp/log"; fail=$((fail + 1)); continue
@@ -25,6 +25,21 @@ for model in models/*.yaml tests/good/*.yaml; do
     fi
     pass=$((pass + 1))
   done
+done
+# The tuner on each model's own cluster: a plan that verifies and prints
+# back, or, for a model too big for it, the error that names the device.
+for model in models/*.yaml; do
+  if timeout 60 "$bin" plan "$model" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
+    if timeout 20 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >/dev/null 2>&1 && cmp -s "$tmp/p.opir" "$tmp/q.opir"; then
+      pass=$((pass + 1))
+    else
+      echo "FAIL $model (tuned): IR does not print back unchanged"; fail=$((fail + 1))
+    fi
+  elif grep -q "error: the model does not fit: in the best plan found, device D[0-9]* needs" "$tmp/log"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $model (tuned): plan failed"; head -n 5 "$tmp/log"; fail=$((fail + 1))
+  fi
 done
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,0 +1,551 @@
+/* profile_json.c: a published per-layer-kind timing profile (JSON) as a
+ * module of its own (docs/profile.md, "Published profiles").
+ *
+ * The profiles published with OctoPipe's simulator give a model as a
+ * pattern of layer characters and, per character, the measured F, B and W
+ * times of one micro-batch in milliseconds:
+ *
+ *   {"pattern": "EM-M*-L", "forward_ms": {"E": 2.3, ...},
+ *    "backward_ms": {...}, "weight_ms": {...}}
+ *
+ * JSON is a subset of YAML's flow style, so libyaml reads it.  As in
+ * profile.c the file is read event by event (the shape is fixed and two
+ * levels deep), and the first event that does not fit stops the load.
+ * Nothing is built until the whole file has been read, because a JSON
+ * object does not order its keys: the pattern may follow the tables.  A
+ * pattern without the embedding 'E' or the head 'L' at its ends (some are
+ * a Hugging Face config's hybrid_override_pattern, verbatim) gets them
+ * added when the tables time them.
+ *
+ * Every layer then gets a known cost holding the measured times and
+ * nothing else -- no FLOPs, stashes, parameters or resident bytes -- and
+ * placeholder shapes: the smallest attributes ir_check_layer accepts with
+ * hidden = 1, which no pass reads once the cost is known.  The module thus
+ * models time only; docs/profile.md says what that means for a plan. */
+#include "frontend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "cost.h"
+#include "yamlsrc.h"
+
+enum { MAX_LAYERS = 100000 }; /* as a model file's (docs/yaml.md) */
+
+/* The pattern's characters.  T, a whole dense transformer layer (attention
+ * and MLP), becomes one attention layer that carries the whole layer's
+ * times. */
+enum { C_EMB, C_HEAD, C_MAMBA, C_ATTN, C_MLP, C_MOE, C_DENSE, C_N };
+static const char *const char_names[C_N] = {"E", "L", "M", "*", "-", "#", "T"};
+static const ir_layer_kind char_kind[C_N] = {
+	IR_LAYER_EMBEDDING, IR_LAYER_HEAD, IR_LAYER_MAMBA, IR_LAYER_ATTENTION,
+	IR_LAYER_MLP,       IR_LAYER_MOE,  IR_LAYER_ATTENTION,
+};
+static const char *const char_what[C_N] = {
+	"the embedding", "the head",    "a mamba layer",       "an attention layer",
+	"an MLP layer",  "a MoE layer", "a transformer layer",
+};
+
+enum { K_PATTERN, K_F, K_B, K_W, K_N };
+static const char *const top_keys[K_N] = {"pattern", "forward_ms", "backward_ms", "weight_ms"};
+
+/* One of the three tables: milliseconds per pattern character. */
+typedef struct table {
+	bool has[C_N];
+	double ms[C_N];
+	ir_loc at[C_N]; /* each value */
+} table;
+
+typedef struct pj {
+	arena *a;
+	ysrc ys;
+	yaml_parser_t p;
+	yaml_event_t ev;
+	bool have_ev;
+	ir_loc top;            /* the top-level mapping */
+	bool seen[K_N];
+	ir_loc first[K_N];     /* each top-level key */
+	char *pattern;
+	size_t npattern;       /* bytes */
+	ir_loc pattern_loc;    /* the scalar */
+	size_t pattern_off;    /* source offset of its first byte; SIZE_MAX: escaped */
+	int lead;              /* 1 when the embedding was added before the pattern */
+	table t[3];            /* forward, backward, weight */
+} pj;
+
+/* ---- events (the plumbing of profile.c's reader) ----------------------- */
+
+static ir_loc here(pj *j)
+{
+	return ysrc_mark_loc(&j->ys, j->ev.start_mark);
+}
+
+static const char *scalar_text(const pj *j)
+{
+	return (const char *)j->ev.data.scalar.value;
+}
+
+static bool plain(const pj *j)
+{
+	return j->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/* What the current event is, for "expected X for 'k', got Y". */
+static const char *describe(pj *j)
+{
+	switch (j->ev.type) {
+	case YAML_MAPPING_START_EVENT:
+		return "an object";
+	case YAML_SEQUENCE_START_EVENT:
+		return "an array";
+	case YAML_SCALAR_EVENT:
+		return ysrc_describe_scalar(j->a, scalar_text(j), j->ev.data.scalar.style);
+	default:
+		return "nothing";
+	}
+}
+
+static void yaml_problem(pj *j)
+{
+	const yaml_parser_t *p = &j->p;
+	if (p->error == YAML_READER_ERROR) {
+		ir_loc loc = ysrc_offset_loc(&j->ys, p->problem_offset);
+		if (strstr(p->problem, "UTF-8") && p->problem_value != -1)
+			diag_error(loc, "%s (byte 0x%02X); the file must be UTF-8 text", p->problem,
+			           (unsigned)p->problem_value);
+		else
+			diag_error(loc, "%s", p->problem);
+	} else if (p->error == YAML_SCANNER_ERROR || p->error == YAML_PARSER_ERROR) {
+		diag_error(ysrc_mark_loc(&j->ys, p->problem_mark), "%s%s%s", p->problem,
+		           p->context ? " " : "", p->context ? p->context : "");
+	} else {
+		diag_error((ir_loc){j->ys.src, 1, 1}, "out of memory while reading the profile");
+	}
+}
+
+/* The next event into j->ev.  Aliases and tags are YAML, not JSON; each
+ * is an error where it stands. */
+static int next(pj *j)
+{
+	if (j->have_ev)
+		yaml_event_delete(&j->ev);
+	j->have_ev = false;
+	if (!yaml_parser_parse(&j->p, &j->ev)) {
+		yaml_problem(j);
+		return -1;
+	}
+	j->have_ev = true;
+	const yaml_char_t *tag = NULL;
+	switch (j->ev.type) {
+	case YAML_ALIAS_EVENT:
+		diag_error(here(j), "alias '*%s' in a JSON profile; write the value out",
+		           ysrc_shown(j->a, (const char *)j->ev.data.alias.anchor));
+		return -1;
+	case YAML_SCALAR_EVENT: tag = j->ev.data.scalar.tag; break;
+	case YAML_MAPPING_START_EVENT: tag = j->ev.data.mapping_start.tag; break;
+	case YAML_SEQUENCE_START_EVENT: tag = j->ev.data.sequence_start.tag; break;
+	default: break;
+	}
+	if (tag && strcmp((const char *)tag, "!") != 0) {
+		diag_error(here(j), "unsupported tag '%s' in a JSON profile",
+		           ysrc_tag_shown(j->a, (const char *)tag));
+		return -1;
+	}
+	return 0;
+}
+
+/* The next event, which must start an object (`what` names it). */
+static int want_object(pj *j, const char *what)
+{
+	if (next(j) < 0)
+		return -1;
+	if (j->ev.type != YAML_MAPPING_START_EVENT) {
+		diag_error(here(j), "expected an object for %s, got %s", what, describe(j));
+		return -1;
+	}
+	return 0;
+}
+
+/* The next key of an object into j->ev: 1, 0 at the object's end, -1
+ * after a diagnostic. */
+static int next_key(pj *j, const char *where)
+{
+	if (next(j) < 0)
+		return -1;
+	if (j->ev.type == YAML_MAPPING_END_EVENT)
+		return 0;
+	if (j->ev.type != YAML_SCALAR_EVENT) {
+		diag_error(here(j), "expected a key %s, got %s", where, describe(j));
+		return -1;
+	}
+	return 1;
+}
+
+/* The current key's index in names (`noun` names them): known, and not
+ * seen before (seen[], first[] keep count).  -1 after a diagnostic. */
+static int key_index(pj *j, const char *noun, const char *where, const char *const *names, int n,
+                     bool *seen, ir_loc *first)
+{
+	const char *key = scalar_text(j);
+	int k = ir_lookup(names, n, key);
+	if (k < 0) {
+		ysrc_unknown(j->a, here(j), noun, key, where, names, n);
+		return -1;
+	}
+	if (seen[k]) {
+		diag_error(here(j), "duplicate key '%s' %s", ysrc_shown(j->a, key), where);
+		diag_note(first[k], "the first '%s' is here", ysrc_shown(j->a, key));
+		return -1;
+	}
+	seen[k] = true;
+	first[k] = here(j);
+	return k;
+}
+
+/* ---- the file ------------------------------------------------------------------ */
+
+/* Names one character apart are no hint of a typo: list them all. */
+static void unknown_char(pj *j, ir_loc loc, const char *s, const char *where)
+{
+	diag_error(loc, "unknown pattern character '%s' in %s; known: E (embedding), L (head), "
+	                "M (mamba), * (attention), - (MLP), # (MoE), T (transformer layer)",
+	           s, where);
+}
+
+/* table := {CHAR: milliseconds, ...}; a character the pattern does not use
+ * is allowed and ignored. */
+static int read_table(pj *j, int k)
+{
+	table *t = &j->t[k - K_F];
+	const char *name = arena_printf(j->a, "'%s'", top_keys[k]);
+	const char *where = arena_printf(j->a, "in %s", name);
+	ir_loc first[C_N];
+	int rc;
+	if (want_object(j, name) < 0)
+		return -1;
+	while ((rc = next_key(j, where)) > 0) {
+		if (ir_lookup(char_names, C_N, scalar_text(j)) < 0) {
+			unknown_char(j, here(j), ysrc_shown(j->a, scalar_text(j)), name);
+			return -1;
+		}
+		int c = key_index(j, "pattern character", where, char_names, C_N, t->has, first);
+		if (c < 0 || next(j) < 0)
+			return -1;
+		t->at[c] = here(j);
+		bool scalar = j->ev.type == YAML_SCALAR_EVENT;
+		const char *what = arena_printf(j->a, "'%s' in %s", char_names[c], name);
+		int r = ysrc_number(j->a, t->at[c], what, scalar ? scalar_text(j) : "",
+		                    scalar && plain(j), YSRC_NONNEG, &t->ms[c]);
+		if (r > 0)
+			diag_error(t->at[c], "expected a number (milliseconds) for %s, got %s", what,
+			           describe(j));
+		if (r)
+			return -1;
+	}
+	return rc;
+}
+
+/* pattern := string of pattern characters.  Kept with the source offset
+ * of its first character when the text stands in the file as it is (no
+ * escapes), so each character can be pointed at. */
+static int read_pattern(pj *j)
+{
+	if (next(j) < 0)
+		return -1;
+	j->pattern_loc = here(j);
+	if (j->ev.type != YAML_SCALAR_EVENT) {
+		diag_error(j->pattern_loc, "expected a string for 'pattern', got %s", describe(j));
+		return -1;
+	}
+	j->npattern = j->ev.data.scalar.length;
+	j->pattern = arena_strndup(j->a, scalar_text(j), j->npattern);
+	const ysrc *y = &j->ys;
+	size_t off = y->line_start[j->pattern_loc.line - 1] + (size_t)j->pattern_loc.col - 1;
+	off += !plain(j); /* past the opening quote */
+	j->pattern_off = off + j->npattern <= y->src->len &&
+	                         memcmp(y->src->text + off, j->pattern, j->npattern) == 0
+	                     ? off
+	                     : SIZE_MAX;
+	return 0;
+}
+
+/* profile := {pattern, forward_ms, backward_ms, weight_ms}, in any order */
+static int read_file(pj *j)
+{
+	if (next(j) < 0 || next(j) < 0) /* stream start, document start */
+		return -1;
+	if (j->ev.type == YAML_STREAM_END_EVENT) {
+		diag_error((ir_loc){j->ys.src, 1, 1}, "empty profile");
+		return -1;
+	}
+	if (next(j) < 0)
+		return -1;
+	j->top = here(j);
+	if (j->ev.type != YAML_MAPPING_START_EVENT) {
+		diag_error(j->top, "expected an object at the top level of the profile, got %s",
+		           describe(j));
+		return -1;
+	}
+	static const char where[] = "at the top level of the profile";
+	int rc;
+	while ((rc = next_key(j, where)) > 0) {
+		int k = key_index(j, "key", where, top_keys, K_N, j->seen, j->first);
+		if (k < 0 || (k == K_PATTERN ? read_pattern(j) : read_table(j, k)) < 0)
+			return -1;
+	}
+	if (rc < 0)
+		return -1;
+	for (int k = 0; k < K_N; k++)
+		if (!j->seen[k]) {
+			diag_error(j->top, "missing required key '%s' %s", top_keys[k], where);
+			return -1;
+		}
+	if (next(j) < 0 || next(j) < 0) /* document end, then the stream's end */
+		return -1;
+	if (j->ev.type != YAML_STREAM_END_EVENT) {
+		diag_error(here(j), "a second document; a profile holds one object");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- checks --------------------------------------------------------------------- */
+
+static ir_loc char_loc(const pj *j, size_t i)
+{
+	return j->pattern_off == SIZE_MAX ? j->pattern_loc
+	                                  : ysrc_offset_loc(&j->ys, j->pattern_off + i);
+}
+
+/* The pattern character at byte i as a message shows it; *len: its bytes. */
+static const char *char_shown(pj *j, size_t i, size_t *len)
+{
+	const unsigned char *s = (const unsigned char *)j->pattern + i;
+	size_t n = 1;
+	if (*s >= 0xC0)
+		while (i + n < j->npattern && (s[n] & 0xC0) == 0x80)
+			n++;
+	*len = n;
+	if (*s < 0x20 || *s == 0x7f)
+		return arena_printf(j->a, "\\x%02X", *s);
+	return arena_strndup(j->a, (const char *)s, n);
+}
+
+/* Layer i's character, or the whole pattern for an added end. */
+static ir_loc layer_loc(const pj *j, int i)
+{
+	size_t b = (size_t)(i - j->lead);
+	return i >= j->lead && b < j->npattern ? char_loc(j, b) : j->pattern_loc;
+}
+
+/* The table (K_F..K_W) without a time for character c, or -1. */
+static int untimed(const pj *j, int c)
+{
+	for (int k = K_F; k <= K_W; k++)
+		if (!j->t[k - K_F].has[c])
+			return k;
+	return -1;
+}
+
+/* An end the pattern leaves out (the embedding before it, the head after
+ * it) is added when every table times it: some published patterns are the
+ * Hugging Face config's hybrid_override_pattern, which has neither.
+ * Returns 1 when added, 0 when the pattern has it, -1 after a diagnostic. */
+static int end(pj *j, size_t at, int want, const char *where)
+{
+	size_t len;
+	const char *s = char_shown(j, at, &len);
+	if (len == 1 && s[0] == char_names[want][0])
+		return 0;
+	int k = untimed(j, want);
+	if (k < 0)
+		return 1;
+	diag_error(char_loc(j, at), "the pattern does not %s %s '%s' (got '%s'), and '%s' has no time "
+	                            "for '%s' to add one",
+	           where, char_what[want], char_names[want], s, top_keys[k], char_names[want]);
+	return -1;
+}
+
+/* Each character known; E only first and L only last, each added when
+ * left out; a time for every character used in every table, none beyond
+ * any time.  Fills kinds[] (a pattern character per layer) and returns the
+ * layer count, or -1 after a diagnostic. */
+static int check(pj *j, int *kinds)
+{
+	size_t n = j->npattern;
+	if (n == 0) {
+		diag_error(j->pattern_loc, "'pattern' is empty; a model needs the embedding 'E', at "
+		                           "least one layer and the head 'L'");
+		return -1;
+	}
+	for (size_t i = 0, len; i < n; i += len) {
+		const char *s = char_shown(j, i, &len);
+		int c = len == 1 ? ir_lookup(char_names, C_N, s) : -1;
+		if (c < 0) {
+			unknown_char(j, char_loc(j, i), s, "'pattern'");
+			return -1;
+		}
+		if ((c == C_EMB && i > 0) || (c == C_HEAD && i + 1 < n)) {
+			diag_error(char_loc(j, i), "'%s' as character %zu of the pattern: only its %s "
+			                           "character may be %s",
+			           s, i + 1, c == C_EMB ? "first" : "last", char_what[c]);
+			return -1;
+		}
+	}
+	/* Every character is one byte now. */
+	int lead = end(j, 0, C_EMB, "start with");
+	int tail = lead < 0 ? -1 : end(j, n - 1, C_HEAD, "end with");
+	if (tail < 0)
+		return -1;
+	j->lead = lead;
+	if (n + (size_t)lead + (size_t)tail > MAX_LAYERS) {
+		diag_error(j->pattern_loc, "the pattern has more than %d layers", MAX_LAYERS);
+		return -1;
+	}
+	int count = 0;
+	if (lead)
+		kinds[count++] = C_EMB;
+	for (size_t i = 0; i < n; i++)
+		kinds[count++] = ir_lookup(char_names, C_N, (char[]){j->pattern[i], 0});
+	if (tail)
+		kinds[count++] = C_HEAD;
+	if (count < 3) {
+		diag_error(j->pattern_loc, "'pattern' has %d layers; a model needs the embedding 'E', "
+		                           "at least one layer and the head 'L'", count);
+		return -1;
+	}
+	bool used[C_N] = {0};
+	for (int i = 0; i < count; i++) {
+		int c = kinds[i];
+		if (used[c])
+			continue;
+		used[c] = true;
+		int k = untimed(j, c);
+		if (k >= 0) {
+			diag_error(layer_loc(j, i), "pattern character '%s' (%s) has no time in '%s'",
+			           char_names[c], char_what[c], top_keys[k]);
+			diag_note(j->first[k], "'%s' is here", top_keys[k]);
+			return -1;
+		}
+		for (k = K_F; k <= K_W; k++) {
+			const table *t = &j->t[k - K_F];
+			if (!isfinite(cost_round_us(t->ms[c] * 1e3))) {
+				diag_error(t->at[c], "'%s' in '%s' is too large: %g ms is beyond any time",
+				           char_names[c], top_keys[k], t->ms[c]);
+				return -1;
+			}
+		}
+	}
+	return count;
+}
+
+/* ---- the module ------------------------------------------------------------------ */
+
+/* The smallest shape ir_check_layer accepts with hidden = 1.  The times
+ * are measured, so no pass reads a size (a layer with a known cost is
+ * left alone by the cost pass). */
+static void placeholder(ir_layer *l)
+{
+	int64_t *v = l->attr;
+	switch (l->kind) {
+	case IR_LAYER_ATTENTION:
+		v[IR_ATTR_HEADS] = v[IR_ATTR_KV_HEADS] = v[IR_ATTR_HEAD_DIM] = 1;
+		break;
+	case IR_LAYER_MLP:
+		v[IR_ATTR_FFN] = 1; /* activation 0: swiglu */
+		break;
+	case IR_LAYER_MOE:
+		v[IR_ATTR_EXPERTS] = v[IR_ATTR_TOP_K] = v[IR_ATTR_EXPERT_FFN] = 1;
+		break;
+	case IR_LAYER_MAMBA:
+		v[IR_ATTR_VERSION] = 2; /* heads x head_dim = expand x hidden = 1 */
+		v[IR_ATTR_HEADS] = v[IR_ATTR_HEAD_DIM] = v[IR_ATTR_STATE] = 1;
+		v[IR_ATTR_EXPAND] = v[IR_ATTR_CONV] = v[IR_ATTR_GROUPS] = 1;
+		break;
+	default:
+		break;
+	}
+}
+
+/* "nemotron-h-8B" from ".../nemotron-h-8B.json". */
+static const char *model_name(arena *a, const char *path)
+{
+	const char *b = strrchr(path, '/');
+	b = b ? b + 1 : path;
+	size_t n = strlen(b);
+	if (n > 5 && strcmp(b + n - 5, ".json") == 0)
+		n -= 5;
+	return n ? arena_strndup(a, b, n) : "profile";
+}
+
+static int build(pj *j, ir_module *m, const int *kinds, int n, const fe_overrides *ov)
+{
+	const src_file *src = j->ys.src;
+	m->loc = (ir_loc){src, 1, 1};
+	m->model_loc = j->first[K_PATTERN];
+	/* seq: the measured micro-batch, one sequence of 4096 tokens. */
+	m->model = (ir_model_info){model_name(m->arena, src->name), 1, 1, 4096, IR_DTYPE_BF16};
+	/* The model file's defaults (frontend.c). */
+	m->train = (ir_train){.mbs = 1, .microbatches = 8, .steps = 10, .optimizer = IR_OPT_ADAMW,
+	                      .lr = 3e-4, .weight_decay = 0.0, .seed = 1, .data = IR_DATA_SYNTHETIC};
+	m->plan.schedule = IR_SCHED_TUNED;
+	m->plan.chunks = 1;
+	m->plan.partition = IR_PART_UNIFORM;
+	for (int i = 0; i < n; i++) {
+		int c = kinds[i];
+		ir_layer *l = ir_add_layer(m, char_kind[c], layer_loc(j, i));
+		placeholder(l);
+		const table *t = j->t;
+		l->cost = (ir_cost){.known = true,
+		                    .f = cost_round_us(t[0].ms[c] * 1e3),
+		                    .b = cost_round_us(t[1].ms[c] * 1e3),
+		                    .w = cost_round_us(t[2].ms[c] * 1e3)};
+	}
+	if (!(ov && ov->cluster) && fe_load_cluster(m->arena, "ideal", &m->cluster) < 0)
+		return -1;
+	return fe_apply_overrides(m, ov);
+}
+
+static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
+{
+	pj j = {.a = m->arena, .pattern_off = SIZE_MAX};
+	ysrc_init(&j.ys, j.a, src);
+	if (!yaml_parser_initialize(&j.p)) {
+		diag_error((ir_loc){src, 1, 1}, "out of memory while reading the profile");
+		return -1;
+	}
+	yaml_parser_set_input_string(&j.p, (const unsigned char *)src->text, src->len);
+	int rc = read_file(&j);
+	if (j.have_ev)
+		yaml_event_delete(&j.ev);
+	yaml_parser_delete(&j.p);
+	if (rc < 0)
+		return -1;
+	size_t cap = j.npattern < MAX_LAYERS ? j.npattern : MAX_LAYERS;
+	int *kinds = arena_alloc(j.a, (cap + 2) * sizeof *kinds);
+	int n = check(&j, kinds);
+	return n < 0 ? -1 : build(&j, m, kinds, n, ov);
+}
+
+ir_module *fe_load_profile_model_src(const src_file *src, const fe_overrides *ov)
+{
+	ir_module *m = ir_new();
+	if (load(m, src, ov) < 0) {
+		ir_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+ir_module *fe_load_profile_model(const char *path, const fe_overrides *ov)
+{
+	ir_module *m = ir_new();
+	const src_file *src = src_read(m->arena, path);
+	if (!src || load(m, src, ov) < 0) {
+		ir_free(m);
+		return NULL;
+	}
+	return m;
+}

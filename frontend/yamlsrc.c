@@ -1,0 +1,194 @@
+/* yamlsrc.c: locations, message helpers and numbers for the frontend's
+ * YAML readers (yamlsrc.h). */
+#include "yamlsrc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SHOW_MAX = 40 }; /* longest user value echoed in a message */
+
+/* ---- locations ---------------------------------------------------------- */
+
+void ysrc_init(ysrc *y, arena *a, const src_file *src)
+{
+	const char *t = src->text;
+	size_t n = src->len, count = 1;
+	*y = (ysrc){.src = src, .ascii = true, .cline = (size_t)-1};
+	for (size_t i = 0; i < n; i++) {
+		count += t[i] == '\n';
+		if ((unsigned char)t[i] >= 0x80)
+			y->ascii = false;
+	}
+	y->line_start = arena_alloc(a, count * sizeof *y->line_start);
+	y->line_start[y->nlines++] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (t[i] == '\n')
+			y->line_start[y->nlines++] = i + 1;
+}
+
+ir_loc ysrc_mark_loc(ysrc *y, yaml_mark_t mk)
+{
+	size_t line = mk.line < y->nlines ? mk.line : y->nlines - 1;
+	size_t ls = y->line_start[line], byte;
+	size_t le = line + 1 < y->nlines ? y->line_start[line + 1] : y->src->len;
+	if (y->ascii) {
+		byte = ls + (mk.column < le - ls ? mk.column : le - ls);
+	} else {
+		const unsigned char *t = (const unsigned char *)y->src->text;
+		size_t c = 0, b = ls;
+		if (line == 0 && y->src->len >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0)
+			b = 3; /* libyaml does not count the byte-order mark */
+		if (y->cline == line && y->ccol <= mk.column)
+			c = y->ccol, b = y->cbyte;
+		while (c < mk.column && b < le) {
+			b++;
+			while (b < le && (t[b] & 0xC0) == 0x80)
+				b++;
+			c++;
+		}
+		y->cline = line, y->ccol = c, y->cbyte = b;
+		byte = b;
+	}
+	return (ir_loc){y->src, (int)line + 1, (int)(byte - ls) + 1};
+}
+
+ir_loc ysrc_offset_loc(const ysrc *y, size_t off)
+{
+	size_t lo = 0, hi = y->nlines; /* last line starting at or before off */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (y->line_start[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (ir_loc){y->src, (int)lo + 1, (int)(off - y->line_start[lo]) + 1};
+}
+
+/* ---- messages ------------------------------------------------------------- */
+
+const char *ysrc_shown(arena *a, const char *s)
+{
+	size_t n = strlen(s);
+	bool cut = n > SHOW_MAX;
+	if (cut)
+		for (n = SHOW_MAX; n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80; n--)
+			; /* not inside a UTF-8 character */
+	char *p = arena_alloc(a, n + 4);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	if (cut)
+		memcpy(p + n, "...", 3);
+	return p;
+}
+
+const char *ysrc_joined(arena *a, const char *const *names, int n)
+{
+	size_t len = 1;
+	for (int i = 0; i < n; i++)
+		len += strlen(names[i]) + 2;
+	char *p = arena_alloc(a, len), *q = p;
+	for (int i = 0; i < n; i++)
+		q += sprintf(q, "%s%s", i ? ", " : "", names[i]);
+	return p;
+}
+
+const char *ysrc_describe_scalar(arena *a, const char *s, yaml_scalar_style_t style)
+{
+	if (style == YAML_PLAIN_SCALAR_STYLE)
+		return *s ? arena_printf(a, "'%s'", ysrc_shown(a, s)) : "nothing";
+	return arena_printf(a, "the string \"%s\"", ysrc_shown(a, s));
+}
+
+const char *ysrc_tag_shown(arena *a, const char *tag)
+{
+	static const char std[] = "tag:yaml.org,2002:";
+	if (strncmp(tag, std, sizeof std - 1) == 0)
+		tag = arena_printf(a, "!!%s", tag + sizeof std - 1);
+	return ysrc_shown(a, tag);
+}
+
+void ysrc_unknown(arena *a, ir_loc loc, const char *noun, const char *s, const char *where,
+                  const char *const *names, int n)
+{
+	const char *near = diag_nearest(s, names, n);
+	const char *sp = where ? " " : "";
+	where = where ? where : "";
+	if (near)
+		diag_error(loc, "unknown %s '%s'%s%s; did you mean '%s'?", noun, ysrc_shown(a, s), sp,
+		           where, near);
+	else
+		diag_error(loc, "unknown %s '%s'%s%s; known: %s", noun, ysrc_shown(a, s), sp, where,
+		           ysrc_joined(a, names, n));
+}
+
+/* ---- numbers -------------------------------------------------------------- */
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+size_t ysrc_scan_number(const char *s)
+{
+	size_t i = 0, digits = 0;
+	if (s[i] == '+' || s[i] == '-')
+		i++;
+	while (is_digit(s[i]))
+		i++, digits++;
+	if (s[i] == '.') {
+		i++;
+		while (is_digit(s[i]))
+			i++, digits++;
+	}
+	if (!digits)
+		return 0;
+	if (s[i] == 'e' || s[i] == 'E') {
+		size_t j = i + 1;
+		if (s[j] == '+' || s[j] == '-')
+			j++;
+		if (is_digit(s[j])) {
+			while (is_digit(s[j]))
+				j++;
+			i = j;
+		}
+	}
+	return i;
+}
+
+bool ysrc_nonfinite(const char *s)
+{
+	if (*s == '+' || *s == '-')
+		s++;
+	static const char *const names[] = {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"};
+	for (int i = 0; i < NELEMS(names); i++)
+		if (strcmp(s, names[i]) == 0)
+			return true;
+	return false;
+}
+
+int ysrc_number(arena *a, ir_loc loc, const char *what, const char *s, bool plain, int sign,
+                double *out)
+{
+	if (plain && ysrc_nonfinite(s)) {
+		diag_error(loc, "%s must be finite, got '%s'", what, s);
+		return -1;
+	}
+	size_t len = ysrc_scan_number(s);
+	if (!plain || !len || s[len])
+		return 1;
+	double v = strtod(s, NULL);
+	if (!isfinite(v)) {
+		diag_error(loc, "%s must be finite, got '%s'", what, ysrc_shown(a, s));
+		return -1;
+	}
+	if ((sign == YSRC_POSITIVE && !(v > 0)) || (sign == YSRC_NONNEG && v < 0)) {
+		diag_error(loc, "%s must be %s, got %s", what,
+		           sign == YSRC_POSITIVE ? "greater than 0" : "at least 0", ysrc_shown(a, s));
+		return -1;
+	}
+	*out = v;
+	return 0;
+}

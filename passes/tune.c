@@ -1,0 +1,887 @@
+/* tune.c: the `tune` pass: partition, placement and schedule searched
+ * together, judged by the simulator (docs/tuner.md).
+ *
+ * Reads a module with layer costs whose schedule is 'tuned' (any other
+ * schedule: the pass does nothing).  Writes the stages, their devices and
+ * every device's program: the best plan found that fits every device's
+ * memory.  Guarantees a plan no slower than the best baseline that fits,
+ * and a diagnostic naming the device, what it needs and what it has when
+ * nothing fits at all.
+ *
+ * The search, in the order OctoPipe's bubble-aware tuner works:
+ * 1. start from every baseline (partitions uniform and balanced);
+ * 2. balance the workload: for P and 2P stages, the cut that minimises
+ *    the largest stage time;
+ * 3. placement: one stage per device, round-robin chunks, and the V that
+ *    puts a device's two stages at both ends of the pipeline;
+ * 4. order: a list scheduler over the real costs and links builds each
+ *    device's program (below), under a few priority policies, and the
+ *    simulator times it;
+ * 5. refine: move single layers across stage boundaries while the
+ *    simulated step gets shorter, until no move helps or the budget ends.
+ * Every candidate is a scratch module (freed after it is judged), so the
+ * search never grows the module it writes. */
+#include "tune.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pass.h"
+#include "simulate.h"
+
+static double budget_s = 20;
+
+void tune_set_budget(double seconds)
+{
+	budget_s = seconds > 0 ? seconds : 20;
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+	if (!p)
+		ir_bug("out of memory");
+	return p;
+}
+
+/* A copy of m's header and layers, without stages or programs. */
+static ir_module *scratch(const ir_module *m)
+{
+	ir_module *c = ir_new();
+	c->model = m->model;
+	c->train = m->train;
+	c->cluster = m->cluster;
+	c->plan = m->plan;
+	c->loc = m->loc;
+	c->plan_loc = m->plan_loc;
+	for (int l = 0; l < m->nlayers; l++)
+		*ir_add_layer(c, m->layers[l].kind, (ir_loc){0}) = m->layers[l];
+	return c;
+}
+
+/* ---- judging a plan ---------------------------------------------------- */
+
+typedef struct verdict {
+	bool ok, fits;
+	double makespan, bubble;
+	uint64_t peak;
+	int tight_dev;      /* the device furthest over its memory */
+	uint64_t tight_need;
+} verdict;
+
+static verdict judge(const ir_module *m)
+{
+	verdict v = {.makespan = INFINITY};
+	sim_result *r = sim_run(m);
+	if (!r)
+		return v;
+	v.ok = true;
+	v.fits = true;
+	v.makespan = r->makespan;
+	v.bubble = r->bubble_ratio;
+	v.tight_dev = -1;
+	for (int d = 0; d < r->ndev; d++) {
+		uint64_t pk = r->dev[d].peak_mem;
+		if (pk > v.peak)
+			v.peak = pk;
+		if (pk > m->cluster.mem) {
+			v.fits = false;
+			if (v.tight_dev < 0 || pk > v.tight_need)
+				v.tight_dev = d, v.tight_need = pk;
+		}
+	}
+	sim_free(r);
+	return v;
+}
+
+/* ---- baselines ----------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	ir_schedule schedule;
+	int chunks;
+	ir_partition partition;
+} baselines[TUNE_NBASELINES] = {
+	{"gpipe", IR_SCHED_GPIPE, 1, IR_PART_UNIFORM},
+	{"1f1b", IR_SCHED_1F1B, 1, IR_PART_UNIFORM},
+	{"i1f1b v=2", IR_SCHED_I1F1B, 2, IR_PART_UNIFORM},
+	{"zbh1", IR_SCHED_ZBH1, 1, IR_PART_UNIFORM},
+	{"zbh2", IR_SCHED_ZBH2, 1, IR_PART_UNIFORM},
+	{"zbv", IR_SCHED_ZBV, 2, IR_PART_UNIFORM},
+	{"zbh1 balanced", IR_SCHED_ZBH1, 1, IR_PART_BALANCED},
+};
+
+/* Run passes on c with their diagnostics kept out of sight: a baseline
+ * that does not apply to this model is a row with a reason, not an error.
+ * The first diagnostic goes to why (when given). */
+static bool run_quiet(ir_module *c, const pass_id *ids, int nids, char *why, size_t n)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *saved = diag_stream;
+	int saved_errors = diag_errors;
+	diag_stream = open_memstream(&buf, &len);
+	bool ok = pass_run(c, ids, nids, NULL) == 0;
+	fclose(diag_stream);
+	diag_stream = saved;
+	diag_errors = saved_errors;
+	if (!ok && why) {
+		const char *e = buf ? strstr(buf, "error: ") : NULL;
+		snprintf(why, n, "%s", e ? e + 7 : "cannot plan");
+		char *nl = strchr(why, '\n');
+		if (nl)
+			*nl = 0;
+	}
+	free(buf);
+	return ok;
+}
+
+/* Baseline i planned on a copy of m, or NULL (why says what stopped it).
+ * A partition and placement the user gave stay: the baselines then differ
+ * only in their order of work. */
+static ir_module *baseline(const ir_module *m, int i, char *why, size_t n)
+{
+	ir_module *c = scratch(m);
+	c->plan.schedule = baselines[i].schedule;
+	if (m->plan.partition != IR_PART_GIVEN) {
+		c->plan.chunks = baselines[i].chunks;
+		c->plan.partition = baselines[i].partition;
+		c->plan.ngiven = c->plan.nplacement = 0;
+	}
+	static const pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule};
+	if (!run_quiet(c, ids, 3, why, n)) {
+		ir_free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void tune_baselines(const ir_module *m, tune_row *rows)
+{
+	for (int i = 0; i < TUNE_NBASELINES; i++) {
+		tune_row *r = &rows[i];
+		memset(r, 0, sizeof *r);
+		snprintf(r->name, sizeof r->name, "%s", baselines[i].name);
+		ir_module *c = baseline(m, i, r->why, sizeof r->why);
+		if (c) {
+			verdict v = judge(c);
+			r->ok = v.ok;
+			r->fits = v.fits;
+			r->makespan = v.makespan;
+			r->bubble = v.bubble;
+			r->peak_mem = v.peak;
+			if (!v.ok)
+				snprintf(r->why, sizeof r->why, "the programs cannot run");
+		}
+		ir_free(c);
+	}
+}
+
+double tune_lower_bound(const ir_module *m)
+{
+	double work = 0, path = 0, layer = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		double all = c->f + c->b + c->w;
+		work += all;
+		path += c->f + c->b;
+		layer = all > layer ? all : layer;
+	}
+	double M = (double)m->train.microbatches;
+	path += m->layers[0].cost.w;
+	work *= M / (double)m->cluster.devices;
+	layer *= M;
+	double lb = work > path ? work : path;
+	return layer > lb ? layer : lb;
+}
+
+/* ---- the list scheduler ------------------------------------------------ */
+
+/* Priorities of the list scheduler.  b_first: a ready backward goes before
+ * a ready forward (it is on the critical path and frees memory); else the
+ * forward does (fills the pipeline sooner).  deep_first: among ready
+ * forwards, the deepest stage first (finishes micro-batches early), else
+ * the oldest micro-batch.  w_lazy: with nothing else ready, a pending W
+ * waits if an input is known to arrive before it would end. */
+typedef struct knobs {
+	bool b_first, deep_first, w_lazy;
+} knobs;
+
+typedef struct lsched {
+	ir_module *m;
+	int S, M, P;
+	double *tf, *tb, *tw;   /* per stage: F, B, W time */
+	int64_t *act, *ws;      /* per stage: stash bytes */
+	int64_t *limit;         /* per device: bytes for stashes (INT64_MAX: no limit) */
+	int64_t *used;
+	int64_t *reserve;       /* per stage: act of the next deeper stage on its device */
+	double *arr_f, *arr_b;  /* per (stage, mb): input arrival, NAN: not known */
+	int *nf, *nb;           /* per stage: next micro-batch to forward / backward */
+	double *t;              /* per device: free at */
+	bool *waiting;
+	int **mine;             /* per device: its stages, deepest first */
+	int *nmine;
+	int **wq;               /* per device: pending W's as stage * M + mb, FIFO */
+	int *wh, *wt;
+	double *send_free, *recv_free;
+	uint64_t bytes;
+} lsched;
+
+static double deliver(lsched *L, int a, int b, double end)
+{
+	if (a == b)
+		return end;
+	double st = end;
+	if (L->send_free[a] > st)
+		st = L->send_free[a];
+	if (L->recv_free[b] > st)
+		st = L->recv_free[b];
+	double e = st + sim_link_time(L->m, a, b, L->bytes);
+	L->send_free[a] = L->recv_free[b] = e;
+	return e;
+}
+
+static void wake(lsched *L, int d, double when)
+{
+	if (L->waiting[d]) {
+		L->waiting[d] = false;
+		if (when > L->t[d])
+			L->t[d] = when;
+	}
+}
+
+static bool f_fits(const lsched *L, int d, int s)
+{
+	return L->used[d] + L->act[s] + L->reserve[s] <= L->limit[d];
+}
+
+/* Build every device's program into L->m.  Returns 0, or -1 when the
+ * policy runs into a dead end (memory too tight for it). */
+static int list_schedule(lsched *L, const knobs *k)
+{
+	ir_module *m = L->m;
+	int S = L->S, M = L->M, P = L->P;
+	long left = 3L * S * M;
+	ir_alloc_devices(m);
+	while (left > 0) {
+		int d = -1;
+		for (int e = 0; e < P; e++) {
+			if (L->waiting[e] || (d >= 0 && L->t[e] >= L->t[d]))
+				continue;
+			bool work = L->wh[e] != L->wt[e]; /* a W pending, or a B to come */
+			for (int i = 0; i < L->nmine[e] && !work; i++)
+				work = L->nb[L->mine[e][i]] < M;
+			if (work)
+				d = e;
+		}
+		if (d < 0)
+			return -1; /* every device with work waits: a dead end */
+		double T = L->t[d];
+		int best_b = -1, best_f = -1;
+		double ta = INFINITY; /* next known arrival this device could use */
+		for (int i = 0; i < L->nmine[d]; i++) {
+			int s = L->mine[d][i];
+			if (L->nb[s] < L->nf[s]) {
+				double a = L->arr_b[s * M + L->nb[s]];
+				if (a <= T) {
+					if (best_b < 0 || a < L->arr_b[best_b * M + L->nb[best_b]])
+						best_b = s;
+				} else if (a < ta) {
+					ta = a;
+				}
+			}
+			if (L->nf[s] < M && f_fits(L, d, s)) {
+				double a = L->arr_f[s * M + L->nf[s]];
+				if (a <= T) {
+					if (best_f < 0 || (k->deep_first ? s > best_f : L->nf[s] < L->nf[best_f]))
+						best_f = s;
+				} else if (a < ta) {
+					ta = a;
+				}
+			}
+		}
+		bool has_w = L->wh[d] != L->wt[d];
+		ir_op_kind kind;
+		int s;
+		if (best_b >= 0 && (k->b_first || best_f < 0)) {
+			kind = IR_OP_B, s = best_b;
+		} else if (best_f >= 0) {
+			kind = IR_OP_F, s = best_f;
+		} else if (has_w) {
+			int ws = L->wq[d][L->wh[d]] / M;
+			if (k->w_lazy && ta < T + L->tw[ws]) {
+				L->t[d] = ta;
+				continue;
+			}
+			kind = IR_OP_W, s = ws;
+		} else {
+			if (isfinite(ta))
+				L->t[d] = ta;
+			else
+				L->waiting[d] = true;
+			continue;
+		}
+		int mb;
+		double end;
+		if (kind == IR_OP_F) {
+			mb = L->nf[s]++;
+			end = T + L->tf[s];
+			L->used[d] += L->act[s];
+			if (s == S - 1) {
+				L->arr_b[s * M + mb] = end;
+			} else {
+				int d2 = m->stages[s + 1].device;
+				L->arr_f[(s + 1) * M + mb] = deliver(L, d, d2, end);
+				wake(L, d2, L->arr_f[(s + 1) * M + mb]);
+			}
+		} else if (kind == IR_OP_B) {
+			mb = L->nb[s]++;
+			end = T + L->tb[s];
+			L->used[d] += L->ws[s] - L->act[s];
+			L->wq[d][L->wt[d]++] = s * M + mb;
+			if (s > 0) {
+				int d2 = m->stages[s - 1].device;
+				L->arr_b[(s - 1) * M + mb] = deliver(L, d, d2, end);
+				wake(L, d2, L->arr_b[(s - 1) * M + mb]);
+			}
+		} else {
+			mb = L->wq[d][L->wh[d]++] % M;
+			end = T + L->tw[s];
+			L->used[d] -= L->ws[s];
+		}
+		ir_add_op(m, d, kind, s, mb, (ir_loc){0});
+		L->t[d] = end;
+		left--;
+	}
+	return 0;
+}
+
+/* Schedule the placed stages of c with knobs k; 0 or -1 (dead end).
+ * Without `fit`, the memory limits are ignored: a plan that shows how much
+ * memory it would need. */
+static int order(ir_module *c, const knobs *k, bool fit)
+{
+	lsched L = {.m = c, .S = c->nstages, .M = (int)c->train.microbatches,
+	            .P = (int)c->cluster.devices};
+	int S = L.S, M = L.M, P = L.P;
+	L.tf = xcalloc((size_t)S, sizeof *L.tf);
+	L.tb = xcalloc((size_t)S, sizeof *L.tb);
+	L.tw = xcalloc((size_t)S, sizeof *L.tw);
+	L.act = xcalloc((size_t)S, sizeof *L.act);
+	L.ws = xcalloc((size_t)S, sizeof *L.ws);
+	L.reserve = xcalloc((size_t)S, sizeof *L.reserve);
+	L.nf = xcalloc((size_t)S, sizeof *L.nf);
+	L.nb = xcalloc((size_t)S, sizeof *L.nb);
+	L.arr_f = xcalloc((size_t)S * M, sizeof *L.arr_f);
+	L.arr_b = xcalloc((size_t)S * M, sizeof *L.arr_b);
+	L.limit = xcalloc((size_t)P, sizeof *L.limit);
+	L.used = xcalloc((size_t)P, sizeof *L.used);
+	L.t = xcalloc((size_t)P, sizeof *L.t);
+	L.waiting = xcalloc((size_t)P, sizeof *L.waiting);
+	L.mine = xcalloc((size_t)P, sizeof *L.mine);
+	L.nmine = xcalloc((size_t)P, sizeof *L.nmine);
+	L.wq = xcalloc((size_t)P, sizeof *L.wq);
+	L.wh = xcalloc((size_t)P, sizeof *L.wh);
+	L.wt = xcalloc((size_t)P, sizeof *L.wt);
+	L.send_free = xcalloc((size_t)P, sizeof *L.send_free);
+	L.recv_free = xcalloc((size_t)P, sizeof *L.recv_free);
+	L.bytes = sim_boundary_bytes(c);
+	for (size_t i = 0; i < (size_t)S * M; i++)
+		L.arr_f[i] = L.arr_b[i] = NAN;
+	for (int mb = 0; mb < M; mb++)
+		L.arr_f[mb] = 0;
+	for (int s = 0; s < S; s++) {
+		L.tf[s] = sim_stage_time(c, s, IR_OP_F);
+		L.tb[s] = sim_stage_time(c, s, IR_OP_B);
+		L.tw[s] = sim_stage_time(c, s, IR_OP_W);
+		for (int l = c->stages[s].first; l <= c->stages[s].last; l++) {
+			L.act[s] += (int64_t)c->layers[l].cost.act;
+			L.ws[s] += (int64_t)c->layers[l].cost.wstash;
+		}
+		L.nmine[c->stages[s].device]++;
+	}
+	for (int d = 0; d < P; d++) {
+		L.mine[d] = xcalloc((size_t)L.nmine[d], sizeof **L.mine);
+		L.wq[d] = xcalloc((size_t)L.nmine[d] * M, sizeof **L.wq);
+		L.nmine[d] = 0;
+		L.limit[d] = INT64_MAX;
+	}
+	for (int s = S - 1; s >= 0; s--) { /* deepest first */
+		int d = c->stages[s].device;
+		if (L.nmine[d])
+			L.reserve[s] = L.act[L.mine[d][L.nmine[d] - 1]];
+		L.mine[d][L.nmine[d]++] = s;
+	}
+	if (fit && c->cluster.mem != UINT64_MAX) {
+		for (int d = 0; d < P; d++)
+			L.limit[d] = (int64_t)c->cluster.mem;
+		for (int s = 0; s < S; s++)
+			for (int l = c->stages[s].first; l <= c->stages[s].last; l++)
+				L.limit[c->stages[s].device] -= (int64_t)c->layers[l].cost.resident;
+	}
+	int rc = list_schedule(&L, k);
+	for (int d = 0; d < P; d++) {
+		free(L.mine[d]);
+		free(L.wq[d]);
+	}
+	void *bufs[] = {L.tf, L.tb, L.tw, L.act, L.ws, L.reserve, L.nf, L.nb, L.arr_f, L.arr_b,
+	                L.limit, L.used, L.t, L.waiting, L.mine, L.nmine, L.wq, L.wh, L.wt,
+	                L.send_free, L.recv_free};
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		free(bufs[i]);
+	return rc;
+}
+
+/* ---- candidates ---------------------------------------------------------- */
+
+typedef enum { PL_SEQ, PL_RR, PL_V, PL_KEEP } placement_kind;
+
+typedef struct cand {
+	int S;
+	int *bound;  /* S + 1 layer boundaries: stage s is [bound[s], bound[s+1]) */
+	int *dev;    /* device of each stage */
+	knobs k;
+	verdict v;
+} cand;
+
+#define POOL 3 /* layouts refined, the best of each */
+
+typedef struct tuner {
+	const ir_module *m;
+	double deadline;
+	long evals;
+	cand best;
+	bool have_best;
+	cand pool[POOL];    /* the best few layouts, each under its best policy */
+	int npool;
+	double lb;
+	double started, last_progress;
+} tuner;
+
+static void progress(tuner *t)
+{
+	double n = now();
+	if (n - t->started < 1 || n - t->last_progress < 1 || !t->have_best)
+		return;
+	t->last_progress = n;
+	fprintf(stderr, "tune: %.1f s, %ld plans judged, best %.3f ms, %.1f %% above the lower bound\n",
+	        n - t->started, t->evals, t->best.v.makespan * 1e-3,
+	        100 * (t->best.v.makespan / t->lb - 1));
+}
+
+/* Build the candidate into a scratch module (stages, devices, programs). */
+static ir_module *build(const tuner *t, const cand *c)
+{
+	ir_module *x = scratch(t->m);
+	for (int s = 0; s < c->S; s++)
+		ir_add_stage(x, c->bound[s], c->bound[s + 1] - 1, c->dev[s], (ir_loc){0});
+	if (order(x, &c->k, true) == 0)
+		return x;
+	/* Memory too tight for this policy: the plan it would run, marked as
+	 * not fitting by the judge, still says how much is missing. */
+	ir_clear_devices(x);
+	if (order(x, &c->k, false) == 0)
+		return x;
+	ir_free(x);
+	return NULL;
+}
+
+static void copy_cand(cand *dst, const cand *src)
+{
+	free(dst->bound);
+	free(dst->dev);
+	*dst = *src;
+	dst->bound = xcalloc((size_t)src->S + 1, sizeof *dst->bound);
+	dst->dev = xcalloc((size_t)src->S, sizeof *dst->dev);
+	memcpy(dst->bound, src->bound, (size_t)(src->S + 1) * sizeof *dst->bound);
+	memcpy(dst->dev, src->dev, (size_t)src->S * sizeof *dst->dev);
+}
+
+static bool better(const verdict *a, const verdict *b)
+{
+	if (a->fits != b->fits)
+		return a->fits;
+	if (!a->fits) /* neither fits: the one that needs less */
+		return a->tight_need < b->tight_need;
+	return a->makespan < b->makespan;
+}
+
+/* Judge c; keep it when it beats the best.  Returns true if kept. */
+static bool consider(tuner *t, cand *c)
+{
+	t->evals++;
+	c->v = (verdict){.makespan = INFINITY};
+	ir_module *x = build(t, c);
+	if (!x)
+		return false;
+	c->v = judge(x);
+	ir_free(x);
+	progress(t);
+	if (!c->v.ok || (t->have_best && !better(&c->v, &t->best.v)))
+		return false;
+	copy_cand(&t->best, c);
+	t->have_best = true;
+	return true;
+}
+
+/* The partition pass's balanced cut for S stages (the least largest stage
+ * time, ties to the fullest later stages). */
+static bool minmax_bounds(const ir_module *m, int S, int *bound)
+{
+	ir_module *c = scratch(m);
+	c->plan.partition = IR_PART_BALANCED;
+	c->plan.schedule = IR_SCHED_1F1B;
+	c->plan.ngiven = c->plan.nplacement = 0;
+	c->cluster.devices = S; /* S stages of one chunk */
+	c->plan.chunks = 1;
+	pass_id id = PASS_partition;
+	bool ok = S <= m->nlayers && run_quiet(c, &id, 1, NULL, 0) && c->nstages == S;
+	if (ok) {
+		for (int s = 0; s < S; s++)
+			bound[s] = c->stages[s].first;
+		bound[S] = m->nlayers;
+	}
+	ir_free(c);
+	return ok;
+}
+
+/* Balanced boundaries for S stages: first the least possible largest
+ * stage (F + B + W), then, among the cuts within it, the least sum of
+ * squared stage times, so that the stages other than the largest are even
+ * too (a cut that only minimises the largest leaves the rest lopsided
+ * whenever one heavy layer, such as a large LM head, sets the maximum).
+ * Dynamic programming, O(S x layers^2). */
+static bool balanced_bounds(const ir_module *m, int S, int *bound)
+{
+	int L = m->nlayers;
+	if (S < 1 || S > L)
+		return false;
+	double *pre = xcalloc((size_t)L + 1, sizeof *pre);
+	for (int l = 0; l < L; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		pre[l + 1] = pre[l] + c->f + c->b + c->w;
+	}
+	size_t n = (size_t)(S + 1) * (size_t)(L + 1);
+	double *mx = xcalloc(n, sizeof *mx), *sq = xcalloc(n, sizeof *sq);
+	int *from = xcalloc(n, sizeof *from);
+#define AT(s, l) ((size_t)(s) * (size_t)(L + 1) + (size_t)(l))
+	for (size_t i = 0; i < n; i++)
+		mx[i] = sq[i] = INFINITY;
+	mx[AT(0, 0)] = sq[AT(0, 0)] = 0;
+	for (int s = 1; s <= S; s++)
+		for (int l = s; l <= L - (S - s); l++)
+			for (int k = s - 1; k < l; k++) {
+				double w = pre[l] - pre[k], v = mx[AT(s - 1, k)];
+				v = w > v ? w : v;
+				if (v < mx[AT(s, l)])
+					mx[AT(s, l)] = v;
+			}
+	double cap = mx[AT(S, L)] * (1 + 1e-12);
+	for (int s = 1; s <= S; s++)
+		for (int l = s; l <= L - (S - s); l++)
+			for (int k = s - 1; k < l; k++) {
+				double w = pre[l] - pre[k];
+				if (w > cap || !isfinite(sq[AT(s - 1, k)]))
+					continue;
+				double v = sq[AT(s - 1, k)] + w * w;
+				if (v < sq[AT(s, l)])
+					sq[AT(s, l)] = v, from[AT(s, l)] = k;
+			}
+	bool ok = isfinite(sq[AT(S, L)]);
+	if (ok) {
+		bound[S] = L;
+		for (int s = S, l = L; s > 0; s--)
+			l = bound[s - 1] = from[AT(s, l)];
+	}
+#undef AT
+	free(pre);
+	free(mx);
+	free(sq);
+	free(from);
+	return ok;
+}
+
+/* Move single layers across boundaries to even out the devices' loads
+ * (F + B + W of all their stages) for a fixed placement: steepest descent
+ * on the sum of squared loads (then the largest), no simulation.  Cheap, so
+ * it runs before the simulator judges the layout. */
+static void balance_devices(const ir_module *m, int S, int P, const int *dev, int *bound)
+{
+	double *pre = xcalloc((size_t)m->nlayers + 1, sizeof *pre); /* prefix sums of work */
+	for (int l = 0; l < m->nlayers; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		pre[l + 1] = pre[l] + c->f + c->b + c->w;
+	}
+	double *load = xcalloc((size_t)P, sizeof *load);
+	for (;;) {
+		double best_max = INFINITY, best_sq = INFINITY;
+		int best_i = -1, best_nb = 0;
+		for (int pass = -1; pass < 2 * S; pass++) {
+			/* pass -1 scores the current cut; then boundary i = pass/2 + 1 moves by -1/+1 */
+			int i = pass / 2 + 1, nb = 0, old = 0;
+			if (pass >= 0) {
+				if (i >= S)
+					break;
+				nb = bound[i] + (pass % 2 ? 1 : -1);
+				if (nb <= bound[i - 1] || nb >= bound[i + 1])
+					continue;
+				old = bound[i];
+				bound[i] = nb;
+			}
+			memset(load, 0, (size_t)P * sizeof *load);
+			for (int s = 0; s < S; s++)
+				load[dev[s]] += pre[bound[s + 1]] - pre[bound[s]];
+			double mx = 0, sq = 0;
+			for (int d = 0; d < P; d++)
+				mx = load[d] > mx ? load[d] : mx, sq += load[d] * load[d];
+			if (pass >= 0)
+				bound[i] = old;
+			/* Squares first: a move that only passes load on to a
+			 * lighter neighbour still counts, so load flows along. */
+			if (sq < best_sq * (1 - 1e-12) || (sq <= best_sq && mx < best_max)) {
+				best_max = mx, best_sq = sq;
+				best_i = pass >= 0 ? i : -1, best_nb = nb;
+			}
+		}
+		if (best_i < 0)
+			break; /* the current cut is the best of its neighbours */
+		bound[best_i] = best_nb;
+	}
+	free(load);
+	free(pre);
+}
+
+static void place(int S, int P, placement_kind pk, int *dev)
+{
+	for (int s = 0; s < S; s++)
+		dev[s] = pk == PL_V && s >= P ? 2 * P - 1 - s : s % P;
+}
+
+static const knobs policies[] = {
+	{true, true, false}, {true, true, true}, {true, false, false}, {false, true, false},
+	{false, false, false}, {true, false, true},
+};
+#define NPOLICIES (int)(sizeof policies / sizeof *policies)
+
+/* Try every policy on a layout; the best kept in t, and the layout under
+ * its best policy in the pool when it is among the best few. */
+static void try_layout(tuner *t, int S, const int *bound, const int *dev)
+{
+	cand c = {.S = S}, mine = {0};
+	c.bound = (int *)bound;
+	c.dev = (int *)dev;
+	bool any = false;
+	for (int i = 0; i < NPOLICIES && now() < t->deadline; i++) {
+		c.k = policies[i];
+		consider(t, &c);
+		if (c.v.ok && c.v.fits && (!any || c.v.makespan < mine.v.makespan)) {
+			copy_cand(&mine, &c);
+			any = true;
+		}
+	}
+	if (!any)
+		return;
+	int at = t->npool < POOL ? t->npool++ : POOL - 1;
+	if (at == POOL - 1 && t->npool == POOL && t->pool[at].S &&
+	    t->pool[at].v.makespan <= mine.v.makespan) {
+		free(mine.bound);
+		free(mine.dev);
+		return;
+	}
+	free(t->pool[at].bound);
+	free(t->pool[at].dev);
+	t->pool[at] = mine;
+	for (int i = at; i > 0 && t->pool[i].v.makespan < t->pool[i - 1].v.makespan; i--) {
+		cand x = t->pool[i];
+		t->pool[i] = t->pool[i - 1];
+		t->pool[i - 1] = x;
+	}
+}
+
+/* Move single layers across boundaries of layout `from` while it helps. */
+static void refine(tuner *t, const cand *from)
+{
+	cand c = {0};
+	copy_cand(&c, from);
+	for (bool improved = true; improved && now() < t->deadline;) {
+		improved = false;
+		for (int i = 1; i < c.S && now() < t->deadline; i++)
+			for (int dir = -1; dir <= 1; dir += 2) {
+				int nb = c.bound[i] + dir;
+				if (nb <= c.bound[i - 1] || nb >= c.bound[i + 1])
+					continue;
+				int old = c.bound[i];
+				verdict before = c.v;
+				c.bound[i] = nb;
+				consider(t, &c);
+				if (c.v.ok && c.v.fits && c.v.makespan < before.makespan) {
+					improved = true;
+				} else {
+					c.bound[i] = old;
+					c.v = before;
+				}
+			}
+	}
+	free(c.bound);
+	free(c.dev);
+}
+
+/* m takes x's stages, devices and programs. */
+static void copy_plan(ir_module *m, const ir_module *x)
+{
+	ir_clear_stages(m);
+	for (int s = 0; s < x->nstages; s++)
+		ir_add_stage(m, x->stages[s].first, x->stages[s].last, x->stages[s].device, (ir_loc){0});
+	ir_clear_devices(m);
+	ir_alloc_devices(m);
+	for (int d = 0; d < x->ndevices; d++)
+		for (int i = 0; i < x->devices[d].nops; i++) {
+			const ir_op *op = &x->devices[d].ops[i];
+			ir_add_op(m, d, op->kind, op->stage, op->mb, (ir_loc){0});
+		}
+}
+
+int pass_tune(ir_module *m)
+{
+	if (m->plan.schedule != IR_SCHED_TUNED)
+		return 0;
+	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
+	for (int l = 0; l < m->nlayers; l++)
+		if (!m->layers[l].cost.known) {
+			diag_error(where, "tune: layer L%d has no cost; run the 'cost' pass first", l);
+			return -1;
+		}
+	int P = (int)m->cluster.devices;
+	tuner t = {.m = m, .lb = tune_lower_bound(m)};
+	t.started = t.last_progress = now();
+	t.deadline = t.started + budget_s;
+
+	/* 1. The baselines' plans, their orders run with the backward split
+	 * (the gradient leaves when B ends, as in every tuned plan): never
+	 * slower than the baseline itself. */
+	ir_module *fallback = NULL;
+	verdict fv = {.makespan = INFINITY};
+	for (int i = 0; i < TUNE_NBASELINES; i++) {
+		ir_module *c = baseline(m, i, NULL, 0);
+		if (!c)
+			continue;
+		c->plan.schedule = IR_SCHED_TUNED;
+		verdict v = judge(c);
+		t.evals++;
+		if (v.ok && v.fits && v.makespan < fv.makespan) {
+			ir_free(fallback);
+			fallback = c, fv = v;
+		} else {
+			ir_free(c);
+		}
+	}
+
+	/* 2-4. Layouts x policies.  A given partition or placement is kept. */
+	const ir_plan_opts *po = &m->plan;
+	int maxS = 4 * P > m->nlayers ? m->nlayers : 4 * P;
+	int *bound = xcalloc((size_t)m->nlayers + 1, sizeof *bound);
+	int *dev = xcalloc((size_t)m->nlayers, sizeof *dev);
+	if (po->partition == IR_PART_GIVEN) {
+		int S = po->ngiven;
+		bound[0] = 0;
+		for (int s = 0; s < S; s++)
+			bound[s + 1] = bound[s] + (int)po->given[s];
+		if (po->nplacement) {
+			for (int s = 0; s < S; s++)
+				dev[s] = (int)po->placement[s];
+			try_layout(&t, S, bound, dev);
+		} else {
+			for (placement_kind pk = PL_SEQ; pk <= PL_V; pk++) {
+				if (pk == PL_V && S != 2 * P)
+					continue;
+				place(S, P, pk, dev);
+				try_layout(&t, S, bound, dev);
+			}
+		}
+	} else {
+		/* Stage counts from P to 4P: every count while P is small (a
+		 * count between multiples of P gives devices unequal numbers of
+		 * stages), every (P/4)-th when it is large, and 2P always (the V). */
+		int step = P / 4 > 1 ? P / 4 : 1;
+		for (int S = P, even = 0; S <= maxS;
+		     even = !even, S += even ? 0 : (S < 2 * P && S + step > 2 * P ? 2 * P - S : step)) {
+			/* Each stage count twice: the partition pass's balanced cut
+			 * (least largest stage), then the even one (also least
+			 * squares); the search needs both starting points. */
+			if (S < 1 || !(even ? balanced_bounds(m, S, bound) : minmax_bounds(m, S, bound)))
+				continue;
+			for (placement_kind pk = PL_SEQ; pk <= PL_V; pk++) {
+				if ((pk == PL_SEQ) != (S == P) || (pk == PL_V && S != 2 * P))
+					continue;
+				if (po->nplacement == S) {
+					for (int s = 0; s < S; s++)
+						dev[s] = (int)po->placement[s];
+				} else {
+					place(S, P, pk, dev);
+				}
+				try_layout(&t, S, bound, dev);
+				/* The same placement with the devices' loads evened out. */
+				int *b2 = xcalloc((size_t)S + 1, sizeof *b2);
+				memcpy(b2, bound, (size_t)(S + 1) * sizeof *b2);
+				balance_devices(m, S, P, dev, b2);
+				if (memcmp(b2, bound, (size_t)(S + 1) * sizeof *b2) != 0)
+					try_layout(&t, S, b2, dev);
+				free(b2);
+			}
+		}
+		if (!t.have_best && P > m->nlayers) {
+			/* Fewer layers than devices: one layer per stage. */
+			for (int s = 0; s <= m->nlayers; s++)
+				bound[s] = s;
+			place(m->nlayers, P, PL_SEQ, dev);
+			try_layout(&t, m->nlayers, bound, dev);
+		}
+	}
+	free(bound);
+	free(dev);
+
+	/* 5. Refine the best few layouts, unless the partition was given. */
+	for (int i = 0; i < t.npool && po->partition != IR_PART_GIVEN; i++)
+		refine(&t, &t.pool[i]);
+	for (int i = 0; i < t.npool; i++) {
+		free(t.pool[i].bound);
+		free(t.pool[i].dev);
+	}
+
+	/* The best of the tuned plan and the baselines' plans. */
+	bool tuned_ok = t.have_best && t.best.v.fits;
+	int rc = 0;
+	if (fallback && (!tuned_ok || fv.makespan <= t.best.v.makespan)) {
+		copy_plan(m, fallback);
+	} else if (tuned_ok) {
+		ir_module *x = build(&t, &t.best);
+		ir_assert(x != NULL);
+		copy_plan(m, x);
+		ir_free(x);
+	} else {
+		/* Nothing fits anywhere: name the tightest device. */
+		if (t.have_best && t.best.v.tight_dev >= 0) {
+			diag_error(ir_loc_or(m->cluster_loc, where),
+			           "the model does not fit: in the best plan found, device D%d needs %.1f GiB "
+			           "(weights, gradients, optimizer state and activations) and has %.1f GiB",
+			           t.best.v.tight_dev, (double)t.best.v.tight_need / (1ull << 30),
+			           (double)m->cluster.mem / (1ull << 30));
+		} else {
+			diag_error(where, "tune: no plan found for %d layers on %d devices", m->nlayers, P);
+		}
+		rc = -1;
+	}
+	ir_free(fallback);
+	free(t.best.bound);
+	free(t.best.dev);
+	return rc;
+}

@@ -1,0 +1,41 @@
+/* tune.h: the joint tuner's interface beyond its pass (docs/tuner.md).
+ *
+ * The `tune` pass (schedule 'tuned') searches the number of stages, the
+ * partition, the placement and the per-device order of F, B and W
+ * together, judging every candidate with the simulator and keeping only
+ * those within each device's memory.  The baselines are among its starting
+ * points, so what it keeps is never slower than the best baseline that
+ * fits. */
+#ifndef OCTO_TUNE_H
+#define OCTO_TUNE_H
+
+#include "ir.h"
+
+/* One planner's result on a model, for the comparison table. */
+typedef struct tune_row {
+	char name[32];        /* "1f1b", "i1f1b v=2", "tuned", ... */
+	bool ok;              /* planned (else `why` says what stopped it) */
+	bool fits;            /* every device within its memory */
+	double makespan;      /* microseconds */
+	double bubble;        /* idle / (devices x makespan) */
+	uint64_t peak_mem;    /* the largest device peak */
+	char why[96];
+} tune_row;
+
+#define TUNE_NBASELINES 7 /* gpipe 1f1b i1f1b(v=2) zbh1 zbh2 zbv, + balanced zbh1 */
+
+/* Plan and simulate every baseline on a copy of m (its model, cluster and
+ * costs; its own plan is not touched).  Fills rows[0..TUNE_NBASELINES). */
+void tune_baselines(const ir_module *m, tune_row *rows);
+
+/* LB = max(total work / devices, one micro-batch's critical path, the
+ * heaviest layer's work): the work is M x sum over layers of (f + b + w);
+ * the critical path is sum of (f + b) over all layers plus the W of layer
+ * 0, which must follow the last B of the first stage; and a layer runs on
+ * one device, so M x its f + b + w is a bound too.  Microseconds. */
+double tune_lower_bound(const ir_module *m);
+
+/* Bound the search (seconds of wall time); 0 restores the default. */
+void tune_set_budget(double seconds);
+
+#endif

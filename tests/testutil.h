@@ -1,0 +1,27 @@
+/* testutil.h: what every Check suite here shares -- capturing the
+ * diagnostics a test provokes, and a main() that runs one suite.  The
+ * fixtures stay with their suites. */
+#ifndef OCTO_TESTUTIL_H
+#define OCTO_TESTUTIL_H
+
+#include <check.h>
+
+/* Send diagnostics to memory from now on and zero diag_errors. */
+void tu_capture(void);
+
+/* All that was reported since tu_capture() (never NULL; valid until
+ * tu_release). */
+const char *tu_captured(void);
+
+/* Stop capturing: diagnostics go where they went before tu_capture. */
+void tu_release(void);
+
+/* tu_release, handing back the first line of what was captured (without
+ * its newline, "" if nothing was), malloc'd: the caller frees it. */
+char *tu_release_first_line(void);
+
+/* Run s (CK_NORMAL output); EXIT_SUCCESS when no test failed, else
+ * EXIT_FAILURE.  main() is `return tu_run(x_suite());`. */
+int tu_run(Suite *s);
+
+#endif

@@ -1,0 +1,212 @@
+/* test_tune.c: Check suite for the joint tuner: never slower than the best
+ * baseline that fits, every device within its memory, deterministic, the
+ * user's given partition and placement kept, a clear error when nothing
+ * fits, and programs that verify and run. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend.h"
+#include "pass.h"
+#include "simulate.h"
+#include "testutil.h"
+#include "tune.h"
+
+static ir_module *load(const char *name, int devices, int mbs, uint64_t mem)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s.yaml", fe_models_dir(), name);
+	fe_overrides ov = {.devices = devices, .microbatches = mbs, .schedule = "tuned"};
+	ir_module *m = fe_load(path, &ov);
+	ck_assert_msg(m != NULL, "%s does not load", path);
+	if (mem)
+		m->cluster.mem = mem;
+	return m;
+}
+
+static int plan(ir_module *m)
+{
+	pass_opts o = {.verify_each = true};
+	return pass_run(m, pass_default_pipeline, pass_default_pipeline_len, &o);
+}
+
+static const struct {
+	const char *model;
+	int devices, mbs;
+} cases[] = {
+	{"tiny-dense", 2, 4},      {"tiny-dense", 4, 8},       {"tiny-hybrid", 3, 6},
+	{"tiny-hybrid", 4, 16},    {"nemotron-h-8b", 4, 8},    {"nemotron-h-8b", 8, 16},
+	{"gemma-7b", 8, 8},        {"deepseek-v2-lite", 8, 16}, {"llama-3-8b", 4, 16},
+};
+
+/* Tuned is never slower than the best baseline that fits, and fits. */
+START_TEST(test_never_worse_and_fits)
+{
+	ir_module *m = load(cases[_i].model, cases[_i].devices, cases[_i].mbs, 0);
+	ck_assert_int_eq(plan(m), 0);
+	ck_assert_int_eq(ir_verify(m), 0);
+	sim_result *r = sim_run(m);
+	ck_assert_ptr_nonnull(r);
+	for (int d = 0; d < r->ndev; d++)
+		ck_assert_msg(r->dev[d].peak_mem <= m->cluster.mem, "%s: D%d needs %llu > %llu",
+		              cases[_i].model, d, (unsigned long long)r->dev[d].peak_mem,
+		              (unsigned long long)m->cluster.mem);
+	tune_row rows[TUNE_NBASELINES];
+	tune_baselines(m, rows);
+	for (int i = 0; i < TUNE_NBASELINES; i++)
+		if (rows[i].ok && rows[i].fits)
+			ck_assert_msg(r->makespan <= rows[i].makespan, "%s P=%d M=%d: tuned %.3f ms > %s %.3f ms",
+			              cases[_i].model, cases[_i].devices, cases[_i].mbs, r->makespan * 1e-3,
+			              rows[i].name, rows[i].makespan * 1e-3);
+	ck_assert(r->makespan >= tune_lower_bound(m) * (1 - 1e-12));
+	sim_free(r);
+	ir_free(m);
+}
+END_TEST
+
+/* With memory so tight that the baselines spill over, the tuned plan
+ * still keeps every device within it (or says it cannot). */
+START_TEST(test_tight_memory)
+{
+	ir_module *m = load("nemotron-h-8b", 8, 16, 0);
+	ck_assert_int_eq(plan(m), 0);
+	sim_result *r = sim_run(m);
+	uint64_t peak = 0, low = UINT64_MAX;
+	for (int d = 0; d < r->ndev; d++) {
+		peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
+		low = r->dev[d].resident < low ? r->dev[d].resident : low;
+	}
+	sim_free(r);
+	ir_free(m);
+	/* Squeeze the memory to 70 % of what the roomy plan used. */
+	m = load("nemotron-h-8b", 8, 16, peak * 7 / 10);
+	tu_capture();
+	int rc = plan(m);
+	const char *out = tu_captured();
+	if (rc == 0) {
+		r = sim_run(m);
+		for (int d = 0; d < r->ndev; d++)
+			ck_assert_uint_le(r->dev[d].peak_mem, m->cluster.mem);
+		sim_free(r);
+	} else {
+		ck_assert_ptr_nonnull(strstr(out, "does not fit"));
+	}
+	tu_release();
+	ir_free(m);
+}
+END_TEST
+
+START_TEST(test_does_not_fit_names_the_device)
+{
+	ir_module *m = load("deepseek-v3", 4, 8, 0);
+	tu_capture();
+	ck_assert_int_eq(plan(m), -1);
+	const char *out = tu_captured();
+	ck_assert_msg(strstr(out, "error: the model does not fit: in the best plan found, device D") &&
+	                  strstr(out, "GiB (weights, gradients, optimizer state and activations) and has 80.0 GiB"),
+	              "%s", out);
+	tu_release();
+	ir_free(m);
+}
+END_TEST
+
+START_TEST(test_deterministic)
+{
+	char *text[2];
+	for (int i = 0; i < 2; i++) {
+		ir_module *m = load("tiny-hybrid", 4, 8, 0);
+		ck_assert_int_eq(plan(m), 0);
+		text[i] = ir_print_string(m);
+		ir_free(m);
+	}
+	ck_assert_str_eq(text[0], text[1]);
+	free(text[0]);
+	free(text[1]);
+}
+END_TEST
+
+/* A given partition and placement stay as the user wrote them; only the
+ * order is tuned. */
+START_TEST(test_keeps_given_plan)
+{
+	ir_module *m = load("tiny-hybrid", 2, 4, 0);
+	static int64_t given[] = {3, 4, 5}, placement[] = {1, 0, 1};
+	m->plan.partition = IR_PART_GIVEN;
+	m->plan.given = given, m->plan.ngiven = 3;
+	m->plan.placement = placement, m->plan.nplacement = 3;
+	ck_assert_int_eq(plan(m), 0);
+	ck_assert_int_eq(m->nstages, 3);
+	for (int s = 0, first = 0; s < 3; s++) {
+		ck_assert_int_eq(m->stages[s].first, first);
+		ck_assert_int_eq(m->stages[s].last, first + (int)given[s] - 1);
+		ck_assert_int_eq(m->stages[s].device, (int)placement[s]);
+		first += (int)given[s];
+	}
+	sim_result *r = sim_run(m);
+	ck_assert_ptr_nonnull(r);
+	sim_free(r);
+	ir_free(m);
+}
+END_TEST
+
+/* The tuned plan is IR text like any other: it prints, parses back equal
+ * and verifies; re-running `tune` on it gives the same plan. */
+START_TEST(test_roundtrip_and_idempotent)
+{
+	ir_module *m = load("nemotron-h-8b", 4, 8, 0);
+	ck_assert_int_eq(plan(m), 0);
+	char *t1 = ir_print_string(m);
+	arena *a = arena_new();
+	ir_module *p = ir_parse(src_from_string(a, "t.opir", t1));
+	ck_assert_ptr_nonnull(p);
+	ck_assert(ir_equal(m, p));
+	pass_id id = PASS_tune;
+	ck_assert_int_eq(pass_run(p, &id, 1, NULL), 0);
+	char *t2 = ir_print_string(p);
+	ck_assert_str_eq(t1, t2);
+	free(t1);
+	free(t2);
+	ir_free(p);
+	arena_free(a);
+	ir_free(m);
+}
+END_TEST
+
+START_TEST(test_lower_bound)
+{
+	ir_module *m = load("tiny-dense", 2, 4, 0);
+	ck_assert_int_eq(plan(m), 0);
+	double work = 0, path = 0, big = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		work += c->f + c->b + c->w;
+		path += c->f + c->b;
+		big = fmax(big, c->f + c->b + c->w);
+	}
+	path += m->layers[0].cost.w;
+	double want = fmax(fmax(work * 4 / 2, path), 4 * big);
+	ck_assert_double_eq_tol(tune_lower_bound(m), want, want * 1e-12);
+	ir_free(m);
+}
+END_TEST
+
+static Suite *tune_suite(void)
+{
+	Suite *s = suite_create("tune");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_never_worse_and_fits, 0, (int)(sizeof cases / sizeof *cases));
+	tcase_add_test(tc, test_tight_memory);
+	tcase_add_test(tc, test_does_not_fit_names_the_device);
+	tcase_add_test(tc, test_deterministic);
+	tcase_add_test(tc, test_keeps_given_plan);
+	tcase_add_test(tc, test_roundtrip_and_idempotent);
+	tcase_add_test(tc, test_lower_bound);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(tune_suite());
+}
