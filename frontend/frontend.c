@@ -1538,6 +1538,15 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 			m->plan.ngiven = 0, m->plan.nplacement = 0;
 		m->plan.partition = p;
 	}
+	if (ov->backend) {
+		int b = ir_lookup(ir_backend_names, IR_NBACKENDS, ov->backend);
+		if (b < 0) {
+			ysrc_unknown(m->arena, no_loc, "backend", ov->backend, NULL, ir_backend_names,
+			             IR_NBACKENDS);
+			return -1;
+		}
+		m->plan.backend = b;
+	}
 	return 0;
 }
 

@@ -17,6 +17,7 @@ typedef struct fe_overrides {
 	const char *schedule; /* --schedule NAME */
 	int64_t chunks;       /* --chunks V */
 	const char *partition; /* --partition NAME (not "given") */
+	const char *backend;   /* --backend nccl|mpi */
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

@@ -36,6 +36,9 @@ const bool ir_schedule_splits_backward[] = {IR_SCHEDULES(SCHED_SPLIT)};
 #undef SCHED_NAME
 #undef SCHED_SPLIT
 const char *const ir_op_names[] = {IR_OPS(NAME)};
+const char *const ir_comm_names[] = {IR_COMMS(NAME)};
+const char *const ir_value_names[] = {"act", "grad", "wgrad"};
+const char *const ir_backend_names[] = {IR_BACKENDS(NAME)};
 #undef NAME
 
 const ir_attr_info ir_attr_table[] = {
@@ -142,12 +145,28 @@ void ir_alloc_devices(ir_module *m)
 
 void ir_clear_devices(ir_module *m)
 {
+	m->proof.proven = false;
 	m->devices = NULL;
 	m->op_loc = NULL;
 	m->ndevices = 0;
 }
 
 ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc loc)
+{
+	ir_op op = {.comm = IR_COMM_NONE, .kind = k, .stage = stage, .mb = mb};
+	return ir_push_op(m, dev, &op, loc);
+}
+
+bool ir_lowered(const ir_module *m)
+{
+	for (int d = 0; d < m->ndevices; d++)
+		for (int i = 0; i < m->devices[d].nops; i++)
+			if (m->devices[d].ops[i].comm != IR_COMM_NONE)
+				return true;
+	return false;
+}
+
+ir_op *ir_push_op(ir_module *m, int dev, const ir_op *src, ir_loc loc)
 {
 	ir_assert(dev >= 0 && dev < m->ndevices);
 	ir_device *d = &m->devices[dev];
@@ -157,9 +176,7 @@ ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc 
 		m->op_loc[dev] = arena_grow(m->arena, m->op_loc[dev],
 		                            (size_t)cap * sizeof **m->op_loc,
 		                            (size_t)d->capops * sizeof **m->op_loc);
-	op->kind = k;
-	op->stage = stage;
-	op->mb = mb;
+	*op = *src;
 	m->op_loc[dev][d->nops - 1] = loc;
 	return op;
 }
@@ -216,13 +233,17 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 	    ca->inter.bw != cb->inter.bw || ca->inter.lat != cb->inter.lat)
 		return false;
 	const ir_plan_opts *pa = &a->plan, *pb = &b->plan;
-	if (pa->schedule != pb->schedule || pa->chunks != pb->chunks ||
+	if (pa->schedule != pb->schedule || pa->chunks != pb->chunks || pa->backend != pb->backend ||
 	    pa->partition != pb->partition ||
 	    !i64s_eq(pa->given, pa->ngiven, pb->given, pb->ngiven) ||
 	    !i64s_eq(pa->placement, pa->nplacement, pb->placement, pb->nplacement))
 		return false;
 	if (a->nlayers != b->nlayers || a->nstages != b->nstages ||
 	    a->ndevices != b->ndevices)
+		return false;
+	if (a->proof.proven != b->proof.proven ||
+	    (a->proof.proven && (a->proof.backend != b->proof.backend ||
+	                         a->proof.steps != b->proof.steps || a->proof.order != b->proof.order)))
 		return false;
 	for (int i = 0; i < a->nlayers; i++) {
 		const ir_layer *la = &a->layers[i], *lb = &b->layers[i];
@@ -241,11 +262,13 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 		const ir_device *da = &a->devices[d], *db = &b->devices[d];
 		if (da->nops != db->nops)
 			return false;
-		for (int i = 0; i < da->nops; i++)
-			if (da->ops[i].kind != db->ops[i].kind ||
-			    da->ops[i].stage != db->ops[i].stage ||
-			    da->ops[i].mb != db->ops[i].mb)
+		for (int i = 0; i < da->nops; i++) {
+			const ir_op *x = &da->ops[i], *y = &db->ops[i];
+			if (x->comm != y->comm || x->kind != y->kind || x->stage != y->stage ||
+			    x->mb != y->mb || x->peer != y->peer || x->group != y->group ||
+			    x->bytes != y->bytes)
 				return false;
+		}
 	}
 	return true;
 }

@@ -103,6 +103,28 @@ typedef enum ir_op_kind {
 	IR_NOPS
 } ir_op_kind;
 
+/* Communication ops, inserted by the `comm` pass.  X(enum, text).  NONE is
+ * a compute op (F, B or W).  A send or a receive moves the value an op
+ * produced: the activation of F(stage, mb) ("act") or the input gradient of
+ * B(stage, mb) ("grad"); a wait blocks until this device's receive of that
+ * value has completed. */
+#define IR_COMMS(X) X(NONE, "") X(SEND, "send") X(RECV, "recv") X(WAIT, "wait")
+typedef enum ir_comm {
+#define X(e, s) IR_COMM_##e,
+	IR_COMMS(X)
+#undef X
+	IR_NCOMMS
+} ir_comm;
+
+/* Transport semantics the program is lowered and proven for. */
+#define IR_BACKENDS(X) X(NCCL, "nccl") X(MPI, "mpi")
+typedef enum ir_backend {
+#define X(e, s) IR_BACKEND_##e,
+	IR_BACKENDS(X)
+#undef X
+	IR_NBACKENDS
+} ir_backend;
+
 /* Layer attributes.  X(enum suffix, text, kinds mask, type, min, max).
  * A value of 0 means "absent" and is not printed; every attribute whose
  * range excludes 0 is required for the kinds it applies to (see
@@ -159,6 +181,11 @@ extern const char *const ir_partition_names[IR_NPARTITIONS];
 extern const char *const ir_schedule_names[IR_NSCHEDULES];
 extern const bool ir_schedule_splits_backward[IR_NSCHEDULES];
 extern const char *const ir_op_names[IR_NOPS];
+extern const char *const ir_comm_names[IR_NCOMMS];
+/* The value a comm op moves, by the producing op's kind: "act" (F),
+ * "grad" (B); W produces nothing that moves. */
+extern const char *const ir_value_names[IR_NOPS];
+extern const char *const ir_backend_names[IR_NBACKENDS];
 
 /* Index of `s` in a name table of n entries, or -1. */
 int ir_lookup(const char *const *names, int n, const char *s);
@@ -230,6 +257,7 @@ typedef struct ir_plan_opts {
 	int ngiven;
 	int64_t *placement;   /* optional: device of each stage */
 	int nplacement;
+	ir_backend backend;   /* what `comm` lowers for and `verify` proves */
 } ir_plan_opts;
 
 typedef struct ir_stage {
@@ -238,15 +266,29 @@ typedef struct ir_stage {
 } ir_stage;
 
 typedef struct ir_op {
-	ir_op_kind kind;
-	int stage;
+	ir_op_kind kind;  /* compute: F, B, W; comm: F = activation, B = gradient */
+	int stage;        /* compute: its stage; comm: the producing stage */
 	int mb;
+	ir_comm comm;     /* IR_COMM_NONE: compute */
+	int peer;         /* send, recv: the other device */
+	int group;        /* send, recv: posted together with the same group (> 0) */
+	uint64_t bytes;   /* send, recv */
 } ir_op;
 
 typedef struct ir_device {
 	ir_op *ops;
 	int nops, capops;
 } ir_device;
+
+/* The deadlock-freedom proof of the lowered programs (the `verify` pass):
+ * the number of steps of the event graph and a hash of its topological
+ * order, which `verify` recomputes and must find again. */
+typedef struct ir_proof {
+	bool proven;
+	ir_backend backend;
+	int64_t steps;
+	uint64_t order;  /* FNV-1a hash of the certificate (the global order) */
+} ir_proof;
 
 typedef struct ir_module {
 	arena *arena;       /* owns everything below */
@@ -260,6 +302,7 @@ typedef struct ir_module {
 	int nstages, capstages;
 	ir_device *devices; /* once scheduled: one program per cluster device */
 	int ndevices;
+	ir_proof proof;
 
 	/* Where each element came from (YAML node or IR line); not part of the
 	 * module's value, so ir_equal ignores them. */
@@ -284,6 +327,10 @@ void ir_clear_stages(ir_module *m);
 void ir_alloc_devices(ir_module *m);  /* one empty program per cluster device */
 void ir_clear_devices(ir_module *m);
 ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc loc);
+/* Append a copy of op (any kind) to device dev's program. */
+ir_op *ir_push_op(ir_module *m, int dev, const ir_op *op, ir_loc loc);
+/* Does the module carry communication ops (has `comm` run)? */
+bool ir_lowered(const ir_module *m);
 
 /* Stages per device the plan options ask for: chunks, except that zbv
  * always runs two (a V); 0 when zbv is given any other chunk count. */

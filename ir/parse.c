@@ -456,7 +456,7 @@ static const char *const train_keys[] = {"mbs", "microbatches", "steps", "optimi
 static const char *const cluster_keys[] = {"devices", "per_node", "mem", "flops",
                                            "membw", "intra", "inter"};
 static const char *const plan_keys[] = {"schedule", "chunks", "partition", "given",
-                                        "placement"};
+                                        "placement", "backend"};
 #define N(a) (int)(sizeof a / sizeof *a)
 
 /* keyword [STRING] fields EOL; the keyword is the current token. */
@@ -580,6 +580,7 @@ static void parse_plan(parser *ps)
 	                        IR_NPARTITIONS, "plan");
 	get_list(ps, &fs, "given", &p->given, &p->ngiven);
 	get_list(ps, &fs, "placement", &p->placement, &p->nplacement);
+	p->backend = get_enum(ps, &fs, "backend", ir_backend_names, IR_NBACKENDS, "plan");
 	check_unused(ps, &fs, "plan", plan_keys, N(plan_keys));
 	expect_eol(ps);
 }
@@ -731,6 +732,95 @@ static void parse_stage(parser *ps)
 	expect_eol(ps);
 }
 
+/* op := (F|B|W) S m
+ *     | (send|recv) (act|grad) S m D BYTES
+ *     | wait (act|grad) S m */
+static void parse_op(parser *ps, int dev, int group)
+{
+	ir_loc loc = ps->t.loc;
+	char *w = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+	ir_op op = {0};
+	int k = w ? ir_lookup(ir_op_names, IR_NOPS, w) : -1;
+	int c = w && k < 0 ? ir_lookup(ir_comm_names + 1, IR_NCOMMS - 1, w) + 1 : 0;
+	if (k < 0 && c <= 0) {
+		perr(ps, loc, "expected an op (F, B, W, send, recv, wait, group) or '}', got %s",
+		     tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	op.comm = (ir_comm)c;
+	if (c) {
+		char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+		int vk = v ? ir_lookup(ir_value_names, IR_OP_W, v) : -1;
+		if (vk < 0) {
+			perr(ps, ps->t.loc, "expected 'act' or 'grad' after '%s', got %s", w,
+			     tok_desc(ps, &ps->t));
+			return;
+		}
+		op.kind = (ir_op_kind)vk;
+		next(ps);
+	} else {
+		op.kind = (ir_op_kind)k;
+	}
+	if (group && op.comm != IR_COMM_SEND && op.comm != IR_COMM_RECV) {
+		perr(ps, loc, "a group holds only sends and receives");
+		return;
+	}
+	if (!ref(ps, &ps->t, 'S', &op.stage, "a stage"))
+		return;
+	next(ps);
+	if (!ref(ps, &ps->t, 'm', &op.mb, "a micro-batch"))
+		return;
+	next(ps);
+	if (op.comm == IR_COMM_SEND || op.comm == IR_COMM_RECV) {
+		if (!ref(ps, &ps->t, 'D', &op.peer, "the peer device"))
+			return;
+		next(ps);
+		char *b = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
+		if (!parse_bytes(b, &op.bytes)) {
+			perr(ps, ps->t.loc, "expected a byte count such as 32KiB, got %s", tok_desc(ps, &ps->t));
+			return;
+		}
+		next(ps);
+		op.group = group;
+	}
+	ir_push_op(ps->m, dev, &op, loc);
+	expect_eol(ps);
+}
+
+/* proof BACKEND steps=N order=HEX */
+static void parse_proof(parser *ps)
+{
+	ir_proof *pr = &ps->m->proof;
+	next(ps);
+	char *b = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+	int be = b ? ir_lookup(ir_backend_names, IR_NBACKENDS, b) : -1;
+	if (be < 0) {
+		perr(ps, ps->t.loc, "expected a backend (nccl, mpi) after 'proof', got %s",
+		     tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	fields fs;
+	read_fields(ps, &fs);
+	if (ps->err)
+		return;
+	get_i64(ps, &fs, "steps", 0, INT64_MAX, &pr->steps, "proof");
+	field *f = get(ps, &fs, "order", true, "proof");
+	if (f) {
+		char *end;
+		errno = 0;
+		pr->order = strtoull(f->val, &end, 16);
+		if (*end || errno || strlen(f->val) != 16)
+			perr(ps, f->vloc, "'order' must be 16 hex digits, got '%s'", f->val);
+	}
+	static const char *const keys[] = {"steps", "order"};
+	check_unused(ps, &fs, "proof", keys, N(keys));
+	pr->backend = (ir_backend)be;
+	pr->proven = true;
+	expect_eol(ps);
+}
+
 static void parse_device(parser *ps, int expect)
 {
 	ir_module *m = ps->m;
@@ -754,36 +844,47 @@ static void parse_device(parser *ps, int expect)
 	}
 	next(ps);
 	expect_eol(ps);
+	int group = 0, ngroups = 0;
+	ir_loc group_loc = {0};
 	for (;;) {
 		skip_blank_lines(ps);
 		if (ps->err)
 			return;
 		if (ps->t.kind == T_RBRACE) {
+			if (group && m->devices[idx].nops && m->devices[idx].ops[m->devices[idx].nops - 1].group != group) {
+				perr(ps, group_loc, "empty group");
+				return;
+			}
 			next(ps);
 			expect_eol(ps);
+			if (group) {
+				group = 0;
+				continue;
+			}
 			return;
 		}
 		if (ps->t.kind == T_EOF) {
-			perr(ps, ps->t.loc, "expected '}' to close device D%d", idx);
+			perr(ps, group ? group_loc : ps->t.loc, group ? "expected '}' to close the group"
+			                                         : "expected '}' to close device D%d", idx);
 			return;
 		}
-		ir_loc loc = ps->t.loc;
-		char *w = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
-		int k = w ? ir_lookup(ir_op_names, IR_NOPS, w) : -1;
-		if (k < 0) {
-			perr(ps, loc, "expected an op (F, B or W) or '}', got %s", tok_desc(ps, &ps->t));
-			return;
+		if (word_is(&ps->t, "group")) {
+			if (group) {
+				perr(ps, ps->t.loc, "groups do not nest");
+				return;
+			}
+			group_loc = ps->t.loc;
+			next(ps);
+			if (ps->t.kind != T_LBRACE) {
+				perr(ps, ps->t.loc, "expected '{' after 'group', got %s", tok_desc(ps, &ps->t));
+				return;
+			}
+			next(ps);
+			expect_eol(ps);
+			group = ++ngroups;
+			continue;
 		}
-		next(ps);
-		int stage, mb;
-		if (!ref(ps, &ps->t, 'S', &stage, "a stage"))
-			return;
-		next(ps);
-		if (!ref(ps, &ps->t, 'm', &mb, "a micro-batch"))
-			return;
-		next(ps);
-		ir_add_op(m, idx, (ir_op_kind)k, stage, mb, loc);
-		expect_eol(ps);
+		parse_op(ps, idx, group);
 	}
 }
 
@@ -817,11 +918,21 @@ ir_module *ir_parse(const src_file *src)
 			}
 			parse_stage(&ps);
 		} else if (word_is(&ps.t, "device")) {
+			if (ps.m->proof.proven) {
+				perr(&ps, ps.t.loc, "'device' blocks must come before the proof");
+				break;
+			}
 			if (!ndev)
 				ir_alloc_devices(ps.m);
 			parse_device(&ps, ndev++);
+		} else if (word_is(&ps.t, "proof")) {
+			if (!ndev || ps.m->proof.proven) {
+				perr(&ps, ps.t.loc, ndev ? "a second proof" : "a proof needs device programs");
+				break;
+			}
+			parse_proof(&ps);
 		} else {
-			perr(&ps, ps.t.loc, "expected 'layer', 'stage' or 'device', got %s",
+			perr(&ps, ps.t.loc, "expected 'layer', 'stage', 'device' or 'proof', got %s",
 			     tok_desc(&ps, &ps.t));
 		}
 	}

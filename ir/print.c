@@ -153,7 +153,7 @@ void ir_print(FILE *out, const ir_module *m)
 	        ir_partition_names[p->partition]);
 	print_list(out, "given", p->given, p->ngiven);
 	print_list(out, "placement", p->placement, p->nplacement);
-	fputc('\n', out);
+	fprintf(out, " backend=%s\n", ir_backend_names[p->backend]);
 
 	for (int i = 0; i < m->nlayers; i++)
 		print_layer(out, m, i);
@@ -169,11 +169,31 @@ void ir_print(FILE *out, const ir_module *m)
 		fprintf(out, "device D%d {\n", d);
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *op = &dev->ops[i];
-			fprintf(out, "  %s S%d m%d\n", ir_op_names[op->kind], op->stage,
-			        op->mb);
+			bool opens = op->group && (i == 0 || dev->ops[i - 1].group != op->group);
+			bool closes = op->group && (i + 1 == dev->nops || dev->ops[i + 1].group != op->group);
+			const char *ind = op->group ? "    " : "  ";
+			if (opens)
+				fputs("  group {\n", out);
+			if (op->comm == IR_COMM_NONE) {
+				fprintf(out, "%s%s S%d m%d\n", ind, ir_op_names[op->kind], op->stage, op->mb);
+			} else {
+				fprintf(out, "%s%s %s S%d m%d", ind, ir_comm_names[op->comm],
+				        ir_value_names[op->kind], op->stage, op->mb);
+				if (op->comm != IR_COMM_WAIT) {
+					char b[32];
+					ir_fmt_bytes(b, sizeof b, op->bytes);
+					fprintf(out, " D%d %s", op->peer, b);
+				}
+				fputc('\n', out);
+			}
+			if (closes)
+				fputs("  }\n", out);
 		}
 		fputs("}\n", out);
 	}
+	if (m->proof.proven)
+		fprintf(out, "proof %s steps=%lld order=%016llx\n", ir_backend_names[m->proof.backend],
+		        (long long)m->proof.steps, (unsigned long long)m->proof.order);
 }
 
 char *ir_print_string(const ir_module *m)

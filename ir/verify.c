@@ -235,7 +235,8 @@ static int verify_programs(const ir_module *m)
 	int64_t mbs = m->train.microbatches;
 	int64_t want = (int64_t)m->nstages * mbs * IR_NOPS, have = 0;
 	for (int d = 0; d < m->ndevices; d++)
-		have += m->devices[d].nops;
+		for (int i = 0; i < m->devices[d].nops; i++)
+			have += m->devices[d].ops[i].comm == IR_COMM_NONE;
 	if (have != want) {
 		diag_error(m->loc, "the programs hold %lld ops; %d stages x %lld micro-batches need %lld (one F, B and W each)",
 		           (long long)have, m->nstages, (long long)mbs, (long long)want);
@@ -254,6 +255,8 @@ static int verify_programs(const ir_module *m)
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops && errs < 20; i++) {
 			const ir_op *op = &dev->ops[i];
+			if (op->comm != IR_COMM_NONE)
+				continue; /* verify_comm's */
 			ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
 			const char *name = ir_op_names[op->kind];
 			if (op->stage < 0 || op->stage >= m->nstages) {
@@ -305,6 +308,158 @@ static int verify_programs(const ir_module *m)
 	return errs;
 }
 
+/* The device that consumes value (kind, stage): F's activation goes to the
+ * next stage, B's gradient to the previous one; -1 when none does. */
+static int consumer_stage(const ir_module *m, ir_op_kind k, int stage)
+{
+	if (k == IR_OP_F)
+		return stage + 1 < m->nstages ? stage + 1 : -1;
+	if (k == IR_OP_B)
+		return stage > 0 ? stage - 1 : -1;
+	return -1;
+}
+
+/* Communication (docs/ir.md, "Invariants" 5): every value that crosses
+ * devices has one send on its producer's device after the op that makes
+ * it, one receive on its consumer's device, matched in FIFO order per
+ * (sender, receiver) channel with the same size, and one wait on the
+ * consumer's device after the receive and before the op that uses it. */
+static int verify_comm(const ir_module *m)
+{
+	int S = m->nstages, M = (int)m->train.microbatches, P = m->ndevices, errs = 0;
+	bool split = ir_schedule_splits_backward[m->plan.schedule];
+	size_t nv = (size_t)S * M * 2;
+	/* Per value (kind in F/B, stage, mb): positions of its ops. */
+	int *snd = malloc(nv * sizeof *snd), *rcv = malloc(nv * sizeof *rcv), *wt = malloc(nv * sizeof *wt);
+	/* Per device and compute op: position, to order against. */
+	int *cpos = malloc((size_t)S * M * IR_NOPS * sizeof *cpos);
+	if (!snd || !rcv || !wt || !cpos)
+		ir_bug("out of memory");
+	for (size_t i = 0; i < nv; i++)
+		snd[i] = rcv[i] = wt[i] = -1;
+	for (size_t i = 0; i < (size_t)S * M * IR_NOPS; i++)
+		cpos[i] = -1;
+#define VAL(k, s, mb) (((size_t)(s) * M + (mb)) * 2 + (k))
+#define CPOS(k, s, mb) cpos[((size_t)(s) * M + (mb)) * IR_NOPS + (k)]
+	for (int d = 0; d < P; d++)
+		for (int i = 0; i < m->devices[d].nops; i++) {
+			const ir_op *op = &m->devices[d].ops[i];
+			if (op->comm == IR_COMM_NONE)
+				CPOS(op->kind, op->stage, op->mb) = i;
+		}
+	for (int d = 0; d < P && errs < 20; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops && errs < 20; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (op->comm == IR_COMM_NONE)
+				continue;
+			ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
+			const char *cn = ir_comm_names[op->comm];
+			int cs = op->stage >= 0 && op->stage < S ? consumer_stage(m, op->kind, op->stage) : -1;
+			if (op->kind == IR_OP_W || cs < 0 || op->mb < 0 || op->mb >= M) {
+				diag_error(loc, "D%d: %s %s S%d m%d: no such value crosses stages", d, cn,
+				           ir_value_names[op->kind], op->stage, op->mb);
+				errs++;
+				continue;
+			}
+			int src = m->stages[op->stage].device, dst = m->stages[cs].device;
+			size_t v = VAL(op->kind, op->stage, op->mb);
+			int want_dev = op->comm == IR_COMM_SEND ? src : dst;
+			int want_peer = op->comm == IR_COMM_SEND ? dst : src;
+			if (src == dst) {
+				diag_error(loc, "D%d: %s of a value that stays on D%d (S%d and S%d share it)", d, cn,
+				           src, op->stage, cs);
+				errs++;
+			} else if (d != want_dev) {
+				diag_error(loc, "D%d: %s %s S%d m%d belongs on D%d", d, cn, ir_value_names[op->kind],
+				           op->stage, op->mb, want_dev);
+				errs++;
+			} else if (op->comm != IR_COMM_WAIT && op->peer != want_peer) {
+				diag_error(loc, "D%d: %s %s S%d m%d names peer D%d; the value goes D%d -> D%d", d, cn,
+				           ir_value_names[op->kind], op->stage, op->mb, op->peer, src, dst);
+				errs++;
+			} else {
+				int *slot = op->comm == IR_COMM_SEND ? &snd[v] : op->comm == IR_COMM_RECV ? &rcv[v] : &wt[v];
+				if (*slot >= 0) {
+					diag_error(loc, "D%d: second %s %s S%d m%d", d, cn, ir_value_names[op->kind],
+					           op->stage, op->mb);
+					errs++;
+				}
+				*slot = i;
+			}
+		}
+	}
+	/* Every crossing value: send after its producer, receive, wait after
+	 * the receive and before the consumer. */
+	for (int s = 0; s < S && !errs; s++)
+		for (int k = IR_OP_F; k <= IR_OP_B && !errs; k++) {
+			int cs = consumer_stage(m, (ir_op_kind)k, s);
+			if (cs < 0 || m->stages[s].device == m->stages[cs].device)
+				continue;
+			int src = m->stages[s].device, dst = m->stages[cs].device;
+			for (int mb = 0; mb < M && errs < 20; mb++) {
+				size_t v = VAL(k, s, mb);
+				const char *vn = ir_value_names[k];
+				/* The gradient is made by B, or by the whole backward (W). */
+				int made = CPOS(k == IR_OP_B && !split ? IR_OP_W : k, s, mb);
+				int used = CPOS(k == IR_OP_F ? IR_OP_F : IR_OP_B, cs, mb);
+				if (snd[v] < 0 || rcv[v] < 0 || wt[v] < 0) {
+					diag_error(m->loc, "%s S%d m%d goes D%d -> D%d but has no %s", vn, s, mb, src, dst,
+					           snd[v] < 0 ? "send" : rcv[v] < 0 ? "receive" : "wait");
+					errs++;
+				} else if (snd[v] < made) {
+					diag_error(m->loc, "D%d: send %s S%d m%d comes before the op that makes it", src, vn, s, mb);
+					errs++;
+				} else if (wt[v] < rcv[v] || wt[v] > used) {
+					diag_error(m->loc, "D%d: wait %s S%d m%d must follow its receive and come before %s S%d m%d",
+					           dst, vn, s, mb, ir_op_names[k == IR_OP_F ? IR_OP_F : IR_OP_B], cs, mb);
+					errs++;
+				}
+			}
+		}
+	/* FIFO matching per channel: the k-th send from a to b meets the k-th
+	 * receive on b from a, same value and size. */
+	for (int a = 0; a < P && !errs; a++)
+		for (int b = 0; b < P && !errs; b++) {
+			if (a == b)
+				continue;
+			const ir_device *da = &m->devices[a], *db = &m->devices[b];
+			int i = 0, j = 0;
+			for (;;) {
+				while (i < da->nops && !(da->ops[i].comm == IR_COMM_SEND && da->ops[i].peer == b))
+					i++;
+				while (j < db->nops && !(db->ops[j].comm == IR_COMM_RECV && db->ops[j].peer == a))
+					j++;
+				if (i == da->nops || j == db->nops) {
+					if (i != da->nops || j != db->nops) {
+						diag_error(m->loc, "channel D%d -> D%d: %s", a, b,
+						           i != da->nops ? "a send has no receive" : "a receive has no send");
+						errs++;
+					}
+					break;
+				}
+				const ir_op *x = &da->ops[i], *y = &db->ops[j];
+				if (x->kind != y->kind || x->stage != y->stage || x->mb != y->mb || x->bytes != y->bytes) {
+					ir_loc loc = m->op_loc && m->op_loc[b] ? loc_or(m->op_loc[b], j, m->loc) : m->loc;
+					diag_error(loc, "channel D%d -> D%d: D%d sends %s S%d m%d (%llu bytes) where D%d receives "
+					                "%s S%d m%d (%llu bytes); a channel is first in, first out",
+					           a, b, a, ir_value_names[x->kind], x->stage, x->mb, (unsigned long long)x->bytes,
+					           b, ir_value_names[y->kind], y->stage, y->mb, (unsigned long long)y->bytes);
+					errs++;
+					break;
+				}
+				i++, j++;
+			}
+		}
+#undef VAL
+#undef CPOS
+	free(snd);
+	free(rcv);
+	free(wt);
+	free(cpos);
+	return errs;
+}
+
 int ir_verify(const ir_module *m)
 {
 	int errs = verify_header(m) + verify_layers(m);
@@ -313,7 +468,10 @@ int ir_verify(const ir_module *m)
 	errs = verify_stages(m);
 	if (errs)
 		return errs;
-	return verify_programs(m);
+	errs = verify_programs(m);
+	if (errs || !ir_lowered(m))
+		return errs;
+	return verify_comm(m);
 }
 
 void ir_print_summary(FILE *out, const ir_module *m)

@@ -23,6 +23,8 @@ const pass_id pass_default_pipeline[] = {
 	PASS_place,
 	PASS_schedule,
 	PASS_tune,
+	PASS_comm,
+	PASS_verify,
 };
 const int pass_default_pipeline_len =
     (int)(sizeof pass_default_pipeline / sizeof *pass_default_pipeline);

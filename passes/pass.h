@@ -17,7 +17,9 @@ typedef int (*pass_fn)(ir_module *m);
 	X(partition, "cut the layers into contiguous stages (uniform, balanced or given)") \
 	X(place, "assign every stage to a device (sequential, a V for zbv, or given)") \
 	X(schedule, "order F, B and W of every stage and micro-batch per device")  \
-	X(tune, "search partition, placement and order jointly (schedule 'tuned')")
+	X(tune, "search partition, placement and order jointly (schedule 'tuned')") \
+	X(comm, "lower every cross-device dependency to send, receive and wait") \
+	X(verify, "prove the lowered programs deadlock-free (or print the cycle)")
 
 typedef enum pass_id {
 #define X(n, s) PASS_##n,
@@ -62,5 +64,7 @@ int pass_partition(ir_module *m);
 int pass_place(ir_module *m);
 int pass_schedule(ir_module *m);
 int pass_tune(ir_module *m);
+int pass_comm(ir_module *m);
+int pass_verify(ir_module *m);
 
 #endif

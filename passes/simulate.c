@@ -126,6 +126,10 @@ static int key(const sim *s, int stage, int mb, ir_op_kind k)
 static void try_device(sim *s, int d)
 {
 	const ir_device *dev = &s->m->devices[d];
+	/* Sends, receives and waits are timed as the transfers they stand
+	 * for (see deliver), not as ops of the compute stream. */
+	while (s->pc[d] < dev->nops && dev->ops[s->pc[d]].comm != IR_COMM_NONE)
+		s->pc[d]++;
 	if (s->queued[d] || s->pc[d] >= dev->nops)
 		return;
 	const ir_op *op = &dev->ops[s->pc[d]];
@@ -176,7 +180,8 @@ static void deliver(sim *s, int d, int stage, int mb, ir_op_kind k, double end)
 	}
 	sim_result *r = s->r;
 	int x = r->nxfers++;
-	r->xfers[x] = (sim_xfer){d, cd, k, stage, mb, r->boundary_bytes, 0, 0};
+	r->xfers[x] = (sim_xfer){d, cd, k == IR_OP_F ? IR_OP_F : IR_OP_B, stage, mb,
+	                         r->boundary_bytes, 0, 0};
 	s->consumer[x] = ckey;
 	s->ready[x] = end;
 	push(&s->h, (event){xfer_start(s, x), 0, x});
@@ -188,6 +193,8 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 	const ir_device *dev = &m->devices[d];
 	double first_b = -1, last_f_end = 0;
 	for (int i = 0; i < dev->nops; i++) {
+		if (dev->ops[i].comm != IR_COMM_NONE)
+			continue;
 		sd->busy += sd->end[i] - sd->start[i];
 		if (dev->ops[i].kind == IR_OP_B && first_b < 0)
 			first_b = sd->start[i];
@@ -203,6 +210,8 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 	double cool_from = last_f_end > first_b ? last_f_end : first_b;
 	double busy_warm = 0, busy_cool = 0;
 	for (int i = 0; i < dev->nops; i++) {
+		if (dev->ops[i].comm != IR_COMM_NONE)
+			continue;
 		double a = sd->start[i], b = sd->end[i];
 		if (a < first_b)
 			busy_warm += (b < first_b ? b : first_b) - a;
@@ -230,6 +239,8 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 	int inflight = 0;
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
+		if (op->comm != IR_COMM_NONE)
+			continue;
 		const ir_stage *st = &m->stages[op->stage];
 		int64_t act = 0, ws = 0;
 		for (int l = st->first; l <= st->last; l++)
@@ -296,7 +307,10 @@ sim_result *sim_run(const ir_module *m)
 		int n = m->devices[d].nops;
 		r->dev[d].start = arena_alloc(ar, (size_t)n * sizeof(double));
 		r->dev[d].end = arena_alloc(ar, (size_t)n * sizeof(double));
-		total += n;
+		for (int i = 0; i < n; i++) {
+			r->dev[d].start[i] = r->dev[d].end[i] = NAN; /* comm ops keep NAN */
+			total += m->devices[d].ops[i].comm == IR_COMM_NONE;
+		}
 		try_device(&s, d);
 	}
 

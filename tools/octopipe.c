@@ -34,6 +34,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: tuned (default), gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
 	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
 	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
+	X(BACKEND, "--backend", "nccl|mpi", C_MODEL, "transport semantics to lower for and prove (default nccl)") \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the tuner's search (default 20)") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
@@ -273,6 +274,7 @@ static ir_module *load_model(const args *a)
 	if (a->set[O_CHUNKS] && parse_count(a, O_CHUNKS, 1024, &ov.chunks))
 		return NULL;
 	ov.partition = a->val[O_PARTITION];
+	ov.backend = a->val[O_BACKEND];
 	ov.cluster = a->val[O_CLUSTER];
 	ov.schedule = a->val[O_SCHEDULE];
 	if (!a->input) {
@@ -669,9 +671,23 @@ static int cmd_verify(const args *a)
 	ir_module *m = load_ir(a, ar);
 	int rc = 1;
 	if (m) {
-		printf("%s: ok: %d layers, %d stages, %d device programs\n", a->input, m->nlayers,
-		       m->nstages, m->ndevices);
-		rc = 0;
+		/* Lowered programs get the deadlock proof; a proof already in the
+		 * file must be found again. */
+		if (ir_lowered(m)) {
+			if (pass_verify(m) == 0) {
+				printf("%s: ok: %d layers, %d stages, %d device programs; deadlock-free under %s "
+				       "(%lld steps, certificate %016llx)\n",
+				       a->input, m->nlayers, m->nstages, m->ndevices,
+				       ir_backend_names[m->proof.backend], (long long)m->proof.steps,
+				       (unsigned long long)m->proof.order);
+				rc = 0;
+			}
+		} else {
+			printf("%s: ok: %d layers, %d stages, %d device programs%s\n", a->input, m->nlayers,
+			       m->nstages, m->ndevices,
+			       m->ndevices ? "; not lowered: no deadlock proof (run 'comm' first)" : "");
+			rc = 0;
+		}
 	}
 	ir_free(m);
 	arena_free(ar);

@@ -542,7 +542,7 @@ START_TEST(test_inf_in_ir_text)
 		    "train mbs=1 microbatches=2 steps=1 optimizer=adamw lr=0.001 weight_decay=0 seed=1 "
 		    "data=synthetic\n"
 		    "cluster \"c\" devices=2 per_node=2 %s\n"
-		    "plan schedule=1f1b chunks=1 partition=uniform\n"
+		    "plan schedule=1f1b chunks=1 partition=uniform backend=nccl\n"
 		    "layer L0 embedding\nlayer L1 mlp ffn=128 activation=swiglu\nlayer L2 head\n",
 		    cases[i].cluster);
 		tu_capture();

@@ -206,7 +206,7 @@ END_TEST
 	"weight_decay=0 seed=1 data=synthetic\n"                                   \
 	"cluster \"c\" devices=2 per_node=2 mem=1GiB flops=1e+11 membw=1e+10 "     \
 	"intra=1e+09/1us inter=1e+09/1us\n"                                        \
-	"plan schedule=1f1b chunks=1 partition=uniform\n"                          \
+	"plan schedule=1f1b chunks=1 partition=uniform backend=nccl\n"                       \
 	"layer L0 embedding\n"                                                     \
 	"layer L1 mlp ffn=8 activation=swiglu\n"                                   \
 	"layer L2 head\n"

@@ -1,0 +1,358 @@
+/* comm.c: the `comm` pass: communication lowering.
+ *
+ * Reads the scheduled programs (compute ops only) and plan.backend; writes
+ * the same programs with every cross-device dependency turned into a send
+ * on the producer's device and a matching receive and wait on the
+ * consumer's.  Guarantees what ir_verify checks for lowered programs
+ * (docs/ir.md, invariant 5): one send, one receive and one wait per value
+ * that crosses devices, FIFO order per channel, sizes that agree; stages on
+ * one device hand values over without any.
+ *
+ * Where each op goes:
+ * - a send right after the op that makes the value (the gradient of a
+ *   schedule that does not split the backward leaves after W);
+ * - a receive one compute op ahead of its consumer, so that the transfer
+ *   overlaps that op, posted in the same slot as the sends made there;
+ * - a wait just before the consumer;
+ * - the sends and receives of one slot (between two compute ops) as one
+ *   group, the send/recv-in-one-group idiom of NCCL that lets two devices
+ *   exchange at the same point without waiting on each other.
+ * Whether that is deadlock-free for the backend is the `verify` pass's
+ * question; it answers with a proof or a cycle. */
+#include "pass.h"
+
+#include <stdlib.h>
+
+#include "simulate.h"
+
+static void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+	if (!p)
+		ir_bug("out of memory");
+	return p;
+}
+
+/* The value the compute op takes from another device, if any: its
+ * producing (kind, stage) and device, or false. */
+static bool incoming(const ir_module *m, const ir_op *op, ir_op_kind *k, int *stage)
+{
+	int S = m->nstages, d = m->stages[op->stage].device;
+	if (op->kind == IR_OP_F && op->stage > 0 && m->stages[op->stage - 1].device != d) {
+		*k = IR_OP_F, *stage = op->stage - 1;
+		return true;
+	}
+	if (op->kind == IR_OP_B && op->stage + 1 < S && m->stages[op->stage + 1].device != d) {
+		*k = IR_OP_B, *stage = op->stage + 1;
+		return true;
+	}
+	return false;
+}
+
+/* The value the compute op hands to another device, if any. */
+static bool outgoing(const ir_module *m, const ir_op *op, ir_op_kind *k, int *to)
+{
+	int S = m->nstages, d = m->stages[op->stage].device;
+	bool split = ir_schedule_splits_backward[m->plan.schedule];
+	if (op->kind == IR_OP_F && op->stage + 1 < S && m->stages[op->stage + 1].device != d) {
+		*k = IR_OP_F, *to = m->stages[op->stage + 1].device;
+		return true;
+	}
+	/* The gradient leaves with B when the backward is split, else with W. */
+	if (op->kind == (split ? IR_OP_B : IR_OP_W) && op->stage > 0 &&
+	    m->stages[op->stage - 1].device != d) {
+		*k = IR_OP_B, *to = m->stages[op->stage - 1].device;
+		return true;
+	}
+	return false;
+}
+
+/* Where the receives of device d go: slot i is before compute op i.  A
+ * receive goes `ahead` compute ops before its consumer, but a channel is
+ * first in, first out: receives from one peer must be posted in the order
+ * that peer sends, so a receive moves up to the slot of any later value of
+ * its channel that is posted sooner.  sendpos gives each value's position
+ * in its sender's program. */
+static void place_receives(const ir_module *m, const ir_op *prog, int n, int ahead,
+                           const long *sendpos, int *at)
+{
+	int S = m->nstages, M = (int)m->train.microbatches;
+	for (int i = 0; i < n; i++) {
+		ir_op_kind k;
+		int st;
+		at[i] = -1;
+		if (incoming(m, &prog[i], &k, &st))
+			at[i] = i - ahead > 0 ? i - ahead : 0;
+	}
+	/* Per peer, walk the receives in the peer's send order, latest first,
+	 * carrying the earliest slot seen. */
+	int P = m->ndevices;
+	for (int peer = 0; peer < P; peer++) {
+		int cnt = 0;
+		for (int i = 0; i < n; i++) {
+			ir_op_kind k;
+			int st;
+			if (at[i] >= 0 && incoming(m, &prog[i], &k, &st) && m->stages[st].device == peer)
+				cnt++;
+		}
+		if (!cnt)
+			continue;
+		int *idx = xcalloc((size_t)cnt, sizeof *idx);
+		long *key = xcalloc((size_t)cnt, sizeof *key);
+		int c = 0;
+		for (int i = 0; i < n; i++) {
+			ir_op_kind k;
+			int st;
+			if (at[i] >= 0 && incoming(m, &prog[i], &k, &st) && m->stages[st].device == peer) {
+				idx[c] = i;
+				key[c++] = sendpos[((size_t)st * M + prog[i].mb) * 2 + k];
+			}
+		}
+		/* Insertion sort by send position (channels are short per device). */
+		for (int a = 1; a < c; a++)
+			for (int b = a; b > 0 && key[b] < key[b - 1]; b--) {
+				long tk = key[b];
+				key[b] = key[b - 1], key[b - 1] = tk;
+				int ti = idx[b];
+				idx[b] = idx[b - 1], idx[b - 1] = ti;
+			}
+		int low = n;
+		for (int b = c - 1; b >= 0; b--) {
+			if (at[idx[b]] > low)
+				at[idx[b]] = low;
+			low = at[idx[b]];
+		}
+		free(idx);
+		free(key);
+	}
+	(void)S;
+}
+
+/* Lower one device's program into a fresh op list of its own. */
+static void lower_device(ir_module *m, int d, const ir_op *prog, int n, uint64_t bytes,
+                         const long *sendpos)
+{
+	/* slot[i]: comm ops posted before compute op i (slot n: after the last). */
+	typedef struct slot {
+		ir_op *ops;
+		int n, cap;
+	} slot;
+	slot *slots = xcalloc((size_t)n + 1, sizeof *slots);
+#define PUT(i, o) (*VEC_PUSH(m->arena, slots[i].ops, slots[i].n, slots[i].cap) = (o))
+	for (int i = 0; i < n; i++) {
+		ir_op_kind k;
+		int to;
+		if (outgoing(m, &prog[i], &k, &to))
+			PUT(i + 1, ((ir_op){k, prog[i].stage, prog[i].mb, IR_COMM_SEND, to, 0, bytes}));
+	}
+	/* NCCL's stream runs in order: a receive posted early would hold up the
+	 * sends behind it, so it goes right before its consumer, with the sends
+	 * of the op before (Megatron's send_forward_recv_backward).  MPI posts
+	 * return at once: one op ahead lets the transfer overlap it. */
+	int *at = xcalloc((size_t)n, sizeof *at);
+	place_receives(m, prog, n, m->plan.backend == IR_BACKEND_MPI ? 1 : 0, sendpos, at);
+	for (int i = 0; i < n; i++) {
+		ir_op_kind k;
+		int st;
+		if (at[i] >= 0 && incoming(m, &prog[i], &k, &st))
+			PUT(at[i], ((ir_op){k, st, prog[i].mb, IR_COMM_RECV, m->stages[st].device, 0, bytes}));
+	}
+	free(at);
+#undef PUT
+	/* Within a slot, receives in their senders' order (FIFO channels). */
+	for (int i = 0; i <= n; i++) {
+		slot *sl = &slots[i];
+		for (int a = 1; a < sl->n; a++)
+			for (int b = a; b > 0; b--) {
+				ir_op *x = &sl->ops[b - 1], *y = &sl->ops[b];
+				if (x->comm != IR_COMM_RECV || y->comm != IR_COMM_RECV)
+					break;
+				long kx = sendpos[((size_t)x->stage * m->train.microbatches + x->mb) * 2 + x->kind];
+				long ky = sendpos[((size_t)y->stage * m->train.microbatches + y->mb) * 2 + y->kind];
+				if (kx <= ky)
+					break;
+				ir_op t = *x;
+				*x = *y, *y = t;
+			}
+	}
+	int group = 0;
+	for (int i = 0; i <= n; i++) {
+		/* Sends first, then receives; two or more make a group. */
+		int g = slots[i].n > 1 ? ++group : 0;
+		for (int pass = 0; pass < 2; pass++)
+			for (int j = 0; j < slots[i].n; j++) {
+				ir_op o = slots[i].ops[j];
+				if ((o.comm == IR_COMM_SEND) != (pass == 0))
+					continue;
+				o.group = g;
+				ir_push_op(m, d, &o, (ir_loc){0});
+			}
+		if (i == n)
+			break;
+		ir_op_kind k;
+		int st;
+		if (incoming(m, &prog[i], &k, &st))
+			ir_push_op(m, d, &(ir_op){k, st, prog[i].mb, IR_COMM_WAIT}, (ir_loc){0});
+		ir_push_op(m, d, &prog[i], (ir_loc){0});
+	}
+	free(slots);
+}
+
+/* NCCL: every device's communication stream takes its transfers in one
+ * global order, the order in which they start in the simulated step (ties
+ * by value).  Why that cannot deadlock: take the transfers in that order
+ * and assume all before the k-th are done.  Its value was made by an op
+ * that, in the simulated step, ended before the transfer started, after
+ * only transfers that ended earlier still (so, started earlier): done; and
+ * both ends have done everything before it on their streams, so both are
+ * at it.  The `verify` pass checks it all the same.  Each op goes into the
+ * text at the first place its constraints allow, in that order: a send
+ * after the op that makes its value; a receive before the wait that
+ * precedes its consumer. */
+typedef struct xfer_order {
+	double start;
+	int kind, stage, mb;
+} xfer_order;
+
+static int by_start(const void *a, const void *b)
+{
+	const xfer_order *x = a, *y = b;
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	if (x->stage != y->stage)
+		return x->stage - y->stage;
+	if (x->mb != y->mb)
+		return x->mb - y->mb;
+	return x->kind - y->kind;
+}
+
+static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
+{
+	sim_result *r = sim_run(m);
+	if (!r)
+		return -1;
+	int P = m->ndevices, M = (int)m->train.microbatches;
+	xfer_order *xs = xcalloc((size_t)r->nxfers, sizeof *xs);
+	for (int i = 0; i < r->nxfers; i++)
+		xs[i] = (xfer_order){r->xfers[i].start, r->xfers[i].kind, r->xfers[i].stage, r->xfers[i].mb};
+	int nx = r->nxfers;
+	sim_free(r);
+	qsort(xs, (size_t)nx, sizeof *xs, by_start);
+	/* Per device: position of each compute op that makes or takes a value. */
+	size_t nv = (size_t)m->nstages * M * 2;
+	int *made = xcalloc(nv, sizeof *made), *used = xcalloc(nv, sizeof *used);
+	for (int d = 0; d < P; d++)
+		for (int i = 0; i < n[d]; i++) {
+			ir_op_kind k;
+			int st, to;
+			if (outgoing(m, &prog[d][i], &k, &to))
+				made[((size_t)prog[d][i].stage * M + prog[d][i].mb) * 2 + k] = i;
+			if (incoming(m, &prog[d][i], &k, &st))
+				used[((size_t)st * M + prog[d][i].mb) * 2 + k] = i;
+		}
+	/* Comm ops per device in the global order, each with the slot (before
+	 * compute op i) it goes in: nondecreasing, as early as allowed. */
+	typedef struct placed {
+		ir_op op;
+		int slot;
+	} placed;
+	placed **pl = xcalloc((size_t)P, sizeof *pl);
+	int *npl = xcalloc((size_t)P, sizeof *npl), *low = xcalloc((size_t)P, sizeof *low);
+	for (int d = 0; d < P; d++)
+		pl[d] = xcalloc((size_t)nx + 1, sizeof **pl);
+	int rc = 0;
+	for (int t = 0; t < nx && !rc; t++) {
+		const xfer_order *x = &xs[t];
+		int cs = x->kind == IR_OP_F ? x->stage + 1 : x->stage - 1;
+		int src = m->stages[x->stage].device, dst = m->stages[cs].device;
+		size_t v = ((size_t)x->stage * M + x->mb) * 2 + (size_t)x->kind;
+		int sslot = made[v] + 1 > low[src] ? made[v] + 1 : low[src];
+		int rslot = low[dst];
+		if (rslot > used[v]) {
+			/* Cannot happen for a timeline the simulator produced. */
+			diag_error(ir_loc_or(m->plan_loc, m->loc),
+			           "comm: cannot order the transfers of D%d in one stream", dst);
+			rc = -1;
+			break;
+		}
+		pl[src][npl[src]++] = (placed){{x->kind, x->stage, x->mb, IR_COMM_SEND, dst, 0, bytes}, sslot};
+		pl[dst][npl[dst]++] = (placed){{x->kind, x->stage, x->mb, IR_COMM_RECV, src, 0, bytes}, rslot};
+		low[src] = sslot, low[dst] = rslot;
+	}
+	if (!rc) {
+		ir_clear_devices(m);
+		ir_alloc_devices(m);
+		for (int d = 0; d < P; d++) {
+			int j = 0;
+			for (int i = 0; i <= n[d]; i++) {
+				while (j < npl[d] && pl[d][j].slot == i)
+					ir_push_op(m, d, &pl[d][j++].op, (ir_loc){0});
+				if (i == n[d])
+					break;
+				ir_op_kind k;
+				int st;
+				if (incoming(m, &prog[d][i], &k, &st))
+					ir_push_op(m, d, &(ir_op){k, st, prog[d][i].mb, IR_COMM_WAIT}, (ir_loc){0});
+				ir_push_op(m, d, &prog[d][i], (ir_loc){0});
+			}
+		}
+	}
+	for (int d = 0; d < P; d++)
+		free(pl[d]);
+	free(pl);
+	free(npl);
+	free(low);
+	free(made);
+	free(used);
+	free(xs);
+	return rc;
+}
+
+int pass_comm(ir_module *m)
+{
+	if (!m->ndevices) {
+		diag_error(ir_loc_or(m->plan_loc, m->loc), "comm: the module has no programs; run 'schedule' first");
+		return -1;
+	}
+	if (ir_lowered(m))
+		return 0; /* already lowered: the pass is idempotent */
+	uint64_t bytes = sim_boundary_bytes(m);
+	int P = m->ndevices;
+	/* Copy the compute programs out, then rebuild every program. */
+	ir_op **prog = xcalloc((size_t)P, sizeof *prog);
+	int *n = xcalloc((size_t)P, sizeof *n);
+	for (int d = 0; d < P; d++) {
+		n[d] = m->devices[d].nops;
+		prog[d] = xcalloc((size_t)n[d], sizeof **prog);
+		for (int i = 0; i < n[d]; i++)
+			prog[d][i] = m->devices[d].ops[i];
+	}
+	if (m->plan.backend == IR_BACKEND_NCCL) {
+		int rc = lower_nccl(m, prog, n, bytes);
+		for (int d = 0; d < P; d++)
+			free(prog[d]);
+		free(prog);
+		free(n);
+		return rc;
+	}
+	/* MPI.  Each crossing value's position in its sender's program. */
+	size_t nv = (size_t)m->nstages * (size_t)m->train.microbatches * 2;
+	long *sendpos = xcalloc(nv, sizeof *sendpos);
+	for (int d = 0; d < P; d++)
+		for (int i = 0; i < n[d]; i++) {
+			ir_op_kind k;
+			int to;
+			if (outgoing(m, &prog[d][i], &k, &to))
+				sendpos[((size_t)prog[d][i].stage * m->train.microbatches + prog[d][i].mb) * 2 + k] = i;
+		}
+	ir_clear_devices(m);
+	ir_alloc_devices(m);
+	for (int d = 0; d < P; d++) {
+		lower_device(m, d, prog[d], n[d], bytes, sendpos);
+		free(prog[d]);
+	}
+	free(sendpos);
+	free(prog);
+	free(n);
+	return 0;
+}

@@ -1,0 +1,344 @@
+/* verify.c: the `verify` pass: the deadlock-freedom proof.
+ *
+ * Reads lowered programs (the `comm` pass) and plan.backend; writes the
+ * proof into the module (m->proof), or reports a cycle and fails.
+ * Guarantees: a module with a proof cannot deadlock under rendezvous
+ * semantics (a send may wait until its receive is posted: true of NCCL and
+ * of MPI standard sends), whatever the buffer sizes; code generation
+ * refuses a module without one.
+ *
+ * The proof is the one of DESIGN.md.  A step is a compute op, a send or a
+ * receive outside a group, a whole group, or a wait; each step s has two
+ * events, P(s) "posted" and C(s) "completed", with P(s) -> C(s).  Program
+ * order:
+ *   nccl  compute steps (and waits) run in order on the compute stream,
+ *         C(prev) -> P(next); sends, receives and groups run in order on the
+ *         communication stream, C(prev) -> P(next); a send's step waits for
+ *         the compute op that made its value, C(op) -> P(send); a wait
+ *         completes after its receive, C(recv) -> C(wait).
+ *   mpi   one host thread: posts return at once, P(prev) -> P(next) for a
+ *         post; a compute op or a wait blocks, so the next step starts
+ *         after its C; a wait completes after its receive.
+ * Partners: for the k-th send and the k-th receive of a channel, each
+ * side's completion needs the other side posted: P(recv) -> C(send) and
+ * P(send) -> C(recv).  The programs are deadlock-free if and only if this
+ * graph is acyclic; a topological order is the certificate, and a cycle is
+ * the counterexample, printed step by step. */
+#include "pass.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct step {
+	int dev;
+	int first, last;   /* ops of the step: one, or a whole group */
+} step;
+
+typedef struct graph {
+	const ir_module *m;
+	step *steps;
+	int nsteps, capsteps;
+	int *of_op_base;   /* per device: index into op_step */
+	int *op_step;      /* per op (all devices, flattened): its step */
+	int *eu, *ev;      /* edges */
+	long nedges, capedges;
+} graph;
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		ir_bug("out of memory");
+	return p;
+}
+
+static void edge(graph *g, int u, int v)
+{
+	if (g->nedges == g->capedges) {
+		g->capedges = g->capedges ? 2 * g->capedges : 1024;
+		g->eu = realloc(g->eu, (size_t)g->capedges * sizeof *g->eu);
+		g->ev = realloc(g->ev, (size_t)g->capedges * sizeof *g->ev);
+		if (!g->eu || !g->ev)
+			ir_bug("out of memory");
+	}
+	g->eu[g->nedges] = u;
+	g->ev[g->nedges++] = v;
+}
+
+#define P_(s) (2 * (s))
+#define C_(s) (2 * (s) + 1)
+
+static int step_of(const graph *g, int d, int i)
+{
+	return g->op_step[g->of_op_base[d] + i];
+}
+
+static const ir_op *first_op(const graph *g, int s)
+{
+	return &g->m->devices[g->steps[s].dev].ops[g->steps[s].first];
+}
+
+/* Split every program into steps. */
+static void build_steps(graph *g)
+{
+	const ir_module *m = g->m;
+	int total = 0;
+	g->of_op_base = xmalloc((size_t)m->ndevices * sizeof *g->of_op_base);
+	for (int d = 0; d < m->ndevices; d++)
+		g->of_op_base[d] = total, total += m->devices[d].nops;
+	g->op_step = xmalloc((size_t)total * sizeof *g->op_step);
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops;) {
+			int j = i;
+			if (dev->ops[i].group)
+				while (j + 1 < dev->nops && dev->ops[j + 1].group == dev->ops[i].group)
+					j++;
+			step *s = VEC_PUSH(m->arena, g->steps, g->nsteps, g->capsteps);
+			s->dev = d, s->first = i, s->last = j;
+			for (int k = i; k <= j; k++)
+				g->op_step[g->of_op_base[d] + k] = g->nsteps - 1;
+			i = j + 1;
+		}
+	}
+}
+
+/* Key of a value: (kind, stage, mb). */
+static size_t vkey(const ir_module *m, const ir_op *op)
+{
+	return ((size_t)op->stage * (size_t)m->train.microbatches + (size_t)op->mb) * 2 + (size_t)op->kind;
+}
+
+static void build_edges(graph *g)
+{
+	const ir_module *m = g->m;
+	ir_backend be = m->plan.backend;
+	int S = m->nstages, M = (int)m->train.microbatches;
+	size_t nv = (size_t)S * M * 2;
+	int *recv_step = xmalloc(nv * sizeof *recv_step);
+	int *made_step = xmalloc(nv * sizeof *made_step); /* compute step that makes a sent value */
+	for (size_t i = 0; i < nv; i++)
+		recv_step[i] = made_step[i] = -1;
+	bool split = ir_schedule_splits_backward[m->plan.schedule];
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (op->comm == IR_COMM_RECV)
+				recv_step[vkey(m, op)] = step_of(g, d, i);
+			if (op->comm == IR_COMM_NONE && op->kind != IR_OP_W) {
+				ir_op v = *op; /* the value this op makes */
+				made_step[vkey(m, &v)] = step_of(g, d, i);
+			}
+			if (op->comm == IR_COMM_NONE && op->kind == IR_OP_W && !split) {
+				ir_op v = *op;
+				v.kind = IR_OP_B; /* the whole backward's gradient leaves with W */
+				made_step[vkey(m, &v)] = step_of(g, d, i);
+			}
+		}
+	}
+	for (int s = 0; s < g->nsteps; s++)
+		edge(g, P_(s), C_(s));
+	/* Program order. */
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		int prev_compute = -1, prev_comm = -1, prev_any = -1;
+		for (int i = 0; i < dev->nops;) {
+			int s = step_of(g, d, i);
+			const ir_op *op = &dev->ops[i];
+			bool comm = op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV;
+			if (be == IR_BACKEND_NCCL) {
+				if (comm) {
+					if (prev_comm >= 0)
+						edge(g, C_(prev_comm), P_(s));
+					prev_comm = s;
+				} else {
+					if (prev_compute >= 0)
+						edge(g, C_(prev_compute), P_(s));
+					prev_compute = s;
+				}
+			} else if (prev_any >= 0) {
+				const ir_op *po = first_op(g, prev_any);
+				bool posted = po->comm == IR_COMM_SEND || po->comm == IR_COMM_RECV;
+				edge(g, posted ? P_(prev_any) : C_(prev_any), P_(s));
+			}
+			prev_any = s;
+			/* A send waits for the op that made its value; a wait for its receive. */
+			for (int k = g->steps[s].first; k <= g->steps[s].last; k++) {
+				const ir_op *o = &dev->ops[k];
+				size_t v = vkey(m, o);
+				if (o->comm == IR_COMM_SEND && made_step[v] >= 0)
+					edge(g, C_(made_step[v]), P_(s));
+				if (o->comm == IR_COMM_WAIT && recv_step[v] >= 0)
+					edge(g, C_(recv_step[v]), C_(s));
+			}
+			i = g->steps[s].last + 1;
+		}
+	}
+	/* Partners: FIFO per channel. */
+	for (int a = 0; a < m->ndevices; a++)
+		for (int b = 0; b < m->ndevices; b++) {
+			if (a == b)
+				continue;
+			const ir_device *da = &m->devices[a], *db = &m->devices[b];
+			int i = 0, j = 0;
+			for (;;) {
+				while (i < da->nops && !(da->ops[i].comm == IR_COMM_SEND && da->ops[i].peer == b))
+					i++;
+				while (j < db->nops && !(db->ops[j].comm == IR_COMM_RECV && db->ops[j].peer == a))
+					j++;
+				if (i == da->nops || j == db->nops)
+					break;
+				int x = step_of(g, a, i), y = step_of(g, b, j);
+				edge(g, P_(y), C_(x));
+				edge(g, P_(x), C_(y));
+				i++, j++;
+			}
+		}
+	free(recv_step);
+	free(made_step);
+}
+
+static void describe(const graph *g, int s, char *buf, size_t n)
+{
+	const step *st = &g->steps[s];
+	const ir_op *op = first_op(g, s);
+	if (st->last > st->first) {
+		snprintf(buf, n, "D%d: group of %d (first: %s %s S%d m%d with D%d)", st->dev,
+		         st->last - st->first + 1, ir_comm_names[op->comm], ir_value_names[op->kind],
+		         op->stage, op->mb, op->peer);
+	} else if (op->comm == IR_COMM_NONE) {
+		snprintf(buf, n, "D%d: %s S%d m%d", st->dev, ir_op_names[op->kind], op->stage, op->mb);
+	} else if (op->comm == IR_COMM_WAIT) {
+		snprintf(buf, n, "D%d: wait %s S%d m%d", st->dev, ir_value_names[op->kind], op->stage, op->mb);
+	} else {
+		snprintf(buf, n, "D%d: %s %s S%d m%d %s D%d", st->dev, ir_comm_names[op->comm],
+		         ir_value_names[op->kind], op->stage, op->mb,
+		         op->comm == IR_COMM_SEND ? "to" : "from", op->peer);
+	}
+}
+
+/* Kahn's algorithm; on a cycle, walk it and print it. */
+static int prove(graph *g)
+{
+	int N = 2 * g->nsteps;
+	int *deg = calloc((size_t)N, sizeof *deg), *head = xmalloc((size_t)(N + 1) * sizeof *head);
+	int *adj = xmalloc((size_t)g->nedges * sizeof *adj), *queue = xmalloc((size_t)N * sizeof *queue);
+	if (!deg)
+		ir_bug("out of memory");
+	memset(head, 0, (size_t)(N + 1) * sizeof *head);
+	for (long e = 0; e < g->nedges; e++)
+		head[g->eu[e] + 1]++, deg[g->ev[e]]++;
+	for (int u = 0; u < N; u++)
+		head[u + 1] += head[u];
+	int *fill = xmalloc((size_t)N * sizeof *fill);
+	memcpy(fill, head, (size_t)N * sizeof *fill);
+	for (long e = 0; e < g->nedges; e++)
+		adj[fill[g->eu[e]]++] = g->ev[e];
+	int qh = 0, qt = 0;
+	for (int u = 0; u < N; u++)
+		if (!deg[u])
+			queue[qt++] = u;
+	uint64_t hash = 1469598103934665603ull;
+	while (qh < qt) {
+		int u = queue[qh++];
+		hash = (hash ^ (uint64_t)u) * 1099511628211ull;
+		for (int k = head[u]; k < head[u + 1]; k++)
+			if (--deg[adj[k]] == 0)
+				queue[qt++] = adj[k];
+	}
+	int rc = 0;
+	const ir_module *m = g->m;
+	if (qt == N) {
+		ir_module *mm = (ir_module *)m;
+		mm->proof = (ir_proof){true, m->plan.backend, g->nsteps, hash};
+	} else {
+		/* Every event left waits on another left: follow such edges from
+		 * one until an event repeats; the loop is the cycle. */
+		int *seen = calloc((size_t)N, sizeof *seen), u = -1;
+		if (!seen)
+			ir_bug("out of memory");
+		for (int x = 0; x < N && u < 0; x++)
+			if (deg[x])
+				u = x;
+		/* Walk predecessors that are still blocked: build reverse lists. */
+		int *pred = xmalloc((size_t)N * sizeof *pred);
+		for (int x = 0; x < N; x++)
+			pred[x] = -1;
+		for (long e = 0; e < g->nedges; e++)
+			if (deg[g->eu[e]] && deg[g->ev[e]] && pred[g->ev[e]] < 0)
+				pred[g->ev[e]] = g->eu[e];
+		int t = 1;
+		while (!seen[u]) {
+			seen[u] = t++;
+			u = pred[u];
+			ir_assert(u >= 0);
+		}
+		/* u is on the cycle: print it in the order events wait on each other. */
+		diag_error(ir_loc_or(m->plan_loc, m->loc),
+		           "verify: the programs can deadlock under %s semantics; a cycle of waits:",
+		           ir_backend_names[m->plan.backend]);
+		int start = u, last_step = -1, shown = 0;
+		do {
+			int s = u / 2;
+			if (s != last_step && shown < 64) {
+				char buf[160];
+				describe(g, s, buf, sizeof buf);
+				fprintf(diag_stream, "  %s %s\n", buf, u % 2 ? "cannot complete" : "cannot be posted");
+				shown++;
+			}
+			last_step = s;
+			u = pred[u];
+		} while (u != start);
+		free(seen);
+		free(pred);
+		rc = -1;
+	}
+	free(deg);
+	free(head);
+	free(adj);
+	free(queue);
+	free(fill);
+	return rc;
+}
+
+int pass_verify(ir_module *m)
+{
+	if (!m->ndevices) {
+		diag_error(ir_loc_or(m->plan_loc, m->loc), "verify: the module has no programs to prove");
+		return -1;
+	}
+	if (!ir_lowered(m) && m->nstages > 1) {
+		/* Without comm ops there is nothing to match, unless no value
+		 * crosses devices at all. */
+		for (int s = 0; s + 1 < m->nstages; s++)
+			if (m->stages[s].device != m->stages[s + 1].device) {
+				diag_error(ir_loc_or(m->plan_loc, m->loc),
+				           "verify: the programs are not lowered; run 'comm' first");
+				return -1;
+			}
+	}
+	if (ir_verify(m) != 0)
+		return -1;
+	bool had = m->proof.proven;
+	ir_proof old = m->proof;
+	graph g = {.m = m};
+	build_steps(&g);
+	build_edges(&g);
+	int rc = prove(&g);
+	if (rc == 0 && had && (old.backend != m->proof.backend || old.steps != m->proof.steps ||
+	                       old.order != m->proof.order)) {
+		diag_error(ir_loc_or(m->plan_loc, m->loc),
+		           "verify: the proof in the module (%s, %lld steps, order %016llx) is not this "
+		           "program's (%s, %lld steps, order %016llx)",
+		           ir_backend_names[old.backend], (long long)old.steps, (unsigned long long)old.order,
+		           ir_backend_names[m->proof.backend], (long long)m->proof.steps,
+		           (unsigned long long)m->proof.order);
+		rc = -1;
+	}
+	free(g.of_op_base);
+	free(g.op_step);
+	free(g.eu);
+	free(g.ev);
+	return rc;
+}
