@@ -11,12 +11,9 @@
  * Where each op goes:
  * - a send right after the op that makes the value (the gradient of a
  *   schedule that does not split the backward leaves after W);
- * - a receive one compute op ahead of its consumer, so that the transfer
- *   overlaps that op, posted in the same slot as the sends made there;
- * - a wait just before the consumer;
- * - the sends and receives of one slot (between two compute ops) as one
- *   group, the send/recv-in-one-group idiom of NCCL that lets two devices
- *   exchange at the same point without waiting on each other.
+ * - mpi: a receive one compute op ahead of its consumer, so that the
+ *   transfer overlaps that op (posts return at once); nccl: see lower_nccl;
+ * - a wait just before the consumer.
  * Whether that is deadlock-free for the backend is the `verify` pass's
  * question; it answers with a proof or a cycle. */
 #include "pass.h"
@@ -175,10 +172,10 @@ static void lower_device(ir_module *m, int d, const ir_op *prog, int n, uint64_t
 				*x = *y, *y = t;
 			}
 	}
-	int group = 0;
 	for (int i = 0; i <= n; i++) {
-		/* Sends first, then receives; two or more make a group. */
-		int g = slots[i].n > 1 ? ++group : 0;
+		/* Sends first, then receives; MPI posts return at once, so no
+		 * group is needed. */
+		int g = 0;
 		for (int pass = 0; pass < 2; pass++)
 			for (int j = 0; j < slots[i].n; j++) {
 				ir_op o = slots[i].ops[j];

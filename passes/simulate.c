@@ -115,6 +115,19 @@ typedef struct sim {
 	double dur[3];
 	double *stime;   /* per (stage, kind): op duration */
 	heap h;
+	/* Lowered programs: transfers follow the send and receive ops. */
+	bool lowered, nccl;
+	double *earliest;  /* per transfer: what its ops allow (NAN: not yet) */
+	bool *xqueued;     /* per transfer: its start is in the heap */
+	int *vxfer;        /* per value: its transfer, -1 before its producer ends */
+	int *vsend, *vrecv;/* per value: op index of its send (on the producer's
+	                    * device) and receive (on the consumer's) */
+	double *posted;    /* mpi, per value: when the host posted the receive */
+	int **step_of;     /* nccl, per device and op: its step on the comm stream */
+	int **step_left;   /* nccl, per device and step: ops not started */
+	double **step_end;
+	int *nsteps, *head;
+	double *head_since;
 } sim;
 
 static int key(const sim *s, int stage, int mb, ir_op_kind k)
@@ -122,14 +135,84 @@ static int key(const sim *s, int stage, int mb, ir_op_kind k)
 	return (stage * s->M + mb) * IR_NOPS + (int)k;
 }
 
+static int vidx(const sim *s, int stage, int mb, ir_op_kind k)
+{
+	return (stage * s->M + mb) * 2 + (k == IR_OP_F ? 0 : 1);
+}
+
+static double xfer_start(const sim *s, int x);
+
+/* Queue transfer x's start once its ops allow it: on nccl, when its send
+ * and its receive are each at the head of their device's communication
+ * stream; on mpi, once the receive is posted (the send is posted when its
+ * value is made).  Unlowered programs: at once. */
+static void try_xfer(sim *s, int x)
+{
+	if (s->xqueued[x])
+		return;
+	const sim_xfer *t = &s->r->xfers[x];
+	double e = 0;
+	if (s->lowered) {
+		int v = vidx(s, t->stage, t->mb, t->kind);
+		if (s->nccl) {
+			if (s->step_of[t->src][s->vsend[v]] != s->head[t->src] ||
+			    s->step_of[t->dst][s->vrecv[v]] != s->head[t->dst])
+				return;
+			e = s->head_since[t->src] > s->head_since[t->dst] ? s->head_since[t->src]
+			                                                  : s->head_since[t->dst];
+		} else {
+			if (isnan(s->posted[v]))
+				return;
+			e = s->posted[v];
+		}
+	}
+	s->earliest[x] = e;
+	s->xqueued[x] = true;
+	push(&s->h, (event){xfer_start(s, x), 0, x});
+}
+
+/* nccl: a step of d's communication stream has started all its ops, the
+ * last ending at `end`; the next becomes the head then, and the transfers
+ * it holds that are ready may start. */
+static void step_started(sim *s, int d, int step, double end)
+{
+	if (end > s->step_end[d][step])
+		s->step_end[d][step] = end;
+	if (--s->step_left[d][step] > 0 || step != s->head[d])
+		return;
+	const ir_device *dev = &s->m->devices[d];
+	while (s->head[d] < s->nsteps[d] && s->step_left[d][s->head[d]] == 0) {
+		s->head_since[d] = s->step_end[d][s->head[d]];
+		s->head[d]++;
+	}
+	for (int i = 0; i < dev->nops; i++) {
+		const ir_op *op = &dev->ops[i];
+		if ((op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV) &&
+		    s->step_of[d][i] == s->head[d]) {
+			int x = s->vxfer[vidx(s, op->stage, op->mb, op->kind)];
+			if (x >= 0)
+				try_xfer(s, x);
+		}
+	}
+}
+
 /* Push device d's next op if its input has arrived. */
 static void try_device(sim *s, int d)
 {
 	const ir_device *dev = &s->m->devices[d];
 	/* Sends, receives and waits are timed as the transfers they stand
-	 * for (see deliver), not as ops of the compute stream. */
-	while (s->pc[d] < dev->nops && dev->ops[s->pc[d]].comm != IR_COMM_NONE)
+	 * for, not as ops of the compute stream; on mpi the host posts a
+	 * receive when it gets there. */
+	while (s->pc[d] < dev->nops && dev->ops[s->pc[d]].comm != IR_COMM_NONE) {
+		const ir_op *op = &dev->ops[s->pc[d]];
+		if (s->lowered && !s->nccl && op->comm == IR_COMM_RECV) {
+			int v = vidx(s, op->stage, op->mb, op->kind);
+			s->posted[v] = s->free_at[d];
+			if (s->vxfer[v] >= 0)
+				try_xfer(s, s->vxfer[v]);
+		}
 		s->pc[d]++;
+	}
 	if (s->queued[d] || s->pc[d] >= dev->nops)
 		return;
 	const ir_op *op = &dev->ops[s->pc[d]];
@@ -144,6 +227,8 @@ static double xfer_start(const sim *s, int x)
 {
 	const sim_xfer *t = &s->r->xfers[x];
 	double st = s->ready[x];
+	if (s->earliest[x] > st)
+		st = s->earliest[x];
 	if (s->send_free[t->src] > st)
 		st = s->send_free[t->src];
 	if (s->recv_free[t->dst] > st)
@@ -184,7 +269,9 @@ static void deliver(sim *s, int d, int stage, int mb, ir_op_kind k, double end)
 	                         r->boundary_bytes, 0, 0};
 	s->consumer[x] = ckey;
 	s->ready[x] = end;
-	push(&s->h, (event){xfer_start(s, x), 0, x});
+	if (s->lowered)
+		s->vxfer[vidx(s, stage, mb, k)] = x;
+	try_xfer(s, x);
 }
 
 static void device_stats(const ir_module *m, sim_result *r, int d)
@@ -260,6 +347,67 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 	sd->peak_mem = sd->resident + sd->peak_act;
 }
 
+/* Index the lowered programs: each value's send and receive; on nccl the
+ * steps of every communication stream (a group is one step). */
+static void setup_lowered(sim *s)
+{
+	const ir_module *m = s->m;
+	int P = m->ndevices;
+	size_t nv = (size_t)s->S * s->M * 2;
+	s->vxfer = malloc(nv * sizeof *s->vxfer);
+	s->vsend = malloc(nv * sizeof *s->vsend);
+	s->vrecv = malloc(nv * sizeof *s->vrecv);
+	s->posted = malloc(nv * sizeof *s->posted);
+	s->step_of = calloc((size_t)P, sizeof *s->step_of);
+	s->step_left = calloc((size_t)P, sizeof *s->step_left);
+	s->step_end = calloc((size_t)P, sizeof *s->step_end);
+	s->nsteps = calloc((size_t)P, sizeof *s->nsteps);
+	s->head = calloc((size_t)P, sizeof *s->head);
+	s->head_since = calloc((size_t)P, sizeof *s->head_since);
+	if (!s->vxfer || !s->vsend || !s->vrecv || !s->posted || !s->step_of || !s->step_left ||
+	    !s->step_end || !s->nsteps || !s->head || !s->head_since)
+		ir_bug("out of memory");
+	for (size_t v = 0; v < nv; v++)
+		s->vxfer[v] = s->vsend[v] = s->vrecv[v] = -1, s->posted[v] = NAN;
+	for (int d = 0; d < P; d++) {
+		const ir_device *dev = &m->devices[d];
+		s->step_of[d] = malloc(((size_t)dev->nops + 1) * sizeof **s->step_of);
+		s->step_left[d] = calloc((size_t)dev->nops + 1, sizeof **s->step_left);
+		s->step_end[d] = calloc((size_t)dev->nops + 1, sizeof **s->step_end);
+		if (!s->step_of[d] || !s->step_left[d] || !s->step_end[d])
+			ir_bug("out of memory");
+		int n = 0;
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *op = &dev->ops[i];
+			s->step_of[d][i] = -1;
+			if (op->comm != IR_COMM_SEND && op->comm != IR_COMM_RECV)
+				continue;
+			int v = vidx(s, op->stage, op->mb, op->kind);
+			(op->comm == IR_COMM_SEND ? s->vsend : s->vrecv)[v] = i;
+			bool joins = op->group && i > 0 && dev->ops[i - 1].group == op->group &&
+			             (dev->ops[i - 1].comm == IR_COMM_SEND || dev->ops[i - 1].comm == IR_COMM_RECV);
+			if (!joins)
+				n++;
+			s->step_of[d][i] = n - 1;
+			s->step_left[d][n - 1]++;
+		}
+		s->nsteps[d] = n;
+	}
+}
+
+static void free_lowered(sim *s)
+{
+	for (int d = 0; d < s->m->ndevices; d++) {
+		free(s->step_of[d]);
+		free(s->step_left[d]);
+		free(s->step_end[d]);
+	}
+	void *bufs[] = {s->vxfer, s->vsend, s->vrecv, s->posted, s->step_of, s->step_left,
+	                s->step_end, s->nsteps, s->head, s->head_since};
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		free(bufs[i]);
+}
+
 sim_result *sim_run(const ir_module *m)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
@@ -302,6 +450,14 @@ sim_result *sim_run(const ir_module *m)
 	for (int st = 0; st < s.S; st++)
 		for (int k = 0; k < IR_NOPS; k++)
 			s.stime[st * IR_NOPS + k] = sim_stage_time(m, st, (ir_op_kind)k);
+	s.earliest = calloc(maxx, sizeof *s.earliest);
+	s.xqueued = calloc(maxx, sizeof *s.xqueued);
+	if (!s.earliest || !s.xqueued)
+		ir_bug("out of memory");
+	s.lowered = ir_lowered(m);
+	s.nccl = m->plan.backend == IR_BACKEND_NCCL;
+	if (s.lowered)
+		setup_lowered(&s);
 	int total = 0;
 	for (int d = 0; d < r->ndev; d++) {
 		int n = m->devices[d].nops;
@@ -328,6 +484,11 @@ sim_result *sim_run(const ir_module *m)
 			x->end = st + sim_link_time(m, x->src, x->dst, x->bytes);
 			s.send_free[x->src] = s.recv_free[x->dst] = x->end;
 			s.arrive[s.consumer[e.id]] = x->end;
+			if (s.lowered && s.nccl) {
+				int v = vidx(&s, x->stage, x->mb, x->kind);
+				step_started(&s, x->src, s.step_of[x->src][s.vsend[v]], x->end);
+				step_started(&s, x->dst, s.step_of[x->dst][s.vrecv[v]], x->end);
+			}
 			try_device(&s, x->dst);
 			continue;
 		}
@@ -367,6 +528,10 @@ sim_result *sim_run(const ir_module *m)
 	free(s.stime);
 	free(s.consumer);
 	free(s.ready);
+	free(s.earliest);
+	free(s.xqueued);
+	if (s.lowered)
+		free_lowered(&s);
 	free(s.h.a);
 	if (rc) {
 		sim_free(r);
