@@ -20,6 +20,12 @@ const char *rt_strerror(int code)
 	case RT_ENOMEM: return "out of memory";
 	case RT_EARG: return "invalid argument (NULL or misaligned buffer, or bad index)";
 	case RT_ERANGE: return "token id outside the vocabulary";
+	case RT_EMPI: return "MPI call failed";
+	case RT_ETIMEOUT: return "timed out waiting for a peer";
+	case RT_EIO: return "I/O error";
+	case RT_ECKPT: return "bad checkpoint";
+	case RT_ELOSS: return "loss is not finite";
+	case RT_ESTATE: return "call out of order";
 	default: return "unknown error";
 	}
 }
@@ -167,7 +173,7 @@ int rt_layer_check(const rt_layer_desc *d)
 
 /* ---- parameter layout ------------------------------------------------- */
 
-static void put(rt_tensor *t, const char *name, rt_init init, int ndim, int64_t a, int64_t b,
+static void put(rt_tensor *t, const char *name, rt_init_rule init, int ndim, int64_t a, int64_t b,
                 int64_t c)
 {
 	*t = (rt_tensor){.name = name, .ndim = ndim, .dim = {a, b, c}, .init = init};

@@ -53,7 +53,7 @@ enum {
 };
 #define RT_MAX_TENSORS 11
 
-typedef enum rt_init {
+typedef enum rt_init_rule {
 	INIT_ONES,
 	INIT_ZEROS,
 	INIT_NORMAL,  /* N(0, 1/fan_in), fan_in = dim[ndim-2] */
@@ -62,14 +62,14 @@ typedef enum rt_init {
 	INIT_DT_BIAS, /* softplus^-1 of a log-uniform dt in [1e-3, 1e-1] */
 	INIT_ALOG_U,  /* log of U[1, 16] (Mamba-2) */
 	INIT_ALOG_N,  /* log(n + 1) along the last dim (Mamba-1) */
-} rt_init;
+} rt_init_rule;
 
 typedef struct rt_tensor {
 	const char *name;
 	int ndim;
 	int64_t dim[3];
 	int64_t size, offset; /* floats */
-	rt_init init;
+	rt_init_rule init;
 } rt_tensor;
 
 /* Fills t[0..n) for the kind's slots (n returned through *n) and returns

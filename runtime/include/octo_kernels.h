@@ -37,6 +37,13 @@ extern "C" {
 #define RT_ENOMEM (-2)  /* allocation failure */
 #define RT_EARG (-3)    /* bad argument: NULL or misaligned buffer, bad index */
 #define RT_ERANGE (-4)  /* token or target id outside the vocabulary */
+/* The rest of libocto_rt (octo_rt.h) */
+#define RT_EMPI (-5)     /* an MPI call failed */
+#define RT_ETIMEOUT (-6) /* a wait passed its deadline (a peer is stuck or dead) */
+#define RT_EIO (-7)      /* a file could not be read or written */
+#define RT_ECKPT (-8)    /* a damaged checkpoint, or one of another model */
+#define RT_ELOSS (-9)    /* the loss is NaN or infinite */
+#define RT_ESTATE (-10)  /* a call out of order (no arena, W out of micro-batch order, ...) */
 
 /* A static English message for an RT_ code. */
 const char *rt_strerror(int code);

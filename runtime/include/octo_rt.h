@@ -1,0 +1,240 @@
+/* octo_rt.h: the C ABI of libocto_rt that the generated per-rank programs
+ * call (the layer kernels themselves are octo_kernels.h).
+ *
+ * One context per rank, owned by the caller through an opaque handle:
+ *
+ *   rt_init          MPI (MPI_Init_thread), rank and world size from the launcher
+ *   rt_arena_init    the rank's one arena, sized by the caller
+ *   rt_model_init    this rank's layers (global index + descriptor): parameters
+ *                    from (seed, global layer index), gradients, AdamW state
+ *   rt_ckpt_load     optionally, resume
+ *   per step:  rt_step_begin, rt_run_f / rt_run_b / rt_run_w per layer and
+ *              micro-batch, rt_send / rt_recv / rt_wait between ranks,
+ *              rt_step_end (loss on the rank that holds the head; AdamW)
+ *   rt_ckpt_save, rt_trace_write, rt_profile as wanted
+ *   rt_finalize
+ *
+ * Every call returns RT_OK (0) or a negative RT_E... code (octo_kernels.h);
+ * rt_errmsg() gives the message of the last failure, naming what failed.
+ * The runtime never exits the process: on an error the caller calls
+ * rt_abort(), which prints "octopipe rank R: error: MESSAGE" and takes the
+ * whole job down with MPI_Abort, so no rank is left waiting for a dead one.
+ *
+ * The contract of every call, the data and tag definitions, the loss and
+ * optimizer formulas and the checkpoint format are in docs/runtime.md. */
+#ifndef OCTO_RT_H
+#define OCTO_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "octo_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_ctx rt_ctx;
+
+/* ---- init, errors --------------------------------------------------------- */
+
+enum {
+	RT_COMM_SYNC = 1u << 0, /* every send is synchronous (MPI_Issend); also OCTO_COMM_SYNC=1 */
+	RT_NO_BLAS_PIN = 1u << 1, /* leave OpenBLAS's thread count alone */
+};
+
+typedef struct rt_options {
+	unsigned flags;        /* RT_COMM_SYNC, ... */
+	double comm_timeout_s; /* a wait fails after this long; 0: OCTO_COMM_TIMEOUT, else 60 */
+	const char *trace_dir; /* record a trace, written by rt_finalize; NULL: OCTO_TRACE_DIR, else none */
+} rt_options;
+
+/* Initialises MPI (unless the program already did; then the runtime leaves
+ * finalising to it), pins OpenBLAS to one thread, and returns a new context
+ * in *out.  opt may be NULL.  On failure *out is NULL, the message went to
+ * stderr and MPI stays initialised: call rt_abort(NULL, code). */
+int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out);
+
+/* Frees everything the context owns, writes the trace if one was asked for,
+ * and finalises MPI if rt_init initialised it.  Collective. */
+int rt_finalize(rt_ctx *ctx);
+
+int rt_rank(const rt_ctx *ctx);
+int rt_world_size(const rt_ctx *ctx);
+
+/* The message of the last failed call on this context ("" if none). */
+const char *rt_errmsg(const rt_ctx *ctx);
+
+/* Prints "octopipe rank R: error: MSG" (MSG: rt_errmsg, or rt_strerror(code)
+ * when there is none) to stderr, then MPI_Abort(MPI_COMM_WORLD, -code):
+ * the job ends with a non-zero status on every rank.  Returns (code) only
+ * if MPI_Abort does.  ctx may be NULL after a failed rt_init, which has
+ * printed its message already: then it only aborts. */
+int rt_abort(rt_ctx *ctx, int code);
+
+/* ---- the arena ------------------------------------------------------------ */
+
+typedef struct rt_arena_info {
+	size_t size; /* bytes asked for at rt_arena_init */
+	size_t used; /* bytes allocated now */
+	size_t peak; /* high-water mark of used */
+} rt_arena_info;
+
+#define RT_ALIGN 64 /* every arena allocation starts at a multiple of this */
+
+/* Allocates the rank's one arena (once per context). */
+int rt_arena_init(rt_ctx *ctx, size_t bytes);
+/* bytes from the arena, RT_ALIGN-aligned; RT_ENOMEM when it does not fit. */
+int rt_arena_alloc(rt_ctx *ctx, size_t bytes, void **out);
+/* The current top, and a return to it: allocations after the mark are freed
+ * together (the arena is a stack). */
+size_t rt_arena_mark(const rt_ctx *ctx);
+int rt_arena_release(rt_ctx *ctx, size_t mark);
+int rt_arena_stats(const rt_ctx *ctx, rt_arena_info *out);
+
+/* ---- the model on this rank ---------------------------------------------- */
+
+typedef enum rt_optimizer { RT_ADAMW, RT_SGD } rt_optimizer;
+
+typedef struct rt_train {
+	uint64_t seed;        /* parameter init and synthetic data */
+	int64_t nlayers;      /* layers of the whole model, embedding and head included */
+	int64_t seq, mbs;     /* tokens per sequence, sequences per micro-batch */
+	int64_t vocab;        /* of the data: 256 for text */
+	int64_t microbatches; /* per step */
+	rt_optimizer optimizer;
+	float lr;
+	float weight_decay;   /* decoupled, on matrices only */
+	float beta1, beta2, eps; /* AdamW; 0: 0.9, 0.999, 1e-8 */
+	const char *text_file;   /* bytes of this file as tokens; NULL: synthetic tokens */
+} rt_train;
+
+/* One layer of this rank: its index in the whole model and its descriptor
+ * (whose seq, mbs must be the rt_train's, and vocab too for the embedding
+ * and the head). */
+typedef struct rt_layer_spec {
+	int64_t index;
+	rt_layer_desc desc;
+} rt_layer_spec;
+
+/* Arena bytes rt_model_init will take for these layers. */
+int rt_model_bytes(const rt_train *t, int n, const rt_layer_spec *layers, size_t *bytes);
+
+/* Sets up this rank's n layers (ascending global index, any subset of the
+ * model): parameters initialised from (seed, global index), zero gradients,
+ * zero AdamW moments, step 0, data position 0.  Takes rt_model_bytes() from
+ * the arena.  Reads the text file when there is one. */
+int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *layers);
+
+/* Layers are named by their position h (0 <= h < n) in rt_model_init's list. */
+typedef struct rt_layer_info {
+	int64_t index;  /* global layer index */
+	rt_kind kind;
+	rt_sizes sizes; /* of one micro-batch (rt_layer_sizes) */
+	float *params;  /* nparams = sizes.params floats; the caller may read them */
+} rt_layer_info;
+
+int rt_layer_get(rt_ctx *ctx, int h, rt_layer_info *out);
+
+/* Optimizer steps taken, and the data position: the sample index of
+ * micro-batch 0 of the next step. */
+int64_t rt_step_count(const rt_ctx *ctx);
+int64_t rt_data_position(const rt_ctx *ctx);
+
+/* A hash of the parameters and optimizer state of every layer of the model,
+ * in global layer order, the same on every rank and for every partition of
+ * the layers over ranks.  Collective. */
+int rt_model_hash(rt_ctx *ctx, uint64_t *out);
+
+/* ---- a training step ------------------------------------------------------ */
+
+/* Starts a step: clears the per-micro-batch loss and W bookkeeping. */
+int rt_step_begin(rt_ctx *ctx);
+
+/* F, B, W of layer h on micro-batch mb (0 <= mb < microbatches) of the
+ * current step: the kernels of octo_kernels.h plus what the runtime adds.
+ * The embedding reads the tokens of sample data_position + mb itself (x is
+ * NULL); the head reads its targets and records the micro-batch's loss
+ * (y is NULL) and its B uses dscale = 1 / (tokens of the step) (dy is NULL).
+ * act and wstash are the caller's buffers of rt_sizes act and wstash bytes;
+ * x and y (dy and dx) may be one buffer of seq*mbs*hidden floats.  W must
+ * run in micro-batch order per layer (it adds the gradients, and a float
+ * sum depends on its order): anything else is RT_ESTATE. */
+int rt_run_f(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act);
+int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const void *act,
+             void *wstash);
+int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash);
+
+/* Ends the step: checks that every local layer ran W on every micro-batch,
+ * computes the loss on the rank that holds the head (mean over every token
+ * of every micro-batch of the step; *have_loss = 1 there, 0 elsewhere) and
+ * fails with RT_ELOSS if it is NaN or infinite, then updates the
+ * parameters (AdamW), zeroes the gradients and advances the step and the
+ * data position.  loss and have_loss may be NULL. */
+int rt_step_end(rt_ctx *ctx, double *loss, int *have_loss);
+
+/* The tokens of one sample (micro-batch): [mbs][seq + 1] int32; sequence b's
+ * inputs are its first seq tokens, its targets the last seq. */
+int rt_data_sample(const rt_ctx *ctx, int64_t sample, int32_t *tokens);
+
+/* ---- communication -------------------------------------------------------- */
+
+/* What a message carries; with the stage and micro-batch it makes the MPI
+ * tag, so no two messages in flight between two ranks are confused. */
+typedef enum rt_msg { RT_MSG_ACT, RT_MSG_GRAD, RT_MSG_OTHER, RT_NMSG } rt_msg;
+
+typedef struct rt_tag {
+	int32_t stage; /* the stage that sends (0 <= stage < 2^10) */
+	int32_t mb;    /* micro-batch (0 <= mb < 2^18) */
+	rt_msg kind;
+} rt_tag;
+
+/* Non-blocking send and receive of exactly `bytes` bytes; *req is a handle
+ * for rt_wait.  The buffer must stay untouched until the wait.  A receive
+ * that finds a message of another size fails at the wait.  Between
+ * rt_group_begin and rt_group_end, req may be NULL: the operations join the
+ * group, and rt_group_end gives one handle that completes when all do. */
+int rt_send(rt_ctx *ctx, int peer, const void *buf, size_t bytes, rt_tag tag, int *req);
+int rt_recv(rt_ctx *ctx, int peer, void *buf, size_t bytes, rt_tag tag, int *req);
+int rt_group_begin(rt_ctx *ctx);
+int rt_group_end(rt_ctx *ctx, int *req);
+
+/* Waits for a handle (and frees it), polling with a deadline: after the
+ * context's timeout, RT_ETIMEOUT naming every operation still pending. */
+int rt_wait(rt_ctx *ctx, int req);
+int rt_waitall(rt_ctx *ctx, int n, const int *reqs);
+
+/* ---- checkpoints ---------------------------------------------------------- */
+
+/* Writes DIR/layer-NNNN.ckpt for every local layer and, once all ranks have,
+ * DIR/manifest (rank 0); every file atomically.  Collective. */
+int rt_ckpt_save(rt_ctx *ctx, const char *dir);
+
+/* Reads the manifest and this rank's layer files: parameters, AdamW state,
+ * step and data position.  Any damage or mismatch with the model is
+ * RT_ECKPT with a message naming the file and what is wrong.  The files are
+ * per global layer, so any partition and any number of ranks can load them. */
+int rt_ckpt_load(rt_ctx *ctx, const char *dir);
+
+/* ---- trace and profile ---------------------------------------------------- */
+
+/* Writes DIR/trace-rank<R>.json (Chrome trace format: one complete event per
+ * F, B, W, send, receive, wait, optimizer step, checkpoint). */
+int rt_trace_write(rt_ctx *ctx, const char *dir);
+
+/* Joins DIR/trace-rank0.json ... trace-rank<n-1>.json into one trace file.
+ * Needs no context and no MPI (tool: octo-trace-merge). */
+int rt_trace_merge(const char *dir, int nranks, const char *out_path, char *err, size_t errlen);
+
+/* Profiling mode: runs F, B, W of every local layer on one micro-batch
+ * `warmup` times, then `repeats` times timed, and writes the median times
+ * to `path` in the profile format (docs/profile.md), from rank 0.  Leaves
+ * the parameters, gradients and step as they were.  Takes its buffers from
+ * the arena (and gives them back).  Collective. */
+int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

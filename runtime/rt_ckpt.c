@@ -1,0 +1,582 @@
+/* rt_ckpt.c: checkpoints.  One file per global layer (DIR/layer-NNNN.ckpt:
+ * header, parameters, AdamW moments) and a text manifest (DIR/manifest:
+ * step, data position, seed, data source, every layer's kind, shape hash
+ * and size), each written to a temporary file, fsynced and renamed into
+ * place, so a crash leaves either the old file or the new one.  Files are
+ * keyed by the global layer index, not the rank, so a checkpoint loads
+ * under any partition and any number of ranks.  Every header and payload
+ * carries a checksum, and every field that decides the meaning of the
+ * numbers is compared with the model before anything is used: a damaged
+ * or mismatched checkpoint is RT_ECKPT naming the file and the field. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+#define CKPT_MAGIC "OCTOCKPT"
+#define CKPT_VERSION 1
+#define MANIFEST_MAGIC "octopipe-checkpoint"
+
+/* The layer file header, little-endian as written by the machine. */
+typedef struct ckpt_hdr {
+	char magic[8];        /* "OCTOCKPT" */
+	uint32_t version;     /* CKPT_VERSION */
+	uint32_t kind;        /* rt_kind */
+	int64_t layer;        /* global layer index */
+	uint64_t shape_hash;  /* kind and tensor table (names, offsets, dims) */
+	int64_t nparams;      /* floats per array */
+	int64_t step;         /* optimizer steps taken */
+	int64_t data_pos;     /* sample index of the next step's micro-batch 0 */
+	uint64_t seed;
+	uint64_t payload_sum; /* FNV-1a of params, m, v as stored */
+	uint64_t header_sum;  /* FNV-1a of every byte above */
+} ckpt_hdr;
+
+_Static_assert(sizeof(ckpt_hdr) == 80, "checkpoint header layout");
+
+static void layer_path(char *buf, size_t len, const char *dir, int64_t layer)
+{
+	snprintf(buf, len, "%s/layer-%04lld.ckpt", dir, (long long)layer);
+}
+
+static uint64_t data_hash(const rt_ctx *ctx)
+{
+	return ctx->text ? rt__fnv(RT_FNV_INIT, ctx->text, ctx->text_len) : 0;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const char *b = p;
+	while (n) {
+		ssize_t w = write(fd, b, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	char *b = p;
+	while (n) {
+		ssize_t r = read(fd, b, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Writes parts to path atomically: path.tmp, fsync, rename. */
+static int write_atomic(rt_ctx *ctx, const char *path, int nparts, const void *const *parts,
+                        const size_t *sizes)
+{
+	char tmp[4200];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return rt__fail(ctx, RT_EIO, "checkpoint %s: %s", tmp, strerror(errno));
+	for (int i = 0; i < nparts; i++)
+		if (write_all(fd, parts[i], sizes[i])) {
+			int e = errno;
+			close(fd);
+			unlink(tmp);
+			return rt__fail(ctx, RT_EIO, "checkpoint %s: write: %s", tmp, strerror(e));
+		}
+	if (fsync(fd) || close(fd)) {
+		int e = errno;
+		unlink(tmp);
+		return rt__fail(ctx, RT_EIO, "checkpoint %s: fsync: %s", tmp, strerror(e));
+	}
+	if (rename(tmp, path)) {
+		int e = errno;
+		unlink(tmp);
+		return rt__fail(ctx, RT_EIO, "checkpoint %s: rename: %s", path, strerror(e));
+	}
+	return RT_OK;
+}
+
+/* Makes the renames durable. */
+static int sync_dir(rt_ctx *ctx, const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY);
+	if (fd < 0 || fsync(fd)) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return rt__fail(ctx, RT_EIO, "checkpoint %s: fsync: %s", dir, strerror(e));
+	}
+	close(fd);
+	return RT_OK;
+}
+
+static int save_layer(rt_ctx *ctx, const char *dir, const rt_lay *l)
+{
+	char path[4096];
+	size_t pb = (size_t)l->sz.params * sizeof(float);
+	ckpt_hdr h;
+	memset(&h, 0, sizeof h);
+	memcpy(h.magic, CKPT_MAGIC, 8);
+	h.version = CKPT_VERSION;
+	h.kind = (uint32_t)l->desc.kind;
+	h.layer = l->index;
+	h.shape_hash = l->shape_hash;
+	h.nparams = l->sz.params;
+	h.step = ctx->step;
+	h.data_pos = ctx->data_pos;
+	h.seed = ctx->train.seed;
+	h.payload_sum = rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), l->m, pb), l->v, pb);
+	h.header_sum = rt__fnv(RT_FNV_INIT, &h, offsetof(ckpt_hdr, header_sum));
+	layer_path(path, sizeof path, dir, l->index);
+	const void *parts[4] = {&h, l->p, l->m, l->v};
+	size_t sizes[4] = {sizeof h, pb, pb, pb};
+	return write_atomic(ctx, path, 4, parts, sizes);
+}
+
+/* The manifest's layer line: index, kind, shape hash, parameter count. */
+typedef struct man_layer {
+	uint64_t index, kind, shape, nparams;
+} man_layer;
+
+static int cmp_layer(const void *a, const void *b)
+{
+	const man_layer *x = a, *y = b;
+	return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Rank 0: gathers every rank's layers, checks that they make the whole
+ * model, and writes the manifest. */
+static int save_manifest(rt_ctx *ctx, const char *dir)
+{
+	char path[4096];
+	MPI_Request req;
+	int rc = RT_OK, mine = 4 * ctx->nlay, total = 0;
+	int *counts = NULL, *displs = NULL;
+	man_layer *all = NULL, *loc = NULL;
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+
+	if (ctx->rank == 0 &&
+	    (!(counts = calloc((size_t)ctx->world, sizeof *counts)) ||
+	     !(displs = calloc((size_t)ctx->world, sizeof *displs)))) {
+		rc = rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
+		goto out;
+	}
+	if ((rc = rt__coll(ctx, MPI_Igather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &req),
+	                   &req, "checkpoint")))
+		goto out;
+	if (ctx->rank == 0) {
+		for (int r = 0; r < ctx->world; r++) {
+			displs[r] = total;
+			total += counts[r];
+		}
+		if (!(all = malloc((size_t)(total ? total : 1) * sizeof(uint64_t)))) {
+			rc = rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
+			goto out;
+		}
+	}
+	if (!(loc = malloc((size_t)(ctx->nlay ? ctx->nlay : 1) * sizeof *loc))) {
+		rc = rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
+		goto out;
+	}
+	for (int i = 0; i < ctx->nlay; i++)
+		loc[i] = (man_layer){(uint64_t)ctx->lay[i].index, (uint64_t)ctx->lay[i].desc.kind,
+		                     ctx->lay[i].shape_hash, (uint64_t)ctx->lay[i].sz.params};
+	if ((rc = rt__coll(ctx, MPI_Igatherv(loc, mine, MPI_UINT64_T, all, counts, displs, MPI_UINT64_T,
+	                                     0, MPI_COMM_WORLD, &req),
+	                   &req, "checkpoint")))
+		goto out;
+	if (ctx->rank != 0)
+		goto out;
+
+	int n = total / 4;
+	qsort(all, (size_t)n, sizeof *all, cmp_layer);
+	for (int i = 0; i < n; i++)
+		if (all[i].index != (uint64_t)i) {
+			rc = rt__fail(ctx, RT_ECKPT,
+			              "checkpoint %s: the ranks hold layer %llu %s: a checkpoint needs "
+			              "every layer of the model exactly once",
+			              dir, (unsigned long long)(all[i].index > (uint64_t)i ? (uint64_t)i : all[i].index),
+			              all[i].index > (uint64_t)i ? "on no rank" : "twice");
+			goto out;
+		}
+	if (n != ctx->train.nlayers) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: the ranks hold %d of the model's %lld layers",
+		              dir, n, (long long)ctx->train.nlayers);
+		goto out;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		/* Pass 0 measures, pass 1 writes. */
+		len = 0;
+#define OUT(...)                                                                      \
+	len += (size_t)snprintf(text ? text + len : NULL, text ? cap - len : 0, __VA_ARGS__)
+		OUT("%s %d\n", MANIFEST_MAGIC, CKPT_VERSION);
+		OUT("step %lld\n", (long long)ctx->step);
+		OUT("data_pos %lld\n", (long long)ctx->data_pos);
+		OUT("seed %llu\n", (unsigned long long)ctx->train.seed);
+		if (ctx->text)
+			OUT("data text 0x%016llx\n", (unsigned long long)data_hash(ctx));
+		else
+			OUT("data synthetic\n");
+		OUT("layers %d\n", n);
+		for (int i = 0; i < n; i++)
+			OUT("layer %llu %s 0x%016llx %llu\n", (unsigned long long)all[i].index,
+			    rt__kind_name((rt_kind)all[i].kind), (unsigned long long)all[i].shape,
+			    (unsigned long long)all[i].nparams);
+		if (pass == 1) {
+			uint64_t sum = rt__fnv(RT_FNV_INIT, text, len);
+			OUT("checksum 0x%016llx\n", (unsigned long long)sum);
+		} else {
+			cap = len + 64;
+			if (!(text = malloc(cap))) {
+				rc = rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
+				goto out;
+			}
+		}
+#undef OUT
+	}
+	snprintf(path, sizeof path, "%s/manifest", dir);
+	const void *parts[1] = {text};
+	size_t sizes[1] = {len};
+	if ((rc = write_atomic(ctx, path, 1, parts, sizes)))
+		goto out;
+	rc = sync_dir(ctx, dir);
+out:
+	free(text);
+	free(loc);
+	free(all);
+	free(displs);
+	free(counts);
+	return rc;
+}
+
+int rt_ckpt_save(rt_ctx *ctx, const char *dir)
+{
+	MPI_Request req;
+	int rc = RT_OK, any;
+	if (!ctx || !dir)
+		return RT_EARG;
+	if (!ctx->have_model)
+		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: rt_model_init has not been called");
+	if (ctx->in_step)
+		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", (long long)ctx->step);
+	int64_t t0 = rt__now_ns();
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: mkdir: %s", dir, strerror(errno));
+	for (int i = 0; !rc && i < ctx->nlay; i++)
+		rc = save_layer(ctx, dir, &ctx->lay[i]);
+	if (!rc)
+		rc = sync_dir(ctx, dir);
+	/* The manifest goes last, and only once every rank's layers are safe. */
+	int mine = rc;
+	if (rc) {
+		/* Keep this rank's message; still take part in the collective. */
+		char why[sizeof ctx->err];
+		snprintf(why, sizeof why, "%s", ctx->err);
+		rt__coll(ctx, MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req), &req,
+		         "checkpoint");
+		snprintf(ctx->err, sizeof ctx->err, "%s", why);
+		return rc;
+	}
+	if ((rc = rt__coll(ctx, MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req),
+	                   &req, "checkpoint")))
+		return rc;
+	if (rc)
+		return rc;
+	if (any)
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: not complete: another rank could not "
+		                "write its layers", dir);
+	rc = save_manifest(ctx, dir);
+	int rc0 = rc;
+	if (rc) {
+		char why[sizeof ctx->err];
+		snprintf(why, sizeof why, "%s", ctx->err);
+		rt__coll(ctx, MPI_Ibcast(&rc0, 1, MPI_INT, 0, MPI_COMM_WORLD, &req), &req, "checkpoint");
+		snprintf(ctx->err, sizeof ctx->err, "%s", why);
+		return rc;
+	}
+	if ((rc = rt__coll(ctx, MPI_Ibcast(&rc0, 1, MPI_INT, 0, MPI_COMM_WORLD, &req), &req, "checkpoint")))
+		return rc;
+	if (rc0)
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: rank 0 could not write the manifest", dir);
+	rt__trace(ctx, "ckpt", t0, -1, -1, -1, 0);
+	return RT_OK;
+}
+
+/* ---- load ------------------------------------------------------------------ */
+
+typedef struct manifest {
+	long long step, data_pos;
+	unsigned long long seed, data;
+	bool text;
+	long long nlayers;
+	man_layer *layers; /* [nlayers] */
+} manifest;
+
+static char *slurp(const char *path, size_t *len, int *err)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+	*err = 0;
+	if (!f || fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) ||
+	    !(buf = malloc((size_t)n + 1)) || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		*err = errno ? errno : EIO;
+		free(buf);
+		if (f)
+			fclose(f);
+		return NULL;
+	}
+	fclose(f);
+	buf[n] = 0;
+	*len = (size_t)n;
+	return buf;
+}
+
+static int bad_manifest(rt_ctx *ctx, const char *path, int line, const char *what)
+{
+	return rt__fail(ctx, RT_ECKPT, "checkpoint %s: line %d: %s", path, line, what);
+}
+
+static int read_manifest(rt_ctx *ctx, const char *dir, manifest *m)
+{
+	char path[4096];
+	size_t len;
+	int err, rc = RT_OK;
+	snprintf(path, sizeof path, "%s/manifest", dir);
+	char *text = slurp(path, &len, &err);
+	if (!text)
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(err));
+	if (strlen(text) != len) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: not a manifest (binary data)", path);
+		goto out;
+	}
+	/* The checksum line covers every byte before it. */
+	char *cs = strstr(text, "\nchecksum 0x");
+	unsigned long long sum;
+	char tail;
+	if (!cs || sscanf(cs + 1, "checksum 0x%llx%c", &sum, &tail) != 2 || tail != '\n' ||
+	    (size_t)(cs + 1 - text) + 28 != len) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: damaged or truncated (no final checksum line)",
+		              path);
+		goto out;
+	}
+	if (rt__fnv(RT_FNV_INIT, text, (size_t)(cs + 1 - text)) != sum) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: checksum mismatch: the file is damaged", path);
+		goto out;
+	}
+	char *save = NULL, *line = strtok_r(text, "\n", &save);
+	int ln = 1, version = 0, nread = 0;
+	char kind[32];
+	if (!line || sscanf(line, MANIFEST_MAGIC " %d", &version) != 1) {
+		rc = bad_manifest(ctx, path, ln, "not an OctoPipe checkpoint manifest");
+		goto out;
+	}
+	if (version != CKPT_VERSION) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: version %d, this runtime reads version %d",
+		              path, version, CKPT_VERSION);
+		goto out;
+	}
+	m->nlayers = -1;
+	while ((line = strtok_r(NULL, "\n", &save))) {
+		ln++;
+		unsigned long long a, b, c;
+		long long v;
+		if (sscanf(line, "step %lld", &v) == 1)
+			m->step = v;
+		else if (sscanf(line, "data_pos %lld", &v) == 1)
+			m->data_pos = v;
+		else if (sscanf(line, "seed %llu", &a) == 1)
+			m->seed = a;
+		else if (strcmp(line, "data synthetic") == 0)
+			m->text = false;
+		else if (sscanf(line, "data text 0x%llx", &a) == 1) {
+			m->text = true;
+			m->data = a;
+		} else if (sscanf(line, "layers %lld", &v) == 1 && m->nlayers < 0 && v > 0 && v < (1 << 24)) {
+			m->nlayers = v;
+			if (!(m->layers = calloc((size_t)v, sizeof *m->layers))) {
+				rc = rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
+				goto out;
+			}
+		} else if (sscanf(line, "layer %llu %31s 0x%llx %llu", &a, kind, &b, &c) == 4 &&
+		           m->nlayers >= 0 && a == (unsigned long long)nread && nread < m->nlayers) {
+			int k = 0;
+			while (k < RT_NKINDS && strcmp(rt__kind_name((rt_kind)k), kind))
+				k++;
+			m->layers[nread++] = (man_layer){a, (uint64_t)k, b, c};
+		} else if (strncmp(line, "checksum ", 9) == 0) {
+			break;
+		} else {
+			rc = bad_manifest(ctx, path, ln, "unexpected line");
+			goto out;
+		}
+	}
+	if (m->nlayers < 0 || nread != m->nlayers) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: layer table incomplete", path);
+		goto out;
+	}
+out:
+	free(text);
+	return rc;
+}
+
+static int check_manifest(rt_ctx *ctx, const char *dir, const manifest *m)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/manifest", dir);
+	if (m->nlayers != ctx->train.nlayers)
+		return rt__fail(ctx, RT_ECKPT,
+		                "checkpoint %s: model mismatch: the checkpoint has %lld layers, the "
+		                "model %lld", path, m->nlayers, (long long)ctx->train.nlayers);
+	if (m->seed != ctx->train.seed)
+		return rt__fail(ctx, RT_ECKPT,
+		                "checkpoint %s: seed mismatch: the checkpoint was trained with seed %llu, "
+		                "this run has seed %llu (the data would differ)", path, m->seed,
+		                (unsigned long long)ctx->train.seed);
+	if (m->text != (ctx->text != NULL) || (m->text && m->data != data_hash(ctx)))
+		return rt__fail(ctx, RT_ECKPT,
+		                "checkpoint %s: data mismatch: the checkpoint was trained on %s, this run "
+		                "reads %s", path, m->text ? "a text file" : "synthetic tokens",
+		                ctx->text ? (m->text ? "another text file" : "a text file")
+		                          : "synthetic tokens");
+	if (m->step < 0 || m->data_pos < 0)
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: negative step or data position", path);
+	for (int i = 0; i < ctx->nlay; i++) {
+		const rt_lay *l = &ctx->lay[i];
+		const man_layer *e = &m->layers[l->index];
+		layer_path(path, sizeof path, dir, l->index);
+		if (e->kind != (uint64_t)l->desc.kind || e->shape != l->shape_hash ||
+		    e->nparams != (uint64_t)l->sz.params)
+			return rt__fail(ctx, RT_ECKPT,
+			                "checkpoint %s: shape mismatch: the checkpoint has a %s layer of %llu "
+			                "parameters (shape 0x%016llx), the model's layer %lld is a %s layer "
+			                "of %lld parameters (shape 0x%016llx)",
+			                path, rt__kind_name((rt_kind)e->kind),
+			                (unsigned long long)e->nparams, (unsigned long long)e->shape,
+			                (long long)l->index, rt__kind_name(l->desc.kind), (long long)l->sz.params,
+			                (unsigned long long)l->shape_hash);
+	}
+	return RT_OK;
+}
+
+static int load_layer(rt_ctx *ctx, const char *dir, const manifest *m, rt_lay *l)
+{
+	char path[4096];
+	size_t pb = (size_t)l->sz.params * sizeof(float);
+	ckpt_hdr h;
+	struct stat st;
+	int rc = RT_OK;
+	layer_path(path, sizeof path, dir, l->index);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) || read_all(fd, &h, sizeof h)) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: truncated: no header", path);
+		goto out;
+	}
+	if (memcmp(h.magic, CKPT_MAGIC, 8)) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: not an OctoPipe layer checkpoint (bad magic)",
+		              path);
+		goto out;
+	}
+	if (h.header_sum != rt__fnv(RT_FNV_INIT, &h, offsetof(ckpt_hdr, header_sum))) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: header checksum mismatch: the file is damaged",
+		              path);
+		goto out;
+	}
+	if (h.version != CKPT_VERSION) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: version %u, this runtime reads version %d",
+		              path, h.version, CKPT_VERSION);
+		goto out;
+	}
+	if (h.layer != l->index) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: holds layer %lld, not %lld", path,
+		              (long long)h.layer, (long long)l->index);
+		goto out;
+	}
+	if (h.kind != (uint32_t)l->desc.kind || h.shape_hash != l->shape_hash ||
+	    h.nparams != l->sz.params) {
+		rc = rt__fail(ctx, RT_ECKPT,
+		              "checkpoint %s: shape mismatch: the file holds a %s layer of %lld "
+		              "parameters (shape 0x%016llx), the model's layer %lld is a %s layer of "
+		              "%lld parameters (shape 0x%016llx)",
+		              path, rt__kind_name((rt_kind)h.kind), (long long)h.nparams,
+		              (unsigned long long)h.shape_hash, (long long)l->index,
+		              rt__kind_name(l->desc.kind), (long long)l->sz.params,
+		              (unsigned long long)l->shape_hash);
+		goto out;
+	}
+	if (h.step != m->step || h.data_pos != m->data_pos || h.seed != m->seed) {
+		rc = rt__fail(ctx, RT_ECKPT,
+		              "checkpoint %s: from step %lld (data position %lld, seed %llu), but the "
+		              "manifest says step %lld (%lld, %llu): files of two saves are mixed",
+		              path, (long long)h.step, (long long)h.data_pos, (unsigned long long)h.seed,
+		              m->step, m->data_pos, m->seed);
+		goto out;
+	}
+	if ((uint64_t)st.st_size != sizeof h + 3 * (uint64_t)pb) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: %lld bytes, expected %llu: the file is %s",
+		              path, (long long)st.st_size, (unsigned long long)(sizeof h + 3 * pb),
+		              (uint64_t)st.st_size < sizeof h + 3 * pb ? "truncated" : "damaged");
+		goto out;
+	}
+	if (read_all(fd, l->p, pb) || read_all(fd, l->m, pb) || read_all(fd, l->v, pb)) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: read: %s", path, strerror(errno));
+		goto out;
+	}
+	if (rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), l->m, pb), l->v, pb) != h.payload_sum)
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: checksum mismatch: the file is damaged", path);
+out:
+	close(fd);
+	return rc;
+}
+
+int rt_ckpt_load(rt_ctx *ctx, const char *dir)
+{
+	manifest m;
+	int rc;
+	if (!ctx || !dir)
+		return RT_EARG;
+	if (!ctx->have_model)
+		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_load: rt_model_init has not been called");
+	if (ctx->in_step)
+		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_load: inside step %lld", (long long)ctx->step);
+	int64_t t0 = rt__now_ns();
+	memset(&m, 0, sizeof m);
+	if ((rc = read_manifest(ctx, dir, &m)) || (rc = check_manifest(ctx, dir, &m)))
+		goto out;
+	for (int i = 0; i < ctx->nlay; i++)
+		if ((rc = load_layer(ctx, dir, &m, &ctx->lay[i]))) {
+			/* Leave no half-loaded model behind: start over from init. */
+			for (int j = 0; j <= i; j++) {
+				rt_lay *l = &ctx->lay[j];
+				size_t pb = (size_t)l->sz.params * sizeof(float);
+				rt_layer_init(&l->desc, ctx->train.seed, l->index, l->p);
+				memset(l->m, 0, pb);
+				memset(l->v, 0, pb);
+			}
+			goto out;
+		}
+	for (int i = 0; i < ctx->nlay; i++)
+		memset(ctx->lay[i].g, 0, (size_t)ctx->lay[i].sz.params * sizeof(float));
+	ctx->step = m.step;
+	ctx->data_pos = m.data_pos;
+	rt__trace(ctx, "ckpt", t0, -1, -1, -1, 0);
+out:
+	free(m.layers);
+	return rc;
+}

@@ -1,0 +1,339 @@
+/* rt_comm.c: point-to-point communication over MPI non-blocking calls.
+ *
+ * A send or receive is posted at once (MPI_Isend, or MPI_Issend in the
+ * synchronous test mode, and MPI_Irecv) and named by a small integer handle;
+ * rt_wait completes it.  A group collects several posts under one handle.
+ * The MPI tag encodes (stage, micro-batch, kind), so two messages in flight
+ * between the same ranks can never be taken for each other, whatever the
+ * order the schedule posts them in.
+ *
+ * Waits poll (MPI_Testall) against a deadline instead of blocking: a peer
+ * that died or a schedule that deadlocks becomes RT_ETIMEOUT naming what is
+ * pending, which the caller turns into a job-wide abort.  In the
+ * synchronous mode a send completes only once its receive is posted, as
+ * under rendezvous semantics, so a program that works only because small
+ * sends are buffered hangs there, and the timeout makes that visible. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rt_internal.h"
+
+#define TAG_KIND_BITS 2
+#define TAG_MB_BITS 18
+#define TAG_STAGE_BITS 10
+
+static const char *msg_name(rt_msg k)
+{
+	static const char *const n[RT_NMSG] = {"act", "grad", "other"};
+	return (unsigned)k < RT_NMSG ? n[k] : "?";
+}
+
+static int encode_tag(rt_ctx *ctx, rt_tag t, int *out)
+{
+	if (t.stage < 0 || t.stage >= 1 << TAG_STAGE_BITS || t.mb < 0 || t.mb >= 1 << TAG_MB_BITS ||
+	    (unsigned)t.kind >= RT_NMSG)
+		return rt__fail(ctx, RT_EARG,
+		                "message tag out of range: stage %d (< %d), micro-batch %d (< %d), kind %d",
+		                (int)t.stage, 1 << TAG_STAGE_BITS, (int)t.mb, 1 << TAG_MB_BITS, (int)t.kind);
+	*out = (t.stage << (TAG_MB_BITS + TAG_KIND_BITS)) | (t.mb << TAG_KIND_BITS) | (int)t.kind;
+	return RT_OK;
+}
+
+static int describe(const rt_op *o, char *buf, size_t len)
+{
+	return snprintf(buf, len, "%s rank %d (stage %d, micro-batch %d, %s, %zu bytes)",
+	                o->send ? "send to" : "recv from", o->peer, (int)o->tag.stage,
+	                (int)o->tag.mb, msg_name(o->tag.kind), o->bytes);
+}
+
+/* A free handle, or -1 with the error recorded. */
+static int new_req(rt_ctx *ctx)
+{
+	for (int i = 0; i < ctx->nreqs; i++)
+		if (!ctx->reqs[i].used) {
+			ctx->reqs[i].used = true;
+			ctx->reqs[i].n = 0;
+			return i;
+		}
+	int n = ctx->nreqs ? 2 * ctx->nreqs : 16;
+	rt_req *r = realloc(ctx->reqs, (size_t)n * sizeof *r);
+	if (!r) {
+		rt__fail(ctx, RT_ENOMEM, "communication handles: out of memory");
+		return -1;
+	}
+	memset(r + ctx->nreqs, 0, (size_t)(n - ctx->nreqs) * sizeof *r);
+	int i = ctx->nreqs;
+	ctx->reqs = r;
+	ctx->nreqs = n;
+	r[i].used = true;
+	return i;
+}
+
+static int push(rt_ctx *ctx, rt_req *r, const rt_op *op, MPI_Request **mr)
+{
+	if (r->n == r->cap) {
+		int cap = r->cap ? 2 * r->cap : 2;
+		MPI_Request *m = realloc(r->mr, (size_t)cap * sizeof *m);
+		if (!m)
+			return rt__fail(ctx, RT_ENOMEM, "communication handles: out of memory");
+		r->mr = m;
+		rt_op *o = realloc(r->ops, (size_t)cap * sizeof *o);
+		if (!o)
+			return rt__fail(ctx, RT_ENOMEM, "communication handles: out of memory");
+		r->ops = o;
+		r->cap = cap;
+	}
+	r->ops[r->n] = *op;
+	*mr = &r->mr[r->n++];
+	return RT_OK;
+}
+
+static int post(rt_ctx *ctx, bool send, int peer, void *buf, size_t bytes, rt_tag tag, int *req)
+{
+	int rc, mtag = 0, h;
+	char desc[160], mpimsg[MPI_MAX_ERROR_STRING];
+	rt_op op = {.peer = peer, .tag = tag, .bytes = bytes, .send = send};
+
+	if (!ctx)
+		return RT_EARG;
+	if (req)
+		*req = -1;
+	if (!req && ctx->group < 0)
+		return rt__fail(ctx, RT_EARG, "%s: no handle to return outside a group",
+		                send ? "rt_send" : "rt_recv");
+	if (peer < 0 || peer >= ctx->world)
+		return rt__fail(ctx, RT_EARG, "%s: peer rank %d outside 0..%d", send ? "rt_send" : "rt_recv",
+		                peer, ctx->world - 1);
+	if (bytes > INT_MAX || (bytes && !buf))
+		return rt__fail(ctx, RT_EARG, "%s: %zu bytes at %p: bad buffer (at most %d bytes)",
+		                send ? "rt_send" : "rt_recv", bytes, buf, INT_MAX);
+	if ((rc = encode_tag(ctx, tag, &mtag)))
+		return rc;
+
+	int64_t t0 = rt__now_ns();
+	h = ctx->group >= 0 ? ctx->group : new_req(ctx);
+	if (h < 0)
+		return RT_ENOMEM;
+	MPI_Request *mr = NULL;
+	if ((rc = push(ctx, &ctx->reqs[h], &op, &mr))) {
+		if (ctx->group < 0)
+			ctx->reqs[h].used = false;
+		return rc;
+	}
+	if (send && (ctx->flags & RT_COMM_SYNC))
+		rc = MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, mtag, MPI_COMM_WORLD, mr);
+	else if (send)
+		rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, mtag, MPI_COMM_WORLD, mr);
+	else
+		rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, mtag, MPI_COMM_WORLD, mr);
+	if (rc != MPI_SUCCESS) {
+		ctx->reqs[h].n--;
+		if (ctx->group < 0)
+			ctx->reqs[h].used = false;
+		describe(&op, desc, sizeof desc);
+		return rt__fail(ctx, RT_EMPI, "%s: %s", desc, rt__mpierr(rc, mpimsg));
+	}
+	if (ctx->group < 0)
+		*req = h;
+	rt__trace(ctx, send ? "send" : "recv", t0, -1, tag.mb, peer, (int64_t)bytes);
+	return RT_OK;
+}
+
+int rt_send(rt_ctx *ctx, int peer, const void *buf, size_t bytes, rt_tag tag, int *req)
+{
+	return post(ctx, true, peer, (void *)buf, bytes, tag, req);
+}
+
+int rt_recv(rt_ctx *ctx, int peer, void *buf, size_t bytes, rt_tag tag, int *req)
+{
+	return post(ctx, false, peer, buf, bytes, tag, req);
+}
+
+int rt_group_begin(rt_ctx *ctx)
+{
+	if (!ctx)
+		return RT_EARG;
+	if (ctx->group >= 0)
+		return rt__fail(ctx, RT_ESTATE, "rt_group_begin: a group is already open");
+	int h = new_req(ctx);
+	if (h < 0)
+		return RT_ENOMEM;
+	ctx->group = h;
+	return RT_OK;
+}
+
+int rt_group_end(rt_ctx *ctx, int *req)
+{
+	if (!ctx || !req)
+		return RT_EARG;
+	if (ctx->group < 0)
+		return rt__fail(ctx, RT_ESTATE, "rt_group_end: no group is open");
+	*req = ctx->group;
+	ctx->group = -1;
+	return RT_OK;
+}
+
+static void nap(void)
+{
+	struct timespec ts = {0, 20000};
+	nanosleep(&ts, NULL);
+}
+
+/* The pending operations of the handles, for a timeout message. */
+static void pending(rt_ctx *ctx, int n, const int *hs, char *buf, size_t len)
+{
+	size_t at = 0;
+	int shown = 0;
+	buf[0] = 0;
+	for (int i = 0; i < n; i++) {
+		rt_req *r = &ctx->reqs[hs[i]];
+		for (int j = 0; j < r->n; j++) {
+			int done = 0;
+			if (r->ops[j].done)
+				continue;
+			MPI_Request_get_status(r->mr[j], &done, MPI_STATUS_IGNORE);
+			if (done)
+				continue;
+			if (shown == 4 || at >= len) {
+				if (at < len)
+					snprintf(buf + at, len - at, "; ...");
+				return;
+			}
+			if (at < len)
+				at += (size_t)snprintf(buf + at, len - at, "%s", shown ? "; " : "");
+			if (at < len)
+				at += (size_t)describe(&r->ops[j], buf + at, len - at);
+			shown++;
+		}
+	}
+}
+
+/* Request j of handle r has completed (MPI_Test succeeded; the status's
+ * MPI_ERROR field is not set by single-request calls): check a receive's
+ * size. */
+static int check_done(rt_ctx *ctx, rt_req *r, int j, MPI_Status *st)
+{
+	char desc[160];
+	int count = 0;
+	if (!r->ops[j].send) {
+		MPI_Get_count(st, MPI_BYTE, &count);
+		if ((size_t)count != r->ops[j].bytes) {
+			describe(&r->ops[j], desc, sizeof desc);
+			return rt__fail(ctx, RT_EMPI, "%s: the message has %d bytes", desc, count);
+		}
+	}
+	return RT_OK;
+}
+
+int rt_waitall(rt_ctx *ctx, int n, const int *hs)
+{
+	char mpimsg[MPI_MAX_ERROR_STRING];
+	if (!ctx || n < 0 || (n && !hs))
+		return RT_EARG;
+	for (int i = 0; i < n; i++)
+		if (hs[i] < 0 || hs[i] >= ctx->nreqs || !ctx->reqs[hs[i]].used || hs[i] == ctx->group)
+			return rt__fail(ctx, RT_EARG, "rt_wait: %d is not a pending handle", hs[i]);
+
+	int64_t t0 = rt__now_ns();
+	int64_t deadline = t0 + (int64_t)(ctx->timeout_s * 1e9);
+	int64_t bytes = 0;
+	for (int i = 0; i < n; i++) {
+		rt_req *r = &ctx->reqs[hs[i]];
+		for (int j = 0; j < r->n; j++) {
+			MPI_Status st;
+			int done = 0;
+			if (r->ops[j].done)
+				continue;
+			for (long spin = 0;; spin++) {
+				int rc = MPI_Test(&r->mr[j], &done, &st);
+				if (rc != MPI_SUCCESS) {
+					char desc[160];
+					describe(&r->ops[j], desc, sizeof desc);
+					return rt__fail(ctx, RT_EMPI, "%s: %s", desc, rt__mpierr(rc, mpimsg));
+				}
+				if (done)
+					break;
+				if (rt__now_ns() > deadline) {
+					char what[700];
+					pending(ctx, n, hs, what, sizeof what);
+					return rt__fail(ctx, RT_ETIMEOUT,
+					                "timed out after %g s waiting for: %s (a peer is dead or stuck, "
+					                "or the sends and receives do not match)",
+					                ctx->timeout_s, what);
+				}
+				/* Ranks may share cores: spin briefly, then sleep. */
+				if (spin > 64)
+					nap();
+			}
+			r->ops[j].done = true;
+			int rc = check_done(ctx, r, j, &st);
+			if (rc)
+				return rc;
+			bytes += (int64_t)r->ops[j].bytes;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		rt_req *r = &ctx->reqs[hs[i]];
+		int peer = r->n == 1 ? r->ops[0].peer : -1;
+		int64_t mb = r->n == 1 ? r->ops[0].tag.mb : -1;
+		r->used = false;
+		r->n = 0;
+		if (i == n - 1)
+			rt__trace(ctx, "wait", t0, -1, mb, peer, bytes);
+	}
+	return RT_OK;
+}
+
+int rt_wait(rt_ctx *ctx, int req)
+{
+	return rt_waitall(ctx, 1, &req);
+}
+
+int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what)
+{
+	char mpimsg[MPI_MAX_ERROR_STRING];
+	int64_t deadline = rt__now_ns() + (int64_t)(ctx->timeout_s * 1e9);
+	if (posted != MPI_SUCCESS)
+		return rt__fail(ctx, RT_EMPI, "%s: %s", what, rt__mpierr(posted, mpimsg));
+	for (long spin = 0;; spin++) {
+		int done = 0, rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+		if (rc != MPI_SUCCESS)
+			return rt__fail(ctx, RT_EMPI, "%s: %s", what, rt__mpierr(rc, mpimsg));
+		if (done)
+			return RT_OK;
+		if (rt__now_ns() > deadline)
+			return rt__fail(ctx, RT_ETIMEOUT,
+			                "%s: timed out after %g s in an operation of all ranks (a rank is "
+			                "stuck or dead)", what, ctx->timeout_s);
+		if (spin > 64)
+			nap();
+	}
+}
+
+void rt__progress(rt_ctx *ctx)
+{
+	/* Any MPI call drives Open MPI's progress engine: a rendezvous send
+	 * posted before a long computation moves on while the kernels run
+	 * between calls, instead of waiting for this rank's next wait. */
+	for (int i = 0; i < ctx->nreqs; i++)
+		if (ctx->reqs[i].used && ctx->reqs[i].n) {
+			int flag;
+			MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+			return;
+		}
+}
+
+int rt__comm_free_all(rt_ctx *ctx)
+{
+	for (int i = 0; i < ctx->nreqs; i++) {
+		free(ctx->reqs[i].mr);
+		free(ctx->reqs[i].ops);
+	}
+	free(ctx->reqs);
+	ctx->reqs = NULL;
+	ctx->nreqs = 0;
+	return RT_OK;
+}

@@ -1,0 +1,114 @@
+/* rt_internal.h: the context of one rank, shared by the runtime's files
+ * (rt_core.c: init, errors, arena; rt_comm.c; rt_model.c: layers, data,
+ * steps, AdamW; rt_ckpt.c; rt_trace.c; rt_profile.c).  Private. */
+#ifndef OCTO_RT_INTERNAL_H
+#define OCTO_RT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "octo_rt.h"
+
+/* One layer of this rank. */
+typedef struct rt_lay {
+	int64_t index; /* global */
+	rt_layer_desc desc;
+	rt_sizes sz;
+	uint64_t shape_hash; /* of the tensor table: the checkpoint's shape check */
+	float *p, *g, *m, *v; /* parameters, gradients, AdamW moments: sz.params floats each */
+	int64_t next_w; /* the micro-batch whose W comes next this step */
+} rt_lay;
+
+/* One pending communication handle: a send or receive, or a group. */
+typedef struct rt_op {
+	int peer;
+	rt_tag tag;
+	size_t bytes;
+	bool send;
+	bool done; /* completed and checked (a failed wait may leave others pending) */
+} rt_op;
+
+typedef struct rt_req {
+	bool used;
+	int n;            /* MPI requests (1, or a group's) */
+	MPI_Request *mr;  /* [n] */
+	rt_op *ops;       /* [n]: what each is, for messages */
+	int cap;
+} rt_req;
+
+typedef struct rt_event {
+	int64_t t0, t1; /* ns since the context's origin */
+	int64_t layer, mb, step, peer, bytes;
+	char name[8];  /* F B W send recv wait step ckpt ... */
+} rt_event;
+
+struct rt_ctx {
+	int rank, world;
+	bool mpi_owned; /* rt_init initialised MPI */
+	unsigned flags;
+	double timeout_s;
+	char err[768];
+	int64_t origin_ns; /* CLOCK_MONOTONIC at init, after a barrier */
+
+	/* arena */
+	unsigned char *arena;
+	size_t arena_size, arena_top, arena_peak;
+
+	/* communication */
+	rt_req *reqs;
+	int nreqs;
+	int group; /* the open group's handle, or -1 */
+
+	/* model */
+	bool have_model;
+	rt_train train;
+	char *text_path;
+	unsigned char *text; /* the file's bytes (malloc), or NULL: synthetic */
+	size_t text_len;
+	int nlay;
+	rt_lay *lay; /* [nlay] (arena) */
+	void *scratch;
+	int head; /* the local head layer, or -1 */
+	int32_t *tokbuf; /* [mbs][seq+1] */
+	int32_t *idbuf;  /* [mbs*seq] */
+	double *mb_loss; /* [microbatches] */
+	int64_t *mb_count;
+	int64_t step, data_pos;
+	bool in_step;
+
+	/* trace */
+	char *trace_dir;
+	rt_event *ev;
+	size_t nev, evcap;
+};
+
+/* Records a failure: formats the message into ctx->err (unless ctx is NULL)
+ * and returns code. */
+int rt__fail(rt_ctx *ctx, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* MPI's error string for rc. */
+const char *rt__mpierr(int rc, char *buf);
+
+int64_t rt__now_ns(void);
+/* Adds a trace event (when tracing) from t0 to now. */
+void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
+               int64_t bytes);
+
+/* 64-bit FNV-1a, continued from h (start with RT_FNV_INIT). */
+#define RT_FNV_INIT 0xcbf29ce484222325ull
+uint64_t rt__fnv(uint64_t h, const void *p, size_t n);
+
+/* The kind's name as the YAML spells it. */
+const char *rt__kind_name(rt_kind k);
+
+int rt__comm_free_all(rt_ctx *ctx);
+/* Completes a non-blocking collective (posted: the MPI code of posting it)
+ * against the context's deadline, so a stuck rank cannot hang the others
+ * in a collective either.  RT_OK, or RT_EMPI / RT_ETIMEOUT with "WHAT: ...". */
+int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what);
+/* Lets MPI progress the pending operations (cheap; called around kernels). */
+void rt__progress(rt_ctx *ctx);
+
+#endif

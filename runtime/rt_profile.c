@@ -1,0 +1,204 @@
+/* rt_profile.c: profiling mode.  Every rank times F, B and W of each of its
+ * layers on one micro-batch of the training shape (inputs: the data's
+ * sample 0 for the embedding and the head, a fixed pseudo-random
+ * activation and gradient elsewhere), `warmup` untimed runs then
+ * `repeats` timed ones, and takes the median of each phase.  Rank 0
+ * gathers the numbers and writes the profile file the cost pass reads
+ * (docs/profile.md): `units: ms` and one entry per global layer index with
+ * f, b, w and the two stash sizes.  The parameters are only read; the
+ * gradients W adds are cleared afterwards, so training can follow. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_internal.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Uniform values in [-scale, scale) from a counter. */
+static void fill(float *x, int64_t n, uint64_t key, float scale)
+{
+	for (int64_t i = 0; i < n; i++) {
+		uint64_t z = key + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		z ^= z >> 31;
+		x[i] = scale * (float)((double)(z >> 11) * 0x1.0p-53 * 2 - 1);
+	}
+}
+
+static int ids(rt_ctx *ctx, bool targets)
+{
+	const rt_train *t = &ctx->train;
+	int rc = rt_data_sample(ctx, 0, ctx->tokbuf);
+	for (int64_t b = 0; !rc && b < t->mbs; b++)
+		memcpy(ctx->idbuf + b * t->seq, ctx->tokbuf + b * (t->seq + 1) + targets,
+		       (size_t)t->seq * sizeof(int32_t));
+	return rc;
+}
+
+/* Times one layer; out = {f, b, w} in ms. */
+static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double *times,
+                         double out[3])
+{
+	int rc;
+	const rt_train *t = &ctx->train;
+	int64_t n = t->mbs * t->seq * l->desc.hidden;
+	size_t mark = rt_arena_mark(ctx);
+	void *x, *y, *dy, *dx, *act, *ws;
+	if ((rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &x)) ||
+	    (rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &y)) ||
+	    (rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &dy)) ||
+	    (rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &dx)) ||
+	    (rc = rt_arena_alloc(ctx, (size_t)l->sz.act, &act)) ||
+	    (rc = rt_arena_alloc(ctx, (size_t)l->sz.wstash, &ws))) {
+		char why[sizeof ctx->err];
+		snprintf(why, sizeof why, "%s", ctx->err);
+		rt_arena_release(ctx, mark);
+		return rt__fail(ctx, rc, "profile: layer %lld: %s", (long long)l->index, why);
+	}
+	fill(x, n, 0x1234 + (uint64_t)l->index, 1.0f);
+	fill(dy, n, 0x5678 + (uint64_t)l->index, 1e-3f);
+	rt_kind k = l->desc.kind;
+	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
+	for (int r = 0; r < warmup + repeats; r++) {
+		rt_loss loss;
+		int64_t t0 = rt__now_ns();
+		if (k == RT_EMBEDDING || k == RT_HEAD)
+			ids(ctx, k == RT_HEAD);
+		rc = rt_forward(&l->desc, l->p, k == RT_EMBEDDING ? NULL : x,
+		                k == RT_EMBEDDING || k == RT_HEAD ? ctx->idbuf : NULL,
+		                k == RT_HEAD ? NULL : y, k == RT_HEAD ? &loss : NULL, act, ctx->scratch);
+		int64_t t1 = rt__now_ns();
+		if (!rc)
+			rc = rt_backward_b(&l->desc, l->p, k == RT_HEAD ? NULL : dy, dscale,
+			                   k == RT_EMBEDDING ? NULL : dx, act, ws, ctx->scratch);
+		int64_t t2 = rt__now_ns();
+		if (!rc)
+			rc = rt_backward_w(&l->desc, l->p, l->g, ws, ctx->scratch);
+		int64_t t3 = rt__now_ns();
+		if (rc)
+			break;
+		if (r >= warmup) {
+			times[r - warmup] = (double)(t1 - t0) * 1e-6;
+			times[repeats + r - warmup] = (double)(t2 - t1) * 1e-6;
+			times[2 * repeats + r - warmup] = (double)(t3 - t2) * 1e-6;
+		}
+	}
+	rt_arena_release(ctx, mark);
+	memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
+	if (rc)
+		return rt__fail(ctx, rc, "profile: layer %lld (%s): %s", (long long)l->index,
+		                rt__kind_name(k), rt_strerror(rc));
+	for (int p = 0; p < 3; p++)
+		out[p] = median(times + p * repeats, repeats);
+	return RT_OK;
+}
+
+static int cmp_row(const void *a, const void *b)
+{
+	return cmp_double(a, b); /* the row's first field: the layer index */
+}
+
+#define ROW 6 /* index, f, b, w, act bytes, wstash bytes */
+
+int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
+{
+	MPI_Request req;
+	int rc = RT_OK, mine, total = 0;
+	double *times = NULL, *rows = NULL, *all = NULL;
+	int *counts = NULL, *displs = NULL;
+	if (!ctx || !path)
+		return RT_EARG;
+	if (!ctx->have_model)
+		return rt__fail(ctx, RT_ESTATE, "rt_profile: rt_model_init has not been called");
+	if (ctx->in_step)
+		return rt__fail(ctx, RT_ESTATE, "rt_profile: inside step %lld", (long long)ctx->step);
+	if (warmup < 0 || repeats < 1 || repeats > 1000000)
+		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
+	mine = ROW * ctx->nlay;
+	if (!(times = malloc(3 * (size_t)repeats * sizeof *times)) ||
+	    !(rows = malloc((size_t)mine * sizeof *rows))) {
+		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
+		goto out;
+	}
+	int64_t t0 = rt__now_ns();
+	for (int i = 0; i < ctx->nlay; i++) {
+		rt_lay *l = &ctx->lay[i];
+		double ms[3];
+		if ((rc = profile_layer(ctx, l, warmup, repeats, times, ms)))
+			goto out;
+		double *r = rows + ROW * i;
+		r[0] = (double)l->index;
+		r[1] = ms[0];
+		r[2] = ms[1];
+		r[3] = ms[2];
+		r[4] = (double)l->sz.act;
+		r[5] = (double)l->sz.wstash;
+	}
+	rt__trace(ctx, "profile", t0, -1, -1, -1, 0);
+
+	if (ctx->rank == 0 && (!(counts = calloc((size_t)ctx->world, sizeof *counts)) ||
+	                       !(displs = calloc((size_t)ctx->world, sizeof *displs)))) {
+		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
+		goto out;
+	}
+	if ((rc = rt__coll(ctx, MPI_Igather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &req),
+	                   &req, "rt_profile")))
+		goto out;
+	if (ctx->rank == 0) {
+		for (int r = 0; r < ctx->world; r++) {
+			displs[r] = total;
+			total += counts[r];
+		}
+		if (!(all = malloc((size_t)total * sizeof *all))) {
+			rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
+			goto out;
+		}
+	}
+	if ((rc = rt__coll(ctx, MPI_Igatherv(rows, mine, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0,
+	                                     MPI_COMM_WORLD, &req),
+	                   &req, "rt_profile")))
+		goto out;
+	if (ctx->rank == 0) {
+		qsort(all, (size_t)total / ROW, ROW * sizeof *all, cmp_row);
+		FILE *f = fopen(path, "w");
+		if (!f) {
+			rc = rt__fail(ctx, RT_EIO, "profile %s: %s", path, strerror(errno));
+			goto out;
+		}
+		fprintf(f,
+		        "# Measured by libocto_rt (CPU kernels, f32) on %d rank(s): seq %lld, mbs %lld;\n"
+		        "# times of one micro-batch, median of %d runs after %d warm-up runs.\n"
+		        "units: ms\nlayers:\n",
+		        ctx->world, (long long)ctx->train.seq, (long long)ctx->train.mbs, repeats, warmup);
+		for (int i = 0; i < total / ROW; i++) {
+			const double *r = all + ROW * i;
+			fprintf(f, "  %lld: {f: %.6f, b: %.6f, w: %.6f, act_bytes: %lld, wstash_bytes: %lld}\n",
+			        (long long)r[0], r[1], r[2], r[3], (long long)r[4], (long long)r[5]);
+		}
+		if (ferror(f) | fclose(f)) {
+			rc = rt__fail(ctx, RT_EIO, "profile %s: write error", path);
+			goto out;
+		}
+	}
+	rc = RT_OK;
+out:
+	free(all);
+	free(displs);
+	free(counts);
+	free(rows);
+	free(times);
+	return rc;
+}

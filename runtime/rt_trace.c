@@ -1,0 +1,156 @@
+/* rt_trace.c: the per-op trace.  While tracing (rt_options.trace_dir or
+ * OCTO_TRACE_DIR), every F, B, W, send and receive post, wait, optimizer
+ * step and checkpoint is recorded with its CLOCK_MONOTONIC start and end
+ * (relative to an origin taken right after a barrier at init, so the ranks
+ * of one machine share it exactly and those of several nearly), and
+ * written per rank as Chrome trace JSON: one process per rank, compute on
+ * thread 0, communication on thread 1.  rt_trace_merge joins the ranks'
+ * files into one.  The event buffer is the one allocation outside the
+ * arena: the trace is a diagnostic, sized by the run, not by the plan. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "rt_internal.h"
+
+#define TRACE_HEAD "{\"traceEvents\":[\n"
+#define TRACE_TAIL "\n]}\n"
+
+void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
+               int64_t bytes)
+{
+	if (!ctx->trace_dir)
+		return;
+	if (ctx->nev == ctx->evcap) {
+		size_t cap = ctx->evcap ? 2 * ctx->evcap : 4096;
+		rt_event *e = realloc(ctx->ev, cap * sizeof *e);
+		if (!e)
+			return; /* the trace stops growing; training goes on */
+		ctx->ev = e;
+		ctx->evcap = cap;
+	}
+	rt_event *e = &ctx->ev[ctx->nev++];
+	e->t0 = t0 - ctx->origin_ns;
+	e->t1 = rt__now_ns() - ctx->origin_ns;
+	e->layer = layer;
+	e->mb = mb;
+	e->step = ctx->step;
+	e->peer = peer;
+	e->bytes = bytes;
+	snprintf(e->name, sizeof e->name, "%s", name);
+}
+
+static bool is_comm(const char *name)
+{
+	return !strcmp(name, "send") || !strcmp(name, "recv") || !strcmp(name, "wait");
+}
+
+int rt_trace_write(rt_ctx *ctx, const char *dir)
+{
+	char path[4096];
+	if (!ctx || !dir)
+		return RT_EARG;
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return rt__fail(ctx, RT_EIO, "trace %s: mkdir: %s", dir, strerror(errno));
+	snprintf(path, sizeof path, "%s/trace-rank%d.json", dir, ctx->rank);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return rt__fail(ctx, RT_EIO, "trace %s: %s", path, strerror(errno));
+	fputs(TRACE_HEAD, f);
+	fprintf(f,
+	        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n"
+	        "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}},\n"
+	        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n"
+	        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"comm\"}}",
+	        ctx->rank, ctx->rank, ctx->rank, ctx->rank, ctx->rank, ctx->rank);
+	for (size_t i = 0; i < ctx->nev; i++) {
+		const rt_event *e = &ctx->ev[i];
+		char label[64];
+		if (e->layer >= 0)
+			snprintf(label, sizeof label, "%s L%lld m%lld", e->name, (long long)e->layer,
+			         (long long)e->mb);
+		else if (e->peer >= 0)
+			snprintf(label, sizeof label, "%s r%lld m%lld", e->name, (long long)e->peer,
+			         (long long)e->mb);
+		else
+			snprintf(label, sizeof label, "%s", e->name);
+		fprintf(f,
+		        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+		        "\"ts\":%lld.%03lld,\"dur\":%lld.%03lld,\"args\":{\"step\":%lld,\"layer\":%lld,"
+		        "\"mb\":%lld,\"peer\":%lld,\"bytes\":%lld}}",
+		        label, e->name, ctx->rank, is_comm(e->name), (long long)(e->t0 / 1000),
+		        (long long)(e->t0 % 1000), (long long)((e->t1 - e->t0) / 1000),
+		        (long long)((e->t1 - e->t0) % 1000), (long long)e->step, (long long)e->layer,
+		        (long long)e->mb, (long long)e->peer, (long long)e->bytes);
+	}
+	fputs(TRACE_TAIL, f);
+	if (ferror(f) | fclose(f))
+		return rt__fail(ctx, RT_EIO, "trace %s: write error", path);
+	return RT_OK;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+	if (!f)
+		return NULL;
+	if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
+	    (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+		buf[n] = 0;
+		*len = (size_t)n;
+	} else {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	return buf;
+}
+
+int rt_trace_merge(const char *dir, int nranks, const char *out_path, char *err, size_t errlen)
+{
+	char path[4096];
+	int rc = RT_OK;
+	FILE *out = NULL;
+	char *buf = NULL;
+	if (!dir || !out_path || nranks < 1) {
+		snprintf(err, errlen, "trace merge: bad arguments");
+		return RT_EARG;
+	}
+	if (!(out = fopen(out_path, "w"))) {
+		snprintf(err, errlen, "trace %s: %s", out_path, strerror(errno));
+		return RT_EIO;
+	}
+	fputs(TRACE_HEAD, out);
+	size_t hl = strlen(TRACE_HEAD), tl = strlen(TRACE_TAIL);
+	for (int r = 0; r < nranks; r++) {
+		size_t len;
+		snprintf(path, sizeof path, "%s/trace-rank%d.json", dir, r);
+		if (!(buf = slurp(path, &len))) {
+			snprintf(err, errlen, "trace %s: %s", path, strerror(errno ? errno : EIO));
+			rc = RT_EIO;
+			goto out;
+		}
+		if (len < hl + tl || memcmp(buf, TRACE_HEAD, hl) || memcmp(buf + len - tl, TRACE_TAIL, tl)) {
+			snprintf(err, errlen, "trace %s: not a trace written by libocto_rt", path);
+			rc = RT_EIO;
+			goto out;
+		}
+		if (r)
+			fputs(",\n", out);
+		fwrite(buf + hl, 1, len - hl - tl, out);
+		free(buf);
+		buf = NULL;
+	}
+	fputs(TRACE_TAIL, out);
+out:
+	free(buf);
+	if ((ferror(out) | fclose(out)) && !rc) {
+		snprintf(err, errlen, "trace %s: write error", out_path);
+		rc = RT_EIO;
+	}
+	return rc;
+}

@@ -1,0 +1,519 @@
+/* test_rt.c: Check suite for libocto_rt outside the kernels (octo_rt.h), in
+ * one process (MPI as a singleton): the arena, model setup and its errors,
+ * the step's order rules, the data definitions of docs/runtime.md, AdamW's
+ * first step, point-to-point messages to itself (tags, groups, size
+ * mismatch, timeouts), a checkpoint round trip, and the trace.  Multi-rank
+ * behaviour is tests/runtime/run.sh's. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "octo_rt.h"
+
+static char tmpdir[] = "/tmp/octo-rt-XXXXXX";
+
+static rt_ctx *open_ctx(const rt_options *o)
+{
+	rt_ctx *c = NULL;
+	ck_assert_int_eq(rt_init(NULL, NULL, o, &c), RT_OK);
+	ck_assert_ptr_nonnull(c);
+	return c;
+}
+
+/* A three-layer model: embedding, mlp, head. */
+static rt_train tiny_train(void)
+{
+	return (rt_train){.seed = 5, .nlayers = 3, .seq = 4, .mbs = 2, .vocab = 16, .microbatches = 2,
+	                  .optimizer = RT_ADAMW, .lr = 1e-2f};
+}
+
+static void tiny_layers(rt_layer_spec *L)
+{
+	rt_layer_desc b = {.hidden = 8, .seq = 4, .mbs = 2, .vocab = 16};
+	L[0] = (rt_layer_spec){0, b};
+	L[0].desc.kind = RT_EMBEDDING;
+	L[1] = (rt_layer_spec){1, b};
+	L[1].desc.kind = RT_MLP;
+	L[1].desc.ffn = 12;
+	L[2] = (rt_layer_spec){2, b};
+	L[2].desc.kind = RT_HEAD;
+}
+
+/* Buffers for one micro-batch in flight per layer. */
+typedef struct bufs {
+	float *x[2], *g[2];
+	void *act[3][2], *ws[3];
+} bufs;
+
+static rt_ctx *tiny_model(const rt_options *o, rt_train t, bufs *b)
+{
+	rt_layer_spec L[3];
+	size_t bytes;
+	tiny_layers(L);
+	rt_ctx *c = open_ctx(o);
+	ck_assert_int_eq(rt_model_bytes(&t, 3, L, &bytes), RT_OK);
+	ck_assert_int_eq(rt_arena_init(c, bytes + (1 << 20)), RT_OK);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_OK);
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(rt_arena_alloc(c, 8 * 8 * sizeof(float), (void **)&b->x[m]), RT_OK);
+		ck_assert_int_eq(rt_arena_alloc(c, 8 * 8 * sizeof(float), (void **)&b->g[m]), RT_OK);
+	}
+	for (int h = 0; h < 3; h++) {
+		rt_layer_info in;
+		ck_assert_int_eq(rt_layer_get(c, h, &in), RT_OK);
+		ck_assert_int_eq(rt_arena_alloc(c, (size_t)in.sizes.wstash, &b->ws[h]), RT_OK);
+		for (int m = 0; m < 2; m++)
+			ck_assert_int_eq(rt_arena_alloc(c, (size_t)in.sizes.act, &b->act[h][m]), RT_OK);
+	}
+	return c;
+}
+
+/* One GPipe step in one process. */
+static double tiny_step(rt_ctx *c, bufs *b)
+{
+	double loss = -1;
+	int have = 0;
+	ck_assert_int_eq(rt_step_begin(c), RT_OK);
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(rt_run_f(c, 0, m, NULL, b->x[m], b->act[0][m]), RT_OK);
+		ck_assert_int_eq(rt_run_f(c, 1, m, b->x[m], b->x[m], b->act[1][m]), RT_OK);
+		ck_assert_int_eq(rt_run_f(c, 2, m, b->x[m], NULL, b->act[2][m]), RT_OK);
+	}
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(rt_run_b(c, 2, m, NULL, b->g[m], b->act[2][m], b->ws[2]), RT_OK);
+		ck_assert_int_eq(rt_run_b(c, 1, m, b->g[m], b->g[m], b->act[1][m], b->ws[1]), RT_OK);
+		ck_assert_int_eq(rt_run_b(c, 0, m, b->g[m], NULL, b->act[0][m], b->ws[0]), RT_OK);
+		for (int h = 0; h < 3; h++)
+			ck_assert_int_eq(rt_run_w(c, h, m, b->ws[h]), RT_OK);
+	}
+	ck_assert_int_eq(rt_step_end(c, &loss, &have), RT_OK);
+	ck_assert_int_eq(have, 1);
+	return loss;
+}
+
+/* ---- arena ------------------------------------------------------------------ */
+
+START_TEST(test_arena)
+{
+	rt_ctx *c = open_ctx(NULL);
+	void *p, *q;
+	rt_arena_info ai;
+	ck_assert_int_eq(rt_arena_alloc(c, 8, &p), RT_ESTATE);
+	ck_assert_int_eq(rt_arena_init(c, 1000), RT_OK);
+	ck_assert_int_eq(rt_arena_init(c, 1000), RT_ESTATE);
+	ck_assert_int_eq(rt_arena_alloc(c, 10, &p), RT_OK);
+	ck_assert_int_eq((uintptr_t)p % RT_ALIGN, 0);
+	size_t mark = rt_arena_mark(c);
+	ck_assert_int_eq(rt_arena_alloc(c, 500, &q), RT_OK);
+	ck_assert_int_eq((uintptr_t)q % RT_ALIGN, 0);
+	ck_assert_int_eq(rt_arena_alloc(c, 600, &q), RT_ENOMEM);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "arena: out of memory: 600 bytes asked"));
+	ck_assert_int_eq(rt_arena_release(c, mark), RT_OK);
+	ck_assert_int_eq(rt_arena_alloc(c, 600, &q), RT_OK);
+	ck_assert_int_eq(rt_arena_stats(c, &ai), RT_OK);
+	ck_assert_uint_eq(ai.size, 1024);
+	ck_assert_uint_eq(ai.used, 64 + 640);
+	ck_assert_uint_eq(ai.peak, 64 + 640);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* ---- model setup ------------------------------------------------------------------ */
+
+START_TEST(test_model_bytes_exact)
+{
+	rt_layer_spec L[3];
+	rt_train t = tiny_train();
+	size_t bytes;
+	tiny_layers(L);
+	ck_assert_int_eq(rt_model_bytes(&t, 3, L, &bytes), RT_OK);
+
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_arena_init(c, bytes - RT_ALIGN), RT_OK);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_ENOMEM);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "the model's 3 layers need"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+
+	c = open_ctx(NULL);
+	rt_arena_info ai;
+	ck_assert_int_eq(rt_arena_init(c, bytes), RT_OK);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_OK);
+	ck_assert_int_eq(rt_arena_stats(c, &ai), RT_OK);
+	ck_assert_uint_eq(ai.used, bytes);
+	/* The parameters are the kernels' init from (seed, global index). */
+	rt_layer_info in;
+	ck_assert_int_eq(rt_layer_get(c, 1, &in), RT_OK);
+	float *ref = malloc((size_t)in.sizes.params * sizeof *ref);
+	ck_assert_int_eq(rt_layer_init(&L[1].desc, 5, 1, ref), RT_OK);
+	ck_assert_int_eq(memcmp(ref, in.params, (size_t)in.sizes.params * sizeof *ref), 0);
+	free(ref);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+START_TEST(test_model_errors)
+{
+	rt_layer_spec L[3];
+	rt_train t = tiny_train();
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_ESTATE); /* no arena */
+	ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
+
+	tiny_layers(L);
+	L[1].index = 0;
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "global indices must ascend"));
+
+	tiny_layers(L);
+	L[1].desc.seq = 5;
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "differ from the training shape"));
+
+	tiny_layers(L);
+	L[2].index = 1;
+	L[1].index = 2;
+	ck_assert_int_eq(rt_model_init(c, &t, 2, L + 1), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "the head the last layer"));
+
+	tiny_layers(L);
+	L[0].desc.kind = RT_MLP;
+	L[0].desc.ffn = 4;
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "the embedding is layer 0"));
+
+	tiny_layers(L);
+	t.microbatches = 0;
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG);
+	t = tiny_train();
+	t.text_file = "/nonexistent/file.txt";
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG); /* vocab 16 < 256 */
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "at least 256"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* ---- the step ------------------------------------------------------------------- */
+
+START_TEST(test_step_order)
+{
+	bufs b;
+	rt_ctx *c = tiny_model(NULL, tiny_train(), &b);
+	ck_assert_int_eq(rt_run_f(c, 0, 0, NULL, b.x[0], b.act[0][0]), RT_ESTATE);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "outside a step"));
+	ck_assert_int_eq(rt_step_begin(c), RT_OK);
+	ck_assert_int_eq(rt_step_begin(c), RT_ESTATE);
+	ck_assert_int_eq(rt_run_f(c, 0, 2, NULL, b.x[0], b.act[0][0]), RT_EARG);
+	for (int m = 0; m < 2; m++) {
+		ck_assert_int_eq(rt_run_f(c, 0, m, NULL, b.x[m], b.act[0][m]), RT_OK);
+		ck_assert_int_eq(rt_run_f(c, 1, m, b.x[m], b.x[m], b.act[1][m]), RT_OK);
+		ck_assert_int_eq(rt_run_f(c, 2, m, b.x[m], NULL, b.act[2][m]), RT_OK);
+	}
+	/* B of micro-batch 1 first is fine; its W first is not. */
+	ck_assert_int_eq(rt_run_b(c, 2, 1, NULL, b.g[1], b.act[2][1], b.ws[2]), RT_OK);
+	ck_assert_int_eq(rt_run_w(c, 2, 1, b.ws[2]), RT_ESTATE);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "W runs in micro-batch order"));
+	ck_assert_int_eq(rt_step_end(c, NULL, NULL), RT_ESTATE);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "ran W on 0 of 2 micro-batches"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+START_TEST(test_step_deterministic)
+{
+	bufs b1, b2;
+	rt_ctx *c1 = tiny_model(NULL, tiny_train(), &b1);
+	rt_ctx *c2 = tiny_model(NULL, tiny_train(), &b2);
+	for (int s = 0; s < 3; s++) {
+		double l1 = tiny_step(c1, &b1), l2 = tiny_step(c2, &b2);
+		ck_assert(l1 == l2 && isfinite(l1) && l1 > 0);
+	}
+	uint64_t h1, h2;
+	ck_assert_int_eq(rt_model_hash(c1, &h1), RT_OK);
+	ck_assert_int_eq(rt_model_hash(c2, &h2), RT_OK);
+	ck_assert(h1 == h2);
+	ck_assert_int_eq(rt_step_count(c1), 3);
+	ck_assert_int_eq(rt_data_position(c1), 6);
+	ck_assert_int_eq(rt_finalize(c2), RT_OK);
+	ck_assert_int_eq(rt_finalize(c1), RT_OK);
+}
+END_TEST
+
+/* AdamW's first step moves every parameter with a gradient well above eps
+ * by lr (m/sqrt(v) = sign g after bias correction); with weight decay,
+ * matrices shrink by (1 - lr*wd) first and vectors do not. */
+START_TEST(test_adamw_first_step)
+{
+	bufs b;
+	rt_train t = tiny_train();
+	t.weight_decay = 0.5f;
+	rt_ctx *c = tiny_model(NULL, t, &b);
+	rt_layer_info in;
+	ck_assert_int_eq(rt_layer_get(c, 1, &in), RT_OK); /* mlp: norm [8] then matrices */
+	int64_t n = in.sizes.params;
+	float *p0 = malloc((size_t)n * sizeof *p0);
+	memcpy(p0, in.params, (size_t)n * sizeof *p0);
+	tiny_step(c, &b);
+	int64_t full = 0;
+	float keep = (float)(1.0 - 1e-2 * 0.5);
+	for (int64_t i = 0; i < n; i++) {
+		float base = i < 8 ? p0[i] : p0[i] * keep;
+		double d = fabs((double)in.params[i] - base);
+		ck_assert_msg(d <= 1e-2 * 1.0001, "element %lld moved by %g", (long long)i, d);
+		full += d > 1e-2 * 0.99;
+	}
+	ck_assert_msg(full > n * 9 / 10, "%lld of %lld elements moved by lr", (long long)full,
+	              (long long)n);
+	free(p0);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* ---- data ------------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+START_TEST(test_data_synthetic)
+{
+	bufs b;
+	rt_ctx *c = tiny_model(NULL, tiny_train(), &b);
+	int32_t tok[2 * 5];
+	for (int64_t s = 0; s < 4; s++) {
+		ck_assert_int_eq(rt_data_sample(c, s, tok), RT_OK);
+		uint64_t hs = mix64(mix64(5 ^ 0x6f63746f64617461ull) ^ (uint64_t)s);
+		for (int i = 0; i < 10; i++)
+			ck_assert_int_eq(tok[i], (int32_t)(mix64(hs ^ (uint64_t)i) % 16));
+	}
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+START_TEST(test_data_text)
+{
+	char path[64];
+	snprintf(path, sizeof path, "%s/text", tmpdir);
+	FILE *f = fopen(path, "wb");
+	unsigned char bytes[23];
+	for (int i = 0; i < 23; i++)
+		bytes[i] = (unsigned char)(200 + i);
+	fwrite(bytes, 1, sizeof bytes, f);
+	fclose(f);
+
+	rt_layer_spec L[3];
+	tiny_layers(L);
+	for (int i = 0; i < 3; i++)
+		L[i].desc.vocab = 256;
+	rt_train t = tiny_train();
+	t.vocab = 256;
+	t.text_file = path;
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_OK);
+	/* W = (23 - 1) / 4 = 5 windows; sequence q = s*2 + b is window q mod 5. */
+	int32_t tok[2 * 5];
+	for (int64_t s = 0; s < 6; s++) {
+		ck_assert_int_eq(rt_data_sample(c, s, tok), RT_OK);
+		for (int bb = 0; bb < 2; bb++)
+			for (int p = 0; p < 5; p++)
+				ck_assert_int_eq(tok[bb * 5 + p], bytes[((s * 2 + bb) % 5) * 4 + p]);
+	}
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+
+	/* Too short a file. */
+	f = fopen(path, "wb");
+	fwrite(bytes, 1, 4, f);
+	fclose(f);
+	c = open_ctx(NULL);
+	ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EIO);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "4 bytes, fewer than seq + 1 = 5"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* ---- communication (to itself) ---------------------------------------------------- */
+
+START_TEST(test_comm_tags)
+{
+	rt_ctx *c = open_ctx(NULL);
+	int a[4] = {1, 2, 3, 4}, bq[4] = {5, 6, 7, 8}, ra[4] = {0}, rb[4] = {0}, req[4];
+	/* Posted in one order, sent in the other: the tags route them. */
+	ck_assert_int_eq(rt_recv(c, 0, ra, sizeof ra, (rt_tag){0, 2, RT_MSG_ACT}, &req[0]), RT_OK);
+	ck_assert_int_eq(rt_recv(c, 0, rb, sizeof rb, (rt_tag){0, 3, RT_MSG_ACT}, &req[1]), RT_OK);
+	ck_assert_int_eq(rt_send(c, 0, bq, sizeof bq, (rt_tag){0, 3, RT_MSG_ACT}, &req[2]), RT_OK);
+	ck_assert_int_eq(rt_send(c, 0, a, sizeof a, (rt_tag){0, 2, RT_MSG_ACT}, &req[3]), RT_OK);
+	ck_assert_int_eq(rt_waitall(c, 4, req), RT_OK);
+	ck_assert_int_eq(memcmp(ra, a, sizeof a), 0);
+	ck_assert_int_eq(memcmp(rb, bq, sizeof bq), 0);
+	ck_assert_int_eq(rt_wait(c, req[0]), RT_EARG); /* freed by its wait */
+
+	/* A group: one handle. */
+	int g;
+	ck_assert_int_eq(rt_group_begin(c), RT_OK);
+	ck_assert_int_eq(rt_group_begin(c), RT_ESTATE);
+	ck_assert_int_eq(rt_send(c, 0, a, sizeof a, (rt_tag){1, 0, RT_MSG_GRAD}, NULL), RT_OK);
+	ck_assert_int_eq(rt_recv(c, 0, rb, sizeof rb, (rt_tag){1, 0, RT_MSG_GRAD}, NULL), RT_OK);
+	ck_assert_int_eq(rt_group_end(c, &g), RT_OK);
+	ck_assert_int_eq(rt_wait(c, g), RT_OK);
+	ck_assert_int_eq(memcmp(rb, a, sizeof a), 0);
+
+	/* Bad tags and peers. */
+	ck_assert_int_eq(rt_send(c, 0, a, 4, (rt_tag){1024, 0, RT_MSG_ACT}, &g), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "message tag out of range"));
+	ck_assert_int_eq(rt_send(c, 0, a, 4, (rt_tag){0, 1 << 18, RT_MSG_ACT}, &g), RT_EARG);
+	ck_assert_int_eq(rt_send(c, 1, a, 4, (rt_tag){0, 0, RT_MSG_ACT}, &g), RT_EARG);
+	ck_assert_int_eq(rt_send(c, 0, a, 4, (rt_tag){0, 0, RT_MSG_ACT}, NULL), RT_EARG);
+
+	/* A message of another size than the receive expects. */
+	ck_assert_int_eq(rt_recv(c, 0, ra, 8, (rt_tag){2, 0, RT_MSG_OTHER}, &req[0]), RT_OK);
+	ck_assert_int_eq(rt_send(c, 0, a, 4, (rt_tag){2, 0, RT_MSG_OTHER}, &req[1]), RT_OK);
+	ck_assert_int_eq(rt_wait(c, req[1]), RT_OK);
+	ck_assert_int_eq(rt_wait(c, req[0]), RT_EMPI);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "the message has 4 bytes"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+START_TEST(test_comm_timeout)
+{
+	static int never[4];
+	rt_options o = {.comm_timeout_s = 0.2};
+	rt_ctx *c = open_ctx(&o);
+	int r;
+	ck_assert_int_eq(rt_recv(c, 0, never, sizeof never, (rt_tag){7, 9, RT_MSG_GRAD}, &r), RT_OK);
+	ck_assert_int_eq(rt_wait(c, r), RT_ETIMEOUT);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "timed out after 0.2 s waiting for: recv from rank 0 "
+	                                           "(stage 7, micro-batch 9, grad, 16 bytes)"));
+	/* The receive stays posted; satisfy it so nothing is left behind. */
+	int s;
+	ck_assert_int_eq(rt_send(c, 0, never, sizeof never, (rt_tag){7, 9, RT_MSG_GRAD}, &s), RT_OK);
+	ck_assert_int_eq(rt_wait(c, r), RT_OK);
+	ck_assert_int_eq(rt_wait(c, s), RT_OK);
+
+	/* Synchronous mode: a send to itself nobody receives never completes. */
+	rt_options so = {.flags = RT_COMM_SYNC, .comm_timeout_s = 0.2};
+	rt_ctx *sc = open_ctx(&so);
+	ck_assert_int_eq(rt_send(sc, 0, never, sizeof never, (rt_tag){8, 0, RT_MSG_OTHER}, &s), RT_OK);
+	ck_assert_int_eq(rt_wait(sc, s), RT_ETIMEOUT);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(sc), "send to rank 0 (stage 8"));
+	ck_assert_int_eq(rt_recv(sc, 0, never, sizeof never, (rt_tag){8, 0, RT_MSG_OTHER}, &r), RT_OK);
+	ck_assert_int_eq(rt_wait(sc, r), RT_OK);
+	ck_assert_int_eq(rt_wait(sc, s), RT_OK);
+	ck_assert_int_eq(rt_finalize(sc), RT_OK);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* ---- checkpoints, trace ----------------------------------------------------------- */
+
+START_TEST(test_ckpt_roundtrip)
+{
+	char dir[64];
+	snprintf(dir, sizeof dir, "%s/ck", tmpdir);
+	bufs b1, b2;
+	rt_ctx *c1 = tiny_model(NULL, tiny_train(), &b1);
+	tiny_step(c1, &b1);
+	ck_assert_int_eq(rt_ckpt_save(c1, dir), RT_OK);
+	double l1 = tiny_step(c1, &b1);
+
+	rt_ctx *c2 = tiny_model(NULL, tiny_train(), &b2);
+	ck_assert_int_eq(rt_ckpt_load(c2, dir), RT_OK);
+	ck_assert_int_eq(rt_step_count(c2), 1);
+	ck_assert_int_eq(rt_data_position(c2), 2);
+	double l2 = tiny_step(c2, &b2);
+	ck_assert(l1 == l2);
+	uint64_t h1, h2;
+	ck_assert_int_eq(rt_model_hash(c1, &h1), RT_OK);
+	ck_assert_int_eq(rt_model_hash(c2, &h2), RT_OK);
+	ck_assert(h1 == h2);
+	ck_assert_int_eq(rt_finalize(c2), RT_OK);
+	ck_assert_int_eq(rt_finalize(c1), RT_OK);
+
+	/* Another seed is refused. */
+	rt_train t = tiny_train();
+	t.seed = 6;
+	rt_ctx *c3 = tiny_model(NULL, t, &b2);
+	ck_assert_int_eq(rt_ckpt_load(c3, dir), RT_ECKPT);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c3), "seed mismatch"));
+	ck_assert_int_eq(rt_finalize(c3), RT_OK);
+}
+END_TEST
+
+START_TEST(test_trace)
+{
+	char dir[64], path[128], err[256];
+	snprintf(dir, sizeof dir, "%s/tr", tmpdir);
+	rt_options o = {.trace_dir = dir};
+	bufs b;
+	rt_ctx *c = tiny_model(&o, tiny_train(), &b);
+	tiny_step(c, &b);
+	ck_assert_int_eq(rt_finalize(c), RT_OK); /* writes the trace */
+	snprintf(path, sizeof path, "%s/all.json", tmpdir);
+	ck_assert_int_eq(rt_trace_merge(dir, 1, path, err, sizeof err), RT_OK);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	char line[512];
+	int F = 0, W = 0;
+	while (fgets(line, sizeof line, f)) {
+		F += strstr(line, "\"cat\":\"F\"") != NULL;
+		W += strstr(line, "\"cat\":\"W\"") != NULL;
+	}
+	fclose(f);
+	ck_assert_int_eq(F, 6);
+	ck_assert_int_eq(W, 6);
+	ck_assert_int_eq(rt_trace_merge(dir, 2, path, err, sizeof err), RT_EIO);
+	ck_assert_ptr_nonnull(strstr(err, "trace-rank1.json"));
+}
+END_TEST
+
+static Suite *rt_suite(void)
+{
+	Suite *s = suite_create("runtime");
+	TCase *tc = tcase_create("rt");
+	tcase_add_test(tc, test_arena);
+	tcase_add_test(tc, test_model_bytes_exact);
+	tcase_add_test(tc, test_model_errors);
+	tcase_add_test(tc, test_step_order);
+	tcase_add_test(tc, test_step_deterministic);
+	tcase_add_test(tc, test_adamw_first_step);
+	tcase_add_test(tc, test_data_synthetic);
+	tcase_add_test(tc, test_data_text);
+	tcase_add_test(tc, test_comm_tags);
+	tcase_add_test(tc, test_comm_timeout);
+	tcase_add_test(tc, test_ckpt_roundtrip);
+	tcase_add_test(tc, test_trace);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	int provided;
+	/* One MPI for the whole suite (a singleton), so no forking. */
+	MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	SRunner *sr = srunner_create(rt_suite());
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+	if (system(cmd)) {
+	}
+	MPI_Finalize();
+	return failed ? 1 : 0;
+}
