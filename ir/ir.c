@@ -1,7 +1,9 @@
-/* ir.c: the name tables generated from the X-macros, module construction
- * and field-for-field equality. */
+/* ir.c: the name tables generated from the X-macros, module construction,
+ * the buffers a program needs (the liveness the memory plan and the
+ * verifier share) and field-for-field equality. */
 #include "ir.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 const char *const ir_layer_kind_names[] = {
@@ -39,6 +41,7 @@ const char *const ir_op_names[] = {IR_OPS(NAME)};
 const char *const ir_comm_names[] = {IR_COMMS(NAME)};
 const char *const ir_value_names[] = {"act", "grad", "wgrad"};
 const char *const ir_backend_names[] = {IR_BACKENDS(NAME)};
+const char *const ir_buf_names[] = {IR_BUFS(NAME)};
 #undef NAME
 
 const ir_attr_info ir_attr_table[] = {
@@ -141,11 +144,13 @@ void ir_alloc_devices(ir_module *m)
 	m->devices = arena_alloc(m->arena, (size_t)n * sizeof *m->devices);
 	m->op_loc = arena_alloc(m->arena, (size_t)n * sizeof *m->op_loc);
 	m->ndevices = n;
+	m->memplan = NULL; /* it was a plan of the old programs */
 }
 
 void ir_clear_devices(ir_module *m)
 {
 	m->proof.proven = false;
+	m->memplan = NULL;
 	m->devices = NULL;
 	m->op_loc = NULL;
 	m->ndevices = 0;
@@ -155,6 +160,24 @@ ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc 
 {
 	ir_op op = {.comm = IR_COMM_NONE, .kind = k, .stage = stage, .mb = mb};
 	return ir_push_op(m, dev, &op, loc);
+}
+
+int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
+                     void *ctx)
+{
+	const ir_device *da = &m->devices[a], *db = &m->devices[b];
+	int i = 0, j = 0;
+	for (;;) {
+		while (i < da->nops && !(da->ops[i].comm == IR_COMM_SEND && da->ops[i].peer == b))
+			i++;
+		while (j < db->nops && !(db->ops[j].comm == IR_COMM_RECV && db->ops[j].peer == a))
+			j++;
+		if (i == da->nops || j == db->nops)
+			return i != da->nops ? IR_CHANNEL_SEND_LEFT : j != db->nops ? IR_CHANNEL_RECV_LEFT : 0;
+		int rc = pair(ctx, i++, j++);
+		if (rc)
+			return rc;
+	}
 }
 
 bool ir_lowered(const ir_module *m)
@@ -179,6 +202,131 @@ ir_op *ir_push_op(ir_module *m, int dev, const ir_op *src, ir_loc loc)
 	*op = *src;
 	m->op_loc[dev][d->nops - 1] = loc;
 	return op;
+}
+
+void ir_alloc_memplan(ir_module *m)
+{
+	m->memplan = arena_alloc(m->arena, (size_t)m->ndevices * sizeof *m->memplan);
+}
+
+ir_buf *ir_add_buf(ir_module *m, int dev, const ir_buf *src, ir_loc loc)
+{
+	ir_assert(m->memplan && dev >= 0 && dev < m->ndevices);
+	ir_dev_plan *p = &m->memplan[dev];
+	int cap = p->capbufs;
+	ir_buf *b = VEC_PUSH(m->arena, p->bufs, p->nbufs, p->capbufs);
+	if (cap != p->capbufs)
+		p->buf_loc = arena_grow(m->arena, p->buf_loc, (size_t)cap * sizeof *p->buf_loc,
+		                        (size_t)p->capbufs * sizeof *p->buf_loc);
+	*b = *src;
+	p->buf_loc[p->nbufs - 1] = loc;
+	return b;
+}
+
+/* ---- liveness (docs/memplan.md) ----------------------------------------- */
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		ir_bug("out of memory");
+	return p;
+}
+
+static uint64_t stage_bytes(const ir_module *m, int stage, bool wstash)
+{
+	uint64_t sum = 0;
+	for (int l = m->stages[stage].first; l <= m->stages[stage].last; l++)
+		sum += wstash ? m->layers[l].cost.wstash : m->layers[l].cost.act;
+	return sum;
+}
+
+/* When a send's buffer may be reused: at the first wait after it that
+ * proves it complete, else at the end of the step.  Only NCCL gives such a
+ * wait: its communication stream runs in order and a group completes as
+ * one step, so the wait of a receive in the send's group or posted after
+ * it returns after the send has completed.  An MPI send completes unseen
+ * (each post is a step of its own).  This is the event graph of
+ * passes/verify.c; codegen completes every send by the end of the step. */
+static int send_release(const ir_module *m, const ir_device *dev, int j, const int *rcv)
+{
+	int g = dev->ops[j].group, M = (int)m->train.microbatches;
+	for (int i = j + 1; m->plan.backend == IR_BACKEND_NCCL && i < dev->nops; i++) {
+		const ir_op *w = &dev->ops[i];
+		if (w->comm != IR_COMM_WAIT)
+			continue;
+		int r = rcv[((size_t)w->stage * M + w->mb) * 2 + w->kind];
+		if (r >= 0 && (r > j || (g && dev->ops[r].group == g)))
+			return i;
+	}
+	return dev->nops - 1;
+}
+
+int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
+{
+	const ir_device *dev = &m->devices[d];
+	int S = m->nstages, M = (int)m->train.microbatches, n = dev->nops;
+	size_t nval = (size_t)S * M * 2, nop = (size_t)S * M * IR_NOPS;
+	/* Positions on this device: compute ops by (stage, mb, kind); sends and
+	 * receives by the value they move (kind F or B, stage, mb). */
+	int *pos = xmalloc(nop * sizeof *pos), *snd = xmalloc(nval * sizeof *snd),
+	    *rcv = xmalloc(nval * sizeof *rcv);
+	for (size_t i = 0; i < nop; i++)
+		pos[i] = -1;
+	for (size_t i = 0; i < nval; i++)
+		snd[i] = rcv[i] = -1;
+#define POS(s, mb, k) pos[((size_t)(s) * M + (mb)) * IR_NOPS + (k)]
+#define VAL(s, mb, k) (((size_t)(s) * M + (mb)) * 2 + (k))
+	for (int i = 0; i < n; i++) {
+		const ir_op *op = &dev->ops[i];
+		if (op->comm == IR_COMM_NONE)
+			POS(op->stage, op->mb, op->kind) = i;
+		else if (op->comm == IR_COMM_SEND)
+			snd[VAL(op->stage, op->mb, op->kind)] = i;
+		else if (op->comm == IR_COMM_RECV)
+			rcv[VAL(op->stage, op->mb, op->kind)] = i;
+	}
+	uint64_t value_bytes = (uint64_t)m->train.mbs * (uint64_t)m->model.seq *
+	                       (uint64_t)m->model.hidden * (uint64_t)ir_dtype_bytes[m->model.dtype];
+	int nb = 0, cap = 2 * n + 1;
+	ir_buf *b = xmalloc((size_t)cap * sizeof *b);
+	for (int i = 0; i < n; i++) {
+		const ir_op *op = &dev->ops[i];
+		int s = op->stage, mb = op->mb;
+		if (op->comm == IR_COMM_RECV) {
+			/* Written from the post, read by its consumer. */
+			int cs = op->kind == IR_OP_F ? s + 1 : s - 1;
+			b[nb++] = (ir_buf){IR_BUF_RECV, op->kind, s, mb, i, POS(cs, mb, op->kind), 0, op->bytes};
+			continue;
+		}
+		if (op->comm != IR_COMM_NONE || op->kind == IR_OP_W)
+			continue;
+		/* F stashes until B; B keeps the W stash until W. */
+		bool f = op->kind == IR_OP_F;
+		b[nb++] = (ir_buf){f ? IR_BUF_ACT : IR_BUF_WSTASH, IR_OP_F, s, mb, i,
+		                   POS(s, mb, f ? IR_OP_B : IR_OP_W), 0, stage_bytes(m, s, !f)};
+		/* The value it makes for the next stage (F) or the previous one (B):
+		 * the last stage's F feeds its own B through the stash, and the
+		 * first stage's B makes no input gradient. */
+		int cs = f ? s + 1 : s - 1;
+		if (cs < 0 || cs >= S)
+			continue;
+		if (m->stages[cs].device == d) {
+			b[nb++] = (ir_buf){IR_BUF_PASS, op->kind, s, mb, i, POS(cs, mb, op->kind), 0, value_bytes};
+		} else {
+			int j = snd[VAL(s, mb, op->kind)];
+			ir_assert(j >= 0); /* the programs verify */
+			b[nb++] = (ir_buf){IR_BUF_SEND, op->kind, s, mb, i, send_release(m, dev, j, rcv), 0,
+			                   dev->ops[j].bytes};
+		}
+	}
+#undef POS
+#undef VAL
+	free(pos);
+	free(snd);
+	free(rcv);
+	*out = b;
+	return nb;
 }
 
 int64_t ir_plan_chunks(const ir_plan_opts *p)
@@ -212,6 +360,27 @@ static bool i64s_eq(const int64_t *a, int na, const int64_t *b, int nb)
 	return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
 }
 
+static bool memplan_eq(const ir_module *a, const ir_module *b)
+{
+	if (!a->memplan || !b->memplan)
+		return !a->memplan == !b->memplan;
+	if (a->ndevices != b->ndevices)
+		return false;
+	for (int d = 0; d < a->ndevices; d++) {
+		const ir_dev_plan *x = &a->memplan[d], *y = &b->memplan[d];
+		if (x->arena != y->arena || x->nbufs != y->nbufs)
+			return false;
+		for (int i = 0; i < x->nbufs; i++) {
+			const ir_buf *p = &x->bufs[i], *q = &y->bufs[i];
+			if (p->kind != q->kind || p->value != q->value || p->stage != q->stage ||
+			    p->mb != q->mb || p->first != q->first || p->last != q->last ||
+			    p->off != q->off || p->size != q->size)
+				return false;
+		}
+	}
+	return true;
+}
+
 bool ir_equal(const ir_module *a, const ir_module *b)
 {
 	const ir_model_info *ma = &a->model, *mb = &b->model;
@@ -237,6 +406,8 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 	    pa->partition != pb->partition ||
 	    !i64s_eq(pa->given, pa->ngiven, pb->given, pb->ngiven) ||
 	    !i64s_eq(pa->placement, pa->nplacement, pb->placement, pb->nplacement))
+		return false;
+	if (!memplan_eq(a, b))
 		return false;
 	if (a->nlayers != b->nlayers || a->nstages != b->nstages ||
 	    a->ndevices != b->ndevices)

@@ -116,6 +116,22 @@ typedef enum ir_comm {
 	IR_NCOMMS
 } ir_comm;
 
+/* Buffers of the memory plan (the `memplan` pass; docs/memplan.md).
+ * X(enum, text).  act: the stash of F(stage, mb), live from F to its B;
+ * wstash: what B(stage, mb) keeps for W, from B to W; recv, send, pass: a
+ * value (an activation or a gradient, named as comm ops name it) received
+ * from another device, sent to one, or handed to a stage on the same
+ * device. */
+#define IR_BUFS(X)                                                             \
+	X(ACT, "act") X(WSTASH, "wstash") X(RECV, "recv") X(SEND, "send")          \
+	X(PASS, "pass")
+typedef enum ir_buf_kind {
+#define X(e, s) IR_BUF_##e,
+	IR_BUFS(X)
+#undef X
+	IR_NBUFS
+} ir_buf_kind;
+
 /* Transport semantics the program is lowered and proven for. */
 #define IR_BACKENDS(X) X(NCCL, "nccl") X(MPI, "mpi")
 typedef enum ir_backend {
@@ -186,6 +202,7 @@ extern const char *const ir_comm_names[IR_NCOMMS];
  * "grad" (B); W produces nothing that moves. */
 extern const char *const ir_value_names[IR_NOPS];
 extern const char *const ir_backend_names[IR_NBACKENDS];
+extern const char *const ir_buf_names[IR_NBUFS];
 
 /* Index of `s` in a name table of n entries, or -1. */
 int ir_lookup(const char *const *names, int n, const char *s);
@@ -290,6 +307,29 @@ typedef struct ir_proof {
 	uint64_t order;  /* FNV-1a hash of the certificate (the global order) */
 } ir_proof;
 
+/* Every offset of a memory plan is a multiple of this (a GPU allocation's
+ * alignment, and of the CPU runtime's RT_ALIGN). */
+#define IR_BUF_ALIGN 256
+
+/* One buffer of a device's memory plan. */
+typedef struct ir_buf {
+	ir_buf_kind kind;
+	ir_op_kind value; /* recv, send, pass: IR_OP_F an activation, IR_OP_B a gradient */
+	int stage, mb;    /* act, wstash: its op's; recv, send, pass: the producing op's */
+	int first, last;  /* live from op `first` through op `last` of the program */
+	uint64_t off;     /* bytes from the start of the device's arena; IR_BUF_ALIGN'd */
+	uint64_t size;    /* bytes */
+} ir_buf;
+
+/* The memory plan of one device (the `memplan` pass): its arena and the
+ * buffers in it, in the order ir_live_buffers derives them. */
+typedef struct ir_dev_plan {
+	uint64_t arena;   /* bytes; every off + size fits */
+	ir_buf *bufs;
+	int nbufs, capbufs;
+	ir_loc *buf_loc;  /* where each buffer was read; not part of the value */
+} ir_dev_plan;
+
 typedef struct ir_module {
 	arena *arena;       /* owns everything below */
 	ir_model_info model;
@@ -303,6 +343,7 @@ typedef struct ir_module {
 	ir_device *devices; /* once scheduled: one program per cluster device */
 	int ndevices;
 	ir_proof proof;
+	ir_dev_plan *memplan; /* NULL, or one per device: the memory plan */
 
 	/* Where each element came from (YAML node or IR line); not part of the
 	 * module's value, so ir_equal ignores them. */
@@ -329,8 +370,27 @@ void ir_clear_devices(ir_module *m);
 ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc loc);
 /* Append a copy of op (any kind) to device dev's program. */
 ir_op *ir_push_op(ir_module *m, int dev, const ir_op *op, ir_loc loc);
+/* Pair the sends of device a to b with the receives on b from a, first in
+ * first out (a channel has no tags): pair(ctx, i, j) for each send op i on a
+ * and receive op j on b, in order, until it returns non-zero.  Returns that
+ * value, or 0 when every op found its partner, IR_CHANNEL_SEND_LEFT when a
+ * send has no receive, IR_CHANNEL_RECV_LEFT when a receive has no send. */
+enum { IR_CHANNEL_SEND_LEFT = -1, IR_CHANNEL_RECV_LEFT = -2 };
+int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
+                     void *ctx);
+
 /* Does the module carry communication ops (has `comm` run)? */
 bool ir_lowered(const ir_module *m);
+
+/* Start the memory plan: one empty plan per device (m->memplan). */
+void ir_alloc_memplan(ir_module *m);
+ir_buf *ir_add_buf(ir_module *m, int dev, const ir_buf *b, ir_loc loc);
+
+/* The buffers device d's program needs, with their kinds, sizes and live
+ * ranges (offsets 0), in program order of their first op; docs/memplan.md
+ * ("Liveness") gives the rules.  Needs costs and programs that pass
+ * ir_verify.  Returns the count; *out is malloc'd (the caller frees it). */
+int ir_live_buffers(const ir_module *m, int d, ir_buf **out);
 
 /* Stages per device the plan options ask for: chunks, except that zbv
  * always runs two (a V); 0 when zbv is given any other chunk count. */

@@ -821,6 +821,131 @@ static void parse_proof(parser *ps)
 	expect_eol(ps);
 }
 
+/* live=FIRST..LAST: op positions. */
+static bool parse_live(const char *v, int *first, int *last)
+{
+	const char *dots = strstr(v, "..");
+	if (!dots || dots == v)
+		return false;
+	char buf[32];
+	size_t n = (size_t)(dots - v);
+	if (n >= sizeof buf)
+		return false;
+	memcpy(buf, v, n);
+	buf[n] = 0;
+	int64_t a, b;
+	if (!parse_i64(buf, 0, INT32_MAX, &a) || !parse_i64(dots + 2, 0, INT32_MAX, &b))
+		return false;
+	*first = (int)a, *last = (int)b;
+	return true;
+}
+
+/* buf := (act | wstash) S m FIELDS | (recv | send | pass) (act | grad) S m FIELDS
+ * FIELDS := off=BYTES size=BYTES live=FIRST..LAST */
+static void parse_buf(parser *ps, int dev)
+{
+	ir_loc loc = ps->t.loc;
+	char *w = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+	int k = w ? ir_lookup(ir_buf_names, IR_NBUFS, w) : -1;
+	if (k < 0) {
+		perr(ps, loc, "expected a buffer (act, wstash, recv, send, pass) or '}', got %s",
+		     tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	ir_buf b = {.kind = (ir_buf_kind)k, .value = IR_OP_F};
+	if (k != IR_BUF_ACT && k != IR_BUF_WSTASH) {
+		char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+		int vk = v ? ir_lookup(ir_value_names, IR_OP_W, v) : -1;
+		if (vk < 0) {
+			perr(ps, ps->t.loc, "expected 'act' or 'grad' after '%s', got %s", w,
+			     tok_desc(ps, &ps->t));
+			return;
+		}
+		b.value = (ir_op_kind)vk;
+		next(ps);
+	}
+	if (!ref(ps, &ps->t, 'S', &b.stage, "a stage"))
+		return;
+	next(ps);
+	if (!ref(ps, &ps->t, 'm', &b.mb, "a micro-batch"))
+		return;
+	next(ps);
+	fields fs;
+	read_fields(ps, &fs);
+	if (ps->err)
+		return;
+	const char *what = "memplan buffer";
+	get_bytes(ps, &fs, "off", &b.off, what);
+	get_bytes(ps, &fs, "size", &b.size, what);
+	field *f = get(ps, &fs, "live", true, what);
+	if (f && !parse_live(f->val, &b.first, &b.last))
+		perr(ps, f->vloc, "'live' must be FIRST..LAST (op positions in the program), got '%s'",
+		     f->val);
+	static const char *const keys[] = {"off", "size", "live"};
+	check_unused(ps, &fs, what, keys, N(keys));
+	if (ps->err)
+		return;
+	ir_add_buf(ps->m, dev, &b, loc);
+	expect_eol(ps);
+}
+
+/* memplan := 'memplan' D 'arena='BYTES '{' EOL buf* '}' */
+static void parse_memplan(parser *ps, int expect)
+{
+	ir_module *m = ps->m;
+	next(ps);
+	int idx;
+	if (!ref(ps, &ps->t, 'D', &idx, "a device name"))
+		return;
+	if (idx != expect || idx >= m->ndevices) {
+		perr(ps, ps->t.loc, idx >= m->ndevices ? "memplan D%d: the module has %d devices"
+		                                       : "memplan D%d out of order; expected D%d",
+		     idx, idx >= m->ndevices ? m->ndevices : expect);
+		return;
+	}
+	next(ps);
+	if (!word_is(&ps->t, "arena")) {
+		perr(ps, ps->t.loc, "expected 'arena=BYTES' after memplan D%d, got %s", idx,
+		     tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	if (ps->t.kind != T_EQ) {
+		perr(ps, ps->t.loc, "expected '=' after 'arena', got %s", tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
+	if (!parse_bytes(v, &m->memplan[idx].arena)) {
+		perr(ps, ps->t.loc, "'arena' must be a byte count such as 512B, 4KiB or 2GiB, got %s",
+		     tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	if (ps->t.kind != T_LBRACE) {
+		perr(ps, ps->t.loc, "expected '{' after the arena size, got %s", tok_desc(ps, &ps->t));
+		return;
+	}
+	next(ps);
+	expect_eol(ps);
+	for (;;) {
+		skip_blank_lines(ps);
+		if (ps->err)
+			return;
+		if (ps->t.kind == T_RBRACE) {
+			next(ps);
+			expect_eol(ps);
+			return;
+		}
+		if (ps->t.kind == T_EOF) {
+			perr(ps, ps->t.loc, "expected '}' to close memplan D%d", idx);
+			return;
+		}
+		parse_buf(ps, idx);
+	}
+}
+
 static void parse_device(parser *ps, int expect)
 {
 	ir_module *m = ps->m;
@@ -900,7 +1025,7 @@ ir_module *ir_parse(const src_file *src)
 	parse_train(&ps);
 	parse_cluster(&ps);
 	parse_plan(&ps);
-	int ndev = 0;
+	int ndev = 0, nplan = 0;
 	for (;;) {
 		skip_blank_lines(&ps);
 		if (ps.err || ps.t.kind == T_EOF)
@@ -931,14 +1056,25 @@ ir_module *ir_parse(const src_file *src)
 				break;
 			}
 			parse_proof(&ps);
+		} else if (word_is(&ps.t, "memplan")) {
+			if (!ps.m->proof.proven) {
+				perr(&ps, ps.t.loc, "a memory plan needs the device programs and their proof before it");
+				break;
+			}
+			if (!nplan)
+				ir_alloc_memplan(ps.m);
+			parse_memplan(&ps, nplan++);
 		} else {
-			perr(&ps, ps.t.loc, "expected 'layer', 'stage', 'device' or 'proof', got %s",
+			perr(&ps, ps.t.loc, "expected 'layer', 'stage', 'device', 'proof' or 'memplan', got %s",
 			     tok_desc(&ps, &ps.t));
 		}
 	}
 	if (!ps.err && ndev && ndev != ps.m->ndevices)
 		perr(&ps, ps.t.loc, "expected a program for each of the %d devices, got %d",
 		     ps.m->ndevices, ndev);
+	if (!ps.err && nplan && nplan != ps.m->ndevices)
+		perr(&ps, ps.t.loc, "expected a memory plan for each of the %d devices, got %d",
+		     ps.m->ndevices, nplan);
 	if (ps.err) {
 		ir_free(ps.m);
 		return NULL;

@@ -194,6 +194,23 @@ void ir_print(FILE *out, const ir_module *m)
 	if (m->proof.proven)
 		fprintf(out, "proof %s steps=%lld order=%016llx\n", ir_backend_names[m->proof.backend],
 		        (long long)m->proof.steps, (unsigned long long)m->proof.order);
+	for (int d = 0; m->memplan && d < m->ndevices; d++) {
+		const ir_dev_plan *dp = &m->memplan[d];
+		char a[32], o[32], z[32];
+		ir_fmt_bytes(a, sizeof a, dp->arena);
+		fprintf(out, "memplan D%d arena=%s {\n", d, a);
+		for (int i = 0; i < dp->nbufs; i++) {
+			const ir_buf *b = &dp->bufs[i];
+			ir_fmt_bytes(o, sizeof o, b->off);
+			ir_fmt_bytes(z, sizeof z, b->size);
+			fprintf(out, "  %s", ir_buf_names[b->kind]);
+			if (b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH)
+				fprintf(out, " %s", ir_value_names[b->value]);
+			fprintf(out, " S%d m%d off=%s size=%s live=%d..%d\n", b->stage, b->mb, o, z, b->first,
+			        b->last);
+		}
+		fputs("}\n", out);
+	}
 }
 
 char *ir_print_string(const ir_module *m)

@@ -319,6 +319,29 @@ static int consumer_stage(const ir_module *m, ir_op_kind k, int stage)
 	return -1;
 }
 
+typedef struct channel_ctx {
+	const ir_module *m;
+	int a, b;
+} channel_ctx;
+
+/* A matched send (op i on a) and receive (op j on b) must move the same
+ * value, the same size. */
+static int channel_pair(void *ctx, int i, int j)
+{
+	const channel_ctx *c = ctx;
+	const ir_module *m = c->m;
+	const ir_op *x = &m->devices[c->a].ops[i], *y = &m->devices[c->b].ops[j];
+	if (x->kind == y->kind && x->stage == y->stage && x->mb == y->mb && x->bytes == y->bytes)
+		return 0;
+	ir_loc loc = m->op_loc && m->op_loc[c->b] ? loc_or(m->op_loc[c->b], j, m->loc) : m->loc;
+	diag_error(loc, "channel D%d -> D%d: D%d sends %s S%d m%d (%llu bytes) where D%d receives "
+	                "%s S%d m%d (%llu bytes); a channel is first in, first out",
+	           c->a, c->b, c->a, ir_value_names[x->kind], x->stage, x->mb,
+	           (unsigned long long)x->bytes, c->b, ir_value_names[y->kind], y->stage, y->mb,
+	           (unsigned long long)y->bytes);
+	return 1;
+}
+
 /* Communication (docs/ir.md, "Invariants" 5): every value that crosses
  * devices has one send on its producer's device after the op that makes
  * it, one receive on its consumer's device, matched in FIFO order per
@@ -423,33 +446,12 @@ static int verify_comm(const ir_module *m)
 		for (int b = 0; b < P && !errs; b++) {
 			if (a == b)
 				continue;
-			const ir_device *da = &m->devices[a], *db = &m->devices[b];
-			int i = 0, j = 0;
-			for (;;) {
-				while (i < da->nops && !(da->ops[i].comm == IR_COMM_SEND && da->ops[i].peer == b))
-					i++;
-				while (j < db->nops && !(db->ops[j].comm == IR_COMM_RECV && db->ops[j].peer == a))
-					j++;
-				if (i == da->nops || j == db->nops) {
-					if (i != da->nops || j != db->nops) {
-						diag_error(m->loc, "channel D%d -> D%d: %s", a, b,
-						           i != da->nops ? "a send has no receive" : "a receive has no send");
-						errs++;
-					}
-					break;
-				}
-				const ir_op *x = &da->ops[i], *y = &db->ops[j];
-				if (x->kind != y->kind || x->stage != y->stage || x->mb != y->mb || x->bytes != y->bytes) {
-					ir_loc loc = m->op_loc && m->op_loc[b] ? loc_or(m->op_loc[b], j, m->loc) : m->loc;
-					diag_error(loc, "channel D%d -> D%d: D%d sends %s S%d m%d (%llu bytes) where D%d receives "
-					                "%s S%d m%d (%llu bytes); a channel is first in, first out",
-					           a, b, a, ir_value_names[x->kind], x->stage, x->mb, (unsigned long long)x->bytes,
-					           b, ir_value_names[y->kind], y->stage, y->mb, (unsigned long long)y->bytes);
-					errs++;
-					break;
-				}
-				i++, j++;
-			}
+			channel_ctx c = {m, a, b};
+			int rc = ir_channel_pairs(m, a, b, channel_pair, &c);
+			if (rc == IR_CHANNEL_SEND_LEFT || rc == IR_CHANNEL_RECV_LEFT)
+				diag_error(m->loc, "channel D%d -> D%d: %s", a, b,
+				           rc == IR_CHANNEL_SEND_LEFT ? "a send has no receive" : "a receive has no send");
+			errs += rc != 0;
 		}
 #undef VAL
 #undef CPOS
@@ -457,6 +459,118 @@ static int verify_comm(const ir_module *m)
 	free(rcv);
 	free(wt);
 	free(cpos);
+	return errs;
+}
+
+/* "act S1 m3 off=0B size=512KiB live=12..40", as the text form writes it. */
+static const char *buf_desc(char *s, size_t n, const ir_buf *b)
+{
+	char o[32], z[32];
+	ir_fmt_bytes(o, sizeof o, b->off);
+	ir_fmt_bytes(z, sizeof z, b->size);
+	bool value = b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH;
+	snprintf(s, n, "%s%s%s S%d m%d off=%s size=%s live=%d..%d", ir_buf_names[b->kind],
+	         value ? " " : "", value ? ir_value_names[b->value] : "", b->stage, b->mb, o, z,
+	         b->first, b->last);
+	return s;
+}
+
+/* The memory plan (docs/ir.md, "Invariants" 6): it belongs to proven
+ * programs with costs; each device's buffers are exactly the ones its
+ * program needs (ir_live_buffers: kinds, values, live ranges and sizes, in
+ * that order); each sits at an aligned offset and fits in its arena; and
+ * no two live at the same op share a byte. */
+static int verify_memplan(const ir_module *m)
+{
+	if (!m->proof.proven) {
+		diag_error(m->loc, "a memory plan needs proven programs (the 'verify' pass)");
+		return 1;
+	}
+	for (int l = 0; l < m->nlayers; l++)
+		if (!m->layers[l].cost.known) {
+			diag_error(m->loc, "a memory plan needs the cost of every layer; L%d has none", l);
+			return 1;
+		}
+	for (int s = 0; s + 1 < m->nstages && !ir_lowered(m); s++)
+		if (m->stages[s].device != m->stages[s + 1].device) {
+			diag_error(m->loc, "a memory plan needs lowered programs (the 'comm' pass): S%d and S%d "
+			                   "are on different devices", s, s + 1);
+			return 1;
+		}
+	int errs = 0;
+	char x[160], y[160];
+	for (int d = 0; d < m->ndevices && errs < 20; d++) {
+		const ir_dev_plan *p = &m->memplan[d];
+		ir_buf *want;
+		int n = ir_live_buffers(m, d, &want), i;
+		for (i = 0; i < n && i < p->nbufs; i++) {
+			const ir_buf *a = &p->bufs[i], *b = &want[i];
+			if (a->kind != b->kind || a->value != b->value || a->stage != b->stage ||
+			    a->mb != b->mb || a->first != b->first || a->last != b->last || a->size != b->size)
+				break;
+		}
+		if (i < n || i < p->nbufs) {
+			ir_loc loc = i < p->nbufs ? loc_or(p->buf_loc, i, m->loc) : m->loc;
+			if (i < n && i < p->nbufs) {
+				ir_buf w = want[i];
+				w.off = p->bufs[i].off;
+				diag_error(loc, "D%d: memplan buffer %d is %s; the program needs %s", d, i,
+				           buf_desc(x, sizeof x, &p->bufs[i]), buf_desc(y, sizeof y, &w));
+			} else if (i < n) {
+				diag_error(loc, "D%d: the memory plan has %d buffers; the program needs %d (next: %s)",
+				           d, p->nbufs, n, buf_desc(y, sizeof y, &want[i]));
+			} else {
+				diag_error(loc, "D%d: the memory plan has %d buffers; the program needs %d", d,
+				           p->nbufs, n);
+			}
+			free(want);
+			errs++;
+			continue;
+		}
+		free(want);
+		/* The buffers now come in order of their first op: sweep, keeping
+		 * those still live. */
+		int *live = malloc(((size_t)p->nbufs + 1) * sizeof *live), nlive = 0;
+		if (!live)
+			ir_bug("out of memory");
+		for (i = 0; i < p->nbufs && errs < 20; i++) {
+			const ir_buf *b = &p->bufs[i];
+			ir_loc loc = loc_or(p->buf_loc, i, m->loc);
+			if (b->off % IR_BUF_ALIGN) {
+				diag_error(loc, "D%d: buffer %s: an offset must be a multiple of %d bytes", d,
+				           buf_desc(x, sizeof x, b), IR_BUF_ALIGN);
+				errs++;
+				continue;
+			}
+			if (b->size > p->arena || b->off > p->arena - b->size) {
+				char a[32];
+				ir_fmt_bytes(a, sizeof a, p->arena);
+				diag_error(loc, "D%d: buffer %s does not fit in the arena of %s", d,
+				           buf_desc(x, sizeof x, b), a);
+				errs++;
+				continue;
+			}
+			int k = 0;
+			for (int j = 0; j < nlive; j++)
+				if (p->bufs[live[j]].last >= b->first)
+					live[k++] = live[j];
+			nlive = k;
+			for (int j = 0; j < nlive && errs < 20; j++) {
+				const ir_buf *a = &p->bufs[live[j]];
+				uint64_t lo = a->off > b->off ? a->off : b->off;
+				uint64_t hi = a->off + a->size < b->off + b->size ? a->off + a->size : b->off + b->size;
+				if (lo < hi) {
+					diag_error(loc, "D%d: buffers %s and %s are both live at op %d and overlap in "
+					                "bytes %llu..%llu of the arena",
+					           d, buf_desc(x, sizeof x, a), buf_desc(y, sizeof y, b), b->first,
+					           (unsigned long long)lo, (unsigned long long)hi - 1);
+					errs++;
+				}
+			}
+			live[nlive++] = i;
+		}
+		free(live);
+	}
 	return errs;
 }
 
@@ -469,9 +583,11 @@ int ir_verify(const ir_module *m)
 	if (errs)
 		return errs;
 	errs = verify_programs(m);
-	if (errs || !ir_lowered(m))
-		return errs;
-	return verify_comm(m);
+	if (!errs && ir_lowered(m))
+		errs = verify_comm(m);
+	if (!errs && m->memplan)
+		errs = verify_memplan(m);
+	return errs;
 }
 
 void ir_print_summary(FILE *out, const ir_module *m)

@@ -25,6 +25,7 @@ const pass_id pass_default_pipeline[] = {
 	PASS_tune,
 	PASS_comm,
 	PASS_verify,
+	PASS_memplan,
 };
 const int pass_default_pipeline_len =
     (int)(sizeof pass_default_pipeline / sizeof *pass_default_pipeline);

@@ -19,7 +19,8 @@ typedef int (*pass_fn)(ir_module *m);
 	X(schedule, "order F, B and W of every stage and micro-batch per device")  \
 	X(tune, "search partition, placement and order jointly (schedule 'tuned')") \
 	X(comm, "lower every cross-device dependency to send, receive and wait") \
-	X(verify, "prove the lowered programs deadlock-free (or print the cycle)")
+	X(verify, "prove the lowered programs deadlock-free (or print the cycle)") \
+	X(memplan, "live range and arena offset of every buffer, one arena per device")
 
 typedef enum pass_id {
 #define X(n, s) PASS_##n,
@@ -66,5 +67,6 @@ int pass_schedule(ir_module *m);
 int pass_tune(ir_module *m);
 int pass_comm(ir_module *m);
 int pass_verify(ir_module *m);
+int pass_memplan(ir_module *m);
 
 #endif

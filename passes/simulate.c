@@ -332,18 +332,27 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 		int64_t act = 0, ws = 0;
 		for (int l = st->first; l <= st->last; l++)
 			act += (int64_t)m->layers[l].cost.act, ws += (int64_t)m->layers[l].cost.wstash;
-		if (op->kind == IR_OP_F)
+		if (op->kind == IR_OP_F) {
 			cur += act, inflight++;
-		else if (op->kind == IR_OP_B)
-			cur += ws - act, inflight--;
-		else
+		} else if (op->kind == IR_OP_B) {
+			/* B reads the stash while it writes the W stash: both at once. */
+			cur += ws;
+			if (cur > peak)
+				peak = cur;
+			cur -= act, inflight--;
+		} else {
 			cur -= ws;
+		}
 		if (cur > peak)
 			peak = cur;
 		if (inflight > sd->peak_inflight)
 			sd->peak_inflight = inflight;
 	}
 	sd->peak_act = (uint64_t)peak;
+	/* memplan: the arena holds every buffer of the step, laid out; it is
+	 * what codegen allocates, so it is the peak (docs/memplan.md). */
+	if (m->memplan)
+		sd->peak_act = m->memplan[d].arena;
 	sd->peak_mem = sd->resident + sd->peak_act;
 }
 

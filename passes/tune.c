@@ -78,7 +78,12 @@ typedef struct verdict {
 	uint64_t tight_need;
 } verdict;
 
-static verdict judge(const ir_module *m)
+/* Judge a plan by simulating it.  It fits when every device's peak leaves
+ * `reserve` bytes of its memory free: the memory plan (`memplan`) adds
+ * transfer buffers and fragmentation to the running sum the simulator
+ * judges candidates by (docs/memplan.md), so the tuner keeps a reserve and
+ * checks the real memory plan of what it picks (pass_tune). */
+static verdict judge(const ir_module *m, uint64_t reserve)
 {
 	verdict v = {.makespan = INFINITY};
 	sim_result *r = sim_run(m);
@@ -93,7 +98,7 @@ static verdict judge(const ir_module *m)
 		uint64_t pk = r->dev[d].peak_mem;
 		if (pk > v.peak)
 			v.peak = pk;
-		if (pk > m->cluster.mem) {
+		if (m->cluster.mem != UINT64_MAX && pk > m->cluster.mem - reserve) {
 			v.fits = false;
 			if (v.tight_dev < 0 || pk > v.tight_need)
 				v.tight_dev = d, v.tight_need = pk;
@@ -173,7 +178,7 @@ void tune_baselines(const ir_module *m, tune_row *rows)
 		snprintf(r->name, sizeof r->name, "%s", baselines[i].name);
 		ir_module *c = baseline(m, i, r->why, sizeof r->why);
 		if (c) {
-			verdict v = judge(c);
+			verdict v = judge(c, 0);
 			r->ok = v.ok;
 			r->fits = v.fits;
 			r->makespan = v.makespan;
@@ -259,9 +264,11 @@ static void wake(lsched *L, int d, double when)
 	}
 }
 
+/* F(s) fits when its stash, the W stash its B will write while the stash
+ * is still held, and room for one deeper F all fit. */
 static bool f_fits(const lsched *L, int d, int s)
 {
-	return L->used[d] + L->act[s] + L->reserve[s] <= L->limit[d];
+	return L->used[d] + L->act[s] + L->ws[s] + L->reserve[s] <= L->limit[d];
 }
 
 /* Build every device's program into L->m.  Returns 0, or -1 when the
@@ -368,7 +375,7 @@ static int list_schedule(lsched *L, const knobs *k)
 /* Schedule the placed stages of c with knobs k; 0 or -1 (dead end).
  * Without `fit`, the memory limits are ignored: a plan that shows how much
  * memory it would need. */
-static int order(ir_module *c, const knobs *k, bool fit)
+static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 {
 	lsched L = {.m = c, .S = c->nstages, .M = (int)c->train.microbatches,
 	            .P = (int)c->cluster.devices};
@@ -423,7 +430,7 @@ static int order(ir_module *c, const knobs *k, bool fit)
 	}
 	if (fit && c->cluster.mem != UINT64_MAX) {
 		for (int d = 0; d < P; d++)
-			L.limit[d] = (int64_t)c->cluster.mem;
+			L.limit[d] = (int64_t)(c->cluster.mem - reserve);
 		for (int s = 0; s < S; s++)
 			for (int l = c->stages[s].first; l <= c->stages[s].last; l++)
 				L.limit[c->stages[s].device] -= (int64_t)c->layers[l].cost.resident;
@@ -457,6 +464,7 @@ typedef struct cand {
 
 typedef struct tuner {
 	const ir_module *m;
+	uint64_t reserve;   /* bytes each device keeps free (see judge) */
 	double deadline;
 	long evals;
 	cand best;
@@ -484,12 +492,12 @@ static ir_module *build(const tuner *t, const cand *c)
 	ir_module *x = scratch(t->m);
 	for (int s = 0; s < c->S; s++)
 		ir_add_stage(x, c->bound[s], c->bound[s + 1] - 1, c->dev[s], (ir_loc){0});
-	if (order(x, &c->k, true) == 0)
+	if (order(x, &c->k, true, t->reserve) == 0)
 		return x;
 	/* Memory too tight for this policy: the plan it would run, marked as
 	 * not fitting by the judge, still says how much is missing. */
 	ir_clear_devices(x);
-	if (order(x, &c->k, false) == 0)
+	if (order(x, &c->k, false, 0) == 0)
 		return x;
 	ir_free(x);
 	return NULL;
@@ -523,7 +531,7 @@ static bool consider(tuner *t, cand *c)
 	ir_module *x = build(t, c);
 	if (!x)
 		return false;
-	c->v = judge(x);
+	c->v = judge(x, t->reserve);
 	ir_free(x);
 	progress(t);
 	if (!c->v.ok || (t->have_best && !better(&c->v, &t->best.v)))
@@ -750,20 +758,15 @@ static void copy_plan(ir_module *m, const ir_module *x)
 		}
 }
 
-int pass_tune(ir_module *m)
+/* One search with a memory reserve: the best plan found, as a scratch
+ * module with stages and programs, or NULL after filling *tight (the best
+ * plan's tightest device, when one was found). */
+static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdict *tight)
 {
-	if (m->plan.schedule != IR_SCHED_TUNED)
-		return 0;
-	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
-	for (int l = 0; l < m->nlayers; l++)
-		if (!m->layers[l].cost.known) {
-			diag_error(where, "tune: layer L%d has no cost; run the 'cost' pass first", l);
-			return -1;
-		}
 	int P = (int)m->cluster.devices;
-	tuner t = {.m = m, .lb = tune_lower_bound(m)};
+	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve};
 	t.started = t.last_progress = now();
-	t.deadline = t.started + budget_s;
+	t.deadline = deadline;
 
 	/* 1. The baselines' plans, their orders run with the backward split
 	 * (the gradient leaves when B ends, as in every tuned plan): never
@@ -775,7 +778,7 @@ int pass_tune(ir_module *m)
 		if (!c)
 			continue;
 		c->plan.schedule = IR_SCHED_TUNED;
-		verdict v = judge(c);
+		verdict v = judge(c, reserve);
 		t.evals++;
 		if (v.ok && v.fits && v.makespan < fv.makespan) {
 			ir_free(fallback);
@@ -859,29 +862,95 @@ int pass_tune(ir_module *m)
 
 	/* The best of the tuned plan and the baselines' plans. */
 	bool tuned_ok = t.have_best && t.best.v.fits;
-	int rc = 0;
+	ir_module *x = NULL;
 	if (fallback && (!tuned_ok || fv.makespan <= t.best.v.makespan)) {
-		copy_plan(m, fallback);
+		x = fallback, fallback = NULL;
 	} else if (tuned_ok) {
-		ir_module *x = build(&t, &t.best);
+		x = build(&t, &t.best);
 		ir_assert(x != NULL);
-		copy_plan(m, x);
-		ir_free(x);
 	} else {
-		/* Nothing fits anywhere: name the tightest device. */
-		if (t.have_best && t.best.v.tight_dev >= 0) {
-			diag_error(ir_loc_or(m->cluster_loc, where),
-			           "the model does not fit: in the best plan found, device D%d needs %.1f GiB "
-			           "(weights, gradients, optimizer state and activations) and has %.1f GiB",
-			           t.best.v.tight_dev, (double)t.best.v.tight_need / (1ull << 30),
-			           (double)m->cluster.mem / (1ull << 30));
-		} else {
-			diag_error(where, "tune: no plan found for %d layers on %d devices", m->nlayers, P);
-		}
-		rc = -1;
+		*tight = t.have_best ? t.best.v : (verdict){.tight_dev = -1};
 	}
 	ir_free(fallback);
 	free(t.best.bound);
 	free(t.best.dev);
-	return rc;
+	return x;
+}
+
+/* The largest device peak of x once lowered and given its memory plan
+ * (what will really be allocated), against its memory: the device over it
+ * most, or -1. */
+static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
+{
+	x->plan.schedule = IR_SCHED_TUNED;
+	static const pass_id ids[] = {PASS_comm, PASS_verify, PASS_memplan};
+	if (!run_quiet(x, ids, 3, NULL, 0))
+		return -1; /* the pipeline will report it on the real module */
+	sim_result *r = sim_run(x);
+	int worst = -1;
+	for (int d = 0; r && d < r->ndev; d++)
+		if (r->dev[d].peak_mem > m->cluster.mem && (worst < 0 || r->dev[d].peak_mem > *need))
+			worst = d, *need = r->dev[d].peak_mem;
+	sim_free(r);
+	return worst;
+}
+
+int pass_tune(ir_module *m)
+{
+	if (m->plan.schedule != IR_SCHED_TUNED)
+		return 0;
+	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
+	for (int l = 0; l < m->nlayers; l++)
+		if (!m->layers[l].cost.known) {
+			diag_error(where, "tune: layer L%d has no cost; run the 'cost' pass first", l);
+			return -1;
+		}
+	/* Search keeping 1/25 of each device's memory free for what the memory
+	 * plan adds; if the plan found still does not fit once lowered and
+	 * planned, search again keeping 1/12, then 1/6. */
+	static const int reserve_div[] = {25, 12, 6};
+	double deadline = now() + budget_s;
+	uint64_t mem = m->cluster.mem, need = 0;
+	verdict tight = {.tight_dev = -1};
+	int over = -1;
+	for (size_t i = 0; i < sizeof reserve_div / sizeof *reserve_div; i++) {
+		uint64_t reserve = mem == UINT64_MAX ? 0 : mem / (uint64_t)reserve_div[i];
+		ir_module *x = search(m, reserve, deadline, &tight);
+		if (!x)
+			break;
+		need = 0;
+		over = mem == UINT64_MAX ? -1 : over_after_memplan(m, x, &need);
+		if (over < 0) {
+			/* x was lowered to check it: m takes only the ordered plan; the
+			 * pipeline lowers m itself. */
+			ir_module *plain = scratch(m);
+			for (int s = 0; s < x->nstages; s++)
+				ir_add_stage(plain, x->stages[s].first, x->stages[s].last, x->stages[s].device,
+				             (ir_loc){0});
+			ir_alloc_devices(plain);
+			for (int d = 0; d < x->ndevices; d++)
+				for (int k = 0; k < x->devices[d].nops; k++)
+					if (x->devices[d].ops[k].comm == IR_COMM_NONE)
+						ir_push_op(plain, d, &x->devices[d].ops[k], (ir_loc){0});
+			copy_plan(m, plain);
+			ir_free(plain);
+			ir_free(x);
+			return 0;
+		}
+		ir_free(x);
+		tight = (verdict){.tight_dev = over, .tight_need = need};
+		if (deadline <= now())
+			break;
+	}
+	/* Nothing fits anywhere: name the tightest device. */
+	if (tight.tight_dev >= 0)
+		diag_error(ir_loc_or(m->cluster_loc, where),
+		           "the model does not fit: in the best plan found, device D%d needs %.1f GiB "
+		           "(weights, gradients, optimizer state and activations) and has %.1f GiB",
+		           tight.tight_dev, (double)tight.tight_need / (1ull << 30),
+		           (double)mem / (1ull << 30));
+	else
+		diag_error(where, "tune: no plan found for %d layers on %lld devices", m->nlayers,
+		           (long long)m->cluster.devices);
+	return -1;
 }

@@ -112,6 +112,21 @@ static size_t vkey(const ir_module *m, const ir_op *op)
 	return ((size_t)op->stage * (size_t)m->train.microbatches + (size_t)op->mb) * 2 + (size_t)op->kind;
 }
 
+typedef struct partner_ctx {
+	graph *g;
+	int a, b;
+} partner_ctx;
+
+/* Rendezvous: each side completes only once the other is posted. */
+static int partner_edges(void *ctx, int i, int j)
+{
+	partner_ctx *c = ctx;
+	int x = step_of(c->g, c->a, i), y = step_of(c->g, c->b, j);
+	edge(c->g, P_(y), C_(x));
+	edge(c->g, P_(x), C_(y));
+	return 0;
+}
+
 static void build_edges(graph *g)
 {
 	const ir_module *m = g->m;
@@ -180,24 +195,9 @@ static void build_edges(graph *g)
 	}
 	/* Partners: FIFO per channel. */
 	for (int a = 0; a < m->ndevices; a++)
-		for (int b = 0; b < m->ndevices; b++) {
-			if (a == b)
-				continue;
-			const ir_device *da = &m->devices[a], *db = &m->devices[b];
-			int i = 0, j = 0;
-			for (;;) {
-				while (i < da->nops && !(da->ops[i].comm == IR_COMM_SEND && da->ops[i].peer == b))
-					i++;
-				while (j < db->nops && !(db->ops[j].comm == IR_COMM_RECV && db->ops[j].peer == a))
-					j++;
-				if (i == da->nops || j == db->nops)
-					break;
-				int x = step_of(g, a, i), y = step_of(g, b, j);
-				edge(g, P_(y), C_(x));
-				edge(g, P_(x), C_(y));
-				i++, j++;
-			}
-		}
+		for (int b = 0; b < m->ndevices; b++)
+			if (a != b)
+				ir_channel_pairs(m, a, b, partner_edges, &(partner_ctx){g, a, b});
 	free(recv_step);
 	free(made_step);
 }

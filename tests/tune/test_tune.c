@@ -150,8 +150,8 @@ START_TEST(test_keeps_given_plan)
 END_TEST
 
 /* The tuned plan is IR text like any other: it prints, parses back equal
- * and verifies; re-running `tune` (then `comm` and `verify`) on it gives
- * the same plan and the same proof. */
+ * and verifies; re-running `tune` (then `comm`, `verify` and `memplan`) on
+ * it gives the same plan, the same proof and the same memory plan. */
 START_TEST(test_roundtrip_and_idempotent)
 {
 	ir_module *m = load("nemotron-h-8b", 4, 8, 0);
@@ -161,8 +161,8 @@ START_TEST(test_roundtrip_and_idempotent)
 	ir_module *p = ir_parse(src_from_string(a, "t.opir", t1));
 	ck_assert_ptr_nonnull(p);
 	ck_assert(ir_equal(m, p));
-	pass_id ids[] = {PASS_tune, PASS_comm, PASS_verify};
-	ck_assert_int_eq(pass_run(p, ids, 3, NULL), 0);
+	pass_id ids[] = {PASS_tune, PASS_comm, PASS_verify, PASS_memplan};
+	ck_assert_int_eq(pass_run(p, ids, 4, NULL), 0);
 	char *t2 = ir_print_string(p);
 	ck_assert_msg(strcmp(t1, t2) == 0, "tune, comm and verify again give another plan");
 	free(t1);

@@ -1,0 +1,914 @@
+/* test_xcheck.c: Check suite for the deadlock proof (passes/verify.c),
+ * against brute force.
+ *
+ * Small programs are planned and lowered (2-4 devices, 1-3 micro-batches,
+ * 3-6 layers, every schedule, the passes' placements or random ones, both
+ * backends), then mutated the ways a lowering goes wrong: adjacent
+ * communication ops swapped, a wait or a transfer moved, a group split,
+ * two adjacent transfers merged into a group, two sends swapped, two
+ * adjacent compute ops swapped.  Mutants the structural verifier rejects
+ * are dropped.  For the rest, the proof's
+ * verdict must equal that of an exhaustive search of every interleaving
+ * under rendezvous semantics.  The explorer is written from the backends'
+ * semantics (docs/deadlock.md), not from the proof's event graph:
+ *
+ *   nccl  each device has a compute stream (compute ops and waits, in
+ *         order) and a communication stream (sends, receives and groups, in
+ *         order).  The stream's head step is posted once the compute ops
+ *         that make its sends' values are done, and completes once every
+ *         partner of its ops is posted; a wait passes once its receive has
+ *         completed.
+ *   mpi   each device has one host thread: sends, receives and groups are
+ *         posted and return; compute ops run; a wait blocks until its
+ *         receive has matched.  A channel matches its oldest unmatched
+ *         posted send with its oldest unmatched posted receive.
+ *
+ * The programs are deadlock-free iff every reachable state is final or has
+ * a move.  Deterministic: one seed, a fixed number of cases. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "frontend.h"
+#include "pass.h"
+#include "testutil.h"
+#include "tune.h"
+
+/* An assertion for the hot paths: ck_assert records every check it passes,
+ * which the explorer's millions of states cannot afford. */
+#define REQUIRE(c, ...)                                                        \
+	do {                                                                       \
+		if (!(c))                                                              \
+			ck_abort_msg(__VA_ARGS__);                                         \
+	} while (0)
+
+/* ---- random numbers ---------------------------------------------------- */
+
+typedef struct rng {
+	uint64_t s;
+} rng;
+
+static uint64_t rnext(rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull); /* splitmix64 */
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static int pick(rng *r, int n)
+{
+	return (int)(rnext(r) % (uint64_t)n);
+}
+
+/* ---- the programs, as the explorer reads them ---------------------------- */
+
+enum { X_COMPUTE, X_WAIT, X_SEND, X_RECV };
+
+typedef struct xop {
+	int type;
+	int peer;  /* send, recv: the other device; wait: the device its receive is from */
+	int k;     /* send, recv: its place on its channel; wait: its receive's */
+	int run;   /* send, recv: first op of its run (a group, or itself) */
+	int prod;  /* send: index of the compute op that makes the value */
+	int recv;  /* wait: index of its receive */
+} xop;
+
+typedef struct xprog {
+	int P;
+	bool nccl;
+	int n[4];
+	xop *ops[4];
+} xprog;
+
+static bool is_xfer(const ir_op *o)
+{
+	return o->comm == IR_COMM_SEND || o->comm == IR_COMM_RECV;
+}
+
+/* Read the module's programs.  Groups are maximal runs of transfers with
+ * the same non-zero group. */
+static void xprog_build(const ir_module *m, xprog *x)
+{
+	x->P = m->ndevices;
+	REQUIRE(x->P <= 4, "%d devices; the explorer's state holds 4", x->P);
+	x->nccl = m->plan.backend == IR_BACKEND_NCCL;
+	bool split = ir_schedule_splits_backward[m->plan.schedule];
+	for (int d = 0; d < x->P; d++) {
+		const ir_device *dev = &m->devices[d];
+		x->n[d] = dev->nops;
+		x->ops[d] = calloc((size_t)dev->nops + 1, sizeof *x->ops[d]);
+		int sends[4] = {0}, recvs[4] = {0};
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *o = &dev->ops[i];
+			xop *e = &x->ops[d][i];
+			e->prod = e->recv = -1;
+			switch (o->comm) {
+			case IR_COMM_NONE:
+				e->type = X_COMPUTE;
+				break;
+			case IR_COMM_SEND:
+			case IR_COMM_RECV: {
+				bool send = o->comm == IR_COMM_SEND;
+				e->type = send ? X_SEND : X_RECV;
+				e->peer = o->peer;
+				e->k = send ? sends[o->peer]++ : recvs[o->peer]++;
+				bool cont = i > 0 && o->group && is_xfer(&dev->ops[i - 1]) &&
+				            dev->ops[i - 1].group == o->group;
+				e->run = cont ? x->ops[d][i - 1].run : i;
+				if (send) {
+					ir_op_kind maker = o->kind == IR_OP_B && !split ? IR_OP_W : o->kind;
+					for (int j = 0; j < dev->nops; j++) {
+						const ir_op *c = &dev->ops[j];
+						if (c->comm == IR_COMM_NONE && c->kind == maker && c->stage == o->stage &&
+						    c->mb == o->mb)
+							e->prod = j;
+					}
+					REQUIRE(e->prod >= 0, "D%d: send without its producer", d);
+				}
+				break;
+			}
+			case IR_COMM_WAIT:
+				e->type = X_WAIT;
+				for (int j = 0; j < dev->nops; j++) {
+					const ir_op *c = &dev->ops[j];
+					if (c->comm == IR_COMM_RECV && c->kind == o->kind && c->stage == o->stage &&
+					    c->mb == o->mb)
+						e->recv = j;
+				}
+				REQUIRE(e->recv >= 0, "D%d: wait without its receive", d);
+				break;
+			default:
+				ck_abort();
+			}
+		}
+		/* A wait's channel place is its receive's (known once all are read). */
+		for (int i = 0; i < dev->nops; i++)
+			if (x->ops[d][i].type == X_WAIT) {
+				xop *r = &x->ops[d][x->ops[d][i].recv];
+				x->ops[d][i].peer = r->peer;
+				x->ops[d][i].k = r->k;
+			}
+	}
+}
+
+static void xprog_free(xprog *x)
+{
+	for (int d = 0; d < x->P; d++)
+		free(x->ops[d]);
+}
+
+/* ---- the state space -------------------------------------------------------- */
+
+enum { KEY = 24 };
+typedef union state {
+	uint8_t b[KEY];
+	uint64_t w[KEY / 8];
+} state;
+
+/* The states seen, kept from one search to the next: a stamp per slot
+ * says which search filled it, so clearing is one increment. */
+typedef struct stateset {
+	state *keys;
+	uint32_t *stamp;
+	uint32_t epoch;
+	size_t cap, n;
+} stateset;
+
+static uint64_t shash(const state *s)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < KEY / 8; i++) {
+		h ^= s->w[i];
+		h *= 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
+	return h;
+}
+
+static void set_clear(stateset *t)
+{
+	t->epoch++;
+	t->n = 0;
+}
+
+static void set_free(stateset *t)
+{
+	free(t->keys);
+	free(t->stamp);
+	*t = (stateset){0};
+}
+
+/* Insert; false when already there. */
+static bool set_add(stateset *t, const state *s)
+{
+	if (2 * (t->n + 1) > t->cap) {
+		stateset u = {.cap = t->cap ? 2 * t->cap : 1 << 14, .epoch = 1};
+		u.keys = malloc(u.cap * sizeof *u.keys);
+		u.stamp = calloc(u.cap, sizeof *u.stamp);
+		REQUIRE(u.keys && u.stamp, "out of memory");
+		for (size_t i = 0; i < t->cap; i++)
+			if (t->stamp[i] == t->epoch)
+				set_add(&u, &t->keys[i]);
+		free(t->keys);
+		free(t->stamp);
+		*t = u;
+	}
+	size_t i = shash(s) & (t->cap - 1);
+	while (t->stamp[i] == t->epoch) {
+		if (!memcmp(&t->keys[i], s, sizeof *s))
+			return false;
+		i = (i + 1) & (t->cap - 1);
+	}
+	t->stamp[i] = t->epoch;
+	t->keys[i] = *s;
+	t->n++;
+	return true;
+}
+
+typedef struct explorer {
+	const xprog *x;
+	stateset *seen;
+	state *stack;
+	size_t nstack, capstack;
+	size_t limit;
+	bool overflow;
+	bool final; /* the final state was reached */
+} explorer;
+
+static void visit(explorer *e, const state *s)
+{
+	if (!set_add(e->seen, s))
+		return;
+	if (e->seen->n > e->limit)
+		e->overflow = true;
+	if (e->nstack == e->capstack) {
+		e->capstack = e->capstack ? 2 * e->capstack : 1024;
+		e->stack = realloc(e->stack, e->capstack * sizeof *e->stack);
+		REQUIRE(e->stack, "out of memory");
+	}
+	e->stack[e->nstack++] = *s;
+}
+
+/* nccl state: per device d, b[3d] the compute stream's next op (a program
+ * index), b[3d+1] the communication stream's next op (the first of its
+ * run), b[3d+2] whether that run is posted. */
+
+/* Next op at or after i of the compute stream (compute, wait) or of the
+ * communication stream (send, recv). */
+static int next_of(const xprog *x, int d, int i, bool comm)
+{
+	while (i < x->n[d] && (x->ops[d][i].type == X_SEND || x->ops[d][i].type == X_RECV) != comm)
+		i++;
+	return i;
+}
+
+/* Is the op of type t (a send or a receive), k-th on the channel between
+ * device d and device p, posted on d? */
+static bool nccl_posted(const xprog *x, const state *s, int d, int t, int p, int k)
+{
+	int head = s->b[3 * d + 1];
+	bool posted = s->b[3 * d + 2];
+	for (int i = 0; i < x->n[d]; i++) {
+		const xop *o = &x->ops[d][i];
+		if (o->type != t || o->peer != p || o->k != k)
+			continue;
+		/* Before the head: done; in the head's run: posted if it is. */
+		return i < head || (posted && o->run == head);
+	}
+	ck_abort_msg("no partner on D%d", d);
+	return false;
+}
+
+static int nccl_moves(explorer *e, const state *s)
+{
+	const xprog *x = e->x;
+	int moves = 0;
+	for (int d = 0; d < x->P; d++) {
+		int c = s->b[3 * d], h = s->b[3 * d + 1];
+		bool posted = s->b[3 * d + 2];
+		/* Compute stream. */
+		if (c < x->n[d]) {
+			const xop *o = &x->ops[d][c];
+			/* A wait passes once the stream is past its receive. */
+			if (o->type == X_COMPUTE || o->recv < h) {
+				state t = *s;
+				t.b[3 * d] = (uint8_t)next_of(x, d, c + 1, false);
+				visit(e, &t);
+				moves++;
+			}
+		}
+		/* Communication stream: post the head run, or complete it. */
+		if (h < x->n[d]) {
+			bool can = true;
+			int end = h;
+			for (int i = h; i < x->n[d] && (x->ops[d][i].type == X_SEND || x->ops[d][i].type == X_RECV) &&
+			                x->ops[d][i].run == h;
+			     i++, end = i) {
+				const xop *o = &x->ops[d][i];
+				if (!posted && o->type == X_SEND && o->prod >= c)
+					can = false; /* its value is not made yet */
+				if (posted && !nccl_posted(x, s, o->peer, o->type == X_SEND ? X_RECV : X_SEND, d, o->k))
+					can = false; /* its partner is not posted */
+			}
+			if (can) {
+				state t = *s;
+				if (posted) {
+					t.b[3 * d + 1] = (uint8_t)next_of(x, d, end, true);
+					t.b[3 * d + 2] = 0;
+				} else {
+					t.b[3 * d + 2] = 1;
+				}
+				visit(e, &t);
+				moves++;
+			}
+		}
+	}
+	return moves;
+}
+
+static bool nccl_final(const xprog *x, const state *s)
+{
+	for (int d = 0; d < x->P; d++)
+		if (s->b[3 * d] < x->n[d] || s->b[3 * d + 1] < x->n[d])
+			return false;
+	return true;
+}
+
+/* mpi state: b[d] the program counter of device d; b[4 + 4a + b] the
+ * matches made on channel a -> b. */
+
+/* Sends from a to b (or receives on b from a) posted: before the pc. */
+static int mpi_posted(const xprog *x, const state *s, int d, int t, int p)
+{
+	int n = 0;
+	for (int i = 0; i < s->b[d]; i++)
+		n += x->ops[d][i].type == t && x->ops[d][i].peer == p;
+	return n;
+}
+
+static int mpi_moves(explorer *e, const state *s)
+{
+	const xprog *x = e->x;
+	int moves = 0;
+	for (int d = 0; d < x->P; d++) {
+		int pc = s->b[d];
+		if (pc >= x->n[d])
+			continue;
+		const xop *o = &x->ops[d][pc];
+		int to = pc + 1;
+		if (o->type == X_SEND || o->type == X_RECV) /* a group posts at once */
+			while (to < x->n[d] && (x->ops[d][to].type == X_SEND || x->ops[d][to].type == X_RECV) &&
+			       x->ops[d][to].run == o->run)
+				to++;
+		if (o->type == X_WAIT && s->b[4 + 4 * o->peer + d] <= o->k)
+			continue; /* its receive has not matched */
+		state t = *s;
+		t.b[d] = (uint8_t)to;
+		visit(e, &t);
+		moves++;
+	}
+	for (int a = 0; a < x->P; a++)
+		for (int b = 0; b < x->P; b++) {
+			if (a == b)
+				continue;
+			int made = s->b[4 + 4 * a + b];
+			if (made < mpi_posted(x, s, a, X_SEND, b) && made < mpi_posted(x, s, b, X_RECV, a)) {
+				state t = *s;
+				t.b[4 + 4 * a + b]++;
+				visit(e, &t);
+				moves++;
+			}
+		}
+	return moves;
+}
+
+static bool mpi_final(const xprog *x, const state *s)
+{
+	for (int d = 0; d < x->P; d++)
+		if (s->b[d] < x->n[d])
+			return false;
+	for (int a = 0; a < x->P; a++)
+		for (int b = 0; b < x->P; b++)
+			if (a != b && s->b[4 + 4 * a + b] < mpi_posted(x, s, a, X_SEND, b))
+				return false;
+	return true;
+}
+
+enum { FREE = 0, DEADLOCK = 1, TOO_BIG = 2 };
+
+/* Every interleaving: FREE, DEADLOCK (a reachable state that is not final
+ * has no move), or TOO_BIG past `limit` states.  *nstates: states seen. */
+static int explore(const xprog *x, size_t limit, size_t *nstates)
+{
+	static stateset seen; /* kept: most searches are small, a few are not */
+	set_clear(&seen);
+	explorer e = {.x = x, .seen = &seen, .limit = limit};
+	state s0 = {{0}};
+	for (int d = 0; d < x->P; d++) {
+		REQUIRE(x->n[d] < 255, "D%d: %d ops do not fit a state byte", d, x->n[d]);
+		if (x->nccl) {
+			s0.b[3 * d] = (uint8_t)next_of(x, d, 0, false);
+			s0.b[3 * d + 1] = (uint8_t)next_of(x, d, 0, true);
+		}
+	}
+	visit(&e, &s0);
+	int verdict = FREE;
+	while (e.nstack && verdict == FREE) {
+		if (e.overflow) {
+			verdict = TOO_BIG;
+			break;
+		}
+		state s = e.stack[--e.nstack];
+		int moves = x->nccl ? nccl_moves(&e, &s) : mpi_moves(&e, &s);
+		bool final = x->nccl ? nccl_final(x, &s) : mpi_final(x, &s);
+		e.final |= final;
+		if (!moves && !final)
+			verdict = DEADLOCK;
+		REQUIRE(!final || !moves, "a move out of the final state");
+	}
+	/* Without a deadlock every run ends, so the end is reachable. */
+	REQUIRE(verdict != FREE || e.final, "no deadlock, yet the end is not reachable");
+	*nstates = seen.n;
+	if (seen.cap > (1u << 22))
+		set_free(&seen);
+	free(e.stack);
+	return verdict;
+}
+
+/* ---- building and mutating programs ---------------------------------------------------- */
+
+static const char *const sched_names[] = {"1f1b", "gpipe", "i1f1b", "zbh1", "zbh2", "zbv", "tuned"};
+
+/* A small planned and lowered module, or NULL when the random plan cannot
+ * be built (a schedule that cannot serve the placement, too few layers). */
+static ir_module *build(rng *r, arena *a)
+{
+	int P = 2 + pick(r, 3), M = 1 + pick(r, 3), L = 3 + pick(r, 4);
+	char layers[512] = "[{kind: embedding}";
+	for (int i = 0; i < L - 2; i++)
+		strcat(layers, pick(r, 2) ? ", {kind: mlp, ffn: 128}" : ", {kind: attention, heads: 4}");
+	strcat(layers, ", {kind: head}]");
+	const char *text = arena_printf(a,
+	                                "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32}\n"
+	                                "layers: %s\n"
+	                                "cluster: cpu-local\n",
+	                                layers);
+	fe_overrides ov = {.devices = P,
+	                   .microbatches = M,
+	                   .schedule = sched_names[pick(r, 7)],
+	                   .chunks = 1 + pick(r, 2),
+	                   .backend = pick(r, 2) ? "mpi" : "nccl"};
+	bool random_place = pick(r, 2);
+	int S = 2 + pick(r, L - 1); /* 2..L stages */
+	int64_t cut[8], dev[8];
+	if (random_place) {
+		/* A random composition of L layers into S stages, on random devices. */
+		for (int s = 0; s < S; s++)
+			cut[s] = 1;
+		for (int i = S; i < L; i++)
+			cut[pick(r, S)]++;
+		for (int s = 0; s < S; s++)
+			dev[s] = pick(r, P);
+	}
+	tu_capture();
+	ir_module *m = fe_load_src(src_from_string(a, "x.yaml", text), &ov);
+	if (m && random_place) {
+		m->plan.partition = IR_PART_GIVEN;
+		m->plan.given = arena_alloc(m->arena, (size_t)S * sizeof *m->plan.given);
+		m->plan.placement = arena_alloc(m->arena, (size_t)S * sizeof *m->plan.placement);
+		memcpy(m->plan.given, cut, (size_t)S * sizeof *cut);
+		memcpy(m->plan.placement, dev, (size_t)S * sizeof *dev);
+		m->plan.ngiven = m->plan.nplacement = S;
+	}
+	static const pass_id lower[] = {PASS_cost, PASS_partition, PASS_place, PASS_schedule,
+	                                PASS_tune, PASS_comm};
+	if (m && pass_run(m, lower, (int)(sizeof lower / sizeof *lower), NULL) != 0) {
+		ir_free(m);
+		m = NULL;
+	}
+	tu_release();
+	return m;
+}
+
+/* Make every group a maximal run of transfers with one id of its own, and
+ * a run of one ungrouped: what the text form would say. */
+static void normalize_groups(ir_module *m)
+{
+	int next = 1;
+	for (int d = 0; d < m->ndevices; d++) {
+		ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops;) {
+			ir_op *o = &dev->ops[i];
+			if (!is_xfer(o) || !o->group) {
+				o->group = 0;
+				i++;
+				continue;
+			}
+			int j = i + 1;
+			while (j < dev->nops && is_xfer(&dev->ops[j]) && dev->ops[j].group == o->group)
+				j++;
+			int g = j - i > 1 ? next++ : 0;
+			for (int k = i; k < j; k++)
+				dev->ops[k].group = g;
+			i = j;
+		}
+	}
+}
+
+static void move_op(ir_device *dev, int from, int to)
+{
+	ir_op o = dev->ops[from];
+	if (from < to)
+		memmove(&dev->ops[from], &dev->ops[from + 1], (size_t)(to - from) * sizeof o);
+	else
+		memmove(&dev->ops[to + 1], &dev->ops[to], (size_t)(from - to) * sizeof o);
+	dev->ops[to] = o;
+}
+
+/* A random op of dev satisfying ok(), or -1. */
+static int pick_op(rng *r, const ir_device *dev, bool (*ok)(const ir_device *, int))
+{
+	int cand[512], n = 0;
+	for (int i = 0; i < dev->nops && n < 512; i++)
+		if (ok(dev, i))
+			cand[n++] = i;
+	return n ? cand[pick(r, n)] : -1;
+}
+
+static bool ok_adjacent_comm(const ir_device *dev, int i)
+{
+	return i + 1 < dev->nops && dev->ops[i].comm != IR_COMM_NONE && dev->ops[i + 1].comm != IR_COMM_NONE;
+}
+static bool ok_adjacent_xfers(const ir_device *dev, int i)
+{
+	return i + 1 < dev->nops && is_xfer(&dev->ops[i]) && is_xfer(&dev->ops[i + 1]);
+}
+static bool ok_wait(const ir_device *dev, int i)
+{
+	return dev->ops[i].comm == IR_COMM_WAIT;
+}
+static bool ok_comm(const ir_device *dev, int i)
+{
+	return dev->ops[i].comm != IR_COMM_NONE;
+}
+static bool ok_send(const ir_device *dev, int i)
+{
+	return dev->ops[i].comm == IR_COMM_SEND;
+}
+static bool ok_adjacent_compute(const ir_device *dev, int i)
+{
+	return i + 1 < dev->nops && dev->ops[i].comm == IR_COMM_NONE && dev->ops[i + 1].comm == IR_COMM_NONE;
+}
+static bool ok_grouped(const ir_device *dev, int i)
+{
+	return dev->ops[i].group != 0;
+}
+
+enum {
+	MUT_SWAP_ADJ,
+	MUT_MOVE_WAIT,
+	MUT_SPLIT,
+	MUT_MERGE,
+	MUT_SWAP_SENDS,
+	MUT_MOVE_COMM,
+	MUT_SWAP_COMPUTE,
+	NMUT
+};
+
+/* Index in dev of the compute op (kind, stage, mb), or -1. */
+static int find_compute(const ir_device *dev, ir_op_kind k, int stage, int mb)
+{
+	for (int i = 0; i < dev->nops; i++)
+		if (dev->ops[i].comm == IR_COMM_NONE && dev->ops[i].kind == k && dev->ops[i].stage == stage &&
+		    dev->ops[i].mb == mb)
+			return i;
+	return -1;
+}
+
+/* Where a send's value is made: F, or B (W when the backward is whole). */
+static int producer_of(const ir_module *m, const ir_device *dev, const ir_op *send)
+{
+	bool split = ir_schedule_splits_backward[m->plan.schedule];
+	return find_compute(dev, send->kind == IR_OP_B && !split ? IR_OP_W : send->kind, send->stage, send->mb);
+}
+
+/* The range a wait may move in and still pass the structural checks:
+ * after its receive, up to its consumer.  Positions once it is taken out. */
+static bool wait_range(const ir_device *dev, int w, int *lo, int *hi)
+{
+	const ir_op *o = &dev->ops[w];
+	int r = -1;
+	for (int i = 0; i < dev->nops; i++)
+		if (dev->ops[i].comm == IR_COMM_RECV && dev->ops[i].kind == o->kind &&
+		    dev->ops[i].stage == o->stage && dev->ops[i].mb == o->mb)
+			r = i;
+	int u = find_compute(dev, o->kind, o->kind == IR_OP_F ? o->stage + 1 : o->stage - 1, o->mb);
+	if (r < 0 || u < 0)
+		return false;
+	*lo = r + 1 - (r > w);
+	*hi = u - (u > w);
+	return *lo <= *hi;
+}
+
+/* One random mutation on one random device; false when it found nothing
+ * to change. */
+static bool mutate(rng *r, ir_module *m, int kind)
+{
+	ir_device *dev = &m->devices[pick(r, m->ndevices)];
+	int i, j;
+	switch (kind) {
+	case MUT_SWAP_ADJ:
+	case MUT_SWAP_COMPUTE:
+		if ((i = pick_op(r, dev, kind == MUT_SWAP_ADJ ? ok_adjacent_comm : ok_adjacent_compute)) < 0)
+			return false;
+		{
+			ir_op t = dev->ops[i];
+			dev->ops[i] = dev->ops[i + 1], dev->ops[i + 1] = t;
+		}
+		return true;
+	case MUT_MOVE_WAIT: {
+		/* Anywhere between its receive and its consumer. */
+		int lo, hi;
+		if ((i = pick_op(r, dev, ok_wait)) < 0 || !wait_range(dev, i, &lo, &hi))
+			return false;
+		int to = lo + pick(r, hi - lo + 1);
+		if (to == i)
+			return false;
+		move_op(dev, i, to);
+		return true;
+	}
+	case MUT_MOVE_COMM: {
+		if ((i = pick_op(r, dev, ok_comm)) < 0)
+			return false;
+		int to = i + (pick(r, 2) ? 1 : -1) * (1 + pick(r, 8));
+		to = to < 0 ? 0 : to >= dev->nops ? dev->nops - 1 : to;
+		if (to == i)
+			return false;
+		move_op(dev, i, to);
+		return true;
+	}
+	case MUT_SPLIT:
+		if ((i = pick_op(r, dev, ok_grouped)) < 0)
+			return false;
+		for (j = i; j > 0 && dev->ops[j - 1].group == dev->ops[i].group; j--)
+			;
+		for (int g = dev->ops[i].group; j < dev->nops && dev->ops[j].group == g; j++)
+			dev->ops[j].group = 0;
+		return true;
+	case MUT_MERGE: {
+		if ((i = pick_op(r, dev, ok_adjacent_xfers)) < 0)
+			return false;
+		/* The runs of i and i + 1 become one group. */
+		int lo = i, hi = i + 1;
+		while (dev->ops[lo].group && lo > 0 && is_xfer(&dev->ops[lo - 1]) &&
+		       dev->ops[lo - 1].group == dev->ops[i].group)
+			lo--;
+		while (dev->ops[hi].group && hi + 1 < dev->nops && is_xfer(&dev->ops[hi + 1]) &&
+		       dev->ops[hi + 1].group == dev->ops[i + 1].group)
+			hi++;
+		for (int k = lo; k <= hi; k++)
+			dev->ops[k].group = 1000000;
+		return true;
+	}
+	case MUT_SWAP_SENDS: {
+		/* Two sends of one device (any) to different peers trade places;
+		 * when the later one's value is not made yet at the earlier one's
+		 * place, the earlier one moves to just after the later one instead:
+		 * either way their order is exchanged. */
+		int pairs[256][3], n = 0;
+		for (int d = 0; d < m->ndevices; d++) {
+			const ir_device *dv = &m->devices[d];
+			for (int a = 0; a < dv->nops; a++)
+				for (int b = a + 1; b < dv->nops && n < 256; b++)
+					if (ok_send(dv, a) && ok_send(dv, b) && dv->ops[a].peer != dv->ops[b].peer)
+						pairs[n][0] = d, pairs[n][1] = a, pairs[n++][2] = b;
+		}
+		if (!n)
+			return false;
+		int c = pick(r, n);
+		dev = &m->devices[pairs[c][0]];
+		i = pairs[c][1], j = pairs[c][2];
+		if (producer_of(m, dev, &dev->ops[j]) < i) {
+			ir_op t = dev->ops[i];
+			dev->ops[i] = dev->ops[j], dev->ops[j] = t;
+		} else {
+			move_op(dev, i, j);
+		}
+		return true;
+	}
+	}
+	return false;
+}
+
+/* ---- the cross-check ---------------------------------------------------------------- */
+
+typedef struct tally {
+	int bases, unbuilt, cases, agree_free, agree_dead, rejected, too_big, disagree;
+	int base_free, base_dead; /* the programs as comm lowered them */
+	int by[IR_NBACKENDS][2];  /* [backend][deadlock?] */
+	int by_mut[NMUT][2];      /* mutants by their last mutation and verdict */
+	size_t states, max_states;
+} tally;
+
+static const char *const mut_names[NMUT] = {"swap adjacent", "move wait", "split group",
+                                             "merge into group", "swap sends", "move transfer",
+                                             "swap compute"};
+
+/* Compare the proof with the explorer on m; false on disagreement. */
+static bool check_one(ir_module *m, tally *t, int last_mut)
+{
+	xprog x;
+	xprog_build(m, &x);
+	size_t n = 0;
+	int want = explore(&x, 400000, &n);
+	xprog_free(&x);
+	t->states += n;
+	if (n > t->max_states)
+		t->max_states = n;
+	if (want == TOO_BIG) {
+		t->too_big++;
+		return true;
+	}
+	m->proof = (ir_proof){0};
+	tu_capture();
+	int rc = pass_verify(m);
+	char *said = strdup(tu_captured());
+	tu_release();
+	bool proof_free = rc == 0;
+	t->cases++;
+	bool ok = proof_free == (want == FREE);
+	if (ok) {
+		if (proof_free)
+			t->agree_free++;
+		else
+			t->agree_dead++;
+		t->by[m->plan.backend][!proof_free]++;
+		if (last_mut >= 0)
+			t->by_mut[last_mut][!proof_free]++;
+		else if (proof_free)
+			t->base_free++;
+		else
+			t->base_dead++;
+	} else if (++t->disagree <= 3) {
+		printf("xcheck: DISAGREEMENT: the proof says %s, the explorer %s (%zu states)\n",
+		       proof_free ? "deadlock-free" : "deadlock", want == FREE ? "deadlock-free" : "deadlock", n);
+		printf("%s", said);
+		ir_print(stdout, m);
+	}
+	free(said);
+	return ok;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+enum { NBASES = 2000, MUTANTS = 16 };
+
+START_TEST(test_xcheck)
+{
+	tune_set_budget(1); /* a cap the tiny plans never reach: the cases stay the same anywhere */
+	rng r = {0x0c70d1ce5eedull};
+	tally t = {0};
+	double t0 = now();
+	for (int c = 0; c < NBASES; c++) {
+		arena *a;
+		ir_module *m;
+		for (int tries = 0;; tries++) {
+			ck_assert_msg(tries < 1000, "no random plan builds");
+			a = arena_new();
+			if ((m = build(&r, a)))
+				break;
+			t.unbuilt++;
+			arena_free(a);
+		}
+		t.bases++;
+		/* The lowering as comm wrote it, then mutants of it. */
+		check_one(m, &t, -1);
+		int P = m->ndevices;
+		ir_op *base[4];
+		int nbase[4];
+		for (int d = 0; d < P; d++) {
+			nbase[d] = m->devices[d].nops;
+			base[d] = malloc(((size_t)nbase[d] + 1) * sizeof **base);
+			if (nbase[d]) /* an idle device has no ops at all */
+				memcpy(base[d], m->devices[d].ops, (size_t)nbase[d] * sizeof **base);
+		}
+		for (int k = 0; k < MUTANTS; k++) {
+			for (int d = 0; d < P; d++)
+				if (nbase[d])
+					memcpy(m->devices[d].ops, base[d], (size_t)nbase[d] * sizeof **base);
+			int nmut = 1 + pick(&r, 4), last = -1;
+			for (int i = 0; i < nmut; i++) {
+				int kind = pick(&r, NMUT);
+				if (mutate(&r, m, kind))
+					last = kind;
+			}
+			if (last < 0)
+				continue;
+			normalize_groups(m);
+			tu_capture();
+			int errs = ir_verify(m);
+			tu_release();
+			if (errs) {
+				t.rejected++;
+				continue;
+			}
+			check_one(m, &t, last);
+		}
+		for (int d = 0; d < P; d++)
+			free(base[d]);
+		ir_free(m);
+		arena_free(a);
+	}
+	double secs = now() - t0;
+	printf("xcheck: %d cases: %d deadlock-free, %d deadlock; %s\n", t.cases, t.agree_free,
+	       t.agree_dead, t.disagree ? "VERDICTS DISAGREE" : "verdicts agree");
+	printf("xcheck: nccl %d free / %d deadlock, mpi %d free / %d deadlock\n", t.by[IR_BACKEND_NCCL][0],
+	       t.by[IR_BACKEND_NCCL][1], t.by[IR_BACKEND_MPI][0], t.by[IR_BACKEND_MPI][1]);
+	printf("xcheck:   as lowered by comm              %4d free / %4d deadlock\n", t.base_free, t.base_dead);
+	for (int k = 0; k < NMUT; k++)
+		printf("xcheck:   last mutation %-16s %4d free / %4d deadlock\n", mut_names[k], t.by_mut[k][0],
+		       t.by_mut[k][1]);
+	printf("xcheck: %d lowered programs (%d random plans not buildable), %d mutants rejected by "
+	       "ir_verify, %d past the state limit, %d disagreements; %zu states explored (at most %zu "
+	       "in one case), %.1f s\n",
+	       t.bases, t.unbuilt, t.rejected, t.too_big, t.disagree, t.states, t.max_states, secs);
+	ck_assert_int_eq(t.disagree, 0);
+	ck_assert_msg(t.too_big * 100 <= t.cases, "%d cases past the state limit", t.too_big);
+	ck_assert_int_gt(t.agree_free, 0);
+	ck_assert_int_gt(t.agree_dead, 0);
+}
+END_TEST
+
+/* The explorer on the hand-written corpus (tests/deadlock): every program
+ * that passes the structural checks gets the verdict its "; EXPECT:" line
+ * gives, from the explorer and from the proof alike. */
+START_TEST(test_corpus)
+{
+	arena *a = arena_new();
+	const char *dirname = arena_printf(a, "%s/../tests/deadlock", fe_models_dir());
+	DIR *dir = opendir(dirname);
+	ck_assert_msg(dir != NULL, "cannot open %s", dirname);
+	int explored = 0, structural = 0;
+	for (struct dirent *de; (de = readdir(dir));) {
+		size_t len = strlen(de->d_name);
+		if (len < 5 || strcmp(de->d_name + len - 5, ".opir"))
+			continue;
+		const char *path = arena_printf(a, "%s/%s", dirname, de->d_name);
+		tu_capture();
+		src_file *src = src_read(a, path);
+		ir_module *m = src ? ir_parse(src) : NULL;
+		int errs = m ? ir_verify(m) : -1;
+		tu_release();
+		ck_assert_msg(m != NULL, "%s does not parse", path);
+		int want = -1;
+		ck_assert_msg(sscanf(src->text, "; EXPECT: %d", &want) == 1, "%s: no EXPECT line", path);
+		if (errs) {
+			ck_assert_int_eq(want, 1);
+			structural++;
+		} else {
+			xprog x;
+			xprog_build(m, &x);
+			size_t n;
+			int got = explore(&x, 1000000, &n);
+			xprog_free(&x);
+			ck_assert_msg(got == (want ? DEADLOCK : FREE), "%s: the explorer says %s", path,
+			              got == FREE ? "deadlock-free" : got == DEADLOCK ? "deadlock" : "too big");
+			tu_capture();
+			int rc = pass_verify(m);
+			tu_release();
+			ck_assert_msg((rc == 0) == (want == 0), "%s: the proof says %s", path,
+			              rc == 0 ? "deadlock-free" : "deadlock");
+			explored++;
+		}
+		ir_free(m);
+	}
+	closedir(dir);
+	printf("xcheck: corpus: %d programs explored, %d rejected by the structural checks\n", explored,
+	       structural);
+	ck_assert_int_ge(explored, 6);
+	arena_free(a);
+}
+END_TEST
+
+static Suite *xcheck_suite(void)
+{
+	Suite *s = suite_create("xcheck");
+	TCase *tc = tcase_create("proof-vs-explorer");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_corpus);
+	tcase_add_test(tc, test_xcheck);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(xcheck_suite());
+}
