@@ -331,14 +331,19 @@ static int channel_pair(void *ctx, int i, int j)
 	const channel_ctx *c = ctx;
 	const ir_module *m = c->m;
 	const ir_op *x = &m->devices[c->a].ops[i], *y = &m->devices[c->b].ops[j];
-	if (x->kind == y->kind && x->stage == y->stage && x->mb == y->mb && x->bytes == y->bytes)
+	bool same = x->kind == y->kind && x->stage == y->stage && x->mb == y->mb;
+	if (same && x->bytes == y->bytes)
 		return 0;
 	ir_loc loc = m->op_loc && m->op_loc[c->b] ? loc_or(m->op_loc[c->b], j, m->loc) : m->loc;
-	diag_error(loc, "channel D%d -> D%d: D%d sends %s S%d m%d (%llu bytes) where D%d receives "
-	                "%s S%d m%d (%llu bytes); a channel is first in, first out",
-	           c->a, c->b, c->a, ir_value_names[x->kind], x->stage, x->mb,
-	           (unsigned long long)x->bytes, c->b, ir_value_names[y->kind], y->stage, y->mb,
-	           (unsigned long long)y->bytes);
+	if (same)
+		diag_error(loc, "channel D%d -> D%d: %s S%d m%d is sent as %llu bytes but received as %llu",
+		           c->a, c->b, ir_value_names[x->kind], x->stage, x->mb,
+		           (unsigned long long)x->bytes, (unsigned long long)y->bytes);
+	else
+		diag_error(loc, "channel D%d -> D%d: D%d sends %s S%d m%d where D%d receives %s S%d m%d; "
+		                "a channel is first in, first out",
+		           c->a, c->b, c->a, ir_value_names[x->kind], x->stage, x->mb, c->b,
+		           ir_value_names[y->kind], y->stage, y->mb);
 	return 1;
 }
 
@@ -427,7 +432,13 @@ static int verify_comm(const ir_module *m)
 				int made = CPOS(k == IR_OP_B && !split ? IR_OP_W : k, s, mb);
 				int used = CPOS(k == IR_OP_F ? IR_OP_F : IR_OP_B, cs, mb);
 				if (snd[v] < 0 || rcv[v] < 0 || wt[v] < 0) {
-					diag_error(m->loc, "%s S%d m%d goes D%d -> D%d but has no %s", vn, s, mb, src, dst,
+					/* Point at an op of the value that is there, if any. */
+					ir_loc at = m->loc;
+					if (snd[v] >= 0 && m->op_loc && m->op_loc[src])
+						at = loc_or(m->op_loc[src], snd[v], m->loc);
+					else if ((rcv[v] >= 0 || wt[v] >= 0) && m->op_loc && m->op_loc[dst])
+						at = loc_or(m->op_loc[dst], rcv[v] >= 0 ? rcv[v] : wt[v], m->loc);
+					diag_error(at, "%s S%d m%d goes D%d -> D%d but has no %s", vn, s, mb, src, dst,
 					           snd[v] < 0 ? "send" : rcv[v] < 0 ? "receive" : "wait");
 					errs++;
 				} else if (snd[v] < made) {

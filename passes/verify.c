@@ -281,18 +281,23 @@ static int prove(graph *g)
 		diag_error(ir_loc_or(m->plan_loc, m->loc),
 		           "verify: the programs can deadlock under %s semantics; a cycle of waits:",
 		           ir_backend_names[m->plan.backend]);
-		int start = u, last_step = -1, shown = 0;
+		int start = u, last_step = -1, shown = 0, steps = 0;
 		do {
 			int s = u / 2;
-			if (s != last_step && shown < 64) {
-				char buf[160];
-				describe(g, s, buf, sizeof buf);
-				fprintf(diag_stream, "  %s %s\n", buf, u % 2 ? "cannot complete" : "cannot be posted");
-				shown++;
+			if (s != last_step) {
+				if (shown < 64) {
+					char buf[160];
+					describe(g, s, buf, sizeof buf);
+					fprintf(diag_stream, "  %s %s\n", buf, u % 2 ? "cannot complete" : "cannot be posted");
+					shown++;
+				}
+				steps++;
 			}
 			last_step = s;
 			u = pred[u];
 		} while (u != start);
+		if (steps > shown)
+			fprintf(diag_stream, "  ... and %d more steps of the cycle\n", steps - shown);
 		free(seen);
 		free(pred);
 		rc = -1;
