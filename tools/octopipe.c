@@ -1,7 +1,7 @@
 /* octopipe.c: the command-line driver.
  *
  *   octopipe plan MODEL.yaml      plan and print the plan
- *   octopipe compile MODEL.yaml   (code generation: not built yet)
+ *   octopipe compile MODEL.yaml   per-rank executables (codegen/, docs/codegen.md)
  *   octopipe opt FILE.opir        run passes on IR text, print IR text
  *   octopipe verify FILE.opir     check IR text against the invariants
  *   octopipe sim FILE             simulate a plan, print its timing
@@ -9,6 +9,7 @@
  * Options come from one table; each subcommand accepts the ones whose mask
  * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
  * 1 user error (with a diagnostic), 2 a feature not built yet. */
+#include "cg.h"
 #include "frontend.h"
 #include "ir.h"
 #include "pass.h"
@@ -46,7 +47,9 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(JSON, "--json", NULL, C_PLAN | C_SIM, "print one JSON object instead of the table") \
 	X(TRACE, "--trace", "FILE.json", C_PLAN | C_SIM, "write the simulated step as a Chrome trace (Perfetto)") \
 	X(SVG, "--svg", "FILE.svg", C_PLAN | C_SIM, "draw the simulated step as an SVG timeline") \
-	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile) there")
+	X(TARGET, "--target", "cpu|cuda", C_COMPILE, "what the executables run on: cpu (MPI ranks; the default) or cuda (not built yet)") \
+	X(EMIT, "--emit", "llvm,obj", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o)") \
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile: a directory) there")
 
 typedef enum opt_id {
 #define X(e, f, v, m, h) O_##e,
@@ -75,7 +78,7 @@ typedef struct command {
 
 static const command commands[] = {
 	{"plan", C_PLAN, "MODEL.yaml", "partition, place and schedule a model; print the plan"},
-	{"compile", C_COMPILE, "MODEL.yaml -o DIR", "compile a model to per-rank executables (not built yet)"},
+	{"compile", C_COMPILE, "MODEL.yaml -o DIR", "compile a model (or a plan, FILE.opir) to per-rank executables that train it"},
 	{"opt", C_OPT, "FILE.opir", "run passes on IR text and print the resulting IR"},
 	{"verify", C_VERIFY, "FILE.opir", "check IR text against the IR invariants"},
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
@@ -531,10 +534,14 @@ static void print_plan_table(const ir_module *m)
 	}
 	if (!m->ndevices)
 		return;
-	printf("\n%-7s %-5s %s\n", "device", "ops", "program (first ops)");
+	printf("\n%-7s %-5s %s%s\n", "device", "ops", m->memplan ? "arena        " : "",
+	       "program (first ops)");
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		printf("D%-6d %-5d", d, dev->nops);
+		char ab[32];
+		if (m->memplan) /* the memplan pass: what codegen allocates besides the resident bytes */
+			printf(" %-12s", fmt_mem(ab, sizeof ab, m->memplan[d].arena));
 		for (int i = 0; i < dev->nops && i < 8; i++)
 			printf(" %s%d.%d", ir_op_names[dev->ops[i].kind], dev->ops[i].stage, dev->ops[i].mb);
 		printf("%s\n", dev->nops > 8 ? " ..." : "");
@@ -701,6 +708,107 @@ static int not_built(const args *a, const char *what)
 	return 2;
 }
 
+/* compile: a model through the default pipeline (with the backend the
+ * target talks through), or an IR file through the passes it still lacks
+ * (all of them without programs, comm onwards without communication, the
+ * proof onwards otherwise); then the proof again, whatever ran, and code
+ * generation (docs/codegen.md). */
+static int cmd_compile(const args *a)
+{
+	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
+	if (strcmp(target, "cuda") == 0)
+		return not_built(a, "the CUDA target (--target cuda)");
+	if (strcmp(target, "cpu") != 0)
+		return cli_error(a->cmd->name, "unknown target '%s' (cpu or cuda)", target);
+	cg_options co = {0};
+	if (a->set[O_EMIT]) {
+		char *list = strdup(a->val[O_EMIT]), *save = NULL;
+		int bad = 0;
+		for (char *w = strtok_r(list, ",", &save); w && !bad; w = strtok_r(NULL, ",", &save)) {
+			if (strcmp(w, "llvm") == 0)
+				co.emit_llvm = true;
+			else if (strcmp(w, "obj") == 0)
+				co.emit_obj = true;
+			else
+				bad = cli_error(a->cmd->name, "--emit takes llvm, obj or both ('llvm,obj'), got '%s'", w);
+		}
+		free(list);
+		if (bad)
+			return bad;
+	}
+	if (a->set[O_BACKEND] && strcmp(a->val[O_BACKEND], "mpi") != 0)
+		return cli_error(a->cmd->name, "--target cpu runs its ranks over MPI: --backend must be mpi "
+		                               "(or left out), got '%s'", a->val[O_BACKEND]);
+	pipeline pl;
+	int rc = setup_pipeline(a, &pl);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if (!a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0)
+		return cli_error(a->cmd->name, "compile writes a directory of executables: give it with -o DIR");
+	co.dir = a->val[O_OUTPUT];
+
+	arena *ar = arena_new();
+	ir_module *m;
+	if (a->input && is_ir_file(a->input)) {
+		m = load_ir(a, ar);
+		if (m && ir_lowered(m) && m->plan.backend != IR_BACKEND_MPI) {
+			diag_error(ir_loc_or(m->plan_loc, m->loc), "the programs are lowered for %s, but CPU "
+			           "ranks talk through MPI: lower them with --backend mpi",
+			           ir_backend_names[m->plan.backend]);
+			ir_free(m);
+			m = NULL;
+		}
+		if (m && !a->set[O_PASSES]) {
+			pass_id from = !m->ndevices ? pass_default_pipeline[0] : !ir_lowered(m) ? PASS_comm : PASS_verify;
+			int k = 0;
+			while (k < pass_default_pipeline_len && pass_default_pipeline[k] != from)
+				k++;
+			pl.n = 0;
+			bool costed = true;
+			for (int l = 0; l < m->nlayers; l++)
+				costed &= m->layers[l].cost.known;
+			if (!costed && from != pass_default_pipeline[0])
+				pl.ids[pl.n++] = PASS_cost;
+			for (; k < pass_default_pipeline_len; k++)
+				pl.ids[pl.n++] = pass_default_pipeline[k];
+		}
+		if (m)
+			m->plan.backend = IR_BACKEND_MPI;
+	} else {
+		args b = *a;
+		b.val[O_BACKEND] = "mpi";
+		b.set[O_BACKEND] = true;
+		m = load_model(&b);
+	}
+	if (!m) {
+		arena_free(ar);
+		return 1;
+	}
+	rc = pass_run(m, pl.ids, pl.n, &pl.po) ? 1 : 0;
+	if (!rc && ir_verify(m) != 0)
+		rc = 1;
+	/* The proof is checked again whatever ran: codegen trusts no text. */
+	if (!rc && ir_lowered(m) && pass_verify(m) != 0)
+		rc = 1;
+	bool failed = false;
+	sim_result *r = rc ? NULL : maybe_simulate(m, &failed);
+	if (failed)
+		rc = 1;
+	if (!rc && !pl.po.print_after_all) {
+		print_plan_table(m);
+		if (r)
+			print_sim_table(m, r);
+		if (r && m->plan.schedule == IR_SCHED_TUNED)
+			print_comparison(m, r);
+	}
+	if (!rc && cg_compile_cpu(m, r, &co) != 0)
+		rc = 1;
+	sim_free(r);
+	ir_free(m);
+	arena_free(ar);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -737,7 +845,7 @@ int main(int argc, char **argv)
 	case C_VERIFY:
 		return cmd_verify(&a);
 	case C_COMPILE:
-		return not_built(&a, "code generation (the 'compile' command)");
+		return cmd_compile(&a);
 	case C_SIM:
 		return cmd_sim(&a);
 	}

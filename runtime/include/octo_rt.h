@@ -233,6 +233,65 @@ int rt_trace_merge(const char *dir, int nranks, const char *out_path, char *err,
  * the arena (and gives them back).  Collective. */
 int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path);
 
+
+/* ---- generated programs (rt_cli.c) ----------------------------------------- */
+
+/* What `octopipe compile` bakes into a rank program for its command line
+ * and its report (docs/codegen.md). */
+typedef struct rt_prog_info {
+	const char *about;   /* --help's description: model, rank, stages, schedule */
+	const char *data;    /* the model's text file, relative to the executable's
+	                        directory unless absolute; NULL: synthetic tokens */
+	int64_t steps;       /* --steps when not given */
+	int64_t tokens;      /* tokens per step (microbatches x mbs x seq) */
+	double predicted_us; /* the simulator's step time; 0: none */
+	int32_t rank;        /* the rank this program must run as */
+	int32_t nranks;      /* and the job's size */
+} rt_prog_info;
+
+/* The parsed command line, and the step clock of the report. */
+typedef struct rt_cli {
+	const rt_prog_info *prog;
+	int64_t steps;          /* --steps N: steps to train (more, after --resume) */
+	const char *data;       /* --data FILE, else prog->data resolved; NULL: synthetic */
+	const char *checkpoint; /* --checkpoint DIR: save there after training */
+	const char *resume;     /* --resume DIR: load before training */
+	const char *trace;      /* --trace DIR: per-rank traces (rt_options.trace_dir) */
+	const char *profile;    /* --profile FILE: profiling mode instead of training */
+	int64_t done;           /* steps timed so far */
+	double t0;              /* start of the current step, seconds */
+	double first_s;         /* the first step's time */
+	double rest_s;          /* the sum of the others */
+	double last_loss;
+	char path[4096];        /* storage for the resolved data path */
+} rt_cli;
+
+/* Parses a rank program's arguments (before rt_init: --help needs no MPI).
+ * Returns RT_OK; 1 after printing --help (exit 0); RT_EARG after printing
+ * "PROGRAM: error: ..." and the usage (exit 2). */
+int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli);
+
+/* After rt_init: checks that the job is the one the program was compiled
+ * for (rank and size), else RT_EARG with a message for rt_abort. */
+int rt_cli_start(rt_cli *cli, rt_ctx *ctx);
+
+/* Around each training step (rt_step_begin .. rt_step_end): the rank that
+ * holds the head prints "step S loss L (HEX) T tokens/s D ms". */
+void rt_cli_step_begin(rt_cli *cli);
+void rt_cli_step_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss);
+
+/* After training: the summary (the head's rank: mean step time after the
+ * first, tokens/s, the prediction) and the model hash (rank 0).
+ * Collective (rt_model_hash). */
+int rt_cli_finish(rt_cli *cli, rt_ctx *ctx);
+
+/* rt_send and rt_recv with the tag's fields as scalars: generated code
+ * calls these, since how a struct passes by value differs between ABIs. */
+int rt_post_send(rt_ctx *ctx, int peer, const void *buf, size_t bytes, int stage, int mb,
+                 int kind, int *req);
+int rt_post_recv(rt_ctx *ctx, int peer, void *buf, size_t bytes, int stage, int mb, int kind,
+                 int *req);
+
 #ifdef __cplusplus
 }
 #endif

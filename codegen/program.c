@@ -1,0 +1,382 @@
+/* program.c: one device's proven program -> the op table of its rank
+ * executable (a cg_rank).
+ *
+ * Reads the lowered, proven module (and the simulator's step time for the
+ * report); writes nothing back.  Guarantees, or refuses with a diagnostic:
+ * every layer is one the CPU runtime runs (rt_layer_check); the values sent
+ * and received have the runtime's size (f32 activations); W runs in
+ * micro-batch order in every stage (the runtime adds weight gradients in
+ * that order, which is what makes the weights the same for every plan).
+ *
+ * Buffers: the memory plan's.  Their live ranges and kinds come from
+ * ir_live_buffers (the liveness the memplan pass and the verifier share);
+ * their offsets are the module's memplan when every buffer there holds what
+ * the runtime puts in it, else memplan_assign run again on the runtime's
+ * own stash sizes (the cost model's act/wstash bytes are estimates).  On top
+ * of the plan, F and B chain a stage's layers through one buffer: the
+ * stage's output value, or, where the stage has none (the last stage's F,
+ * the first stage's B), its input value, which is dead after the op, or a
+ * work buffer when the stage has neither (a one-stage program). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg.h"
+#include "memplan.h"
+
+#define RUP(n) (((uint64_t)(n) + RT_ALIGN - 1) & ~(uint64_t)(RT_ALIGN - 1))
+
+const char *const cg_op_names[CG_NOPS] = {
+#define X(e, s) s,
+	CG_OPS(X)
+#undef X
+};
+
+/* The IR's enums and the runtime's are one table each, in the same order. */
+_Static_assert((int)IR_LAYER_EMBEDDING == (int)RT_EMBEDDING && (int)IR_LAYER_HEAD == (int)RT_HEAD &&
+                   (int)IR_NLAYER_KINDS == (int)RT_NKINDS,
+               "layer kinds of ir.h and octo_kernels.h differ");
+_Static_assert((int)IR_ACT_SWIGLU == (int)RT_SWIGLU && (int)IR_NACTS == (int)RT_NACTS,
+               "activations of ir.h and octo_kernels.h differ");
+
+static rt_layer_desc layer_desc(const ir_module *m, const ir_layer *l)
+{
+	const int64_t *a = l->attr;
+	return (rt_layer_desc){
+	    .kind = (rt_kind)l->kind, .hidden = m->model.hidden, .seq = m->model.seq,
+	    .mbs = m->train.mbs, .vocab = m->model.vocab,
+	    .heads = a[IR_ATTR_HEADS], .kv_heads = a[IR_ATTR_KV_HEADS],
+	    .head_dim = a[IR_ATTR_HEAD_DIM], .window = a[IR_ATTR_WINDOW],
+	    .q_lora_rank = a[IR_ATTR_Q_LORA_RANK], .kv_lora_rank = a[IR_ATTR_KV_LORA_RANK],
+	    .qk_rope_dim = a[IR_ATTR_QK_ROPE_DIM], .v_head_dim = a[IR_ATTR_V_HEAD_DIM],
+	    .ffn = a[IR_ATTR_FFN], .act = (rt_act)a[IR_ATTR_ACT], .experts = a[IR_ATTR_EXPERTS],
+	    .top_k = a[IR_ATTR_TOP_K], .expert_ffn = a[IR_ATTR_EXPERT_FFN],
+	    .shared_experts = a[IR_ATTR_SHARED_EXPERTS], .version = a[IR_ATTR_VERSION],
+	    .state = a[IR_ATTR_STATE], .expand = a[IR_ATTR_EXPAND], .conv = a[IR_ATTR_CONV],
+	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK]};
+}
+
+/* Bytes of one activation (or its gradient) between stages, as the CPU
+ * runtime holds it: f32. */
+static uint64_t value_bytes(const ir_module *m)
+{
+	return (uint64_t)m->train.mbs * (uint64_t)m->model.seq * (uint64_t)m->model.hidden * sizeof(float);
+}
+
+typedef struct lowering {
+	const ir_module *m;
+	int d, S, M;
+	ir_loc where;
+	int *stage_h0;       /* per stage on this device: its first local layer; -1 elsewhere */
+	rt_sizes *sz;        /* per local layer */
+	uint64_t *stash[2];  /* per stage: the runtime's act and W stash bytes (RT_ALIGN'd slices) */
+	int64_t *act_off, *ws_off, *val_off[2]; /* per (stage, mb); val_off by value kind F, B */
+	int64_t work;        /* the work buffer, or -1 */
+} lowering;
+
+#define AT(s, mb) ((size_t)(s) * (size_t)L->M + (size_t)(mb))
+
+/* What each buffer of the plan must hold at least, by the runtime's sizes. */
+static uint64_t needed(const lowering *L, const ir_buf *b)
+{
+	switch (b->kind) {
+	case IR_BUF_ACT: return L->stash[0][b->stage];
+	case IR_BUF_WSTASH: return L->stash[1][b->stage];
+	default: return RUP(value_bytes(L->m));
+	}
+}
+
+/* The buffers and their offsets (see the file comment). */
+static int plan_buffers(lowering *L, cg_rank *out)
+{
+	const ir_module *m = L->m;
+	ir_buf *b;
+	int n = ir_live_buffers(m, L->d, &b);
+	const ir_dev_plan *p = m->memplan ? &m->memplan[L->d] : NULL;
+	bool fits = p && p->nbufs == n;
+	for (int i = 0; fits && i < n; i++)
+		fits = p->bufs[i].kind == b[i].kind && p->bufs[i].stage == b[i].stage &&
+		       p->bufs[i].mb == b[i].mb && p->bufs[i].size >= needed(L, &b[i]) &&
+		       p->bufs[i].off % RT_ALIGN == 0;
+	uint64_t top;
+	if (fits) {
+		memcpy(b, p->bufs, (size_t)n * sizeof *b);
+		top = p->arena;
+	} else {
+		for (int i = 0; i < n; i++)
+			b[i].size = needed(L, &b[i]);
+		top = memplan_assign(b, n);
+	}
+	out->ir_arena = p ? p->arena : 0;
+	out->replanned = !fits;
+	out->nbufs = n;
+	for (int i = 0; i < n; i++) {
+		const ir_buf *x = &b[i];
+		size_t k = AT(x->stage, x->mb);
+		switch (x->kind) {
+		case IR_BUF_ACT: L->act_off[k] = (int64_t)x->off; break;
+		case IR_BUF_WSTASH: L->ws_off[k] = (int64_t)x->off; break;
+		default: L->val_off[x->value == IR_OP_B][k] = (int64_t)x->off; break;
+		}
+	}
+	free(b);
+	/* A program of one stage has no value to chain its layers through. */
+	L->work = -1;
+	for (int s = 0; s < L->S; s++)
+		if (L->stage_h0[s] >= 0 && s == 0 && s == L->S - 1) {
+			top = RUP(top);
+			L->work = (int64_t)top;
+			top += RUP(value_bytes(m));
+		}
+	out->buf_bytes = RUP(top);
+	return 0;
+}
+
+static int64_t need_off(int64_t off, const char *what, int s, int mb)
+{
+	if (off < 0)
+		ir_bug("codegen: no %s buffer for stage %d, micro-batch %d", what, s, mb);
+	return off;
+}
+
+/* F and B of stage s, micro-batch mb: where the chain starts and ends. */
+static void chain(const lowering *L, cg_op *c, int s, int mb, bool fwd)
+{
+	int prev = fwd ? s - 1 : s + 1, kind = fwd ? 0 : 1;
+	bool has_in = prev >= 0 && prev < L->S, has_out = fwd ? s + 1 < L->S : s > 0;
+	c->in = has_in ? need_off(L->val_off[kind][AT(prev, mb)], "input", s, mb) : -1;
+	if (has_out) {
+		c->out = c->last = need_off(L->val_off[kind][AT(s, mb)], "output", s, mb);
+	} else {
+		c->last = -1;
+		c->out = c->in >= 0 ? c->in : L->work;
+	}
+	c->act = need_off(L->act_off[AT(s, mb)], "act stash", s, mb);
+	c->ws = fwd ? -1 : need_off(L->ws_off[AT(s, mb)], "W stash", s, mb);
+}
+
+static const char *kinds_text(const ir_module *m, const ir_stage *st, arena *a)
+{
+	char *t = arena_strdup(a, "");
+	for (int l = st->first; l <= st->last; l++)
+		t = arena_printf(a, "%s%s%s", t, l > st->first ? ", " : "",
+		                 ir_layer_kind_names[m->layers[l].kind]);
+	return t;
+}
+
+static const char *about_text(const ir_module *m, const sim_result *r, int d, int nops, arena *a,
+                              const char *data)
+{
+	char *t = arena_printf(
+	    a,
+	    "rank%d: rank %d of %d of a pipeline-parallel training program for %s (%d layers, "
+	    "hidden %lld, vocab %lld, seq %lld), compiled by octopipe for CPU ranks under MPI\n"
+	    "plan: schedule %s, %d stages on %d ranks, %lld micro-batches of %lld x %lld tokens per "
+	    "step, deadlock-free under mpi (certificate %016llx)",
+	    d, d, m->ndevices, m->model.name, m->nlayers, (long long)m->model.hidden,
+	    (long long)m->model.vocab, (long long)m->model.seq, ir_schedule_names[m->plan.schedule],
+	    m->nstages, m->ndevices, (long long)m->train.microbatches, (long long)m->train.mbs,
+	    (long long)m->model.seq, (unsigned long long)m->proof.order);
+	if (r)
+		t = arena_printf(a, "%s; predicted step %.3f ms", t, r->makespan * 1e-3);
+	t = arena_printf(a, "%s\nthis rank holds:", t);
+	int held = 0;
+	for (int s = 0; s < m->nstages; s++) {
+		const ir_stage *st = &m->stages[s];
+		if (st->device != d)
+			continue;
+		t = arena_printf(a, "%s%s stage S%d = L%d..L%d (%s)", t, held++ ? ";" : "", s, st->first,
+		                 st->last, kinds_text(m, st, a));
+	}
+	return arena_printf(a, "%s; %d ops per step\ndata: %s; %lld steps unless --steps says otherwise",
+	                    t, nops, data ? data : "synthetic tokens", (long long)m->train.steps);
+}
+
+int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_rank *out)
+{
+	memset(out, 0, sizeof *out);
+	lowering Lv = {.m = m, .d = d, .S = m->nstages, .M = (int)m->train.microbatches,
+	               .where = ir_loc_or(m->plan_loc, m->loc)};
+	lowering *L = &Lv;
+	const ir_device *dev = &m->devices[d];
+	size_t nsm = (size_t)L->S * (size_t)L->M;
+	L->stage_h0 = arena_alloc(a, (size_t)L->S * sizeof *L->stage_h0);
+	L->stash[0] = arena_alloc(a, (size_t)L->S * sizeof(uint64_t));
+	L->stash[1] = arena_alloc(a, (size_t)L->S * sizeof(uint64_t));
+	L->act_off = arena_alloc(a, nsm * sizeof(int64_t));
+	L->ws_off = arena_alloc(a, nsm * sizeof(int64_t));
+	L->val_off[0] = arena_alloc(a, nsm * sizeof(int64_t));
+	L->val_off[1] = arena_alloc(a, nsm * sizeof(int64_t));
+	for (size_t i = 0; i < nsm; i++)
+		L->act_off[i] = L->ws_off[i] = L->val_off[0][i] = L->val_off[1][i] = -1;
+
+	/* The rank's layers, stage by stage (stages cover the layers in order,
+	 * so the global indices ascend), each with its slice of the stashes. */
+	int nl = 0;
+	for (int s = 0; s < L->S; s++)
+		if (m->stages[s].device == d)
+			nl += m->stages[s].last - m->stages[s].first + 1;
+	if (!nl) {
+		diag_error(L->where, "codegen: D%d holds no stage, but every rank of the job needs at "
+		                     "least one layer (the runtime's model state): place a stage on it, or "
+		                     "plan for fewer devices", d);
+		return -1;
+	}
+	out->layers = arena_alloc(a, (size_t)(nl ? nl : 1) * sizeof *out->layers);
+	out->act_at = arena_alloc(a, (size_t)(nl ? nl : 1) * sizeof *out->act_at);
+	out->ws_at = arena_alloc(a, (size_t)(nl ? nl : 1) * sizeof *out->ws_at);
+	L->sz = arena_alloc(a, (size_t)(nl ? nl : 1) * sizeof *L->sz);
+	uint64_t vb = RUP(value_bytes(m)), prof = 0;
+	int h = 0;
+	for (int s = 0; s < L->S; s++) {
+		const ir_stage *st = &m->stages[s];
+		L->stage_h0[s] = -1;
+		if (st->device != d)
+			continue;
+		L->stage_h0[s] = h;
+		for (int l = st->first; l <= st->last; l++, h++) {
+			rt_layer_spec *sp = &out->layers[h];
+			sp->index = l;
+			sp->desc = layer_desc(m, &m->layers[l]);
+			if (rt_layer_check(&sp->desc) != RT_OK || rt_layer_sizes(&sp->desc, &L->sz[h]) != RT_OK) {
+				diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[l] : (ir_loc){0}, L->where),
+				           "codegen: layer L%d (%s) is not one the CPU runtime can run "
+				           "(docs/layers.md lists what it supports)",
+				           l, ir_layer_kind_names[m->layers[l].kind]);
+				return -1;
+			}
+			out->act_at[h] = (int64_t)L->stash[0][s];
+			out->ws_at[h] = (int64_t)L->stash[1][s];
+			L->stash[0][s] += RUP(L->sz[h].act);
+			L->stash[1][s] += RUP(L->sz[h].wstash);
+			uint64_t p = 4 * vb + RUP(L->sz[h].act) + RUP(L->sz[h].wstash);
+			prof = p > prof ? p : prof;
+		}
+	}
+	out->nlayers = nl;
+	out->prof_bytes = prof;
+	if (plan_buffers(L, out))
+		return -1;
+
+	/* The op table, with request slots: one per ungrouped receive (its
+	 * wait), one per ungrouped send and one per group (waited for at their
+	 * group's first wait, else at the end of the step). */
+	cg_op *ops = arena_alloc(a, (size_t)(3 * dev->nops + 1) * sizeof *ops);
+	int *slot_of = arena_alloc(a, 2 * nsm * sizeof(int)); /* recv of a value -> slot */
+	int *next_w = arena_alloc(a, (size_t)L->S * sizeof(int));
+	int nslots = 0, n = 0, group = 0, group_slot = -1;
+	bool *waited = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(bool));
+	for (int i = 0; i < dev->nops; i++) {
+		const ir_op *op = &dev->ops[i];
+		ir_loc loc = ir_loc_or(m->op_loc && m->op_loc[d] ? m->op_loc[d][i] : (ir_loc){0}, L->where);
+		int s = op->stage, mb = op->mb;
+		if (op->group != group) {
+			if (group) {
+				ops[n++] = (cg_op){.kind = CG_GROUP_END, .req = group_slot, .in = -1, .out = -1,
+				                   .last = -1, .act = -1, .ws = -1};
+			}
+			if (op->group) {
+				for (int j = 0; j < i; j++)
+					if (dev->ops[j].group == op->group)
+						ir_bug("codegen: group %d of D%d is not contiguous", op->group, d);
+				group_slot = nslots++;
+				ops[n++] = (cg_op){.kind = CG_GROUP_BEGIN, .req = -1, .in = -1, .out = -1,
+				                   .last = -1, .act = -1, .ws = -1};
+			}
+			group = op->group;
+		}
+		cg_op c = {.mb = mb, .req = -1, .in = -1, .out = -1, .last = -1, .act = -1, .ws = -1};
+		if (op->comm == IR_COMM_NONE) {
+			c.kind = op->kind == IR_OP_F ? CG_F : op->kind == IR_OP_B ? CG_B : CG_W;
+			c.h0 = L->stage_h0[s];
+			c.h1 = c.h0 + m->stages[s].last - m->stages[s].first;
+			if (c.h0 < 0)
+				ir_bug("codegen: D%d runs stage %d, placed elsewhere", d, s);
+			if (op->kind == IR_OP_W) {
+				if (mb != next_w[s]) {
+					diag_error(loc, "codegen: W S%d m%d runs before W S%d m%d: the runtime adds "
+					                "weight gradients in micro-batch order per layer (so that "
+					                "every plan gives the same weights), and refuses anything else",
+					           s, mb, s, next_w[s]);
+					return -1;
+				}
+				next_w[s]++;
+				c.ws = need_off(L->ws_off[AT(s, mb)], "W stash", s, mb);
+			} else {
+				chain(L, &c, s, mb, op->kind == IR_OP_F);
+			}
+		} else if (op->comm == IR_COMM_WAIT) {
+			int sl = slot_of[2 * AT(s, mb) + (op->kind == IR_OP_B)];
+			if (waited[sl])
+				continue; /* the group this value came in was waited for already */
+			waited[sl] = true;
+			c.kind = CG_WAIT;
+			c.req = sl;
+		} else {
+			bool send = op->comm == IR_COMM_SEND;
+			uint64_t want = value_bytes(m);
+			if (op->bytes != want) {
+				diag_error(loc, "codegen: %s of %s S%d m%d moves %llu bytes, but the CPU runtime's "
+				                "values are %llu bytes (f32; the model's dtype is %s)",
+				           send ? "send" : "receive", ir_value_names[op->kind], s, mb,
+				           (unsigned long long)op->bytes, (unsigned long long)want,
+				           ir_dtype_names[m->model.dtype]);
+				return -1;
+			}
+			c.kind = send ? CG_SEND : CG_RECV;
+			c.peer = op->peer;
+			c.tstage = s;
+			c.tkind = op->kind == IR_OP_F ? RT_MSG_ACT : RT_MSG_GRAD;
+			c.bytes = (int64_t)op->bytes;
+			c.in = need_off(L->val_off[op->kind == IR_OP_B][AT(s, mb)], send ? "send" : "receive",
+			                s, mb);
+			if (!op->group)
+				c.req = nslots++;
+			if (!send)
+				slot_of[2 * AT(s, mb) + (op->kind == IR_OP_B)] = op->group ? group_slot : c.req;
+		}
+		ops[n++] = c;
+	}
+	if (group)
+		ops[n++] = (cg_op){.kind = CG_GROUP_END, .req = group_slot, .in = -1, .out = -1,
+		                   .last = -1, .act = -1, .ws = -1};
+	for (int s = 0; s < L->S; s++)
+		if (L->stage_h0[s] >= 0 && next_w[s] != L->M)
+			ir_bug("codegen: stage %d ran W on %d of %d micro-batches", s, next_w[s], L->M);
+
+	/* Slots nobody waits for within the step (sends, groups of sends) come
+	 * first, so one rt_waitall at the end of the step completes them. */
+	int *renum = arena_alloc(a, (size_t)(nslots + 1) * sizeof(int)), nend = 0, k = 0;
+	for (int sl = 0; sl < nslots; sl++)
+		if (!waited[sl])
+			renum[sl] = nend++;
+	k = nend;
+	for (int sl = 0; sl < nslots; sl++)
+		if (waited[sl])
+			renum[sl] = k++;
+	for (int i = 0; i < n; i++)
+		if (ops[i].req >= 0)
+			ops[i].req = renum[ops[i].req];
+	out->ops = ops;
+	out->nops = n;
+	out->nreqs = nslots;
+	out->nend = nend;
+
+	out->rank = d;
+	out->nranks = m->ndevices;
+	out->train = (rt_train){.seed = m->train.seed, .nlayers = m->nlayers, .seq = m->model.seq,
+	                        .mbs = m->train.mbs, .vocab = m->model.vocab,
+	                        .microbatches = m->train.microbatches,
+	                        .optimizer = m->train.optimizer == IR_OPT_SGD ? RT_SGD : RT_ADAMW,
+	                        .lr = (float)m->train.lr, .weight_decay = (float)m->train.weight_decay};
+	const char *data = NULL;
+	if (m->train.data == IR_DATA_TEXT) {
+		const char *slash = strrchr(m->train.text_file, '/');
+		data = slash ? slash + 1 : m->train.text_file;
+	}
+	out->prog = (rt_prog_info){
+	    .about = about_text(m, r, d, n, a, data), .data = data, .steps = m->train.steps,
+	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq,
+	    .predicted_us = r ? r->makespan : 0, .rank = d, .nranks = m->ndevices};
+	return 0;
+}

@@ -1,0 +1,121 @@
+/* report.c: DIR/report.md, what a compiled directory holds and why: the
+ * plan (stages, ranks, schedule, proof), its simulated step against every
+ * baseline and the lower bound (tune_baselines, tune_lower_bound), and each
+ * rank's program (layers, ops, buffers).  Reads the module, the simulation
+ * and the lowered ranks; writes the one file. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cg.h"
+#include "tune.h"
+
+static const char *ms(char *buf, size_t n, double us)
+{
+	snprintf(buf, n, "%.3f ms", us * 1e-3);
+	return buf;
+}
+
+static const char *mib(char *buf, size_t n, uint64_t b)
+{
+	snprintf(buf, n, "%.2f MiB", (double)b / (1 << 20));
+	return buf;
+}
+
+static void kinds(FILE *f, const ir_module *m, const ir_stage *st)
+{
+	for (int l = st->first; l <= st->last; l++)
+		fprintf(f, "%s%s", l > st->first ? ", " : "", ir_layer_kind_names[m->layers[l].kind]);
+}
+
+int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *ranks, const char *path)
+{
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
+		return -1;
+	}
+	char t[32], u[32];
+	int N = m->ndevices;
+	fprintf(f, "# %s on %d CPU rank%s\n\n", m->model.name, N, N == 1 ? "" : "s");
+	fprintf(f, "Compiled by `octopipe compile --target cpu`: one executable per rank (MPI), run "
+	           "together by `./launch` (arguments go to every rank: `./launch --steps %lld`).\n\n",
+	        (long long)m->train.steps);
+	fprintf(f, "- model: %d layers, hidden %lld, vocabulary %lld, %lld tokens per sequence, %s\n",
+	        m->nlayers, (long long)m->model.hidden, (long long)m->model.vocab,
+	        (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
+	fprintf(f, "- training: %lld micro-batches of %lld sequences per step, %s, lr %g, seed %llu, "
+	           "data %s\n",
+	        (long long)m->train.microbatches, (long long)m->train.mbs,
+	        ir_optimizer_names[m->train.optimizer], m->train.lr, (unsigned long long)m->train.seed,
+	        m->train.data == IR_DATA_TEXT ? m->train.text_file : "synthetic");
+	fprintf(f, "- plan: schedule %s, %d stages on %d ranks, partition %s\n",
+	        ir_schedule_names[m->plan.schedule], m->nstages, N, ir_partition_names[m->plan.partition]);
+	fprintf(f, "- proof: deadlock-free under %s semantics (%lld steps of the event graph, certificate "
+	           "%016llx)\n",
+	        ir_backend_names[m->proof.backend], (long long)m->proof.steps,
+	        (unsigned long long)m->proof.order);
+	if (r)
+		fprintf(f, "- predicted step time: **%s** (simulator, bubble %.1f %%, %.0f tokens/s)\n",
+		        ms(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s);
+
+	fprintf(f, "\n## Stages\n\n| stage | layers | rank | kinds |\n|---|---|---|---|\n");
+	for (int s = 0; s < m->nstages; s++) {
+		const ir_stage *st = &m->stages[s];
+		fprintf(f, "| S%d | L%d..L%d | %d | ", s, st->first, st->last, st->device);
+		kinds(f, m, st);
+		fprintf(f, " |\n");
+	}
+
+	if (r) {
+		tune_row rows[TUNE_NBASELINES];
+		tune_baselines(m, rows);
+		double lb = tune_lower_bound(m);
+		fprintf(f, "\n## This plan against the baselines (simulated step)\n\n"
+		           "| plan | step | bubble | peak memory | step / this plan's |\n|---|---|---|---|---|\n");
+		for (int i = 0; i < TUNE_NBASELINES; i++) {
+			const tune_row *row = &rows[i];
+			if (!row->ok) {
+				fprintf(f, "| %s | — | — | — | %s |\n", row->name, row->why);
+				continue;
+			}
+			fprintf(f, "| %s | %s | %.1f %% | %s | %.2fx%s |\n", row->name, ms(t, sizeof t, row->makespan),
+			        100 * row->bubble, mib(u, sizeof u, row->peak_mem), row->makespan / r->makespan,
+			        row->fits ? "" : " (exceeds memory)");
+		}
+		uint64_t peak = 0;
+		for (int d = 0; d < r->ndev; d++)
+			peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
+		fprintf(f, "| **this plan (%s)** | **%s** | %.1f %% | %s | 1.00x |\n",
+		        ir_schedule_names[m->plan.schedule], ms(t, sizeof t, r->makespan),
+		        100 * r->bubble_ratio, mib(u, sizeof u, peak));
+		fprintf(f, "| lower bound | %s | | | %.2fx |\n", ms(t, sizeof t, lb), lb / r->makespan);
+		fprintf(f, "\nThis plan is %.1f %% above the lower bound.\n", 100 * (r->makespan / lb - 1));
+	}
+
+	fprintf(f, "\n## Rank programs\n\n"
+	           "Each rank's `main` walks a constant op table (the verified order) once per step, "
+	           "calling libocto_rt per op (docs/codegen.md). Buffers: one block per rank, offsets from "
+	           "the memory plan (`memplan`)%s.\n\n"
+	           "| rank | stages | layers | ops per step | buffers | buffer block | memplan arena |\n"
+	           "|---|---|---|---|---|---|---|\n",
+	        "; where the runtime's stash sizes exceed the cost model's, the offsets are re-planned "
+	        "with memplan's allocator on the runtime's sizes (column 6 against column 7)");
+	for (int d = 0; d < N; d++) {
+		const cg_rank *k = &ranks[d];
+		fprintf(f, "| %d | ", d);
+		int held = 0;
+		for (int s = 0; s < m->nstages; s++)
+			if (m->stages[s].device == d)
+				fprintf(f, "%sS%d", held++ ? ", " : "", s);
+		fprintf(f, "%s | %d | %d | %d | %s%s | %s |\n", held ? "" : "—", k->nlayers, k->nops, k->nbufs,
+		        mib(t, sizeof t, k->buf_bytes), k->replanned ? " (re-planned)" : "",
+		        k->ir_arena ? mib(u, sizeof u, k->ir_arena) : "—");
+	}
+	if (fclose(f) != 0) {
+		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}

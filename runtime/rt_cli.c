@@ -1,0 +1,175 @@
+/* rt_cli.c: what the per-rank programs of `octopipe compile` share beyond
+ * the training calls: their command line (--steps, --data, --checkpoint,
+ * --resume, --trace, --profile, --help), the step report and the summary,
+ * and the scalar forms of rt_send/rt_recv.  Keeping these here keeps the
+ * generated LLVM IR to the plan itself (docs/codegen.md). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+static const char usage_text[] =
+    "options:\n"
+    "  --steps N         train N steps (after --resume: N more)\n"
+    "  --data FILE       train on the bytes of this text file\n"
+    "  --checkpoint DIR  save the model and optimizer state there after training\n"
+    "  --resume DIR      start from the checkpoint in DIR (any plan's)\n"
+    "  --trace DIR       write DIR/trace-rank<R>.json (Chrome trace) at the end\n"
+    "  --profile FILE    profiling mode: time F, B, W of this rank's layers, write\n"
+    "                    FILE (docs/profile.md; 'octopipe plan --profile FILE'), no training\n"
+    "  --help            say what this program is\n"
+    "Every rank of the job gets the same options: run them all with the 'launch'\n"
+    "script next to this program ('launch --steps 20').\n";
+
+static const char *base_name(const char *p)
+{
+	const char *s = p ? strrchr(p, '/') : NULL;
+	return s ? s + 1 : p ? p : "rank";
+}
+
+static int usage_error(const char *prog, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "%s: error: ", prog);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n%s", usage_text);
+	return RT_EARG;
+}
+
+/* The model's text file: an absolute path as it is, else relative to the
+ * directory of the running executable, so a compiled directory can move. */
+static const char *resolve_data(rt_cli *cli, const char *data)
+{
+	if (!data || data[0] == '/')
+		return data;
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return data;
+	exe[n] = 0;
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = 0;
+	if ((size_t)snprintf(cli->path, sizeof cli->path, "%s/%s", exe, data) >= sizeof cli->path)
+		return data;
+	return cli->path;
+}
+
+int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
+{
+	memset(cli, 0, sizeof *cli);
+	cli->prog = prog;
+	cli->steps = prog->steps;
+	const char *name = base_name(argc > 0 ? argv[0] : NULL), *data = NULL;
+	static const char *const flags[] = {"--steps", "--data", "--checkpoint", "--resume",
+	                                    "--trace", "--profile"};
+	const char **dest[] = {NULL, &data, &cli->checkpoint, &cli->resume, &cli->trace,
+	                       &cli->profile};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			printf("%s\n%s", prog->about, usage_text);
+			return 1;
+		}
+		int k = -1;
+		size_t len = strcspn(a, "=");
+		for (int f = 0; f < 6; f++)
+			if (strlen(flags[f]) == len && !strncmp(a, flags[f], len))
+				k = f;
+		if (k < 0)
+			return usage_error(name, "unknown option '%s'", a);
+		const char *v = a[len] == '=' ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
+		if (!v || !*v)
+			return usage_error(name, "option '%s' needs a value", flags[k]);
+		if (k == 0) {
+			char *end;
+			errno = 0;
+			long long n = strtoll(v, &end, 10);
+			if (*end || errno || n < 0 || n > INT_MAX || *v < '0' || *v > '9')
+				return usage_error(name, "--steps needs a count (0 or more), got '%s'", v);
+			cli->steps = n;
+		} else {
+			*dest[k] = v;
+		}
+	}
+	cli->data = data ? data : resolve_data(cli, prog->data);
+	return RT_OK;
+}
+
+int rt_cli_start(rt_cli *cli, rt_ctx *ctx)
+{
+	const rt_prog_info *p = cli->prog;
+	if (rt_rank(ctx) != p->rank || rt_world_size(ctx) != p->nranks)
+		return rt__fail(ctx, RT_EARG,
+		                "this is the program of rank %d of %d, but it runs as rank %d of %d "
+		                "(start the ranks with the 'launch' script next to it)",
+		                (int)p->rank, (int)p->nranks, rt_rank(ctx), rt_world_size(ctx));
+	return RT_OK;
+}
+
+static double now_s(void)
+{
+	return (double)rt__now_ns() * 1e-9;
+}
+
+void rt_cli_step_begin(rt_cli *cli)
+{
+	cli->t0 = now_s();
+}
+
+void rt_cli_step_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss)
+{
+	double dt = now_s() - cli->t0;
+	if (cli->done++ == 0)
+		cli->first_s = dt;
+	else
+		cli->rest_s += dt;
+	if (!have_loss)
+		return;
+	cli->last_loss = loss;
+	printf("step %lld loss %.6f (%a) %.0f tokens/s %.2f ms\n", (long long)rt_step_count(ctx), loss,
+	       loss, (double)cli->prog->tokens / dt, dt * 1e3);
+	fflush(stdout);
+}
+
+int rt_cli_finish(rt_cli *cli, rt_ctx *ctx)
+{
+	uint64_t h;
+	int rc = rt_model_hash(ctx, &h);
+	if (rc)
+		return rc;
+	const rt_prog_info *p = cli->prog;
+	if (cli->done > 0 && ctx->head >= 0) {
+		/* The first step pays for page faults and MPI's connection set-up. */
+		int64_t n = cli->done > 1 ? cli->done - 1 : 1;
+		double mean = cli->done > 1 ? cli->rest_s / (double)n : cli->first_s;
+		printf("summary: %lld steps, mean step %.2f ms%s, %.0f tokens/s, final loss %.6f",
+		       (long long)cli->done, mean * 1e3, cli->done > 1 ? " after the first" : "",
+		       (double)p->tokens / mean, cli->last_loss);
+		if (p->predicted_us > 0)
+			printf("; predicted %.2f ms (measured/predicted %.2f)", p->predicted_us * 1e-3,
+			       mean * 1e6 / p->predicted_us);
+		printf("\n");
+	}
+	if (rt_rank(ctx) == 0)
+		printf("model hash 0x%016llx after step %lld\n", (unsigned long long)h,
+		       (long long)rt_step_count(ctx));
+	fflush(stdout);
+	return RT_OK;
+}
+
+int rt_post_send(rt_ctx *ctx, int peer, const void *buf, size_t bytes, int stage, int mb,
+                 int kind, int *req)
+{
+	return rt_send(ctx, peer, buf, bytes, (rt_tag){stage, mb, (rt_msg)kind}, req);
+}
+
+int rt_post_recv(rt_ctx *ctx, int peer, void *buf, size_t bytes, int stage, int mb, int kind,
+                 int *req)
+{
+	return rt_recv(ctx, peer, buf, bytes, (rt_tag){stage, mb, (rt_msg)kind}, req);
+}
