@@ -82,6 +82,12 @@ typedef struct cg_rank {
 	rt_prog_info prog;
 } cg_rank;
 
+/* mkdir -p dir.  Returns 0, or -1 after a message. */
+int cg_make_dir(const char *dir);
+
+/* The runtime descriptor of layer l of m. */
+rt_layer_desc cg_layer_desc(const ir_module *m, const ir_layer *l);
+
 /* Lower device d's program.  Returns 0, or -1 after a diagnostic (a layer
  * the CPU runtime cannot run, W out of micro-batch order, sizes that do not
  * match the runtime's). */
@@ -93,10 +99,28 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_r
 int cg_emit_object(const cg_rank *rank, const char *name, const char *obj_path,
                    const char *ll_path);
 
+/* A CUDA rank executable's contents: which rank, what --help says, and
+ * the PTX of its kernel modules (target_cuda.c). */
+typedef struct cg_cuda_rank {
+	int rank, nranks;
+	const char *about;
+	int nimages;
+	char **names, **ptx;
+} cg_cuda_rank;
+
+/* As cg_emit_object, for the CUDA target: the images embedded, main calls
+ * rt_cuda_rank_main (octo_cuda.h). */
+int cg_emit_cuda_object(const cg_cuda_rank *c, const char *name, const char *obj_path,
+                        const char *ll_path);
+
 /* Link obj_paths[i] with libocto_rt.a, MPI, OpenBLAS and libm into
  * exe_paths[i], i < n, with the C compiler CMake used as the linker driver
  * (one process each, in parallel).  Returns 0 or -1. */
 int cg_link_all(int n, char **obj_paths, char **exe_paths);
+
+/* The same for CUDA rank objects: libocto_rt_cuda.a first, then cudart,
+ * cuBLAS and NCCL (with their directory as the run path). */
+int cg_link_cuda(int n, char **obj_paths, char **exe_paths);
 
 /* DIR/launch: runs DIR/rank0 .. rank{N-1} under mpirun in MPMD form. */
 int cg_write_launch(const ir_module *m, const char *dir);
@@ -110,5 +134,12 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
  * the model trains on (copied next to them).  The module must be proven
  * for the mpi backend.  Returns 0, or -1 after a diagnostic. */
 int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o);
+
+/* The CUDA target (target_cuda.c; OCTO_HAVE_CUDA builds only): the kernel
+ * modules of every layer compiled by NVRTC for arch (DIR/NAME.cu, .ptx when
+ * asked), one rank executable per device with its modules' PTX embedded,
+ * DIR/launch and DIR/plan.opir.  The module must be proven for nccl. */
+int cg_compile_cuda(const ir_module *m, const sim_result *r, const cg_options *o, const char *arch,
+                    bool emit_cu, bool emit_ptx);
 
 #endif

@@ -596,7 +596,58 @@ static int llvm_error(const char *what, const char *name, char *msg)
 	return -1;
 }
 
+typedef void build_fn(hb *h, const void *arg);
+
+static void build_rank_main(hb *h, const void *arg) { build_main(h, arg); }
+
+/* The CUDA target's main: the PTX images as constants, and
+ * main(argc, argv) = rt_cuda_rank_main(argc, argv, rank, nranks, about, n,
+ * names, images) (octo_cuda.h). */
+static void build_cuda_main(hb *h, const void *arg)
+{
+	const cg_cuda_rank *c = arg;
+	LLVMTypeRef arr = LLVMArrayType(h->p8, (unsigned)c->nimages);
+	LLVMValueRef *nv = calloc((size_t)c->nimages + 1, sizeof *nv), *pv = calloc((size_t)c->nimages + 1, sizeof *pv);
+	if (!nv || !pv)
+		ir_bug("out of memory");
+	for (int i = 0; i < c->nimages; i++) {
+		char gname[64];
+		snprintf(gname, sizeof gname, "octo_ptx_name%d", i);
+		nv[i] = cstring(h, gname, c->names[i]);
+		snprintf(gname, sizeof gname, "octo_ptx%d", i);
+		pv[i] = cstring(h, gname, c->ptx[i]);
+	}
+	LLVMValueRef names = global_const(h, "octo_ptx_names", arr, LLVMConstArray(h->p8, nv, (unsigned)c->nimages));
+	LLVMValueRef images = global_const(h, "octo_ptx_images", arr, LLVMConstArray(h->p8, pv, (unsigned)c->nimages));
+	free(nv);
+	free(pv);
+	LLVMTypeRef mp[2] = {h->i32, h->pp8};
+	LLVMValueRef fn = LLVMAddFunction(h->mod, "main", LLVMFunctionType(h->i32, mp, 2, 0));
+	LLVMTypeRef rp[8] = {h->i32, h->pp8, h->i32, h->i32, h->p8, h->i32, h->pp8, h->pp8};
+	LLVMValueRef start = declare(h, "rt_cuda_rank_main", h->i32, 8, rp);
+	at(h, LLVMAppendBasicBlockInContext(h->cx, fn, "entry"));
+	LLVMValueRef args[8] = {LLVMGetParam(fn, 0), LLVMGetParam(fn, 1), i32c(h, c->rank),
+	                        i32c(h, c->nranks), cstring(h, "octo_about", c->about),
+	                        i32c(h, c->nimages), LLVMConstBitCast(names, h->pp8),
+	                        LLVMConstBitCast(images, h->pp8)};
+	LLVMBuildRet(h->b, call(h, start, 8, args, "rc"));
+}
+
+static int emit(build_fn *build, const void *arg, const char *name, const char *obj_path,
+                const char *ll_path);
+
 int cg_emit_object(const cg_rank *r, const char *name, const char *obj_path, const char *ll_path)
+{
+	return emit(build_rank_main, r, name, obj_path, ll_path);
+}
+
+int cg_emit_cuda_object(const cg_cuda_rank *c, const char *name, const char *obj_path, const char *ll_path)
+{
+	return emit(build_cuda_main, c, name, obj_path, ll_path);
+}
+
+static int emit(build_fn *build, const void *arg, const char *name, const char *obj_path,
+                const char *ll_path)
 {
 	static bool initialised;
 	if (!initialised) {
@@ -647,7 +698,7 @@ int cg_emit_object(const cg_rank *r, const char *name, const char *obj_path, con
 	h.prog = mirror(&h, "rt_prog_info", prog_fields, NF(prog_fields), sizeof(rt_prog_info));
 	h.cli = mirror(&h, "rt_cli", cli_fields, NF(cli_fields), sizeof(rt_cli));
 	h.op = mirror(&h, "octo_op", op_fields, NF(op_fields), sizeof(cg_op));
-	build_main(&h, r);
+	build(&h, arg);
 
 	if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
 		llvm_error("internal error: the generated module does not verify", name, msg);

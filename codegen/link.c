@@ -22,15 +22,25 @@ extern char **environ;
 static const char *const link_args[] = {CG_LINK_ARGS};
 #define NLINK (int)(sizeof link_args / sizeof *link_args)
 
+#ifdef CG_CUDA_LINK_ARGS
+static const char *const cuda_args[] = {CG_CUDA_LINK_ARGS};
+#define NCUDA (int)(sizeof cuda_args / sizeof *cuda_args)
+#else
+static const char *const *const cuda_args = NULL;
+#define NCUDA 0
+#endif
+
 /* Starts the link; *pid is the child's.  Returns 0 or -1. */
-static int link_start(const char *obj, const char *exe, pid_t *pid)
+static int link_start(const char *obj, const char *exe, bool cuda, pid_t *pid)
 {
-	const char *argv[NLINK + 8];
+	const char *argv[NLINK + NCUDA + 8];
 	int n = 0;
 	argv[n++] = CG_CC;
 	argv[n++] = "-o";
 	argv[n++] = exe;
 	argv[n++] = obj;
+	for (int i = 0; cuda && i < NCUDA; i++)
+		argv[n++] = cuda_args[i];
 	argv[n++] = CG_RT_LIB;
 	for (int i = 0; i < NLINK; i++)
 		argv[n++] = link_args[i];
@@ -61,14 +71,14 @@ static int link_wait(pid_t pid, const char *exe)
 }
 
 /* Links n objects in parallel: obj[i] -> exe[i]. */
-int cg_link_all(int n, char **obj, char **exe)
+static int link_all(int n, char **obj, char **exe, bool cuda)
 {
 	pid_t *pid = calloc((size_t)n + 1, sizeof *pid);
 	int rc = 0, started = 0;
 	if (!pid)
 		ir_bug("out of memory");
 	for (; started < n && rc == 0; started++)
-		rc = link_start(obj[started], exe[started], &pid[started]);
+		rc = link_start(obj[started], exe[started], cuda, &pid[started]);
 	if (rc)
 		started--;
 	for (int i = 0; i < started; i++)
@@ -76,6 +86,17 @@ int cg_link_all(int n, char **obj, char **exe)
 			rc = -1;
 	free(pid);
 	return rc;
+}
+
+int cg_link_all(int n, char **obj, char **exe) { return link_all(n, obj, exe, false); }
+
+int cg_link_cuda(int n, char **obj, char **exe)
+{
+	if (!NCUDA) {
+		fprintf(stderr, "octopipe compile: error: this octopipe was built without the CUDA toolkit\n");
+		return -1;
+	}
+	return link_all(n, obj, exe, true);
 }
 
 /* DIR/launch: mpirun in MPMD form, one process per rank program, the

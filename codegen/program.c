@@ -39,7 +39,7 @@ _Static_assert((int)IR_LAYER_EMBEDDING == (int)RT_EMBEDDING && (int)IR_LAYER_HEA
 _Static_assert((int)IR_ACT_SWIGLU == (int)RT_SWIGLU && (int)IR_NACTS == (int)RT_NACTS,
                "activations of ir.h and octo_kernels.h differ");
 
-static rt_layer_desc layer_desc(const ir_module *m, const ir_layer *l)
+rt_layer_desc cg_layer_desc(const ir_module *m, const ir_layer *l)
 {
 	const int64_t *a = l->attr;
 	return (rt_layer_desc){
@@ -237,7 +237,7 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_r
 		for (int l = st->first; l <= st->last; l++, h++) {
 			rt_layer_spec *sp = &out->layers[h];
 			sp->index = l;
-			sp->desc = layer_desc(m, &m->layers[l]);
+			sp->desc = cg_layer_desc(m, &m->layers[l]);
 			if (rt_layer_check(&sp->desc) != RT_OK || rt_layer_sizes(&sp->desc, &L->sz[h]) != RT_OK) {
 				diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[l] : (ir_loc){0}, L->where),
 				           "codegen: layer L%d (%s) is not one the CPU runtime can run "

@@ -27,7 +27,7 @@ static int fail_path(const char *what, const char *path)
 }
 
 /* mkdir -p */
-static int make_dir(const char *dir)
+int cg_make_dir(const char *dir)
 {
 	char *p = strdup(dir);
 	if (!p)
@@ -109,7 +109,7 @@ int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o)
 	for (int d = 0; d < N; d++)
 		if (cg_lower_rank(m, r, d, a, &ranks[d]))
 			goto out;
-	if (make_dir(o->dir))
+	if (cg_make_dir(o->dir))
 		goto out;
 
 	char *path = arena_printf(a, "%s/plan.opir", o->dir);

@@ -23,8 +23,17 @@
 enum { E_F, E_B, E_W, E_ACT, E_WSTASH, E_NKEYS };
 static const char *const entry_keys[E_NKEYS] = {"f", "b", "w", "act_bytes", "wstash_bytes"};
 
-enum { T_UNITS, T_KINDS, T_LAYERS, T_NKEYS };
-static const char *const top_keys[T_NKEYS] = {"units", "kinds", "layers"};
+enum { T_UNITS, T_KINDS, T_LAYERS, T_MEASURED, T_LINK, T_NKEYS };
+static const char *const top_keys[T_NKEYS] = {"units", "kinds", "layers", "measured_on", "link"};
+
+/* measured_on: what the times were measured on.  The strings are recorded
+ * for people; the shape is checked against the model. */
+enum { M_HOST, M_CPU, M_DEVICE, M_DTYPE, M_SEQ, M_MBS, M_HIDDEN, M_RANKS, M_NKEYS };
+static const char *const measured_keys[M_NKEYS] = {"host", "cpu", "device", "dtype",
+                                                   "seq", "mbs", "hidden", "ranks"};
+
+enum { L_LATENCY, L_BANDWIDTH, L_NKEYS };
+static const char *const link_keys[L_NKEYS] = {"latency_us", "bandwidth"};
 
 /* Units of the times, and microseconds per unit. */
 static const char *const unit_names[] = {"ms", "us", "s"};
@@ -49,6 +58,12 @@ typedef struct prof {
 	int unit;              /* index into unit_names, -1 until read */
 	entry kind[IR_NLAYER_KINDS];
 	entry *layer;          /* one per layer of m */
+	bool has_m[M_NKEYS];   /* measured_on */
+	ir_loc mloc;
+	const char *mstr[M_DTYPE + 1];
+	uint64_t mint[M_NKEYS];
+	bool has_link;         /* link */
+	double link[L_NKEYS];
 } prof;
 
 /* ---- locations and messages ---------------------------------------------- */
@@ -315,6 +330,68 @@ static int read_layers(prof *pr)
 	return rc;
 }
 
+/* measured_on := {host?: str, cpu?: str, device?: str, dtype?: str, seq?: int, mbs?: int,
+ *                 hidden?: int, ranks?: int} */
+static int read_measured(prof *pr)
+{
+	if (want_mapping(pr, "'measured_on'") < 0)
+		return -1;
+	pr->mloc = here(pr);
+	ir_loc first[M_NKEYS];
+	int rc;
+	while ((rc = next_key(pr, "in 'measured_on'")) > 0) {
+		int k = key_index(pr, "key", "in 'measured_on'", measured_keys, M_NKEYS, pr->has_m, first);
+		if (k < 0)
+			return -1;
+		if (k > M_DTYPE) {
+			if (read_bytes(pr, measured_keys[k], &pr->mint[k]) < 0)
+				return -1;
+			continue;
+		}
+		if (next(pr) < 0)
+			return -1;
+		if (pr->ev.type != YAML_SCALAR_EVENT) {
+			diag_error(here(pr), "expected a string for '%s', got %s", measured_keys[k], describe(pr));
+			return -1;
+		}
+		pr->mstr[k] = arena_printf(pr->a, "%s", scalar_text(pr));
+		if (k == M_DTYPE && ir_lookup(ir_dtype_names, IR_NDTYPES, pr->mstr[k]) < 0) {
+			ysrc_unknown(pr->a, here(pr), "dtype", pr->mstr[k], "in 'measured_on'", ir_dtype_names,
+			             IR_NDTYPES);
+			return -1;
+		}
+	}
+	return rc;
+}
+
+/* link := {latency_us: number >= 0, bandwidth: number > 0 (bytes/s)} */
+static int read_link(prof *pr)
+{
+	if (want_mapping(pr, "'link'") < 0)
+		return -1;
+	ir_loc top = here(pr), first[L_NKEYS], at;
+	bool seen[L_NKEYS] = {0};
+	int rc;
+	while ((rc = next_key(pr, "in 'link'")) > 0) {
+		int k = key_index(pr, "key", "in 'link'", link_keys, L_NKEYS, seen, first);
+		if (k < 0 || read_time(pr, link_keys[k], &pr->link[k], &at) < 0)
+			return -1;
+		if (k == L_BANDWIDTH && !(pr->link[k] > 0)) {
+			diag_error(at, "'bandwidth' must be positive (bytes per second)");
+			return -1;
+		}
+	}
+	if (rc < 0)
+		return -1;
+	for (int k = 0; k < L_NKEYS; k++)
+		if (!seen[k]) {
+			diag_error(top, "missing required key '%s' in 'link'", link_keys[k]);
+			return -1;
+		}
+	pr->has_link = true;
+	return 0;
+}
+
 /* profile := {units: ms | us | s, kinds?: kinds, layers?: layers} */
 static int read_profile(prof *pr)
 {
@@ -343,6 +420,10 @@ static int read_profile(prof *pr)
 			rc = read_kinds(pr);
 		else if (k == T_LAYERS)
 			rc = read_layers(pr);
+		else if (k == T_MEASURED)
+			rc = read_measured(pr);
+		else if (k == T_LINK)
+			rc = read_link(pr);
 		else if (next(pr) < 0)
 			rc = -1;
 		else if (pr->ev.type != YAML_SCALAR_EVENT) {
@@ -376,9 +457,41 @@ static int read_profile(prof *pr)
 
 /* ---- applying it ---------------------------------------------------------------- */
 
+/* Times measured on one shape say little about another: a profile that
+ * records its shape must be the model's. */
+static int check_shape(prof *pr)
+{
+	const ir_module *m = pr->m;
+	const char *dt = ir_dtype_names[m->model.dtype];
+	bool bad = (pr->has_m[M_SEQ] && pr->mint[M_SEQ] != (uint64_t)m->model.seq) ||
+	           (pr->has_m[M_MBS] && pr->mint[M_MBS] != (uint64_t)m->train.mbs) ||
+	           (pr->has_m[M_HIDDEN] && pr->mint[M_HIDDEN] != (uint64_t)m->model.hidden) ||
+	           (pr->has_m[M_DTYPE] && strcmp(pr->mstr[M_DTYPE], dt) != 0);
+	if (!bad)
+		return 0;
+	char got[160];
+	snprintf(got, sizeof got, "seq %s, mbs %s, hidden %s, dtype %s",
+	         pr->has_m[M_SEQ] ? arena_printf(pr->a, "%llu", (unsigned long long)pr->mint[M_SEQ]) : "?",
+	         pr->has_m[M_MBS] ? arena_printf(pr->a, "%llu", (unsigned long long)pr->mint[M_MBS]) : "?",
+	         pr->has_m[M_HIDDEN] ? arena_printf(pr->a, "%llu", (unsigned long long)pr->mint[M_HIDDEN]) : "?",
+	         pr->has_m[M_DTYPE] ? pr->mstr[M_DTYPE] : "?");
+	diag_error(pr->mloc, "the profile was measured on another shape (%s) than the model's "
+	                     "(seq %lld, mbs %lld, hidden %lld, dtype %s): its times do not apply; "
+	                     "measure this shape ('octopipe profile')",
+	           got, (long long)m->model.seq, (long long)m->train.mbs, (long long)m->model.hidden, dt);
+	return -1;
+}
+
 static int apply(prof *pr)
 {
 	ir_module *m = pr->m;
+	if (check_shape(pr) < 0)
+		return -1;
+	if (pr->has_link) {
+		/* Measured between two ranks of one machine: the intra-node link. */
+		m->cluster.intra.lat = pr->link[L_LATENCY];
+		m->cluster.intra.bw = pr->link[L_BANDWIDTH];
+	}
 	double scale = unit_us[pr->unit];
 	ir_cost *cost = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *cost);
 	bool *hit = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *hit);

@@ -404,13 +404,19 @@ static void put_legend(FILE *f, const bool *present, int nchunks)
 	fputs("</g>\n", f);
 }
 
-int viz_svg(const ir_module *m, const sim_result *r, const char *path)
+/* One timeline as an <svg> element at height y of the file: the whole
+ * figure (viz_svg), or one panel of a comparison (viz_svg_compare), whose
+ * panels share span_min so that their time axes agree.  caption, when
+ * given, leads the title line.  Returns the element's height. */
+static int svg_panel(FILE *f, const ir_module *m, const sim_result *r, double span_min, double y0,
+                     const char *caption)
 {
-	check_pair(m, r);
 	int ndev = r->ndev;
 
 	/* Span of the x axis: the makespan, or the last end if it is unset. */
 	double span = isfinite(r->makespan) ? r->makespan : 0;
+	if (span < span_min)
+		span = span_min;
 	bool present[IR_NOPS] = {0};
 	int most_ops = 0;
 	for (int d = 0; d < ndev; d++) {
@@ -442,13 +448,8 @@ int viz_svg(const ir_module *m, const sim_result *r, const char *path)
 	 * neighbours stay apart; thinner ones would turn white. */
 	bool edges = most_ops == 0 || PLOT_W / (double)most_ops >= 3;
 
-	FILE *f = open_out(path);
-	if (!f) {
-		free(chunk);
-		return -1;
-	}
-	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-	           "viewBox=\"0 0 %d %d\">\n<title>", SVG_W, height, SVG_W, height);
+	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" y=\"%.0f\" width=\"%d\" height=\"%d\" "
+	           "viewBox=\"0 0 %d %d\">\n<title>", y0, SVG_W, height, SVG_W, height);
 	put_text(f, m->model.name, ESC_XML);
 	fprintf(f, ": %s pipeline timeline</title>\n", schedule_name(m));
 	put_style(f, nchunks, edges);
@@ -458,6 +459,8 @@ int viz_svg(const ir_module *m, const sim_result *r, const char *path)
 	char ms[32];
 	fmt_time(ms, sizeof ms, r->makespan);
 	fprintf(f, "<text class=\"title\" x=\"%d\" y=\"24\">", LEFT);
+	if (caption)
+		put_text(f, caption, ESC_XML);
 	put_text(f, m->model.name && *m->model.name ? m->model.name : "(unnamed model)", ESC_XML);
 	fprintf(f, " \xc2\xb7 %s \xc2\xb7 %d device%s", schedule_name(m), ndev, ndev == 1 ? "" : "s");
 	if (nchunks > 1)
@@ -527,5 +530,56 @@ int viz_svg(const ir_module *m, const sim_result *r, const char *path)
 	}
 	fputs("</svg>\n", f);
 	free(chunk);
+	return height;
+}
+
+int viz_svg(const ir_module *m, const sim_result *r, const char *path)
+{
+	check_pair(m, r);
+	FILE *f = open_out(path);
+	if (!f)
+		return -1;
+	svg_panel(f, m, r, 0, 0, NULL);
+	return close_out(f, path);
+}
+
+/* The panels are drawn into a scratch file first: the outer element needs
+ * their heights before them. */
+int viz_svg_compare(const ir_module *m, const sim_result *top, const char *top_caption,
+                    const sim_result *bottom, const char *bottom_caption, const char *path)
+{
+	check_pair(m, top);
+	check_pair(m, bottom);
+	double span = 0;
+	const sim_result *rs[2] = {top, bottom};
+	for (int k = 0; k < 2; k++) {
+		if (isfinite(rs[k]->makespan) && rs[k]->makespan > span)
+			span = rs[k]->makespan;
+		for (int d = 0; d < rs[k]->ndev; d++)
+			for (int i = 0; i < m->devices[d].nops; i++)
+				if (isfinite(rs[k]->dev[d].end[i]) && rs[k]->dev[d].end[i] > span)
+					span = rs[k]->dev[d].end[i];
+	}
+	FILE *tmp = tmpfile();
+	if (!tmp) {
+		diag_error((ir_loc){0}, "cannot write '%s': no scratch file: %s", path, strerror(errno));
+		return -1;
+	}
+	int h = svg_panel(tmp, m, top, span, 0, top_caption);
+	h += svg_panel(tmp, m, bottom, span, h, bottom_caption);
+	FILE *f = open_out(path);
+	if (!f) {
+		fclose(tmp);
+		return -1;
+	}
+	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+	           "viewBox=\"0 0 %d %d\">\n", SVG_W, h, SVG_W, h);
+	rewind(tmp);
+	char buf[65536];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof buf, tmp)) > 0)
+		fwrite(buf, 1, n, f);
+	fclose(tmp);
+	fputs("</svg>\n", f);
 	return close_out(f, path);
 }

@@ -33,4 +33,11 @@ int viz_trace(const ir_module *m, const sim_result *r, const char *path);
  * with 1-2-5 ticks in us, ms or s.  Returns 0, or -1 after a diagnostic. */
 int viz_svg(const ir_module *m, const sim_result *r, const char *path);
 
+/* Two timelines of the same module one above the other on one time axis
+ * (octopipe report: predicted above, measured below), each panel as
+ * viz_svg draws it with its caption leading the title line.  Returns 0,
+ * or -1 after a diagnostic. */
+int viz_svg_compare(const ir_module *m, const sim_result *top, const char *top_caption,
+                    const sim_result *bottom, const char *bottom_caption, const char *path);
+
 #endif

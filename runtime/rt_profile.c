@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rt_internal.h"
 
@@ -106,6 +107,68 @@ static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double
 	return RT_OK;
 }
 
+/* The point-to-point link between ranks 0 and 1: ping-pong of `bytes`,
+ * `warmup` untimed round trips then `repeats` timed ones; *half_rtt_us is
+ * the median of half a round trip.  Other ranks return at once. */
+static int ping_pong(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double *times,
+                     double *half_rtt_us)
+{
+	int rc = RT_OK, me = ctx->rank, peer = 1 - me;
+	MPI_Request req;
+	char *buf = NULL;
+	*half_rtt_us = 0;
+	if (me > 1)
+		return RT_OK;
+	if (!(buf = calloc(bytes ? bytes : 1, 1)))
+		return rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
+	for (int r = 0; !rc && r < warmup + repeats; r++) {
+		int64_t t0 = rt__now_ns();
+		for (int leg = 0; !rc && leg < 2; leg++) {
+			bool send = (leg == 0) == (me == 0);
+			rc = send ? rt__coll(ctx, MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, 0x7ff0, MPI_COMM_WORLD, &req),
+			                     &req, "rt_profile: link ping-pong")
+			          : rt__coll(ctx, MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 0x7ff0, MPI_COMM_WORLD, &req),
+			                     &req, "rt_profile: link ping-pong");
+		}
+		if (r >= warmup)
+			times[r - warmup] = (double)(rt__now_ns() - t0) * 1e-3 / 2;
+	}
+	if (!rc)
+		*half_rtt_us = median(times, repeats);
+	free(buf);
+	return rc;
+}
+
+/* What the profile was measured on: the host name and the CPU model
+ * (the first "model name" of /proc/cpuinfo), with quotes dropped so that
+ * both stay plain YAML strings. */
+static void machine(char *host, size_t hn, char *cpu, size_t cn)
+{
+	snprintf(cpu, cn, "unknown");
+	if (gethostname(host, hn) != 0)
+		snprintf(host, hn, "unknown");
+	host[hn - 1] = 0;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[512];
+	while (f && fgets(line, sizeof line, f)) {
+		char *c = strchr(line, ':');
+		if (strncmp(line, "model name", 10) != 0 || !c)
+			continue;
+		c += 1 + strspn(c + 1, " \t");
+		c[strcspn(c, "\n")] = 0;
+		snprintf(cpu, cn, "%s", c);
+		break;
+	}
+	if (f)
+		fclose(f);
+	for (char *s = host; *s; s++)
+		if (*s == '"' || *s == '\\')
+			*s = '_';
+	for (char *s = cpu; *s; s++)
+		if (*s == '"' || *s == '\\')
+			*s = '_';
+}
+
 static int cmp_row(const void *a, const void *b)
 {
 	return cmp_double(a, b); /* the row's first field: the layer index */
@@ -149,6 +212,26 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	}
 	rt__trace(ctx, "profile", t0, -1, -1, -1, 0);
 
+	/* The link: latency from a tiny message, bandwidth from one of the
+	 * size a stage boundary carries (micro-batch x seq x hidden floats),
+	 * which is what the simulator's alpha-beta model is used for. */
+	double lat = 0, big = 0, *pp = NULL;
+	size_t bbytes = (size_t)(ctx->train.mbs * ctx->train.seq * (ctx->nlay ? ctx->lay[0].desc.hidden : 1)) *
+	                sizeof(float);
+	int pprep = 200;
+	if (ctx->world >= 2) {
+		if (!(pp = malloc((size_t)pprep * sizeof *pp))) {
+			rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
+			goto out;
+		}
+		rc = ping_pong(ctx, 8, 20, pprep, pp, &lat);
+		if (!rc)
+			rc = ping_pong(ctx, bbytes, 20, pprep, pp, &big);
+		free(pp);
+		if (rc)
+			goto out;
+	}
+
 	if (ctx->rank == 0 && (!(counts = calloc((size_t)ctx->world, sizeof *counts)) ||
 	                       !(displs = calloc((size_t)ctx->world, sizeof *displs)))) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
@@ -178,11 +261,26 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 			rc = rt__fail(ctx, RT_EIO, "profile %s: %s", path, strerror(errno));
 			goto out;
 		}
+		char host[256], cpu[256];
+		machine(host, sizeof host, cpu, sizeof cpu);
 		fprintf(f,
 		        "# Measured by libocto_rt (CPU kernels, f32) on %d rank(s): seq %lld, mbs %lld;\n"
 		        "# times of one micro-batch, median of %d runs after %d warm-up runs.\n"
-		        "units: ms\nlayers:\n",
-		        ctx->world, (long long)ctx->train.seq, (long long)ctx->train.mbs, repeats, warmup);
+		        "units: ms\n"
+		        "measured_on: {host: \"%s\", cpu: \"%s\", dtype: f32, seq: %lld, mbs: %lld, "
+		        "hidden: %lld, ranks: %d}\n",
+		        ctx->world, (long long)ctx->train.seq, (long long)ctx->train.mbs, repeats, warmup,
+		        host, cpu, (long long)ctx->train.seq, (long long)ctx->train.mbs,
+		        (long long)(ctx->nlay ? ctx->lay[0].desc.hidden : 0), ctx->world);
+		if (ctx->world >= 2) {
+			/* Half a round trip of 8 bytes is the latency; the rest of a
+			 * boundary-sized message's is its bytes over the bandwidth. */
+			double bw = big > lat ? (double)bbytes / ((big - lat) * 1e-6) : 1e12;
+			fprintf(f, "# ranks 0 and 1: half a round trip of 8 bytes %.3f us, of %zu bytes %.3f us "
+			           "(median of %d)\nlink: {latency_us: %.3f, bandwidth: %.6g}\n",
+			        lat, bbytes, big, pprep, lat, bw);
+		}
+		fputs("layers:\n", f);
 		for (int i = 0; i < total / ROW; i++) {
 			const double *r = all + ROW * i;
 			fprintf(f, "  %lld: {f: %.6f, b: %.6f, w: %.6f, act_bytes: %lld, wstash_bytes: %lld}\n",

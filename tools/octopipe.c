@@ -5,11 +5,17 @@
  *   octopipe opt FILE.opir        run passes on IR text, print IR text
  *   octopipe verify FILE.opir     check IR text against the invariants
  *   octopipe sim FILE             simulate a plan, print its timing
+ *   octopipe profile MODEL.yaml   measure layer and link times on the target
+ *   octopipe report DIR           a compiled plan's prediction against its run
  *
  * Options come from one table; each subcommand accepts the ones whose mask
  * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
  * 1 user error (with a diagnostic), 2 a feature not built yet. */
 #include "cg.h"
+#ifdef OCTO_HAVE_CUDA
+#include "cuda_kernels.h"
+#endif
+#include "report.h"
 #include "frontend.h"
 #include "ir.h"
 #include "pass.h"
@@ -21,8 +27,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
+enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE = 32, C_REPORT = 64 };
 #define C_MODEL (C_PLAN | C_COMPILE | C_SIM)
 #define C_PASSES (C_PLAN | C_COMPILE | C_OPT)
 
@@ -47,9 +54,10 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16 };
 	X(JSON, "--json", NULL, C_PLAN | C_SIM, "print one JSON object instead of the table") \
 	X(TRACE, "--trace", "FILE.json", C_PLAN | C_SIM, "write the simulated step as a Chrome trace (Perfetto)") \
 	X(SVG, "--svg", "FILE.svg", C_PLAN | C_SIM, "draw the simulated step as an SVG timeline") \
-	X(TARGET, "--target", "cpu|cuda", C_COMPILE, "what the executables run on: cpu (MPI ranks; the default) or cuda (not built yet)") \
-	X(EMIT, "--emit", "llvm,obj", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o)") \
-	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile: a directory) there")
+	X(TARGET, "--target", "cpu|cuda", C_COMPILE | C_PROFILE, "what the executables run on: cpu (MPI ranks; the default) or cuda (NVRTC kernels; docs/cuda.md)") \
+	X(GPU_ARCH, "--gpu-arch", "sm_XX", C_COMPILE, "cuda: the GPU architecture NVRTC compiles for (default sm_90)") \
+	X(EMIT, "--emit", "llvm,obj|cuda,ptx", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o); cuda: write the kernels' CUDA source (DIR/*.cu) or PTX (DIR/*.ptx)") \
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile: a directory) there")
 
 typedef enum opt_id {
 #define X(e, f, v, m, h) O_##e,
@@ -82,6 +90,8 @@ static const command commands[] = {
 	{"opt", C_OPT, "FILE.opir", "run passes on IR text and print the resulting IR"},
 	{"verify", C_VERIFY, "FILE.opir", "check IR text against the IR invariants"},
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
+	{"profile", C_PROFILE, "MODEL.yaml -o FILE", "measure every layer's F, B, W and the link between two ranks on the target; write a profile (docs/profile.md)"},
+	{"report", C_REPORT, "DIR", "a compiled plan's simulated step against the traces of its run (docs/report.md)"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
@@ -716,10 +726,23 @@ static int not_built(const args *a, const char *what)
 static int cmd_compile(const args *a)
 {
 	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
-	if (strcmp(target, "cuda") == 0)
-		return not_built(a, "the CUDA target (--target cuda)");
-	if (strcmp(target, "cpu") != 0)
+	bool cuda = strcmp(target, "cuda") == 0, emit_cu = false, emit_ptx = false;
+	if (!cuda && strcmp(target, "cpu") != 0)
 		return cli_error(a->cmd->name, "unknown target '%s' (cpu or cuda)", target);
+#ifndef OCTO_HAVE_CUDA
+	if (cuda)
+		return not_built(a, "the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
+#endif
+	/* CPU ranks talk through MPI; CUDA ranks through NCCL (whose proof also
+	 * covers their OCTO_COMM=mpi mode). */
+	const char *backend = cuda ? "nccl" : "mpi";
+	ir_backend want = cuda ? IR_BACKEND_NCCL : IR_BACKEND_MPI;
+	if (!cuda && a->set[O_GPU_ARCH])
+		return cli_error(a->cmd->name, "--gpu-arch is for --target cuda");
+	const char *gpu_arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
+	if (strncmp(gpu_arch, "sm_", 3) != 0 || strlen(gpu_arch) < 5 ||
+	    strspn(gpu_arch + 3, "0123456789") != strlen(gpu_arch + 3))
+		return cli_error(a->cmd->name, "--gpu-arch takes sm_XX (sm_80, sm_90, ...), got '%s'", gpu_arch);
 	cg_options co = {0};
 	if (a->set[O_EMIT]) {
 		char *list = strdup(a->val[O_EMIT]), *save = NULL;
@@ -729,16 +752,22 @@ static int cmd_compile(const args *a)
 				co.emit_llvm = true;
 			else if (strcmp(w, "obj") == 0)
 				co.emit_obj = true;
+			else if (cuda && strcmp(w, "cuda") == 0)
+				emit_cu = true;
+			else if (cuda && strcmp(w, "ptx") == 0)
+				emit_ptx = true;
 			else
-				bad = cli_error(a->cmd->name, "--emit takes llvm, obj or both ('llvm,obj'), got '%s'", w);
+				bad = cli_error(a->cmd->name, "--emit takes llvm, obj or both ('llvm,obj')%s, got '%s'",
+				                cuda ? ", and for cuda: cuda, ptx" : "", w);
 		}
 		free(list);
 		if (bad)
 			return bad;
 	}
-	if (a->set[O_BACKEND] && strcmp(a->val[O_BACKEND], "mpi") != 0)
-		return cli_error(a->cmd->name, "--target cpu runs its ranks over MPI: --backend must be mpi "
-		                               "(or left out), got '%s'", a->val[O_BACKEND]);
+	if (a->set[O_BACKEND] && strcmp(a->val[O_BACKEND], backend) != 0)
+		return cli_error(a->cmd->name, "--target %s runs its ranks over %s: --backend must be %s "
+		                               "(or left out), got '%s'", target, cuda ? "NCCL" : "MPI",
+		                 backend, a->val[O_BACKEND]);
 	pipeline pl;
 	int rc = setup_pipeline(a, &pl);
 	if (rc)
@@ -751,10 +780,11 @@ static int cmd_compile(const args *a)
 	ir_module *m;
 	if (a->input && is_ir_file(a->input)) {
 		m = load_ir(a, ar);
-		if (m && ir_lowered(m) && m->plan.backend != IR_BACKEND_MPI) {
-			diag_error(ir_loc_or(m->plan_loc, m->loc), "the programs are lowered for %s, but CPU "
-			           "ranks talk through MPI: lower them with --backend mpi",
-			           ir_backend_names[m->plan.backend]);
+		if (m && ir_lowered(m) && m->plan.backend != want) {
+			diag_error(ir_loc_or(m->plan_loc, m->loc), "the programs are lowered for %s, but %s "
+			           "ranks talk through %s: lower them with --backend %s",
+			           ir_backend_names[m->plan.backend], cuda ? "CUDA" : "CPU",
+			           cuda ? "NCCL" : "MPI", backend);
 			ir_free(m);
 			m = NULL;
 		}
@@ -773,10 +803,10 @@ static int cmd_compile(const args *a)
 				pl.ids[pl.n++] = pass_default_pipeline[k];
 		}
 		if (m)
-			m->plan.backend = IR_BACKEND_MPI;
+			m->plan.backend = want;
 	} else {
 		args b = *a;
-		b.val[O_BACKEND] = "mpi";
+		b.val[O_BACKEND] = backend;
 		b.set[O_BACKEND] = true;
 		m = load_model(&b);
 	}
@@ -801,11 +831,79 @@ static int cmd_compile(const args *a)
 		if (r && m->plan.schedule == IR_SCHED_TUNED)
 			print_comparison(m, r);
 	}
+#ifdef OCTO_HAVE_CUDA
+	if (!rc && cuda) {
+		if (cg_compile_cuda(m, r, &co, gpu_arch, emit_cu, emit_ptx) != 0)
+			rc = 1;
+	} else
+#else
+	(void)emit_cu;
+	(void)emit_ptx;
+#endif
 	if (!rc && cg_compile_cpu(m, r, &co) != 0)
 		rc = 1;
 	sim_free(r);
 	ir_free(m);
 	arena_free(ar);
+	return rc;
+}
+
+/* profile: a profiling build (two ranks, so that the link is measured
+ * too; 1f1b: any plan's programs time every layer), run once in profiling
+ * mode; its programs write the profile (rt_profile). */
+static int cmd_profile(const args *a)
+{
+	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
+	if (strcmp(target, "cuda") == 0)
+		return not_built(a, "the CUDA target (--target cuda)");
+	if (strcmp(target, "cpu") != 0)
+		return cli_error(a->cmd->name, "unknown target '%s' (cpu or cuda)", target);
+	if (!a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0)
+		return cli_error(a->cmd->name, "give the profile file with -o FILE");
+	if (is_ir_file(a->input))
+		return cli_error(a->cmd->name, "profile measures a model: give MODEL.yaml, not a plan");
+	char dir[] = "/tmp/octopipe-profile-XXXXXX";
+	if (!mkdtemp(dir))
+		return cli_error(a->cmd->name, "cannot make a build directory: %s", strerror(errno));
+	args b = *a;
+	b.val[O_BACKEND] = "mpi";
+	b.val[O_DEVICES] = "2";
+	b.val[O_SCHEDULE] = "1f1b";
+	b.val[O_CHUNKS] = "1";
+	b.set[O_BACKEND] = b.set[O_DEVICES] = b.set[O_SCHEDULE] = b.set[O_CHUNKS] = true;
+	ir_module *m = load_model(&b);
+	int rc = 1;
+	sim_result *r = NULL;
+	if (m && pass_run(m, pass_default_pipeline, pass_default_pipeline_len, NULL) == 0 &&
+	    ir_verify(m) == 0) {
+		bool failed;
+		r = maybe_simulate(m, &failed);
+		cg_options co = {.dir = dir, .quiet = true};
+		rc = failed || cg_compile_cpu(m, r, &co) != 0;
+	}
+	if (!rc) {
+		char out[4096], cmd[8192];
+		if (a->val[O_OUTPUT][0] == '/' || !getcwd(out, sizeof out - 2))
+			snprintf(out, sizeof out, "%s", a->val[O_OUTPUT]);
+		else
+			snprintf(out + strlen(out), sizeof out - strlen(out), "/%s", a->val[O_OUTPUT]);
+		printf("profiling %s on 2 ranks (%s/launch --profile %s)\n", m->model.name, dir, out);
+		fflush(stdout);
+		snprintf(cmd, sizeof cmd, "'%s/launch' --profile '%s'", dir, out);
+		if (strchr(out, '\'') || system(cmd) != 0)
+			rc = cli_error(a->cmd->name, "the profiling run failed (%s/launch --profile %s; it "
+			                             "needs mpirun)", dir, out);
+		else
+			printf("wrote %s\n", a->val[O_OUTPUT]);
+	}
+	if (!rc || !getenv("OCTO_KEEP_PROFILE_BUILD")) {
+		char cmd[4200];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "octopipe profile: warning: could not remove %s\n", dir);
+	}
+	sim_free(r);
+	ir_free(m);
 	return rc;
 }
 
@@ -848,6 +946,10 @@ int main(int argc, char **argv)
 		return cmd_compile(&a);
 	case C_SIM:
 		return cmd_sim(&a);
+	case C_PROFILE:
+		return cmd_profile(&a);
+	case C_REPORT:
+		return report_run(a.input);
 	}
 	ir_bug("unhandled command");
 }

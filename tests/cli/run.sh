@@ -87,7 +87,12 @@ fi
 expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/profile.yaml --schedule 1f1b
 expect 1 "nope.yaml:1:1: error: cannot open file" plan $m --profile nope.yaml
 # features not built yet say so and exit 2
-expect 2 "not built yet" compile $m --target cuda -o "$tmp/out"
+# (--target cuda is built with the CUDA toolkit: tests/cuda covers it)
+if timeout 20 "$bin" compile $m --target cuda --gpu-arch x -o "$tmp/out" 2>&1 | grep -q "not built yet"; then
+  expect 2 "not built yet" compile $m --target cuda -o "$tmp/out"
+else
+  expect 1 "--gpu-arch takes sm_XX" compile $m --target cuda --gpu-arch x -o "$tmp/out"
+fi
 # sim on IR with costs: the table, JSON, a trace and an SVG
 c=tests/cli/costed.opir
 expect 0 "simulated step (1f1b, 8 micro-batches): makespan" sim $c

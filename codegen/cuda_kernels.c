@@ -1,0 +1,380 @@
+/* cuda_kernels.c: the CUDA target's kernels: per layer kind and shape, CUDA
+ * C++ source with the shapes baked in, compiled by NVRTC (docs/cuda.md).
+ *
+ * A module's source is three parts: the layer's constants (#define), the
+ * kernel templates of cuda_lib.cu (embedded at build time as cg_cuda_lib),
+ * and the extern "C" entry points of its kind, below, which instantiate
+ * the templates with those constants.  So each kernel is written once and
+ * a shape is a set of constants.  The matrix products between the entry
+ * points (projections, logits, experts) are cuBLAS calls of the runtime. */
+#ifdef OCTO_HAVE_CUDA
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nvrtc.h>
+
+#include "cg.h"
+#include "cuda_kernels.h"
+#include "cuda_lib.h" /* generated: static const char cg_cuda_lib[] */
+#include "layers.h"   /* rt__shape: the runtime's shape rules, one copy */
+
+/* The entry points of each kind; constants come from the prelude. */
+static const char ENTRY_NORM[] =
+    "extern \"C\" __global__ void KIND_F_norm(const real *x, const real *g, real *u, real *xhat, float *r)\n"
+    "{ rmsnorm_f<H, H>(x, g, u, xhat, r); }\n"
+    "extern \"C\" __global__ void KIND_B_norm(const real *du, const real *g, const real *xhat, const float *r, const real *dy, real *dx)\n"
+    "{ rmsnorm_b<H, H>(du, g, xhat, r, dy, dx); }\n"
+    "extern \"C\" __global__ void KIND_W_scale(const real *xhat, const real *g, real *u)\n"
+    "{ scale_cols<H, T>(xhat, g, u); }\n"
+    "extern \"C\" __global__ void KIND_W_norm(const real *du, const real *xhat, float *dg)\n"
+    "{ colsum_prod<H, T>(du, xhat, dg); }\n";
+
+static const char ENTRY_EMBEDDING[] =
+    "extern \"C\" __global__ void embedding_F(const int *tok, const real *table, real *y, int *err)\n"
+    "{ embed_f<V, H>(tok, table, y, T, err); }\n"
+    "extern \"C\" __global__ void embedding_W(const int *tok, const real *dy, float *dtable)\n"
+    "{ embed_w<H>(tok, dy, dtable, T); }\n";
+
+static const char ENTRY_HEAD[] =
+    "extern \"C\" __global__ void head_F_lse(const real *z, const int *tgt, float *lse, float *ce)\n"
+    "{ head_lse<V>(z, tgt, lse, ce); }\n"
+    "extern \"C\" __global__ void head_F_loss(const float *ce, const int *tgt, double *out)\n"
+    "{ loss_sum(ce, tgt, out, T); }\n"
+    "extern \"C\" __global__ void head_B_dz(real *z, const float *lse, const int *tgt, float dscale)\n"
+    "{ head_dz<V>(z, lse, tgt, dscale, T); }\n";
+
+static const char ENTRY_ATTENTION[] =
+    "extern \"C\" __global__ void attention_F_rope(real *q, real *k)\n"
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f); }\n"
+    "extern \"C\" __global__ void attention_F_core(const real *q, const real *k, const real *v, real *o, float *lse)\n"
+    "{ attn_f<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, MBS); }\n"
+    "extern \"C\" __global__ void attention_B_core_q(const real *q, const real *k, const real *v, const real *dout, const float *lse, float *Dsum, real *dq)\n"
+    "{ attn_b_q<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dq, MBS); }\n"
+    "extern \"C\" __global__ void attention_B_core_kv(const real *q, const real *k, const real *v, const real *dout, const float *lse, const float *Dsum, real *dk, real *dv)\n"
+    "{ attn_b_kv<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, MBS); }\n"
+    "extern \"C\" __global__ void attention_B_rope(real *dq, real *dk)\n"
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f); }\n";
+
+/* MLA only: the latent norms and the key/value assembly. */
+static const char ENTRY_MLA[] =
+    "#if OCTO_RQ > 0\n"
+    "extern \"C\" __global__ void attention_F_qnorm(const real *cq, const real *g, real *u, real *xhat, float *r)\n"
+    "{ rmsnorm_f<RQ, RQ>(cq, g, u, xhat, r); }\n"
+    "extern \"C\" __global__ void attention_B_qnorm(const real *d, const real *g, const real *xhat, const float *r, real *dx)\n"
+    "{ rmsnorm_b<RQ, RQ>(d, g, xhat, r, 0, dx); }\n"
+    "extern \"C\" __global__ void attention_W_qnorm(const real *d, const real *xhat, float *dg)\n"
+    "{ colsum_prod<RQ, T>(d, xhat, dg); }\n"
+    "#endif\n"
+    "extern \"C\" __global__ void attention_F_kvnorm(const real *c, const real *g, real *u, real *xhat, float *r)\n"
+    "{ rmsnorm_f<RKV, RKV + DR>(c, g, u, xhat, r); }\n"
+    "extern \"C\" __global__ void attention_F_split(const real *kv, const real *c, real *k, real *v)\n"
+    "{ mla_split<NH, DN, DR, DV, RKV>(kv, c, k, v, T); }\n"
+    "extern \"C\" __global__ void attention_B_join(const real *dk, const real *dv, real *dkv, real *dc)\n"
+    "{ mla_join<NH, DN, DR, DV, RKV>(dk, dv, dkv, dc, T); }\n"
+    "extern \"C\" __global__ void attention_B_kvnorm(const real *d, const real *g, const real *xhat, const float *r, real *dc)\n"
+    "{ rmsnorm_b<RKV, RKV + DR>(d, g, xhat, r, 0, dc); }\n"
+    "extern \"C\" __global__ void attention_W_kvnorm(const real *d, const real *xhat, float *dg)\n"
+    "{ colsum_prod<RKV, T>(d, xhat, dg); }\n";
+
+static const char ENTRY_FFN[] =
+    "extern \"C\" __global__ void KIND_F_act(const real *a, const real *b, real *h, long n)\n"
+    "{ ffn_act_f<ACT, GATED>(a, b, h, n); }\n"
+    "extern \"C\" __global__ void KIND_B_act(const real *dh, const real *a, const real *b, real *da, real *db, long n)\n"
+    "{ ffn_act_b<ACT, GATED>(dh, a, b, da, db, n); }\n";
+
+static const char ENTRY_MOE[] =
+    "extern \"C\" __global__ void moe_F_route(const real *logit, float *p, float *w, int *sel)\n"
+    "{ moe_route<E, K>(logit, p, w, sel, T); }\n"
+    "extern \"C\" __global__ void moe_F_layout(const int *sel, int *off, int *slot, int *rowtok)\n"
+    "{ moe_layout<E, K>(sel, off, slot, rowtok, T); }\n"
+    "extern \"C\" __global__ void moe_F_gather(const real *u, const int *rowtok, real *X)\n"
+    "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n"
+    "extern \"C\" __global__ void moe_F_combine(const float *w, const int *slot, const real *Y, real *y)\n"
+    "{ moe_combine<H, K>(w, slot, Y, y, T); }\n"
+    "extern \"C\" __global__ void moe_B_route(const real *dy, const real *Y, const float *p, const float *w, const int *sel, const int *slot, real *dY, real *dr)\n"
+    "{ moe_route_b<E, K, H>(dy, Y, p, w, sel, slot, dY, dr, T); }\n"
+    "extern \"C\" __global__ void moe_B_scatter(const int *slot, const real *dX, real *du)\n"
+    "{ moe_scatter_b<H, K>(slot, dX, du, T); }\n"
+    "extern \"C\" __global__ void moe_W_gather(const real *u, const int *rowtok, real *X)\n"
+    "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n";
+
+/* The scan and convolution of both versions; X_OFF etc. place x, B, C in
+ * the convolution output (Mamba-2) or x_proj's output (Mamba-1). */
+static const char ENTRY_MAMBA[] =
+    "extern \"C\" __global__ void mamba_F_conv(const real *in, const real *w, const real *b, real *cv, real *xc)\n"
+    "{ conv_f<SEQ, CD, KC, CONV_LD>(in, w, b, cv, xc, T); }\n"
+    "extern \"C\" __global__ void mamba_F_dt(const real *src, const real *bias, real *v, real *dt)\n"
+    "{ dt_f<MH, DT_LD>(src, bias, v, dt, T); }\n"
+    "extern \"C\" __global__ void mamba_F_scan(const real *x, const real *Bm, const real *Cm, const real *dt, const real *Alog, const real *D, real *ys, float *chunks)\n"
+    "{ scan_f<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, ys, chunks, MBS); }\n"
+    "extern \"C\" __global__ void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const real *dt, const real *Alog, const real *D, const real *dys, const float *chunks, real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
+    "{ scan_b<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, dys, chunks, dx, dbp, dcp, ddt, dA, dD, MBS); }\n"
+    "extern \"C\" __global__ void mamba_B_reduce(const float *dbp, const float *dcp, real *dB, real *dC)\n"
+    "{ scan_reduce<MH, G, N, LBC>(dbp, dB, T); scan_reduce<MH, G, N, LBC>(dcp, dC, T); }\n"
+    "extern \"C\" __global__ void mamba_B_dt(const float *ddt, const real *v, real *dst)\n"
+    "{ dt_b<MH, DT_LD>(ddt, v, dst, T); }\n"
+    "extern \"C\" __global__ void mamba_B_dcv(const real *dxc, const real *cv, real *dcv)\n"
+    "{ conv_dcv<SEQ, CD, KC>(dxc, cv, dcv, T); }\n"
+    "extern \"C\" __global__ void mamba_B_conv(const real *dcv, const real *w, real *din)\n"
+    "{ conv_b<SEQ, CD, KC, CONV_LD>(dcv, w, din, T); }\n"
+    "extern \"C\" __global__ void mamba_W_conv(const real *dcv, const real *in, float *dw, float *db)\n"
+    "{ conv_w<SEQ, CD, KC, CONV_LD>(dcv, in, dw, db, T); }\n"
+    "extern \"C\" __global__ void mamba_W_alog(const float *dA, const float *dD, const real *Alog, float *dAlog, float *dDg)\n"
+    "{ alog_w<NA, MH * P, PERN>(dA, dD, Alog, dAlog, dDg, MBS); }\n"
+    "extern \"C\" __global__ void mamba_W_dtbias(const real *dsrc, float *dbias)\n"
+    "{ colsum_strided<MH, DT_LD>(dsrc, dbias, T); }\n"
+    "#if OCTO_VERSION == 2\n"
+    "extern \"C\" __global__ void mamba_F_gnorm(const real *ys, const real *z, const real *ng, real *yhat, float *rg, real *yn)\n"
+    "{ gated_norm_f<DI, G, DIP>(ys, z, ng, yhat, rg, yn); }\n"
+    "extern \"C\" __global__ void mamba_B_gnorm(const real *dyn, const real *ng, const real *yhat, const float *rg, const real *ys, const real *z, real *dys, real *dz)\n"
+    "{ gated_norm_b<DI, G, DIP>(dyn, ng, yhat, rg, ys, z, dys, dz); }\n"
+    "extern \"C\" __global__ void mamba_W_gnorm(const real *dyn, const real *yhat, float *dg)\n"
+    "{ colsum_prod<DI, T>(dyn, yhat, dg); }\n"
+    "#else\n"
+    "extern \"C\" __global__ void mamba_F_gate(const real *ys, const real *z, real *yg)\n"
+    "{ gate_f<DI, 2 * DI>(ys, z, yg, T); }\n"
+    "extern \"C\" __global__ void mamba_B_gate(const real *dyg, const real *ys, const real *z, real *dys, real *dz)\n"
+    "{ gate_b<DI, 2 * DI>(dyg, ys, z, dys, dz, T); }\n"
+    "#endif\n";
+
+typedef struct sbuf {
+	char *p;
+	size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (b->n + (size_t)k + 1 > b->cap) {
+		b->cap = (b->n + (size_t)k + 1) * 2;
+		b->p = realloc(b->p, b->cap);
+		if (!b->p)
+			ir_bug("out of memory");
+	}
+	va_start(ap, fmt);
+	vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
+	va_end(ap);
+	b->n += (size_t)k;
+}
+
+/* The entry text with KIND replaced by the kind's name. */
+static void put_entries(sbuf *b, const char *text, const char *kind)
+{
+	for (const char *s = text; *s;) {
+		const char *k = strstr(s, "KIND");
+		if (!k) {
+			put(b, "%s", s);
+			break;
+		}
+		put(b, "%.*s%s", (int)(k - s), s, kind);
+		s = k + 4;
+	}
+}
+
+/* Constants are C++ constants, not macros, so that the templates' parameters
+ * of the same names shadow them; OCTO_* macros serve the preprocessor. */
+#define DEF(name, v) put(&b, "static constexpr int %s = %lld;\n", name, (long long)(v))
+
+char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
+{
+	rt_shape s;
+	if (rt__shape(d, &s) != RT_OK) {
+		fprintf(stderr, "octopipe compile: error: cuda: a %s layer the kernels do not run "
+		                "(docs/layers.md)\n", ir_layer_kind_names[d->kind]);
+		return NULL;
+	}
+	const char *kind = ir_layer_kind_names[d->kind];
+	sbuf b = {0};
+	put(&b, "/* octopipe: %s layer kernels (docs/cuda.md); matrix products run in cuBLAS */\n", kind);
+	put(&b, "#define OCTO_BF16 %d\n#define OCTO_RQ %lld\n#define OCTO_VERSION %d\n", bf16,
+	    (long long)s.rq, s.ver);
+	DEF("SEQ", s.S);
+	DEF("MBS", s.nb);
+	DEF("T", s.T);
+	DEF("H", s.H);
+	DEF("V", s.V);
+	switch (d->kind) {
+	case RT_ATTENTION:
+		DEF("NH", s.nh);
+		DEF("NKV", s.nkv);
+		DEF("DQK", s.dqk);
+		DEF("DV", s.dv);
+		DEF("WIN", s.win);
+		DEF("ROPE_OFF", s.rope_off);
+		DEF("ROPE_LEN", s.rope_len);
+		DEF("DN", s.dn);
+		DEF("DR", s.dr);
+		DEF("RQ", s.rq);
+		DEF("RKV", s.rkv);
+		break;
+	case RT_MLP:
+	case RT_MOE:
+		DEF("ACT", s.act);
+		DEF("GATED", s.gated);
+		DEF("FFN", s.F);
+		DEF("E", s.E);
+		DEF("K", s.K);
+		DEF("SF", s.SF);
+		break;
+	case RT_MAMBA:
+		DEF("VERSION", s.ver);
+		DEF("DI", s.di);
+		DEF("MH", s.mh);
+		DEF("P", s.P);
+		DEF("G", s.G);
+		DEF("N", s.N);
+		DEF("KC", s.Kc);
+		DEF("R", s.R);
+		DEF("CD", s.cd);
+		DEF("DIP", s.dip);
+		DEF("A1", s.ver == 1);
+		/* Mamba-2: the convolution reads x|B|C in zx (stride DIP) from column DI,
+		 * dt is zx's last MH columns.  Mamba-1: the convolution reads x in xz
+		 * (stride 2 DI); B, C are columns R.. of xd (stride R + 2N); dt = softplus(v) per channel. */
+		DEF("CONV_LD", s.ver == 2 ? s.dip : 2 * s.di);
+		DEF("DT_LD", s.ver == 2 ? s.dip : s.mh);
+		DEF("LX", s.ver == 2 ? s.cd : s.di);
+		DEF("LBC", s.ver == 2 ? s.cd : s.R + 2 * s.N);
+		DEF("NA", s.ver == 2 ? s.mh : s.di * s.N);
+		DEF("PERN", s.ver == 2 ? s.N : 1);
+		break;
+	default:
+		break;
+	}
+	put(&b, "%s\n", cg_cuda_lib);
+	switch (d->kind) {
+	case RT_EMBEDDING: put(&b, "%s", ENTRY_EMBEDDING); break;
+	case RT_HEAD:
+		put_entries(&b, ENTRY_NORM, kind);
+		put(&b, "%s", ENTRY_HEAD);
+		break;
+	case RT_ATTENTION:
+		put_entries(&b, ENTRY_NORM, kind);
+		put(&b, "%s", ENTRY_ATTENTION);
+		if (s.mla)
+			put(&b, "%s", ENTRY_MLA);
+		break;
+	case RT_MLP:
+	case RT_MOE:
+		put_entries(&b, ENTRY_NORM, kind);
+		put_entries(&b, ENTRY_FFN, kind);
+		if (d->kind == RT_MOE)
+			put(&b, "%s", ENTRY_MOE);
+		break;
+	case RT_MAMBA:
+		put_entries(&b, ENTRY_NORM, kind);
+		put(&b, "%s", ENTRY_MAMBA);
+		break;
+	default: break;
+	}
+	char *out = arena_alloc(a, b.n + 1);
+	memcpy(out, b.p, b.n + 1);
+	free(b.p);
+	return out;
+}
+
+char *cg_cuda_module_name(const rt_layer_desc *d, const char *src, arena *a)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	for (const char *p = src; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	return arena_printf(a, "%s_%08llx", ir_layer_kind_names[d->kind], (unsigned long long)(h & 0xffffffffu));
+}
+
+int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx, arena *a)
+{
+	nvrtcProgram prog;
+	nvrtcResult r = nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
+	if (r != NVRTC_SUCCESS) {
+		fprintf(stderr, "octopipe compile: error: cuda: nvrtcCreateProgram(%s): %s\n", name,
+		        nvrtcGetErrorString(r));
+		return -1;
+	}
+	/* compute_XX: PTX for the architecture (the driver JITs it for the card).
+	 * No FMA contraction: as on CPU, so the GPU check can hold f32 to tight
+	 * thresholds. */
+	const char *num = strncmp(arch, "sm_", 3) == 0 ? arch + 3 : arch;
+	char *opt_arch = arena_printf(a, "--gpu-architecture=compute_%s", num);
+	const char *opts[] = {opt_arch, "--std=c++17", "--fmad=false",
+	                      "-diag-suppress=177" /* the constants a kind does not use */};
+	r = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof *opts), opts);
+	int rc = 0;
+	if (r != NVRTC_SUCCESS) {
+		size_t n = 0;
+		nvrtcGetProgramLogSize(prog, &n);
+		char *log = arena_alloc(a, n + 1);
+		nvrtcGetProgramLog(prog, log);
+		fprintf(stderr, "octopipe compile: error: cuda: NVRTC failed to compile %s for %s (%s):\n%s\n",
+		        name, arch, nvrtcGetErrorString(r), log);
+		rc = -1;
+	} else {
+		size_t n = 0;
+		if (nvrtcGetPTXSize(prog, &n) != NVRTC_SUCCESS) {
+			fprintf(stderr, "octopipe compile: error: cuda: nvrtcGetPTXSize(%s) failed\n", name);
+			rc = -1;
+		} else {
+			*ptx = arena_alloc(a, n + 1);
+			if (nvrtcGetPTX(prog, *ptx) != NVRTC_SUCCESS) {
+				fprintf(stderr, "octopipe compile: error: cuda: nvrtcGetPTX(%s) failed\n", name);
+				rc = -1;
+			}
+		}
+	}
+	nvrtcDestroyProgram(&prog);
+	return rc;
+}
+
+static int write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int cg_cuda_emit(const ir_module *m, const char *dir, const char *arch, bool emit_cu,
+                 bool emit_ptx, bool quiet)
+{
+	if (cg_make_dir(dir))
+		return -1;
+	arena *a = arena_new();
+	bool bf16 = m->model.dtype == IR_DTYPE_BF16;
+	char **seen = arena_alloc(a, (size_t)(m->nlayers + 1) * sizeof *seen);
+	int nseen = 0, rc = -1;
+	for (int l = 0; l < m->nlayers; l++) {
+		rt_layer_desc d = cg_layer_desc(m, &m->layers[l]);
+		char *src = cg_cuda_source(&d, bf16, a);
+		if (!src)
+			goto out;
+		bool dup = false;
+		for (int i = 0; i < nseen && !dup; i++)
+			dup = strcmp(seen[i], src) == 0;
+		if (dup)
+			continue;
+		seen[nseen++] = src;
+		char *name = cg_cuda_module_name(&d, src, a), *ptx = NULL;
+		if (emit_cu && write_text(arena_printf(a, "%s/%s.cu", dir, name), src))
+			goto out;
+		if (cg_cuda_ptx(name, src, arch, &ptx, a))
+			goto out;
+		if (emit_ptx && write_text(arena_printf(a, "%s/%s.ptx", dir, name), ptx))
+			goto out;
+		if (!quiet)
+			printf("cuda: %s (layer L%d and its shape): NVRTC %s ok%s%s\n", name, l, arch,
+			       emit_cu ? ", .cu" : "", emit_ptx ? ", .ptx" : "");
+	}
+	rc = 0;
+out:
+	arena_free(a);
+	return rc;
+}
+#endif

@@ -1,0 +1,38 @@
+/* cuda_kernels.h: the CUDA target's generated kernels (docs/cuda.md).
+ *
+ *   cg_cuda_source   one layer's non-GEMM kernels as CUDA C++ source, the
+ *                    shapes baked in as constants (F, B and W kernels named
+ *                    <kind>_F_*, <kind>_B_*, <kind>_W_*)
+ *   cg_cuda_ptx      NVRTC: source -> PTX for an architecture (sm_XX)
+ *   cg_cuda_emit     every distinct (kind, shape) of a module -> DIR/NAME.cu
+ *                    and/or DIR/NAME.ptx
+ *
+ * Matrix products are not in the generated source: the runtime runs them
+ * through cuBLAS.  Only built with OCTO_HAVE_CUDA. */
+#ifndef OCTO_CUDA_KERNELS_H
+#define OCTO_CUDA_KERNELS_H
+
+#include <stdbool.h>
+
+#include "ir.h"
+#include "octo_kernels.h"
+
+/* Source of d's kernels (arena-allocated); NULL after a message when the
+ * runtime's shape rules reject d. */
+char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a);
+
+/* A stable name for d's kernel module: <kind>_<hash of the source>. */
+char *cg_cuda_module_name(const rt_layer_desc *d, const char *src, arena *a);
+
+/* Compile src with NVRTC for arch ("sm_90", "sm_80", ...): *ptx gets the
+ * PTX (arena-allocated).  Returns 0, or -1 after printing NVRTC's log as an
+ * error naming the module. */
+int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx, arena *a);
+
+/* The module's layers (every layer of the model), deduplicated by shape:
+ * writes DIR/<name>.cu (emit_cu) and DIR/<name>.ptx (emit_ptx).  Prints a
+ * line per module unless quiet.  Returns 0 or -1. */
+int cg_cuda_emit(const ir_module *m, const char *dir, const char *arch, bool emit_cu,
+                 bool emit_ptx, bool quiet);
+
+#endif

@@ -1,0 +1,814 @@
+/* cuda_lib.cu: the non-GEMM GPU kernels, written once as templates over the
+ * shapes (docs/cuda.md, the math of docs/layers.md).
+ *
+ * codegen/cuda_kernels.c prepends the constants of one layer (OCTO_BF16, T,
+ * H, ...) and appends the extern "C" kernels of that layer kind, which call
+ * these templates with the widths baked in; NVRTC compiles the result.
+ * Matrix products are not here: they run through cuBLAS.
+ *
+ * Storage: activations and parameters are `real` (f32, or bf16 kept as its
+ * 16 bits), weight gradients and per-row statistics f32; arithmetic is f32.
+ * Launch shapes: "row" kernels take one block of OCTO_ROW threads per row
+ * (grid = rows); "each" kernels take any grid and stride over n; "col"
+ * kernels take one thread per column and sum rows in ascending order, so
+ * every weight gradient is deterministic. */
+#define OCTO_ROW 256
+#ifndef INFINITY /* NVRTC has no <math.h> */
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+#if OCTO_BF16
+typedef unsigned short real;
+__device__ __forceinline__ float ld(real v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ real st(float f)
+{
+	unsigned u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (real)((u >> 16) | 0x40u); /* quiet NaN */
+	u += 0x7fffu + ((u >> 16) & 1u);      /* round to nearest even */
+	return (real)(u >> 16);
+}
+#else
+typedef float real;
+__device__ __forceinline__ float ld(real v) { return v; }
+__device__ __forceinline__ real st(float f) { return f; }
+#endif
+
+#define EACH(i, n) for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (long)(n); \
+                        i += (long)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float sigm(float v) { return 1.f / (1.f + expf(-v)); }
+__device__ __forceinline__ float silu(float v) { return v * sigm(v); }
+__device__ __forceinline__ float dsilu(float v) { float s = sigm(v); return s * (1.f + v * (1.f - s)); }
+__device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
+
+/* Sum over the block in a fixed tree order (deterministic). */
+__device__ float block_sum(float v)
+{
+	__shared__ float sh[OCTO_ROW];
+	__syncthreads();
+	sh[threadIdx.x] = v;
+	__syncthreads();
+	for (int s = OCTO_ROW / 2; s > 0; s >>= 1) {
+		if ((int)threadIdx.x < s)
+			sh[threadIdx.x] += sh[threadIdx.x + s];
+		__syncthreads();
+	}
+	return sh[0];
+}
+
+__device__ float block_max(float v)
+{
+	__shared__ float sh[OCTO_ROW];
+	__syncthreads();
+	sh[threadIdx.x] = v;
+	__syncthreads();
+	for (int s = OCTO_ROW / 2; s > 0; s >>= 1) {
+		if ((int)threadIdx.x < s)
+			sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+		__syncthreads();
+	}
+	return sh[0];
+}
+
+/* ---- RMSNorm (eps 1e-5); row kernels over rows of width W at stride LD ---- */
+
+/* F: r = 1/sqrt(mean x^2 + eps), xhat = x r, u = xhat g.  xhat may be NULL. */
+template <int W, int LD>
+__device__ void rmsnorm_f(const real *x, const real *g, real *u, real *xhat, float *r)
+{
+	long t = blockIdx.x;
+	const real *xr = x + t * LD;
+	float s = 0.f;
+	for (int j = threadIdx.x; j < W; j += OCTO_ROW) {
+		float v = ld(xr[j]);
+		s += v * v;
+	}
+	float rr = rsqrtf(block_sum(s) / W + 1e-5f);
+	if (threadIdx.x == 0)
+		r[t] = rr;
+	for (int j = threadIdx.x; j < W; j += OCTO_ROW) {
+		float xh = ld(xr[j]) * rr;
+		if (xhat)
+			xhat[t * W + j] = st(xh);
+		u[t * W + j] = st(g ? xh * ld(g[j]) : xh);
+	}
+}
+
+/* B: e = du g, dx = resid + r (e - xhat mean(e xhat)); resid may be NULL;
+ * g NULL is the unscaled norm (Mamba-2's gated norm takes du pre-scaled). */
+template <int W, int LD>
+__device__ void rmsnorm_b(const real *du, const real *g, const real *xhat, const float *r,
+                          const real *resid, real *dx)
+{
+	long t = blockIdx.x;
+	float s = 0.f;
+	for (int j = threadIdx.x; j < W; j += OCTO_ROW) {
+		float e = ld(du[t * LD + j]) * (g ? ld(g[j]) : 1.f);
+		s += e * ld(xhat[t * W + j]);
+	}
+	float mean = block_sum(s) / W;
+	for (int j = threadIdx.x; j < W; j += OCTO_ROW) {
+		float e = ld(du[t * LD + j]) * (g ? ld(g[j]) : 1.f);
+		float v = r[t] * (e - ld(xhat[t * W + j]) * mean);
+		dx[t * LD + j] = st((resid ? ld(resid[t * LD + j]) : 0.f) + v);
+	}
+}
+
+/* W (col): dg[j] += sum_t a[t][j] b[t][j], t ascending. */
+template <int W, int ROWS>
+__device__ void colsum_prod(const real *a, const real *b, float *dg)
+{
+	EACH(j, W) {
+		float s = 0.f;
+		for (long t = 0; t < ROWS; t++)
+			s += ld(a[t * W + j]) * (b ? ld(b[t * W + j]) : 1.f);
+		dg[j] += s;
+	}
+}
+
+/* u = xhat g (W's input to the weight GEMMs). */
+template <int W, int ROWS>
+__device__ void scale_cols(const real *xhat, const real *g, real *u)
+{
+	EACH(i, (long)ROWS * W) u[i] = st(ld(xhat[i]) * ld(g[i % W]));
+}
+
+/* ---- feed-forward activations (act: 0 swiglu 1 geglu 2 gelu 3 relu 4 relu2) ---- */
+
+template <int ACT> __device__ __forceinline__ float act_f(float a)
+{
+	if (ACT == 0) return silu(a);
+	if (ACT == 1 || ACT == 2) return 0.5f * a * (1.f + erff(a * 0.70710678118654752f));
+	if (ACT == 3) return fmaxf(a, 0.f);
+	return a > 0.f ? a * a : 0.f;
+}
+
+template <int ACT> __device__ __forceinline__ float act_d(float a)
+{
+	if (ACT == 0) return dsilu(a);
+	if (ACT == 1 || ACT == 2)
+		return 0.5f * (1.f + erff(a * 0.70710678118654752f)) + a * expf(-0.5f * a * a) * 0.3989422804014327f;
+	if (ACT == 3) return a > 0.f ? 1.f : 0.f;
+	return a > 0.f ? 2.f * a : 0.f;
+}
+
+/* F: h = act(a) (* b when gated), n elements. */
+template <int ACT, bool GATED>
+__device__ void ffn_act_f(const real *a, const real *b, real *h, long n)
+{
+	EACH(i, n) h[i] = st(act_f<ACT>(ld(a[i])) * (GATED ? ld(b[i]) : 1.f));
+}
+
+/* B: da = dh (b) act'(a); db = dh act(a) (gated). */
+template <int ACT, bool GATED>
+__device__ void ffn_act_b(const real *dh, const real *a, const real *b, real *da, real *db, long n)
+{
+	EACH(i, n) {
+		float av = ld(a[i]), d = ld(dh[i]);
+		da[i] = st(d * (GATED ? ld(b[i]) : 1.f) * act_d<ACT>(av));
+		if (GATED)
+			db[i] = st(d * act_f<ACT>(av));
+	}
+}
+
+/* ---- rotary embedding: "rotate half" of the last L features of each head ---- */
+
+/* One thread per (row, head, pair); sign -1 is the inverse (B). */
+template <int SEQ, int NH, int STRIDE, int OFF, int L>
+__device__ void rope(real *x, long rows, float sign)
+{
+	const int half = L / 2;
+	EACH(i, rows * NH * half) {
+		long t = i / (NH * half);
+		int h = (int)(i / half % NH), k = (int)(i % half);
+		int s = (int)(t % SEQ);
+		double th = (double)s * pow(10000.0, -2.0 * k / L);
+		float c = (float)cos(th), sn = sign * (float)sin(th);
+		real *p = x + t * (long)(NH * STRIDE) + (long)h * STRIDE + OFF;
+		float a = ld(p[k]), b = ld(p[k + half]);
+		p[k] = st(a * c - b * sn);
+		p[k + half] = st(a * sn + b * c);
+	}
+}
+
+/* ---- attention core (flash style: no seq x seq array) ---- */
+
+/* F: one thread per (sequence, head, query i).  q [T][NH*DQK], k [T][NKV*DQK],
+ * v [T][NKV*DV], o [T][NH*DV], lse [MBS][NH][SEQ]. */
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_f(const real *q, const real *k, const real *v, real *o, float *lse, int mbs)
+{
+	EACH(id, (long)mbs * NH * SEQ) {
+		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
+		long b = id / ((long)SEQ * NH);
+		int g = h / (NH / NKV);
+		const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
+		float acc[DV], m = -INFINITY, l = 0.f;
+		for (int e = 0; e < DV; e++) acc[e] = 0.f;
+		int j0 = WIN > 0 && i - WIN + 1 > 0 ? i - WIN + 1 : 0;
+		for (int j = j0; j <= i; j++) {
+			const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+			const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
+			float s = 0.f;
+			for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
+			s *= rsqrtf((float)DQK);
+			float mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
+			l = l * c + p;
+			for (int e = 0; e < DV; e++) acc[e] = acc[e] * c + p * ld(vj[e]);
+			m = mn;
+		}
+		real *oi = o + (b * SEQ + i) * (NH * DV) + h * DV;
+		for (int e = 0; e < DV; e++) oi[e] = st(acc[e] / l);
+		lse[id] = m + logf(l);
+	}
+}
+
+/* B, queries: one thread per (sequence, head, i): Dsum_i = sum_j P dP, then
+ * dq_i = sum_j dS_ij k_j. */
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_b_q(const real *q, const real *k, const real *v, const real *dout,
+                         const float *lse, float *Dsum, real *dq, int mbs)
+{
+	EACH(id, (long)mbs * NH * SEQ) {
+		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
+		long b = id / ((long)SEQ * NH);
+		int g = h / (NH / NKV);
+		const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
+		const real *doi = dout + (b * SEQ + i) * (NH * DV) + h * DV;
+		const float sc = rsqrtf((float)DQK);
+		int j0 = WIN > 0 && i - WIN + 1 > 0 ? i - WIN + 1 : 0;
+		float D = 0.f, acc[DQK];
+		for (int e = 0; e < DQK; e++) acc[e] = 0.f;
+		for (int pass = 0; pass < 2; pass++)
+			for (int j = j0; j <= i; j++) {
+				const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+				const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
+				float s = 0.f, dp = 0.f;
+				for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
+				for (int e = 0; e < DV; e++) dp += ld(doi[e]) * ld(vj[e]);
+				float p = expf(s * sc - lse[id]);
+				if (pass == 0) {
+					D += p * dp;
+				} else {
+					float ds = p * (dp - D) * sc;
+					for (int e = 0; e < DQK; e++) acc[e] += ds * ld(kj[e]);
+				}
+			}
+		Dsum[id] = D;
+		real *dqi = dq + (b * SEQ + i) * (NH * DQK) + h * DQK;
+		for (int e = 0; e < DQK; e++) dqi[e] = st(acc[e]);
+	}
+}
+
+/* B, keys and values: one thread per (sequence, KV head g, key j); the
+ * group's query heads in ascending order, queries ascending. */
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_b_kv(const real *q, const real *k, const real *v, const real *dout,
+                          const float *lse, const float *Dsum, real *dk, real *dv, int mbs)
+{
+	EACH(id, (long)mbs * NKV * SEQ) {
+		int j = (int)(id % SEQ), g = (int)(id / SEQ % NKV);
+		long b = id / ((long)SEQ * NKV);
+		const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+		const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
+		const float sc = rsqrtf((float)DQK);
+		float ak[DQK], av[DV];
+		for (int e = 0; e < DQK; e++) ak[e] = 0.f;
+		for (int e = 0; e < DV; e++) av[e] = 0.f;
+		int i1 = WIN > 0 && j + WIN - 1 < SEQ - 1 ? j + WIN - 1 : SEQ - 1;
+		for (int h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
+			for (int i = j; i <= i1; i++) {
+				long qid = (b * NH + h) * SEQ + i;
+				const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
+				const real *doi = dout + (b * SEQ + i) * (NH * DV) + h * DV;
+				float s = 0.f, dp = 0.f;
+				for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
+				for (int e = 0; e < DV; e++) dp += ld(doi[e]) * ld(vj[e]);
+				float p = expf(s * sc - lse[qid]), ds = p * (dp - Dsum[qid]) * sc;
+				for (int e = 0; e < DQK; e++) ak[e] += ds * ld(qi[e]);
+				for (int e = 0; e < DV; e++) av[e] += p * ld(doi[e]);
+			}
+		real *dkj = dk + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+		real *dvj = dv + (b * SEQ + j) * (NKV * DV) + g * DV;
+		for (int e = 0; e < DQK; e++) dkj[e] = st(ak[e]);
+		for (int e = 0; e < DV; e++) dvj[e] = st(av[e]);
+	}
+}
+
+/* MLA: k_h = [kv_h[:DN], c[RKV:]], v_h = kv_h[DN:DN+DV] (F), and back (B):
+ * dkv_h = [dk_h[:DN], dv_h], dc[RKV:] = sum_h dk_h[DN:] (heads ascending). */
+template <int NH, int DN, int DR, int DV, int RKV>
+__device__ void mla_split(const real *kv, const real *c, real *k, real *v, long rows)
+{
+	EACH(i, rows * NH) {
+		long t = i / NH;
+		int h = (int)(i % NH);
+		const real *src = kv + t * (NH * (DN + DV)) + h * (DN + DV);
+		real *kh = k + t * (NH * (DN + DR)) + h * (DN + DR);
+		for (int e = 0; e < DN; e++) kh[e] = src[e];
+		for (int e = 0; e < DR; e++) kh[DN + e] = c[t * (RKV + DR) + RKV + e];
+		for (int e = 0; e < DV; e++) v[t * (NH * DV) + h * DV + e] = src[DN + e];
+	}
+}
+
+template <int NH, int DN, int DR, int DV, int RKV>
+__device__ void mla_join(const real *dk, const real *dv, real *dkv, real *dc, long rows)
+{
+	EACH(t, rows) {
+		for (int h = 0; h < NH; h++) {
+			real *d = dkv + t * (NH * (DN + DV)) + h * (DN + DV);
+			for (int e = 0; e < DN; e++) d[e] = dk[t * (NH * (DN + DR)) + h * (DN + DR) + e];
+			for (int e = 0; e < DV; e++) d[DN + e] = dv[t * (NH * DV) + h * DV + e];
+		}
+		for (int e = 0; e < DR; e++) {
+			float s = 0.f;
+			for (int h = 0; h < NH; h++) s += ld(dk[t * (NH * (DN + DR)) + h * (DN + DR) + DN + e]);
+			dc[t * (RKV + DR) + RKV + e] = st(s);
+		}
+	}
+}
+
+/* ---- embedding and loss ---- */
+
+/* F: y_t = table[tok_t]; a token outside [0, V) sets *err (no row written for it). */
+template <int V, int H>
+__device__ void embed_f(const int *tok, const real *table, real *y, long rows, int *err)
+{
+	EACH(i, rows * H) {
+		int tk = tok[i / H];
+		if (tk < 0 || tk >= V) { *err = 1; continue; }
+		y[i] = table[(long)tk * H + i % H];
+	}
+}
+
+/* W (col): dtable[tok_t] += dy_t, t ascending per column. */
+template <int H>
+__device__ void embed_w(const int *tok, const real *dy, float *dtable, long rows)
+{
+	EACH(j, H)
+		for (long t = 0; t < rows; t++)
+			dtable[(long)tok[t] * H + j] += ld(dy[t * H + j]);
+}
+
+/* Head F (row): lse_t over the logits z [T][V]; ce_t = lse - z_target (0, count 0 if ignored). */
+template <int V>
+__device__ void head_lse(const real *z, const int *tgt, float *lse, float *ce)
+{
+	long t = blockIdx.x;
+	float m = -INFINITY;
+	for (int v = threadIdx.x; v < V; v += OCTO_ROW) m = fmaxf(m, ld(z[t * V + v]));
+	m = block_max(m);
+	float s = 0.f;
+	for (int v = threadIdx.x; v < V; v += OCTO_ROW) s += expf(ld(z[t * V + v]) - m);
+	float l = m + logf(block_sum(s));
+	if (threadIdx.x == 0) {
+		lse[t] = l;
+		int y = tgt[t];
+		ce[t] = y >= 0 && y < V ? l - ld(z[t * V + y]) : 0.f;
+	}
+}
+
+/* The loss {sum in double, t ascending; count}: one thread. */
+__device__ void loss_sum(const float *ce, const int *tgt, double *out, long rows)
+{
+	if (blockIdx.x || threadIdx.x) return;
+	double s = 0.0;
+	long n = 0;
+	for (long t = 0; t < rows; t++)
+		if (tgt[t] >= 0) { s += ce[t]; n++; }
+	out[0] = s;
+	out[1] = (double)n;
+}
+
+/* Head B: dz = dscale (exp(z - lse) - [v = target]), 0 for ignored rows; in place. */
+template <int V>
+__device__ void head_dz(real *z, const float *lse, const int *tgt, float dscale, long rows)
+{
+	EACH(i, rows * V) {
+		long t = i / V;
+		int y = tgt[t];
+		float d = y < 0 ? 0.f : dscale * (expf(ld(z[i]) - lse[t]) - (i % V == y ? 1.f : 0.f));
+		z[i] = st(d);
+	}
+}
+
+/* ---- mixture of experts: routing ---- */
+
+/* Row kernel (one thread per row t): p = softmax(logits), top-K with ties to
+ * the lower index, renormalised weights w. */
+template <int E, int K>
+__device__ void moe_route(const real *logit, float *p, float *w, int *sel, long rows)
+{
+	EACH(t, rows) {
+		float m = -INFINITY, s = 0.f;
+		for (int e = 0; e < E; e++) m = fmaxf(m, ld(logit[t * E + e]));
+		for (int e = 0; e < E; e++) s += expf(ld(logit[t * E + e]) - m);
+		for (int e = 0; e < E; e++) p[t * E + e] = expf(ld(logit[t * E + e]) - m) / s;
+		float tot = 0.f;
+		for (int k = 0; k < K; k++) {
+			int best = -1;
+			for (int e = 0; e < E; e++) {
+				bool taken = false;
+				for (int kk = 0; kk < k; kk++) taken |= sel[t * K + kk] == e;
+				if (!taken && (best < 0 || p[t * E + e] > p[t * E + best])) best = e;
+			}
+			sel[t * K + k] = best;
+			tot += p[t * E + best];
+		}
+		for (int k = 0; k < K; k++) w[t * K + k] = p[t * E + sel[t * K + k]] / tot;
+	}
+}
+
+/* The routing layout (one thread, deterministic): expert e owns rows
+ * off[e]..off[e+1], pairs in ascending token order. */
+template <int E, int K>
+__device__ void moe_layout(const int *sel, int *off, int *slot, int *rowtok, long rows)
+{
+	if (blockIdx.x || threadIdx.x) return;
+	for (int e = 0; e <= E; e++) off[e] = 0;
+	for (long i = 0; i < rows * K; i++) off[sel[i] + 1]++;
+	for (int e = 0; e < E; e++) off[e + 1] += off[e];
+	for (int e = 0; e < E; e++) {
+		int r = off[e];
+		for (long t = 0; t < rows; t++)
+			for (int k = 0; k < K; k++)
+				if (sel[t * K + k] == e) { slot[t * K + k] = r; rowtok[r++] = (int)t; }
+	}
+}
+
+/* X[row] = u[rowtok[row]]. */
+template <int H>
+__device__ void gather_rows(const real *u, const int *rowtok, real *X, long n)
+{
+	EACH(i, n * H) X[i] = u[(long)rowtok[i / H] * H + i % H];
+}
+
+/* F: y_t += sum_k w_tk Y[slot_tk] (k ascending). */
+template <int H, int K>
+__device__ void moe_combine(const float *w, const int *slot, const real *Y, real *y, long rows)
+{
+	EACH(i, rows * H) {
+		long t = i / H;
+		float s = ld(y[i]);
+		for (int k = 0; k < K; k++) s += w[t * K + k] * ld(Y[(long)slot[t * K + k] * H + i % H]);
+		y[i] = st(s);
+	}
+}
+
+/* B (one thread per row): dw, dY, and the router gradient dr. */
+template <int E, int K, int H>
+__device__ void moe_route_b(const real *dy, const real *Y, const float *p, const float *w,
+                            const int *sel, const int *slot, real *dY, real *dr, long rows)
+{
+	EACH(t, rows) {
+		float dw[K], dps[K], sw = 0.f, s = 0.f, c = 0.f;
+		for (int k = 0; k < K; k++) {
+			const real *yr = Y + (long)slot[t * K + k] * H;
+			float a = 0.f;
+			for (int j = 0; j < H; j++) {
+				a += ld(dy[t * H + j]) * ld(yr[j]);
+				dY[(long)slot[t * K + k] * H + j] = st(w[t * K + k] * ld(dy[t * H + j]));
+			}
+			dw[k] = a;
+			sw += w[t * K + k] * a;
+			s += p[t * E + sel[t * K + k]];
+		}
+		for (int k = 0; k < K; k++) {
+			dps[k] = K == 1 ? 0.f : (dw[k] - sw) / s;
+			c += p[t * E + sel[t * K + k]] * dps[k];
+		}
+		for (int e = 0; e < E; e++) {
+			float dp = 0.f;
+			for (int k = 0; k < K; k++) if (sel[t * K + k] == e) dp = dps[k];
+			dr[t * E + e] = st(p[t * E + e] * (dp - c));
+		}
+	}
+}
+
+/* B: du_t += sum_k dX[slot_tk] (k ascending). */
+template <int H, int K>
+__device__ void moe_scatter_b(const int *slot, const real *dX, real *du, long rows)
+{
+	EACH(i, rows * H) {
+		long t = i / H;
+		float s = ld(du[i]);
+		for (int k = 0; k < K; k++) s += ld(dX[(long)slot[t * K + k] * H + i % H]);
+		du[i] = st(s);
+	}
+}
+
+/* ---- Mamba: causal depthwise convolution over C channels of rows at stride LD ---- */
+
+/* F: cv = conv_b + sum_k conv_w[c][k] in[s-(KC-1)+k]; xc = silu(cv). */
+template <int SEQ, int C, int KC, int LD>
+__device__ void conv_f(const real *in, const real *w, const real *bias, real *cv, real *xc, long rows)
+{
+	EACH(i, rows * C) {
+		long t = i / C;
+		int c = (int)(i % C), s = (int)(t % SEQ);
+		float a = ld(bias[c]);
+		for (int k = 0; k < KC; k++) {
+			int ss = s - (KC - 1) + k;
+			if (ss >= 0) a += ld(w[c * KC + k]) * ld(in[(t - s + ss) * LD + c]);
+		}
+		cv[i] = st(a);
+		xc[i] = st(silu(a));
+	}
+}
+
+/* B: dcv = dxc silu'(cv); din = sum_k conv_w[c][k] dcv[s+(KC-1)-k]. */
+template <int SEQ, int C, int KC>
+__device__ void conv_dcv(const real *dxc, const real *cv, real *dcv, long rows)
+{
+	EACH(i, rows * C) dcv[i] = st(ld(dxc[i]) * dsilu(ld(cv[i])));
+}
+
+template <int SEQ, int C, int KC, int LD>
+__device__ void conv_b(const real *dcv, const real *w, real *din, long rows)
+{
+	EACH(i, rows * C) {
+		long t = i / C;
+		int c = (int)(i % C), s = (int)(t % SEQ);
+		float a = 0.f;
+		for (int k = 0; k < KC; k++) {
+			int ss = s + (KC - 1) - k;
+			if (ss < SEQ) a += ld(w[c * KC + k]) * ld(dcv[(t - s + ss) * C + c]);
+		}
+		din[t * LD + c] = st(a);
+	}
+}
+
+/* W (col, one thread per channel): dconv_w, dconv_b; rows ascending. */
+template <int SEQ, int C, int KC, int LD>
+__device__ void conv_w(const real *dcv, const real *in, float *dw, float *db, long rows)
+{
+	EACH(c, C) {
+		float sb = 0.f, sw[KC];
+		for (int k = 0; k < KC; k++) sw[k] = 0.f;
+		for (long t = 0; t < rows; t++) {
+			int s = (int)(t % SEQ);
+			float d = ld(dcv[t * C + c]);
+			sb += d;
+			for (int k = 0; k < KC; k++) {
+				int ss = s - (KC - 1) + k;
+				if (ss >= 0) sw[k] += d * ld(in[(t - s + ss) * LD + c]);
+			}
+		}
+		for (int k = 0; k < KC; k++) dw[c * KC + k] += sw[k];
+		db[c] += sb;
+	}
+}
+
+/* dt = softplus(v), v = src + bias (n rows of NH; src at stride LD). */
+template <int NH, int LD>
+__device__ void dt_f(const real *src, const real *bias, real *v, real *dt, long rows)
+{
+	EACH(i, rows * NH) {
+		float a = ld(src[(i / NH) * LD + i % NH]) + ld(bias[i % NH]);
+		v[i] = st(a);
+		dt[i] = st(softplus(a));
+	}
+}
+
+/* dv = ddt sigma(v), into dst at stride LD. */
+template <int NH, int LD>
+__device__ void dt_b(const float *ddt, const real *v, real *dst, long rows)
+{
+	EACH(i, rows * NH) dst[(i / NH) * LD + i % NH] = st(ddt[i] * sigm(ld(v[i])));
+}
+
+/* ---- the selective scan ----
+ * Heads of P channels, G groups, state N.  x [T][.] at stride LX (head h at
+ * column h*P), B and C [T][.] at stride LBC (group g at g*N), dt [T][NH],
+ * A: per head (A1 = 0) or per channel and state (A1 = 1) as -exp(A_log).
+ * F: one thread per (sequence, head, channel p); state in registers; the
+ * state entering every chunk of 16 steps goes to the stash. */
+#define OCTO_CHUNK 16
+template <int SEQ, int NH, int P, int G, int N, int A1, int LX, int LBC>
+__device__ void scan_f(const real *x, const real *Bm, const real *Cm, const real *dt,
+                       const real *Alog, const real *D, real *ys, float *chunks, int mbs)
+{
+	const int NC = (SEQ + OCTO_CHUNK - 1) / OCTO_CHUNK;
+	EACH(id, (long)mbs * NH * P) {
+		int p = (int)(id % P), h = (int)(id / P % NH);
+		long b = id / ((long)NH * P);
+		int g = h / (NH / G), ch = h * P + p;
+		float S[N], A[N];
+		for (int n = 0; n < N; n++) {
+			S[n] = 0.f;
+			A[n] = -expf(ld(Alog[A1 ? ch * N + n : h]));
+		}
+		for (int s = 0; s < SEQ; s++) {
+			if (s % OCTO_CHUNK == 0)
+				for (int n = 0; n < N; n++)
+					chunks[((((b * NH + h) * NC) + s / OCTO_CHUNK) * P + p) * N + n] = S[n];
+			long t = b * SEQ + s;
+			float d = ld(dt[t * NH + h]), xv = ld(x[t * LX + ch]), y = 0.f;
+			for (int n = 0; n < N; n++) {
+				S[n] = expf(d * A[n]) * S[n] + d * xv * ld(Bm[t * LBC + g * N + n]);
+				y += S[n] * ld(Cm[t * LBC + g * N + n]);
+			}
+			ys[t * (NH * P) + ch] = st(y + ld(D[A1 ? ch : h]) * xv);
+		}
+	}
+}
+
+/* B: one block of P threads per (sequence, head); backwards in time, a
+ * chunk's states recomputed from the stash.  Writes dx (at stride LX), this
+ * head's dB, dC [T][N] and ddt [T] partials (dbp, dcp, ddtp indexed by
+ * head; summed over heads in ascending order by scan_reduce), dA [NH*P?][N]
+ * and dD partial sums for W.  Reductions over p run in a fixed tree. */
+template <int SEQ, int NH, int P, int G, int N, int A1, int LX, int LBC>
+__device__ void scan_b(const real *x, const real *Bm, const real *Cm, const real *dt,
+                       const real *Alog, const real *D, const real *dys, const float *chunks,
+                       real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD, int mbs)
+{
+	const int NC = (SEQ + OCTO_CHUNK - 1) / OCTO_CHUNK;
+	__shared__ float red[P];
+	long b = blockIdx.x / NH;
+	int h = (int)(blockIdx.x % NH), p = threadIdx.x, g = h / (NH / G), ch = h * P + p;
+	if (b >= mbs) return;
+	float dS[N], A[N], St[OCTO_CHUNK + 1][N], dAl[N], dDl = 0.f;
+	for (int n = 0; n < N; n++) {
+		dS[n] = 0.f;
+		dAl[n] = 0.f;
+		A[n] = -expf(ld(Alog[A1 ? ch * N + n : h]));
+	}
+	for (int c = NC - 1; c >= 0; c--) {
+		int s0 = c * OCTO_CHUNK, s1 = s0 + OCTO_CHUNK < SEQ ? s0 + OCTO_CHUNK : SEQ;
+		for (int n = 0; n < N; n++) St[0][n] = chunks[((((b * NH + h) * NC) + c) * P + p) * N + n];
+		for (int s = s0; s < s1; s++) {
+			long t = b * SEQ + s;
+			float d = ld(dt[t * NH + h]), xv = ld(x[t * LX + ch]);
+			for (int n = 0; n < N; n++)
+				St[s - s0 + 1][n] = expf(d * A[n]) * St[s - s0][n] + d * xv * ld(Bm[t * LBC + g * N + n]);
+		}
+		for (int s = s1 - 1; s >= s0; s--) {
+			long t = b * SEQ + s;
+			float d = ld(dt[t * NH + h]), xv = ld(x[t * LX + ch]), dy = ld(dys[t * (NH * P) + ch]);
+			float dxv = 0.f, dd = 0.f;
+			for (int n = 0; n < N; n++) dS[n] += dy * ld(Cm[t * LBC + g * N + n]);
+			for (int n = 0; n < N; n++) {
+				float Bv = ld(Bm[t * LBC + g * N + n]), a = expf(d * A[n]);
+				float q = dS[n] * St[s - s0][n];
+				dxv += dS[n] * Bv;
+				dd += dS[n] * xv * Bv + q * a * A[n];
+				dAl[n] += q * a * d;
+			}
+			dx[t * LX + ch] = st(d * dxv + ld(D[A1 ? ch : h]) * dy);
+			dDl += dy * xv;
+			/* per-n reductions over the P channels of the head: dC, dB */
+			for (int n = 0; n < N; n++) {
+				red[p] = St[s - s0 + 1][n] * dy;
+				__syncthreads();
+				for (int w = 1; w < P; w <<= 1) {
+					if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
+					__syncthreads();
+				}
+				if (p == 0) dcp[(t * NH + h) * N + n] = red[0];
+				__syncthreads();
+				red[p] = d * dS[n] * xv;
+				__syncthreads();
+				for (int w = 1; w < P; w <<= 1) {
+					if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
+					__syncthreads();
+				}
+				if (p == 0) dbp[(t * NH + h) * N + n] = red[0];
+				__syncthreads();
+			}
+			red[p] = dd;
+			__syncthreads();
+			for (int w = 1; w < P; w <<= 1) {
+				if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
+				__syncthreads();
+			}
+			if (p == 0) ddt[t * NH + h] = red[0];
+			__syncthreads();
+			for (int n = 0; n < N; n++) dS[n] *= expf(d * A[n]);
+		}
+	}
+	/* dA, dD: per channel (A1) or summed over the head's channels; W adds them. */
+	for (int n = 0; n < N; n++) {
+		if (A1) { dA[(b * NH * P + ch) * N + n] = dAl[n]; continue; }
+		red[p] = dAl[n];
+		__syncthreads();
+		for (int w = 1; w < P; w <<= 1) {
+			if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
+			__syncthreads();
+		}
+		if (p == 0) dA[(b * NH + h) * N + n] = red[0];
+		__syncthreads();
+	}
+	red[p] = dDl;
+	__syncthreads();
+	for (int w = 1; w < P; w <<= 1) {
+		if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
+		__syncthreads();
+	}
+	if (p == 0) dD[A1 ? b * NH * P + ch : b * NH + h] = A1 ? dDl : red[0];
+}
+
+/* dB, dC of group g = sum over its heads, ascending, into dst at stride LBC. */
+template <int NH, int G, int N, int LBC>
+__device__ void scan_reduce(const float *part, real *dst, long rows)
+{
+	EACH(i, rows * G * N) {
+		long t = i / (G * N);
+		int g = (int)(i / N % G), n = (int)(i % N);
+		float s = 0.f;
+		for (int h = g * (NH / G); h < (g + 1) * (NH / G); h++) s += part[(t * NH + h) * N + n];
+		dst[t * LBC + g * N + n] = st(s);
+	}
+}
+
+/* Mamba-2 gate and gated RMSNorm (group size W/G): yg = ys silu(z),
+ * yhat = yg r_g, yn = yhat norm_gated.  Row kernel over one (row, group). */
+template <int W, int G, int LZ>
+__device__ void gated_norm_f(const real *ys, const real *z, const real *ng, real *yhat, float *rg, real *yn)
+{
+	const int GW = W / G;
+	long t = blockIdx.x / G;
+	int g = (int)(blockIdx.x % G);
+	float s = 0.f;
+	for (int j = threadIdx.x; j < GW; j += OCTO_ROW) {
+		int c = g * GW + j;
+		float v = ld(ys[t * W + c]) * silu(ld(z[t * LZ + c]));
+		s += v * v;
+	}
+	float r = rsqrtf(block_sum(s) / GW + 1e-5f);
+	if (threadIdx.x == 0) rg[t * G + g] = r;
+	for (int j = threadIdx.x; j < GW; j += OCTO_ROW) {
+		int c = g * GW + j;
+		float v = ld(ys[t * W + c]) * silu(ld(z[t * LZ + c])) * r;
+		yhat[t * W + c] = st(v);
+		yn[t * W + c] = st(v * ld(ng[c]));
+	}
+}
+
+/* B: dyg = RMSNorm_B(dyn ng) per group; dys = dyg silu(z); dz = dyg ys silu'(z). */
+template <int W, int G, int LZ>
+__device__ void gated_norm_b(const real *dyn, const real *ng, const real *yhat, const float *rg,
+                             const real *ys, const real *z, real *dys, real *dz)
+{
+	const int GW = W / G;
+	long t = blockIdx.x / G;
+	int g = (int)(blockIdx.x % G);
+	float s = 0.f;
+	for (int j = threadIdx.x; j < GW; j += OCTO_ROW) {
+		int c = g * GW + j;
+		s += ld(dyn[t * W + c]) * ld(ng[c]) * ld(yhat[t * W + c]);
+	}
+	float mean = block_sum(s) / GW, r = rg[t * G + g];
+	for (int j = threadIdx.x; j < GW; j += OCTO_ROW) {
+		int c = g * GW + j;
+		float dyg = r * (ld(dyn[t * W + c]) * ld(ng[c]) - ld(yhat[t * W + c]) * mean);
+		float zv = ld(z[t * LZ + c]);
+		dys[t * W + c] = st(dyg * silu(zv));
+		dz[t * LZ + c] = st(dyg * ld(ys[t * W + c]) * dsilu(zv));
+	}
+}
+
+/* Mamba-1 gate: yg = ys silu(z) (F); dys, dz (B). */
+template <int W, int LZ>
+__device__ void gate_f(const real *ys, const real *z, real *yg, long rows)
+{
+	EACH(i, rows * W) yg[i] = st(ld(ys[i]) * silu(ld(z[(i / W) * LZ + i % W])));
+}
+
+template <int W, int LZ>
+__device__ void gate_b(const real *dyg, const real *ys, const real *z, real *dys, real *dz, long rows)
+{
+	EACH(i, rows * W) {
+		float zv = ld(z[(i / W) * LZ + i % W]), d = ld(dyg[i]);
+		dys[i] = st(d * silu(zv));
+		dz[(i / W) * LZ + i % W] = st(d * ld(ys[i]) * dsilu(zv));
+	}
+}
+
+/* W: dA_log += (dA summed over micro-batch sequences and, Mamba-2, n) A;
+ * dD += dD.  M rows of partials (sequences), NA entries of A. */
+template <int NA, int NS, int PERN>
+__device__ void alog_w(const float *dA, const float *dDp, const real *Alog, float *dAlog, float *dDg, int mbs)
+{
+	EACH(i, NA) {
+		float A = -expf(ld(Alog[i])), s = 0.f, sd = 0.f;
+		for (int b = 0; b < mbs; b++) {
+			for (int n = 0; n < PERN; n++) s += dA[((long)b * NA + i) * PERN + n];
+			if (i < NS) sd += dDp[(long)b * NS + i];
+		}
+		dAlog[i] += s * A;
+		if (i < NS) dDg[i] += sd;
+	}
+}
+
+/* Column sums of a strided block (dt_bias: sum_t dzx[t][dt columns]). */
+template <int W, int LD>
+__device__ void colsum_strided(const real *a, float *dst, long rows)
+{
+	EACH(j, W) {
+		float s = 0.f;
+		for (long t = 0; t < rows; t++) s += ld(a[t * LD + j]);
+		dst[j] += s;
+	}
+}
