@@ -88,7 +88,7 @@ static const command commands[] = {
 	{"plan", C_PLAN, "MODEL.yaml", "partition, place and schedule a model; print the plan"},
 	{"compile", C_COMPILE, "MODEL.yaml -o DIR", "compile a model (or a plan, FILE.opir) to per-rank executables that train it"},
 	{"opt", C_OPT, "FILE.opir", "run passes on IR text and print the resulting IR"},
-	{"verify", C_VERIFY, "FILE.opir", "check IR text against the IR invariants"},
+	{"verify", C_VERIFY, "FILE.opir", "check IR text against the IR invariants; prove lowered programs deadlock-free"},
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
 	{"profile", C_PROFILE, "MODEL.yaml -o FILE", "measure every layer's F, B, W and the link between two ranks on the target; write a profile (docs/profile.md)"},
 	{"report", C_REPORT, "DIR", "a compiled plan's simulated step against the traces of its run (docs/report.md)"},
@@ -106,7 +106,8 @@ static void usage(FILE *out)
 {
 	fputs("usage: octopipe COMMAND [options] INPUT\n\n"
 	      "OctoPipe compiles a YAML model description into a pipeline-parallel\n"
-	      "training plan (partition, placement, schedule).\n\ncommands:\n", out);
+	      "training plan (partition, placement, schedule, communication, proven\n"
+	      "deadlock-free) and per-rank executables that train it.\n\ncommands:\n", out);
 	for (int i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  %-8s %-22s %s\n", commands[i].name, commands[i].args,
 		        commands[i].synopsis);
