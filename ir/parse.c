@@ -732,6 +732,21 @@ static void parse_stage(parser *ps)
 	expect_eol(ps);
 }
 
+/* value := act | grad, after the word `after`; false after a diagnostic. */
+static bool parse_value(parser *ps, const char *after, ir_op_kind *out)
+{
+	char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+	int vk = v ? ir_lookup(ir_value_names, IR_OP_W, v) : -1;
+	if (vk < 0) {
+		perr(ps, ps->t.loc, "expected 'act' or 'grad' after '%s', got %s", after,
+		     tok_desc(ps, &ps->t));
+		return false;
+	}
+	*out = (ir_op_kind)vk;
+	next(ps);
+	return true;
+}
+
 /* op := (F|B|W) S m
  *     | (send|recv) (act|grad) S m D BYTES
  *     | wait (act|grad) S m */
@@ -749,19 +764,9 @@ static void parse_op(parser *ps, int dev, int group)
 	}
 	next(ps);
 	op.comm = (ir_comm)c;
-	if (c) {
-		char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
-		int vk = v ? ir_lookup(ir_value_names, IR_OP_W, v) : -1;
-		if (vk < 0) {
-			perr(ps, ps->t.loc, "expected 'act' or 'grad' after '%s', got %s", w,
-			     tok_desc(ps, &ps->t));
-			return;
-		}
-		op.kind = (ir_op_kind)vk;
-		next(ps);
-	} else {
-		op.kind = (ir_op_kind)k;
-	}
+	op.kind = (ir_op_kind)k;
+	if (c && !parse_value(ps, w, &op.kind))
+		return;
 	if (group && op.comm != IR_COMM_SEND && op.comm != IR_COMM_RECV) {
 		perr(ps, loc, "a group holds only sends and receives");
 		return;
@@ -854,17 +859,8 @@ static void parse_buf(parser *ps, int dev)
 	}
 	next(ps);
 	ir_buf b = {.kind = (ir_buf_kind)k, .value = IR_OP_F};
-	if (k != IR_BUF_ACT && k != IR_BUF_WSTASH) {
-		char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
-		int vk = v ? ir_lookup(ir_value_names, IR_OP_W, v) : -1;
-		if (vk < 0) {
-			perr(ps, ps->t.loc, "expected 'act' or 'grad' after '%s', got %s", w,
-			     tok_desc(ps, &ps->t));
-			return;
-		}
-		b.value = (ir_op_kind)vk;
-		next(ps);
-	}
+	if (k != IR_BUF_ACT && k != IR_BUF_WSTASH && !parse_value(ps, w, &b.value))
+		return;
 	if (!ref(ps, &ps->t, 'S', &b.stage, "a stage"))
 		return;
 	next(ps);
