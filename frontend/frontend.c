@@ -1554,6 +1554,15 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 
 enum { TOP_MODEL, TOP_LAYERS, TOP_TRAINING, TOP_CLUSTER, TOP_PLAN };
 
+void fe_default_training(ir_module *m)
+{
+	m->train = (ir_train){.mbs = 1, .microbatches = 8, .steps = 10, .optimizer = IR_OPT_ADAMW,
+	                      .lr = 3e-4, .weight_decay = 0.0, .seed = 1, .data = IR_DATA_SYNTHETIC};
+	m->plan.schedule = IR_SCHED_TUNED;
+	m->plan.chunks = 1;
+	m->plan.partition = IR_PART_UNIFORM;
+}
+
 /* file := {model, layers, training?, cluster?, plan?}.  The model comes
  * first whatever the order in the file: layers derive from its sizes. */
 static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
@@ -1569,11 +1578,7 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 
 	m->loc = (ir_loc){src, 1, 1};
 	m->model.dtype = IR_DTYPE_BF16;
-	m->train = (ir_train){.mbs = 1, .microbatches = 8, .steps = 10, .optimizer = IR_OPT_ADAMW,
-	                      .lr = 3e-4, .weight_decay = 0.0, .seed = 1, .data = IR_DATA_SYNTHETIC};
-	m->plan.schedule = IR_SCHED_TUNED;
-	m->plan.chunks = 1;
-	m->plan.partition = IR_PART_UNIFORM;
+	fe_default_training(m);
 
 	if (ydoc_load(&d, m->arena, src, "model file") < 0)
 		return -1;
@@ -1622,25 +1627,27 @@ out:
 	return rc;
 }
 
-ir_module *fe_load_src(const src_file *src, const fe_overrides *ov)
+ir_module *fe_new_module(fe_loader *load_fn, const src_file *src, const char *path,
+                         const fe_overrides *ov)
 {
 	ir_module *m = ir_new();
-	if (load(m, src, ov) < 0) {
+	if (!src)
+		src = src_read(m->arena, path);
+	if (!src || load_fn(m, src, ov) < 0) {
 		ir_free(m);
 		return NULL;
 	}
 	return m;
 }
 
+ir_module *fe_load_src(const src_file *src, const fe_overrides *ov)
+{
+	return fe_new_module(load, src, NULL, ov);
+}
+
 ir_module *fe_load(const char *path, const fe_overrides *ov)
 {
-	ir_module *m = ir_new();
-	const src_file *src = src_read(m->arena, path);
-	if (!src || load(m, src, ov) < 0) {
-		ir_free(m);
-		return NULL;
-	}
-	return m;
+	return fe_new_module(load, NULL, path, ov);
 }
 
 /* The command-line overrides on a module built some other way (the

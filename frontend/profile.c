@@ -51,10 +51,7 @@ typedef struct entry {
 typedef struct prof {
 	ir_module *m;
 	arena *a;
-	ysrc ys;
-	yaml_parser_t p;
-	yaml_event_t ev;
-	bool have_ev;
+	yev r;
 	int unit;              /* index into unit_names, -1 until read */
 	entry kind[IR_NLAYER_KINDS];
 	entry *layer;          /* one per layer of m */
@@ -66,153 +63,26 @@ typedef struct prof {
 	double link[L_NKEYS];
 } prof;
 
-/* ---- locations and messages ---------------------------------------------- */
-
-static ir_loc here(prof *pr)
-{
-	return ysrc_mark_loc(&pr->ys, pr->ev.start_mark);
-}
-
-static const char *scalar_text(const prof *pr)
-{
-	return (const char *)pr->ev.data.scalar.value;
-}
-
-static bool plain(const prof *pr)
-{
-	return pr->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-}
-
-/* What the current event is, for "expected X for 'k', got Y". */
-static const char *describe(prof *pr)
-{
-	switch (pr->ev.type) {
-	case YAML_MAPPING_START_EVENT:
-		return "a mapping";
-	case YAML_SEQUENCE_START_EVENT:
-		return "a sequence";
-	case YAML_SCALAR_EVENT:
-		return ysrc_describe_scalar(pr->a, scalar_text(pr), pr->ev.data.scalar.style);
-	default:
-		return "nothing";
-	}
-}
-
-/* ---- events ------------------------------------------------------------------ */
-
-static void yaml_problem(prof *pr)
-{
-	const yaml_parser_t *p = &pr->p;
-	if (p->error == YAML_READER_ERROR) {
-		ir_loc loc = ysrc_offset_loc(&pr->ys, p->problem_offset);
-		if (strstr(p->problem, "UTF-8") && p->problem_value != -1)
-			diag_error(loc, "%s (byte 0x%02X); the file must be UTF-8 text", p->problem,
-			           (unsigned)p->problem_value);
-		else
-			diag_error(loc, "%s", p->problem);
-	} else if (p->error == YAML_SCANNER_ERROR || p->error == YAML_PARSER_ERROR) {
-		diag_error(ysrc_mark_loc(&pr->ys, p->problem_mark), "%s%s%s", p->problem,
-		           p->context ? " " : "", p->context ? p->context : "");
-	} else {
-		diag_error((ir_loc){pr->ys.src, 1, 1}, "out of memory while reading YAML");
-	}
-}
-
-/* The next event into pr->ev.  Aliases and tags are not part of the
- * format; each is an error where it stands. */
-static int next(prof *pr)
-{
-	if (pr->have_ev)
-		yaml_event_delete(&pr->ev);
-	pr->have_ev = false;
-	if (!yaml_parser_parse(&pr->p, &pr->ev)) {
-		yaml_problem(pr);
-		return -1;
-	}
-	pr->have_ev = true;
-	const yaml_char_t *tag = NULL;
-	switch (pr->ev.type) {
-	case YAML_ALIAS_EVENT:
-		diag_error(here(pr), "alias '*%s' in a profile; aliases are not supported here, write "
-		                     "the entry out",
-		           ysrc_shown(pr->a, (const char *)pr->ev.data.alias.anchor));
-		return -1;
-	case YAML_SCALAR_EVENT: tag = pr->ev.data.scalar.tag; break;
-	case YAML_MAPPING_START_EVENT: tag = pr->ev.data.mapping_start.tag; break;
-	case YAML_SEQUENCE_START_EVENT: tag = pr->ev.data.sequence_start.tag; break;
-	default: break;
-	}
-	if (tag && strcmp((const char *)tag, "!") != 0) {
-		diag_error(here(pr), "unsupported tag '%s'; tags are not part of the profile format",
-		           ysrc_tag_shown(pr->a, (const char *)tag));
-		return -1;
-	}
-	return 0;
-}
-
-/* The next event, which must start a mapping (`what` names it). */
-static int want_mapping(prof *pr, const char *what)
-{
-	if (next(pr) < 0)
-		return -1;
-	if (pr->ev.type != YAML_MAPPING_START_EVENT) {
-		diag_error(here(pr), "expected a mapping for %s, got %s", what, describe(pr));
-		return -1;
-	}
-	return 0;
-}
-
-/* The next key of a mapping into pr->ev: 1, 0 at the mapping's end, -1
- * after a diagnostic. */
-static int next_key(prof *pr, const char *where)
-{
-	if (next(pr) < 0)
-		return -1;
-	if (pr->ev.type == YAML_MAPPING_END_EVENT)
-		return 0;
-	if (pr->ev.type != YAML_SCALAR_EVENT) {
-		diag_error(here(pr), "expected a key %s, got %s", where, describe(pr));
-		return -1;
-	}
-	return 1;
-}
-
-/* The current key's index in names (`noun` names them in messages): each
- * one known and none twice, as seen[] and first[] (where each was) keep
- * count.  -1 after a diagnostic. */
-static int key_index(prof *pr, const char *noun, const char *where, const char *const *names,
-                     int n, bool *seen, ir_loc *first)
-{
-	const char *key = scalar_text(pr);
-	int k = ir_lookup(names, n, key);
-	if (k < 0) {
-		ysrc_unknown(pr->a, here(pr), noun, key, where, names, n);
-		return -1;
-	}
-	if (seen[k]) {
-		diag_error(here(pr), "duplicate key '%s' %s", ysrc_shown(pr->a, key), where);
-		diag_note(first[k], "the first '%s' is here", ysrc_shown(pr->a, key));
-		return -1;
-	}
-	seen[k] = true;
-	first[k] = here(pr);
-	return k;
-}
+static const yev_words words = {
+	"a mapping", "a sequence", "out of memory while reading YAML",
+	"in a profile; aliases are not supported here, write the entry out",
+	"; tags are not part of the profile format", "a second YAML document; a profile holds one",
+};
 
 /* ---- values --------------------------------------------------------------------- */
 
 /* time := non-negative finite number (the next event). */
 static int read_time(prof *pr, const char *key, double *out, ir_loc *loc)
 {
-	if (next(pr) < 0)
+	if (yev_next(&pr->r) < 0)
 		return -1;
-	*loc = here(pr);
-	bool scalar = pr->ev.type == YAML_SCALAR_EVENT;
+	*loc = yev_here(&pr->r);
+	bool scalar = pr->r.ev.type == YAML_SCALAR_EVENT;
 	const char *what = arena_printf(pr->a, "'%s'", key);
-	int rc = ysrc_number(pr->a, *loc, what, scalar ? scalar_text(pr) : "", scalar && plain(pr),
-	                     YSRC_NONNEG, out);
+	int rc = ysrc_number(pr->a, *loc, what, scalar ? yev_text(&pr->r) : "",
+	                     scalar && yev_plain(&pr->r), YSRC_NONNEG, out);
 	if (rc > 0)
-		diag_error(*loc, "expected a number for %s, got %s", what, describe(pr));
+		diag_error(*loc, "expected a number for %s, got %s", what, yev_describe(&pr->r));
 	return rc ? -1 : 0;
 }
 
@@ -220,8 +90,8 @@ static int read_time(prof *pr, const char *key, double *out, ir_loc *loc)
  * not one, -1 when it is beyond 64 bits. */
 static int parse_index(const prof *pr, uint64_t *out)
 {
-	const char *s = scalar_text(pr);
-	if (pr->ev.type != YAML_SCALAR_EVENT || !plain(pr) || !*s)
+	const char *s = yev_text(&pr->r);
+	if (pr->r.ev.type != YAML_SCALAR_EVENT || !yev_plain(&pr->r) || !*s)
 		return 0;
 	if (strspn(s, "0123456789") != strlen(s))
 		return 0;
@@ -233,31 +103,31 @@ static int parse_index(const prof *pr, uint64_t *out)
 /* bytes := non-negative integer (the next event). */
 static int read_bytes(prof *pr, const char *key, uint64_t *out)
 {
-	if (next(pr) < 0)
+	if (yev_next(&pr->r) < 0)
 		return -1;
 	int rc = parse_index(pr, out);
 	if (rc == 0)
-		diag_error(here(pr), "expected a non-negative integer (bytes) for '%s', got %s", key,
-		           describe(pr));
+		diag_error(yev_here(&pr->r), "expected a non-negative integer (bytes) for '%s', got %s",
+		           key, yev_describe(&pr->r));
 	else if (rc < 0)
-		diag_error(here(pr), "integer %s for '%s' is out of range",
-		           ysrc_shown(pr->a, scalar_text(pr)), key);
+		diag_error(yev_here(&pr->r), "integer %s for '%s' is out of range",
+		           ysrc_shown(pr->a, yev_text(&pr->r)), key);
 	return rc > 0 ? 0 : -1;
 }
 
 /* entry := {f: time, b: time, w: time, act_bytes?: bytes, wstash_bytes?: bytes} */
 static int read_entry(prof *pr, const char *what, entry *e)
 {
-	if (want_mapping(pr, what) < 0)
+	if (yev_want_mapping(&pr->r, what) < 0)
 		return -1;
 	memset(e, 0, sizeof *e);
 	e->set = true;
-	e->loc = here(pr);
+	e->loc = yev_here(&pr->r);
 	const char *where = arena_printf(pr->a, "in %s", what);
 	ir_loc kloc[E_NKEYS];
 	int rc;
-	while ((rc = next_key(pr, where)) > 0) {
-		int k = key_index(pr, "key", where, entry_keys, E_NKEYS, e->has, kloc);
+	while ((rc = yev_next_key(&pr->r, where)) > 0) {
+		int k = yev_key_index(&pr->r, "key", where, entry_keys, E_NKEYS, e->has, kloc);
 		if (k < 0)
 			return -1;
 		if ((k <= E_W && read_time(pr, entry_keys[k], &e->t[k], &e->tloc[k]) < 0) ||
@@ -278,14 +148,14 @@ static int read_entry(prof *pr, const char *what, entry *e)
 /* kinds := {KIND: entry, ...} */
 static int read_kinds(prof *pr)
 {
-	if (want_mapping(pr, "'kinds'") < 0)
+	if (yev_want_mapping(&pr->r, "'kinds'") < 0)
 		return -1;
 	ir_loc first[IR_NLAYER_KINDS];
 	bool seen[IR_NLAYER_KINDS] = {0};
 	int rc;
-	while ((rc = next_key(pr, "in 'kinds'")) > 0) {
-		int k = key_index(pr, "layer kind", "in 'kinds'", ir_layer_kind_names, IR_NLAYER_KINDS,
-		                  seen, first);
+	while ((rc = yev_next_key(&pr->r, "in 'kinds'")) > 0) {
+		int k = yev_key_index(&pr->r, "layer kind", "in 'kinds'", ir_layer_kind_names,
+		                      IR_NLAYER_KINDS, seen, first);
 		if (k < 0)
 			return -1;
 		if (read_entry(pr, arena_printf(pr->a, "'%s'", ir_layer_kind_names[k]), &pr->kind[k]) < 0)
@@ -297,32 +167,35 @@ static int read_kinds(prof *pr)
 /* layers := {INDEX: entry, ...} */
 static int read_layers(prof *pr)
 {
-	if (want_mapping(pr, "'layers'") < 0)
+	if (yev_want_mapping(&pr->r, "'layers'") < 0)
 		return -1;
 	int n = pr->m->nlayers, rc;
 	ir_loc *first = arena_alloc(pr->a, (size_t)n * sizeof *first);
-	while ((rc = next_key(pr, "in 'layers'")) > 0) {
+	while ((rc = yev_next_key(&pr->r, "in 'layers'")) > 0) {
 		uint64_t i;
 		int ok = parse_index(pr, &i);
-		const char *s = scalar_text(pr);
-		if (ok == 0 && plain(pr) && s[0] == '-' && s[1] && strspn(s + 1, "0123456789") == strlen(s + 1))
+		const char *s = yev_text(&pr->r);
+		if (ok == 0 && yev_plain(&pr->r) && s[0] == '-' && s[1] &&
+		    strspn(s + 1, "0123456789") == strlen(s + 1))
 			ok = -1; /* a negative index */
 		if (ok == 0) {
-			diag_error(here(pr), "expected a layer index (an integer) in 'layers', got %s",
-			           describe(pr));
+			diag_error(yev_here(&pr->r), "expected a layer index (an integer) in 'layers', got %s",
+			           yev_describe(&pr->r));
 			return -1;
 		}
 		if (ok < 0 || i >= (uint64_t)n) {
-			diag_error(here(pr), "layer index %s is out of range; the model has %d layers (0..%d)",
-			           ysrc_shown(pr->a, scalar_text(pr)), n, n - 1);
+			diag_error(yev_here(&pr->r),
+			           "layer index %s is out of range; the model has %d layers (0..%d)",
+			           ysrc_shown(pr->a, yev_text(&pr->r)), n, n - 1);
 			return -1;
 		}
 		if (pr->layer[i].set) {
-			diag_error(here(pr), "duplicate layer %llu in 'layers'", (unsigned long long)i);
+			diag_error(yev_here(&pr->r), "duplicate layer %llu in 'layers'",
+			           (unsigned long long)i);
 			diag_note(first[i], "the first entry for layer %llu is here", (unsigned long long)i);
 			return -1;
 		}
-		first[i] = here(pr);
+		first[i] = yev_here(&pr->r);
 		if (read_entry(pr, arena_printf(pr->a, "layer %llu", (unsigned long long)i),
 		               &pr->layer[i]) < 0)
 			return -1;
@@ -334,13 +207,14 @@ static int read_layers(prof *pr)
  *                 hidden?: int, ranks?: int} */
 static int read_measured(prof *pr)
 {
-	if (want_mapping(pr, "'measured_on'") < 0)
+	if (yev_want_mapping(&pr->r, "'measured_on'") < 0)
 		return -1;
-	pr->mloc = here(pr);
+	pr->mloc = yev_here(&pr->r);
 	ir_loc first[M_NKEYS];
 	int rc;
-	while ((rc = next_key(pr, "in 'measured_on'")) > 0) {
-		int k = key_index(pr, "key", "in 'measured_on'", measured_keys, M_NKEYS, pr->has_m, first);
+	while ((rc = yev_next_key(&pr->r, "in 'measured_on'")) > 0) {
+		int k = yev_key_index(&pr->r, "key", "in 'measured_on'", measured_keys, M_NKEYS,
+		                      pr->has_m, first);
 		if (k < 0)
 			return -1;
 		if (k > M_DTYPE) {
@@ -348,16 +222,17 @@ static int read_measured(prof *pr)
 				return -1;
 			continue;
 		}
-		if (next(pr) < 0)
+		if (yev_next(&pr->r) < 0)
 			return -1;
-		if (pr->ev.type != YAML_SCALAR_EVENT) {
-			diag_error(here(pr), "expected a string for '%s', got %s", measured_keys[k], describe(pr));
+		if (pr->r.ev.type != YAML_SCALAR_EVENT) {
+			diag_error(yev_here(&pr->r), "expected a string for '%s', got %s", measured_keys[k],
+			           yev_describe(&pr->r));
 			return -1;
 		}
-		pr->mstr[k] = arena_printf(pr->a, "%s", scalar_text(pr));
+		pr->mstr[k] = arena_printf(pr->a, "%s", yev_text(&pr->r));
 		if (k == M_DTYPE && ir_lookup(ir_dtype_names, IR_NDTYPES, pr->mstr[k]) < 0) {
-			ysrc_unknown(pr->a, here(pr), "dtype", pr->mstr[k], "in 'measured_on'", ir_dtype_names,
-			             IR_NDTYPES);
+			ysrc_unknown(pr->a, yev_here(&pr->r), "dtype", pr->mstr[k], "in 'measured_on'",
+			             ir_dtype_names, IR_NDTYPES);
 			return -1;
 		}
 	}
@@ -367,13 +242,13 @@ static int read_measured(prof *pr)
 /* link := {latency_us: number >= 0, bandwidth: number > 0 (bytes/s)} */
 static int read_link(prof *pr)
 {
-	if (want_mapping(pr, "'link'") < 0)
+	if (yev_want_mapping(&pr->r, "'link'") < 0)
 		return -1;
-	ir_loc top = here(pr), first[L_NKEYS], at;
+	ir_loc top = yev_here(&pr->r), first[L_NKEYS], at;
 	bool seen[L_NKEYS] = {0};
 	int rc;
-	while ((rc = next_key(pr, "in 'link'")) > 0) {
-		int k = key_index(pr, "key", "in 'link'", link_keys, L_NKEYS, seen, first);
+	while ((rc = yev_next_key(&pr->r, "in 'link'")) > 0) {
+		int k = yev_key_index(&pr->r, "key", "in 'link'", link_keys, L_NKEYS, seen, first);
 		if (k < 0 || read_time(pr, link_keys[k], &pr->link[k], &at) < 0)
 			return -1;
 		if (k == L_BANDWIDTH && !(pr->link[k] > 0)) {
@@ -395,25 +270,19 @@ static int read_link(prof *pr)
 /* profile := {units: ms | us | s, kinds?: kinds, layers?: layers} */
 static int read_profile(prof *pr)
 {
-	if (next(pr) < 0 || next(pr) < 0) /* stream start, document start */
+	if (yev_start(&pr->r) < 0)
 		return -1;
-	if (pr->ev.type == YAML_STREAM_END_EVENT) {
-		diag_error((ir_loc){pr->ys.src, 1, 1}, "empty profile");
-		return -1;
-	}
-	if (next(pr) < 0)
-		return -1;
-	if (pr->ev.type != YAML_MAPPING_START_EVENT) {
-		diag_error(here(pr), "expected a mapping at the top level of a profile, got %s",
-		           describe(pr));
+	if (pr->r.ev.type != YAML_MAPPING_START_EVENT) {
+		diag_error(yev_here(&pr->r), "expected a mapping at the top level of a profile, got %s",
+		           yev_describe(&pr->r));
 		return -1;
 	}
-	ir_loc top = here(pr), first[T_NKEYS];
+	ir_loc top = yev_here(&pr->r), first[T_NKEYS];
 	bool seen[T_NKEYS] = {0};
 	int rc;
-	while ((rc = next_key(pr, "at the top level of a profile")) > 0) {
-		int k = key_index(pr, "key", "at the top level of a profile", top_keys, T_NKEYS, seen,
-		                  first);
+	while ((rc = yev_next_key(&pr->r, "at the top level of a profile")) > 0) {
+		int k = yev_key_index(&pr->r, "key", "at the top level of a profile", top_keys, T_NKEYS,
+		                      seen, first);
 		if (k < 0)
 			return -1;
 		if (k == T_KINDS)
@@ -424,17 +293,19 @@ static int read_profile(prof *pr)
 			rc = read_measured(pr);
 		else if (k == T_LINK)
 			rc = read_link(pr);
-		else if (next(pr) < 0)
+		else if (yev_next(&pr->r) < 0)
 			rc = -1;
-		else if (pr->ev.type != YAML_SCALAR_EVENT) {
-			diag_error(here(pr), "expected a string for 'units', got %s", describe(pr));
+		else if (pr->r.ev.type != YAML_SCALAR_EVENT) {
+			diag_error(yev_here(&pr->r), "expected a string for 'units', got %s",
+			           yev_describe(&pr->r));
 			rc = -1;
-		} else if (!*scalar_text(pr)) {
-			diag_error(here(pr), "expected a unit (ms, us or s) for 'units', got %s", describe(pr));
+		} else if (!*yev_text(&pr->r)) {
+			diag_error(yev_here(&pr->r), "expected a unit (ms, us or s) for 'units', got %s",
+			           yev_describe(&pr->r));
 			rc = -1;
-		} else if ((pr->unit = ir_lookup(unit_names, NELEMS(unit_names), scalar_text(pr))) < 0) {
-			ysrc_unknown(pr->a, here(pr), "unit", scalar_text(pr), "for 'units'", unit_names,
-			             NELEMS(unit_names));
+		} else if ((pr->unit = ir_lookup(unit_names, NELEMS(unit_names), yev_text(&pr->r))) < 0) {
+			ysrc_unknown(pr->a, yev_here(&pr->r), "unit", yev_text(&pr->r), "for 'units'",
+			             unit_names, NELEMS(unit_names));
 			rc = -1;
 		}
 		if (rc < 0)
@@ -446,13 +317,7 @@ static int read_profile(prof *pr)
 		diag_error(top, "missing required key 'units' at the top level of a profile (ms, us or s)");
 		return -1;
 	}
-	if (next(pr) < 0 || next(pr) < 0) /* document end, then the stream's end */
-		return -1;
-	if (pr->ev.type != YAML_STREAM_END_EVENT) {
-		diag_error(here(pr), "a second YAML document; a profile holds one");
-		return -1;
-	}
-	return 0;
+	return yev_end(&pr->r);
 }
 
 /* ---- applying it ---------------------------------------------------------------- */
@@ -526,16 +391,10 @@ int fe_load_profile_src(ir_module *m, const src_file *src)
 {
 	prof pr = {.m = m, .a = m->arena, .unit = -1};
 	pr.layer = arena_alloc(pr.a, (size_t)(m->nlayers ? m->nlayers : 1) * sizeof *pr.layer);
-	ysrc_init(&pr.ys, pr.a, src);
-	if (!yaml_parser_initialize(&pr.p)) {
-		diag_error((ir_loc){src, 1, 1}, "out of memory while reading YAML");
+	if (yev_open(&pr.r, pr.a, src, &words) < 0)
 		return -1;
-	}
-	yaml_parser_set_input_string(&pr.p, (const unsigned char *)src->text, src->len);
 	int rc = read_profile(&pr);
-	if (pr.have_ev)
-		yaml_event_delete(&pr.ev);
-	yaml_parser_delete(&pr.p);
+	yev_close(&pr.r);
 	return rc < 0 ? -1 : apply(&pr);
 }
 

@@ -60,10 +60,7 @@ typedef struct table {
 
 typedef struct pj {
 	arena *a;
-	ysrc ys;
-	yaml_parser_t p;
-	yaml_event_t ev;
-	bool have_ev;
+	yev r;
 	ir_loc top;            /* the top-level mapping */
 	bool seen[K_N];
 	ir_loc first[K_N];     /* each top-level key */
@@ -75,134 +72,12 @@ typedef struct pj {
 	table t[3];            /* forward, backward, weight */
 } pj;
 
-/* ---- events (the plumbing of profile.c's reader) ----------------------- */
-
-static ir_loc here(pj *j)
-{
-	return ysrc_mark_loc(&j->ys, j->ev.start_mark);
-}
-
-static const char *scalar_text(const pj *j)
-{
-	return (const char *)j->ev.data.scalar.value;
-}
-
-static bool plain(const pj *j)
-{
-	return j->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-}
-
-/* What the current event is, for "expected X for 'k', got Y". */
-static const char *describe(pj *j)
-{
-	switch (j->ev.type) {
-	case YAML_MAPPING_START_EVENT:
-		return "an object";
-	case YAML_SEQUENCE_START_EVENT:
-		return "an array";
-	case YAML_SCALAR_EVENT:
-		return ysrc_describe_scalar(j->a, scalar_text(j), j->ev.data.scalar.style);
-	default:
-		return "nothing";
-	}
-}
-
-static void yaml_problem(pj *j)
-{
-	const yaml_parser_t *p = &j->p;
-	if (p->error == YAML_READER_ERROR) {
-		ir_loc loc = ysrc_offset_loc(&j->ys, p->problem_offset);
-		if (strstr(p->problem, "UTF-8") && p->problem_value != -1)
-			diag_error(loc, "%s (byte 0x%02X); the file must be UTF-8 text", p->problem,
-			           (unsigned)p->problem_value);
-		else
-			diag_error(loc, "%s", p->problem);
-	} else if (p->error == YAML_SCANNER_ERROR || p->error == YAML_PARSER_ERROR) {
-		diag_error(ysrc_mark_loc(&j->ys, p->problem_mark), "%s%s%s", p->problem,
-		           p->context ? " " : "", p->context ? p->context : "");
-	} else {
-		diag_error((ir_loc){j->ys.src, 1, 1}, "out of memory while reading the profile");
-	}
-}
-
-/* The next event into j->ev.  Aliases and tags are YAML, not JSON; each
- * is an error where it stands. */
-static int next(pj *j)
-{
-	if (j->have_ev)
-		yaml_event_delete(&j->ev);
-	j->have_ev = false;
-	if (!yaml_parser_parse(&j->p, &j->ev)) {
-		yaml_problem(j);
-		return -1;
-	}
-	j->have_ev = true;
-	const yaml_char_t *tag = NULL;
-	switch (j->ev.type) {
-	case YAML_ALIAS_EVENT:
-		diag_error(here(j), "alias '*%s' in a JSON profile; write the value out",
-		           ysrc_shown(j->a, (const char *)j->ev.data.alias.anchor));
-		return -1;
-	case YAML_SCALAR_EVENT: tag = j->ev.data.scalar.tag; break;
-	case YAML_MAPPING_START_EVENT: tag = j->ev.data.mapping_start.tag; break;
-	case YAML_SEQUENCE_START_EVENT: tag = j->ev.data.sequence_start.tag; break;
-	default: break;
-	}
-	if (tag && strcmp((const char *)tag, "!") != 0) {
-		diag_error(here(j), "unsupported tag '%s' in a JSON profile",
-		           ysrc_tag_shown(j->a, (const char *)tag));
-		return -1;
-	}
-	return 0;
-}
-
-/* The next event, which must start an object (`what` names it). */
-static int want_object(pj *j, const char *what)
-{
-	if (next(j) < 0)
-		return -1;
-	if (j->ev.type != YAML_MAPPING_START_EVENT) {
-		diag_error(here(j), "expected an object for %s, got %s", what, describe(j));
-		return -1;
-	}
-	return 0;
-}
-
-/* The next key of an object into j->ev: 1, 0 at the object's end, -1
- * after a diagnostic. */
-static int next_key(pj *j, const char *where)
-{
-	if (next(j) < 0)
-		return -1;
-	if (j->ev.type == YAML_MAPPING_END_EVENT)
-		return 0;
-	if (j->ev.type != YAML_SCALAR_EVENT) {
-		diag_error(here(j), "expected a key %s, got %s", where, describe(j));
-		return -1;
-	}
-	return 1;
-}
-
-/* The current key's index in names (`noun` names them): known, and not
- * seen before (seen[], first[] keep count).  -1 after a diagnostic. */
-static int key_index(pj *j, const char *noun, const char *where, const char *const *names, int n,
-                     bool *seen, ir_loc *first)
-{
-	const char *key = scalar_text(j);
-	int k = ir_lookup(names, n, key);
-	if (k < 0) {
-		ysrc_unknown(j->a, here(j), noun, key, where, names, n);
-		return -1;
-	}
-	if (seen[k]) {
-		diag_error(here(j), "duplicate key '%s' %s", ysrc_shown(j->a, key), where);
-		diag_note(first[k], "the first '%s' is here", ysrc_shown(j->a, key));
-		return -1;
-	}
-	seen[k] = true;
-	first[k] = here(j);
-	return k;
-}
+/* The event reader is profile.c's (yamlsrc.h), in JSON's words. */
+static const yev_words words = {
+	"an object", "an array", "out of memory while reading the profile",
+	"in a JSON profile; write the value out", " in a JSON profile",
+	"a second document; a profile holds one object",
+};
 
 /* ---- the file ------------------------------------------------------------------ */
 
@@ -223,24 +98,25 @@ static int read_table(pj *j, int k)
 	const char *where = arena_printf(j->a, "in %s", name);
 	ir_loc first[C_N];
 	int rc;
-	if (want_object(j, name) < 0)
+	if (yev_want_mapping(&j->r, name) < 0)
 		return -1;
-	while ((rc = next_key(j, where)) > 0) {
-		if (ir_lookup(char_names, C_N, scalar_text(j)) < 0) {
-			unknown_char(j, here(j), ysrc_shown(j->a, scalar_text(j)), name);
+	while ((rc = yev_next_key(&j->r, where)) > 0) {
+		if (ir_lookup(char_names, C_N, yev_text(&j->r)) < 0) {
+			unknown_char(j, yev_here(&j->r), ysrc_shown(j->a, yev_text(&j->r)), name);
 			return -1;
 		}
-		int c = key_index(j, "pattern character", where, char_names, C_N, t->has, first);
-		if (c < 0 || next(j) < 0)
+		int c = yev_key_index(&j->r, "pattern character", where, char_names, C_N, t->has,
+		                      first);
+		if (c < 0 || yev_next(&j->r) < 0)
 			return -1;
-		t->at[c] = here(j);
-		bool scalar = j->ev.type == YAML_SCALAR_EVENT;
+		t->at[c] = yev_here(&j->r);
+		bool scalar = j->r.ev.type == YAML_SCALAR_EVENT;
 		const char *what = arena_printf(j->a, "'%s' in %s", char_names[c], name);
-		int r = ysrc_number(j->a, t->at[c], what, scalar ? scalar_text(j) : "",
-		                    scalar && plain(j), YSRC_NONNEG, &t->ms[c]);
+		int r = ysrc_number(j->a, t->at[c], what, scalar ? yev_text(&j->r) : "",
+		                    scalar && yev_plain(&j->r), YSRC_NONNEG, &t->ms[c]);
 		if (r > 0)
 			diag_error(t->at[c], "expected a number (milliseconds) for %s, got %s", what,
-			           describe(j));
+			           yev_describe(&j->r));
 		if (r)
 			return -1;
 	}
@@ -252,18 +128,19 @@ static int read_table(pj *j, int k)
  * escapes), so each character can be pointed at. */
 static int read_pattern(pj *j)
 {
-	if (next(j) < 0)
+	if (yev_next(&j->r) < 0)
 		return -1;
-	j->pattern_loc = here(j);
-	if (j->ev.type != YAML_SCALAR_EVENT) {
-		diag_error(j->pattern_loc, "expected a string for 'pattern', got %s", describe(j));
+	j->pattern_loc = yev_here(&j->r);
+	if (j->r.ev.type != YAML_SCALAR_EVENT) {
+		diag_error(j->pattern_loc, "expected a string for 'pattern', got %s",
+		           yev_describe(&j->r));
 		return -1;
 	}
-	j->npattern = j->ev.data.scalar.length;
-	j->pattern = arena_strndup(j->a, scalar_text(j), j->npattern);
-	const ysrc *y = &j->ys;
+	j->npattern = j->r.ev.data.scalar.length;
+	j->pattern = arena_strndup(j->a, yev_text(&j->r), j->npattern);
+	const ysrc *y = &j->r.ys;
 	size_t off = y->line_start[j->pattern_loc.line - 1] + (size_t)j->pattern_loc.col - 1;
-	off += !plain(j); /* past the opening quote */
+	off += !yev_plain(&j->r); /* past the opening quote */
 	j->pattern_off = off + j->npattern <= y->src->len &&
 	                         memcmp(y->src->text + off, j->pattern, j->npattern) == 0
 	                     ? off
@@ -274,24 +151,18 @@ static int read_pattern(pj *j)
 /* profile := {pattern, forward_ms, backward_ms, weight_ms}, in any order */
 static int read_file(pj *j)
 {
-	if (next(j) < 0 || next(j) < 0) /* stream start, document start */
+	if (yev_start(&j->r) < 0)
 		return -1;
-	if (j->ev.type == YAML_STREAM_END_EVENT) {
-		diag_error((ir_loc){j->ys.src, 1, 1}, "empty profile");
-		return -1;
-	}
-	if (next(j) < 0)
-		return -1;
-	j->top = here(j);
-	if (j->ev.type != YAML_MAPPING_START_EVENT) {
+	j->top = yev_here(&j->r);
+	if (j->r.ev.type != YAML_MAPPING_START_EVENT) {
 		diag_error(j->top, "expected an object at the top level of the profile, got %s",
-		           describe(j));
+		           yev_describe(&j->r));
 		return -1;
 	}
 	static const char where[] = "at the top level of the profile";
 	int rc;
-	while ((rc = next_key(j, where)) > 0) {
-		int k = key_index(j, "key", where, top_keys, K_N, j->seen, j->first);
+	while ((rc = yev_next_key(&j->r, where)) > 0) {
+		int k = yev_key_index(&j->r, "key", where, top_keys, K_N, j->seen, j->first);
 		if (k < 0 || (k == K_PATTERN ? read_pattern(j) : read_table(j, k)) < 0)
 			return -1;
 	}
@@ -302,13 +173,7 @@ static int read_file(pj *j)
 			diag_error(j->top, "missing required key '%s' %s", top_keys[k], where);
 			return -1;
 		}
-	if (next(j) < 0 || next(j) < 0) /* document end, then the stream's end */
-		return -1;
-	if (j->ev.type != YAML_STREAM_END_EVENT) {
-		diag_error(here(j), "a second document; a profile holds one object");
-		return -1;
-	}
-	return 0;
+	return yev_end(&j->r);
 }
 
 /* ---- checks --------------------------------------------------------------------- */
@@ -316,7 +181,7 @@ static int read_file(pj *j)
 static ir_loc char_loc(const pj *j, size_t i)
 {
 	return j->pattern_off == SIZE_MAX ? j->pattern_loc
-	                                  : ysrc_offset_loc(&j->ys, j->pattern_off + i);
+	                                  : ysrc_offset_loc(&j->r.ys, j->pattern_off + i);
 }
 
 /* The pattern character at byte i as a message shows it; *len: its bytes. */
@@ -482,17 +347,12 @@ static const char *model_name(arena *a, const char *path)
 
 static int build(pj *j, ir_module *m, const int *kinds, int n, const fe_overrides *ov)
 {
-	const src_file *src = j->ys.src;
+	const src_file *src = j->r.ys.src;
 	m->loc = (ir_loc){src, 1, 1};
 	m->model_loc = j->first[K_PATTERN];
 	/* seq: the measured micro-batch, one sequence of 4096 tokens. */
 	m->model = (ir_model_info){model_name(m->arena, src->name), 1, 1, 4096, IR_DTYPE_BF16};
-	/* The model file's defaults (frontend.c). */
-	m->train = (ir_train){.mbs = 1, .microbatches = 8, .steps = 10, .optimizer = IR_OPT_ADAMW,
-	                      .lr = 3e-4, .weight_decay = 0.0, .seed = 1, .data = IR_DATA_SYNTHETIC};
-	m->plan.schedule = IR_SCHED_TUNED;
-	m->plan.chunks = 1;
-	m->plan.partition = IR_PART_UNIFORM;
+	fe_default_training(m); /* the model file's defaults */
 	for (int i = 0; i < n; i++) {
 		int c = kinds[i];
 		ir_layer *l = ir_add_layer(m, char_kind[c], layer_loc(j, i));
@@ -511,16 +371,10 @@ static int build(pj *j, ir_module *m, const int *kinds, int n, const fe_override
 static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 {
 	pj j = {.a = m->arena, .pattern_off = SIZE_MAX};
-	ysrc_init(&j.ys, j.a, src);
-	if (!yaml_parser_initialize(&j.p)) {
-		diag_error((ir_loc){src, 1, 1}, "out of memory while reading the profile");
+	if (yev_open(&j.r, j.a, src, &words) < 0)
 		return -1;
-	}
-	yaml_parser_set_input_string(&j.p, (const unsigned char *)src->text, src->len);
 	int rc = read_file(&j);
-	if (j.have_ev)
-		yaml_event_delete(&j.ev);
-	yaml_parser_delete(&j.p);
+	yev_close(&j.r);
 	if (rc < 0)
 		return -1;
 	size_t cap = j.npattern < MAX_LAYERS ? j.npattern : MAX_LAYERS;
@@ -531,21 +385,10 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 
 ir_module *fe_load_profile_model_src(const src_file *src, const fe_overrides *ov)
 {
-	ir_module *m = ir_new();
-	if (load(m, src, ov) < 0) {
-		ir_free(m);
-		return NULL;
-	}
-	return m;
+	return fe_new_module(load, src, NULL, ov);
 }
 
 ir_module *fe_load_profile_model(const char *path, const fe_overrides *ov)
 {
-	ir_module *m = ir_new();
-	const src_file *src = src_read(m->arena, path);
-	if (!src || load(m, src, ov) < 0) {
-		ir_free(m);
-		return NULL;
-	}
-	return m;
+	return fe_new_module(load, NULL, path, ov);
 }

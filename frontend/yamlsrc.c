@@ -1,5 +1,5 @@
 /* yamlsrc.c: locations, message helpers and numbers for the frontend's
- * YAML readers (yamlsrc.h). */
+ * YAML readers, and the event reader of the profiles (yamlsrc.h). */
 #include "yamlsrc.h"
 
 #include <math.h>
@@ -191,4 +191,168 @@ int ysrc_number(arena *a, ir_loc loc, const char *what, const char *s, bool plai
 	}
 	*out = v;
 	return 0;
+}
+
+/* ---- event readers -------------------------------------------------------- */
+
+int yev_open(yev *r, arena *a, const src_file *src, const yev_words *w)
+{
+	*r = (yev){.a = a, .w = w};
+	ysrc_init(&r->ys, a, src);
+	if (!yaml_parser_initialize(&r->p)) {
+		diag_error((ir_loc){src, 1, 1}, "%s", w->oom);
+		return -1;
+	}
+	yaml_parser_set_input_string(&r->p, (const unsigned char *)src->text, src->len);
+	return 0;
+}
+
+void yev_close(yev *r)
+{
+	if (r->have_ev)
+		yaml_event_delete(&r->ev);
+	r->have_ev = false;
+	yaml_parser_delete(&r->p);
+}
+
+ir_loc yev_here(yev *r)
+{
+	return ysrc_mark_loc(&r->ys, r->ev.start_mark);
+}
+
+const char *yev_text(const yev *r)
+{
+	return (const char *)r->ev.data.scalar.value;
+}
+
+bool yev_plain(const yev *r)
+{
+	return r->ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+const char *yev_describe(yev *r)
+{
+	switch (r->ev.type) {
+	case YAML_MAPPING_START_EVENT:
+		return r->w->mapping;
+	case YAML_SEQUENCE_START_EVENT:
+		return r->w->sequence;
+	case YAML_SCALAR_EVENT:
+		return ysrc_describe_scalar(r->a, yev_text(r), r->ev.data.scalar.style);
+	default:
+		return "nothing";
+	}
+}
+
+static void yev_problem(yev *r)
+{
+	const yaml_parser_t *p = &r->p;
+	if (p->error == YAML_READER_ERROR) {
+		ir_loc loc = ysrc_offset_loc(&r->ys, p->problem_offset);
+		if (strstr(p->problem, "UTF-8") && p->problem_value != -1)
+			diag_error(loc, "%s (byte 0x%02X); the file must be UTF-8 text", p->problem,
+			           (unsigned)p->problem_value);
+		else
+			diag_error(loc, "%s", p->problem);
+	} else if (p->error == YAML_SCANNER_ERROR || p->error == YAML_PARSER_ERROR) {
+		diag_error(ysrc_mark_loc(&r->ys, p->problem_mark), "%s%s%s", p->problem,
+		           p->context ? " " : "", p->context ? p->context : "");
+	} else {
+		diag_error((ir_loc){r->ys.src, 1, 1}, "%s", r->w->oom);
+	}
+}
+
+int yev_next(yev *r)
+{
+	if (r->have_ev)
+		yaml_event_delete(&r->ev);
+	r->have_ev = false;
+	if (!yaml_parser_parse(&r->p, &r->ev)) {
+		yev_problem(r);
+		return -1;
+	}
+	r->have_ev = true;
+	const yaml_char_t *tag = NULL;
+	switch (r->ev.type) {
+	case YAML_ALIAS_EVENT:
+		diag_error(yev_here(r), "alias '*%s' %s",
+		           ysrc_shown(r->a, (const char *)r->ev.data.alias.anchor), r->w->alias);
+		return -1;
+	case YAML_SCALAR_EVENT: tag = r->ev.data.scalar.tag; break;
+	case YAML_MAPPING_START_EVENT: tag = r->ev.data.mapping_start.tag; break;
+	case YAML_SEQUENCE_START_EVENT: tag = r->ev.data.sequence_start.tag; break;
+	default: break;
+	}
+	if (tag && strcmp((const char *)tag, "!") != 0) {
+		diag_error(yev_here(r), "unsupported tag '%s'%s",
+		           ysrc_tag_shown(r->a, (const char *)tag), r->w->tag);
+		return -1;
+	}
+	return 0;
+}
+
+int yev_start(yev *r)
+{
+	if (yev_next(r) < 0 || yev_next(r) < 0) /* stream start, document start */
+		return -1;
+	if (r->ev.type == YAML_STREAM_END_EVENT) {
+		diag_error((ir_loc){r->ys.src, 1, 1}, "empty profile");
+		return -1;
+	}
+	return yev_next(r);
+}
+
+int yev_end(yev *r)
+{
+	if (yev_next(r) < 0 || yev_next(r) < 0) /* document end, then the stream's end */
+		return -1;
+	if (r->ev.type != YAML_STREAM_END_EVENT) {
+		diag_error(yev_here(r), "%s", r->w->second);
+		return -1;
+	}
+	return 0;
+}
+
+int yev_want_mapping(yev *r, const char *what)
+{
+	if (yev_next(r) < 0)
+		return -1;
+	if (r->ev.type != YAML_MAPPING_START_EVENT) {
+		diag_error(yev_here(r), "expected %s for %s, got %s", r->w->mapping, what,
+		           yev_describe(r));
+		return -1;
+	}
+	return 0;
+}
+
+int yev_next_key(yev *r, const char *where)
+{
+	if (yev_next(r) < 0)
+		return -1;
+	if (r->ev.type == YAML_MAPPING_END_EVENT)
+		return 0;
+	if (r->ev.type != YAML_SCALAR_EVENT) {
+		diag_error(yev_here(r), "expected a key %s, got %s", where, yev_describe(r));
+		return -1;
+	}
+	return 1;
+}
+
+int yev_key_index(yev *r, const char *noun, const char *where, const char *const *names, int n,
+                  bool *seen, ir_loc *first)
+{
+	const char *key = yev_text(r);
+	int k = ir_lookup(names, n, key);
+	if (k < 0) {
+		ysrc_unknown(r->a, yev_here(r), noun, key, where, names, n);
+		return -1;
+	}
+	if (seen[k]) {
+		diag_error(yev_here(r), "duplicate key '%s' %s", ysrc_shown(r->a, key), where);
+		diag_note(first[k], "the first '%s' is here", ysrc_shown(r->a, key));
+		return -1;
+	}
+	seen[k] = true;
+	first[k] = yev_here(r);
+	return k;
 }
