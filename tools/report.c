@@ -42,25 +42,6 @@ static int fail(const char *fmt, ...)
 	return 1;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	long n;
-	if (!f)
-		return NULL;
-	if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-	    (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-		buf[n] = 0;
-		*len = (size_t)n;
-	} else {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	return buf;
-}
-
 static bool exists(const char *path)
 {
 	struct stat st;
@@ -279,13 +260,16 @@ int report_run(const char *dir)
 	}
 	rn.m = m;
 	for (int d = 0; d < nd; d++) {
-		size_t len;
 		snprintf(path, sizeof path, "%s/trace-rank%d.json", tdir, d);
-		if (!(texts[d] = slurp(path, &len))) {
-			rc = fail("%s: %s (the plan has %d ranks; every rank's trace is needed)", path,
-			          strerror(errno ? errno : EIO), nd);
+		if (!exists(path)) {
+			rc = fail("%s: missing (the plan has %d ranks; every rank's trace is needed)", path, nd);
 			goto out;
 		}
+		const src_file *ts = src_read(ar, path); /* owned by the arena */
+		if (!ts)
+			goto out;
+		texts[d] = (char *)ts->text;
+		size_t len = ts->len;
 		if (len < 22 || strncmp(texts[d], "{\"traceEvents\":[\n", 17) || strcmp(texts[d] + len - 4, "\n]}\n")) {
 			rc = fail("%s: not a trace written by libocto_rt", path);
 			goto out;
@@ -462,8 +446,6 @@ out:
 	free(rn.base);
 	free(rn.opidx);
 	free(stage_of);
-	for (int d = 0; texts && m && d < m->ndevices; d++)
-		free(texts[d]);
 	free(texts);
 	sim_free(meas);
 	sim_free(pred);
