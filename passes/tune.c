@@ -170,6 +170,23 @@ static ir_module *baseline(const ir_module *m, int i, char *why, size_t n)
 	return c;
 }
 
+/* The largest device peak of x once lowered and given its memory plan
+ * (what will really be allocated), against its memory: the device over it
+ * most, or -1.  x is lowered in place (with its own schedule's semantics). */
+static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
+{
+	static const pass_id ids[] = {PASS_comm, PASS_verify, PASS_memplan};
+	if (!run_quiet(x, ids, 3, NULL, 0))
+		return -1; /* the pipeline will report it on the real module */
+	sim_result *r = sim_run(x);
+	int worst = -1;
+	for (int d = 0; r && d < r->ndev; d++)
+		if (r->dev[d].peak_mem > m->cluster.mem && (worst < 0 || r->dev[d].peak_mem > *need))
+			worst = d, *need = r->dev[d].peak_mem;
+	sim_free(r);
+	return worst;
+}
+
 void tune_baselines(const ir_module *m, tune_row *rows)
 {
 	for (int i = 0; i < TUNE_NBASELINES; i++) {
@@ -178,9 +195,13 @@ void tune_baselines(const ir_module *m, tune_row *rows)
 		snprintf(r->name, sizeof r->name, "%s", baselines[i].name);
 		ir_module *c = baseline(m, i, r->why, sizeof r->why);
 		if (c) {
+			/* Timed and sized as the tuned plan is: lowered, with its memory
+			 * plan — what would really run and be allocated. */
+			uint64_t need = 0;
+			int over = over_after_memplan(m, c, &need);
 			verdict v = judge(c, 0);
 			r->ok = v.ok;
-			r->fits = v.fits;
+			r->fits = v.ok && over < 0;
 			r->makespan = v.makespan;
 			r->bubble = v.bubble;
 			r->peak_mem = v.peak;
@@ -780,6 +801,21 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 		c->plan.schedule = IR_SCHED_TUNED;
 		verdict v = judge(c, reserve);
 		t.evals++;
+		if (v.ok && !v.fits && v.makespan < fv.makespan && m->cluster.mem != UINT64_MAX) {
+			/* Over the reserve: what counts is whether its real memory
+			 * plan fits; check on a copy (lowering is in place). */
+			ir_module *low = scratch(m);
+			for (int s = 0; s < c->nstages; s++)
+				ir_add_stage(low, c->stages[s].first, c->stages[s].last, c->stages[s].device,
+				             (ir_loc){0});
+			ir_alloc_devices(low);
+			for (int d = 0; d < c->ndevices; d++)
+				for (int k = 0; k < c->devices[d].nops; k++)
+					ir_push_op(low, d, &c->devices[d].ops[k], (ir_loc){0});
+			uint64_t need = 0;
+			v.fits = over_after_memplan(m, low, &need) < 0;
+			ir_free(low);
+		}
 		if (v.ok && v.fits && v.makespan < fv.makespan) {
 			ir_free(fallback);
 			fallback = c, fv = v;
@@ -875,24 +911,6 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 	free(t.best.bound);
 	free(t.best.dev);
 	return x;
-}
-
-/* The largest device peak of x once lowered and given its memory plan
- * (what will really be allocated), against its memory: the device over it
- * most, or -1. */
-static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
-{
-	x->plan.schedule = IR_SCHED_TUNED;
-	static const pass_id ids[] = {PASS_comm, PASS_verify, PASS_memplan};
-	if (!run_quiet(x, ids, 3, NULL, 0))
-		return -1; /* the pipeline will report it on the real module */
-	sim_result *r = sim_run(x);
-	int worst = -1;
-	for (int d = 0; r && d < r->ndev; d++)
-		if (r->dev[d].peak_mem > m->cluster.mem && (worst < 0 || r->dev[d].peak_mem > *need))
-			worst = d, *need = r->dev[d].peak_mem;
-	sim_free(r);
-	return worst;
 }
 
 int pass_tune(ir_module *m)
