@@ -484,7 +484,7 @@ static void build_main(hb *h, const cg_rank *r)
 	                  final = block(h, "finalize");
 	LLVMBuildCondBr(h->b, LLVMBuildIsNull(h->b, prof, ""), training, profile);
 	at(h, profile);
-	check(h, CALL(x.profile, ctx, i32c(h, 2), i32c(h, 5), prof));
+	check(h, CALL(x.profile, ctx, i32c(h, 3), i32c(h, 15), prof));
 	LLVMBuildBr(h->b, final);
 
 	/* for (step = 0; step < cli.steps; step++) */

@@ -20,11 +20,14 @@
 #include "cost.h"
 #include "yamlsrc.h"
 
-enum { E_F, E_B, E_W, E_ACT, E_WSTASH, E_NKEYS };
-static const char *const entry_keys[E_NKEYS] = {"f", "b", "w", "act_bytes", "wstash_bytes"};
+/* The times come first (E_F..E_W_COLD), in the order of entry.t. */
+enum { E_F, E_B, E_W, E_F_COLD, E_B_COLD, E_W_COLD, E_ACT, E_WSTASH, E_NKEYS };
+static const char *const entry_keys[E_NKEYS] = {"f", "b", "w", "f_cold", "b_cold", "w_cold",
+                                                "act_bytes", "wstash_bytes"};
 
-enum { T_UNITS, T_KINDS, T_LAYERS, T_MEASURED, T_LINK, T_NKEYS };
-static const char *const top_keys[T_NKEYS] = {"units", "kinds", "layers", "measured_on", "link"};
+enum { T_UNITS, T_KINDS, T_LAYERS, T_MEASURED, T_LINK, T_CACHE, T_NKEYS };
+static const char *const top_keys[T_NKEYS] = {"units", "kinds", "layers", "measured_on", "link",
+                                              "cache_bytes"};
 
 /* measured_on: what the times were measured on.  The strings are recorded
  * for people; the shape is checked against the model. */
@@ -42,8 +45,8 @@ static const double unit_us[] = {1e3, 1, 1e6};
 typedef struct entry {
 	bool set;
 	ir_loc loc;            /* the entry's mapping */
-	double t[3];           /* f, b, w in the file's unit */
-	ir_loc tloc[3];
+	double t[6];           /* f, b, w, then cold, in the file's unit */
+	ir_loc tloc[6];
 	bool has[E_NKEYS];
 	uint64_t act, wstash;
 } entry;
@@ -61,6 +64,8 @@ typedef struct prof {
 	uint64_t mint[M_NKEYS];
 	bool has_link;         /* link */
 	double link[L_NKEYS];
+	bool has_cache;        /* cache_bytes */
+	uint64_t cache;
 } prof;
 
 static const yev_words words = {
@@ -115,7 +120,8 @@ static int read_bytes(prof *pr, const char *key, uint64_t *out)
 	return rc > 0 ? 0 : -1;
 }
 
-/* entry := {f: time, b: time, w: time, act_bytes?: bytes, wstash_bytes?: bytes} */
+/* entry := {f: time, b: time, w: time, (f_cold: time, b_cold: time, w_cold: time)?,
+ *           act_bytes?: bytes, wstash_bytes?: bytes} */
 static int read_entry(prof *pr, const char *what, entry *e)
 {
 	if (yev_want_mapping(&pr->r, what) < 0)
@@ -130,7 +136,7 @@ static int read_entry(prof *pr, const char *what, entry *e)
 		int k = yev_key_index(&pr->r, "key", where, entry_keys, E_NKEYS, e->has, kloc);
 		if (k < 0)
 			return -1;
-		if ((k <= E_W && read_time(pr, entry_keys[k], &e->t[k], &e->tloc[k]) < 0) ||
+		if ((k <= E_W_COLD && read_time(pr, entry_keys[k], &e->t[k], &e->tloc[k]) < 0) ||
 		    (k == E_ACT && read_bytes(pr, entry_keys[k], &e->act) < 0) ||
 		    (k == E_WSTASH && read_bytes(pr, entry_keys[k], &e->wstash) < 0))
 			return -1;
@@ -140,6 +146,13 @@ static int read_entry(prof *pr, const char *what, entry *e)
 	for (int k = E_F; k <= E_W; k++)
 		if (!e->has[k]) {
 			diag_error(e->loc, "missing required key '%s' %s", entry_keys[k], where);
+			return -1;
+		}
+	bool cold = e->has[E_F_COLD] || e->has[E_B_COLD] || e->has[E_W_COLD];
+	for (int k = E_F_COLD; cold && k <= E_W_COLD; k++)
+		if (!e->has[k]) {
+			diag_error(e->loc, "missing key '%s' %s: the cold times come as f_cold, b_cold and "
+			                   "w_cold together", entry_keys[k], where);
 			return -1;
 		}
 	return 0;
@@ -267,7 +280,8 @@ static int read_link(prof *pr)
 	return 0;
 }
 
-/* profile := {units: ms | us | s, kinds?: kinds, layers?: layers} */
+/* profile := {units: ms | us | s, kinds?: kinds, layers?: layers, measured_on?: ...,
+ *             link?: link, cache_bytes?: bytes} */
 static int read_profile(prof *pr)
 {
 	if (yev_start(&pr->r) < 0)
@@ -293,6 +307,8 @@ static int read_profile(prof *pr)
 			rc = read_measured(pr);
 		else if (k == T_LINK)
 			rc = read_link(pr);
+		else if (k == T_CACHE)
+			rc = read_bytes(pr, top_keys[k], &pr->cache), pr->has_cache = true;
 		else if (yev_next(&pr->r) < 0)
 			rc = -1;
 		else if (pr->r.ev.type != YAML_SCALAR_EVENT) {
@@ -357,6 +373,8 @@ static int apply(prof *pr)
 		m->cluster.intra.lat = pr->link[L_LATENCY];
 		m->cluster.intra.bw = pr->link[L_BANDWIDTH];
 	}
+	if (pr->has_cache)
+		m->cluster.cache = pr->cache;
 	double scale = unit_us[pr->unit];
 	ir_cost *cost = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *cost);
 	bool *hit = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *hit);
@@ -366,8 +384,10 @@ static int apply(prof *pr)
 			continue;
 		if (cost_layer(m, i, &cost[i]) < 0)
 			return -1;
-		double *t[3] = {&cost[i].f, &cost[i].b, &cost[i].w};
-		for (int k = 0; k < 3; k++) {
+		cost[i].cold = e->has[E_F_COLD];
+		double *t[6] = {&cost[i].f, &cost[i].b, &cost[i].w,
+		                &cost[i].f_cold, &cost[i].b_cold, &cost[i].w_cold};
+		for (int k = 0; k < (cost[i].cold ? 6 : 3); k++) {
 			*t[k] = cost_round_us(e->t[k] * scale);
 			if (!isfinite(*t[k])) {
 				diag_error(e->tloc[k], "'%s' is too large: %g %s is beyond any time", entry_keys[k],

@@ -352,7 +352,8 @@ static bool cost_eq(const ir_cost *a, const ir_cost *b)
 		return true;
 	return a->f == b->f && a->b == b->b && a->w == b->w && a->flops == b->flops &&
 	       a->act == b->act && a->wstash == b->wstash && a->params == b->params &&
-	       a->resident == b->resident;
+	       a->resident == b->resident && a->cold == b->cold && a->f_cold == b->f_cold &&
+	       a->b_cold == b->b_cold && a->w_cold == b->w_cold;
 }
 
 static bool i64s_eq(const int64_t *a, int na, const int64_t *b, int nb)
@@ -397,7 +398,7 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 	const ir_cluster *ca = &a->cluster, *cb = &b->cluster;
 	if (!str_eq(ca->name, cb->name) || ca->devices != cb->devices ||
 	    ca->per_node != cb->per_node || ca->mem != cb->mem ||
-	    ca->flops != cb->flops || ca->membw != cb->membw ||
+	    ca->flops != cb->flops || ca->membw != cb->membw || ca->cache != cb->cache ||
 	    ca->intra.bw != cb->intra.bw || ca->intra.lat != cb->intra.lat ||
 	    ca->inter.bw != cb->inter.bw || ca->inter.lat != cb->inter.lat)
 		return false;

@@ -217,12 +217,17 @@ bool ir_attr_required(ir_attr a, ir_layer_kind k, int64_t mamba_version);
 
 typedef struct ir_cost {
 	bool known;        /* set by the cost pass (or parsed) */
-	double f, b, w;    /* microseconds per micro-batch */
+	double f, b, w;    /* microseconds per micro-batch (data in the cache, when
+	                    * the cold times are known too) */
 	double flops;      /* FLOPs of F + B + W per micro-batch */
 	uint64_t act;      /* bytes stashed from F until B */
 	uint64_t wstash;   /* bytes still held after B until W */
 	uint64_t params;   /* parameter count */
 	uint64_t resident; /* bytes held all step: weights, gradients, optimizer state */
+	bool cold;         /* measured cold too: f_cold, b_cold, w_cold are set */
+	double f_cold, b_cold, w_cold; /* the same with the layer's data out of the
+	                    * cache (docs/simulator.md, the cache model); 0 when
+	                    * !cold, and the hot times apply */
 } ir_cost;
 
 typedef struct ir_layer {
@@ -263,6 +268,8 @@ typedef struct ir_cluster {
 	uint64_t mem;       /* bytes per device */
 	double flops;       /* peak FLOP/s per device */
 	double membw;       /* bytes per second per device */
+	uint64_t cache;     /* bytes of cache per device the simulator's cache model
+	                     * uses; 0: no cache model (docs/simulator.md) */
 	ir_link intra, inter;
 } ir_cluster;
 

@@ -454,7 +454,7 @@ static const char *const model_keys[] = {"hidden", "vocab", "seq", "dtype"};
 static const char *const train_keys[] = {"mbs", "microbatches", "steps", "optimizer",
                                          "lr", "weight_decay", "seed", "data", "text"};
 static const char *const cluster_keys[] = {"devices", "per_node", "mem", "flops",
-                                           "membw", "intra", "inter"};
+                                           "membw", "cache", "intra", "inter"};
 static const char *const plan_keys[] = {"schedule", "chunks", "partition", "given",
                                         "placement", "backend"};
 #define N(a) (int)(sizeof a / sizeof *a)
@@ -561,6 +561,8 @@ static void parse_cluster(parser *ps)
 	field *bw = get(ps, &fs, "membw", true, "cluster");
 	if (bw && !parse_rate(bw->val, &c->membw))
 		perr(ps, bw->vloc, "'membw' must be a finite number or inf, got '%s'", bw->val);
+	if (get(ps, &fs, "cache", false, "cluster"))
+		get_bytes(ps, &fs, "cache", &c->cache, "cluster");
 	get_link(ps, &fs, "intra", &c->intra);
 	get_link(ps, &fs, "inter", &c->inter);
 	check_unused(ps, &fs, "cluster", cluster_keys, N(cluster_keys));
@@ -662,8 +664,8 @@ static void parse_layer(parser *ps)
 			     ai->name, f->val);
 		}
 	}
-	static const char *const cost_keys[] = {"f", "b", "w", "flops", "act", "wstash",
-	                                        "params", "resident"};
+	static const char *const cost_keys[] = {"f", "b", "w", "f_cold", "b_cold", "w_cold",
+	                                        "flops", "act", "wstash", "params", "resident"};
 	for (int i = 0; i < N(cost_keys); i++)
 		known[nknown++] = cost_keys[i];
 	bool any_cost = false;
@@ -675,6 +677,14 @@ static void parse_layer(parser *ps)
 		get_f64(ps, &fs, "f", "us", &l->cost.f, what);
 		get_f64(ps, &fs, "b", "us", &l->cost.b, what);
 		get_f64(ps, &fs, "w", "us", &l->cost.w, what);
+		/* The cold times come as a set of three, or not at all. */
+		l->cost.cold = get(ps, &fs, "f_cold", false, what) || get(ps, &fs, "b_cold", false, what) ||
+		               get(ps, &fs, "w_cold", false, what);
+		if (l->cost.cold) {
+			get_f64(ps, &fs, "f_cold", "us", &l->cost.f_cold, what);
+			get_f64(ps, &fs, "b_cold", "us", &l->cost.b_cold, what);
+			get_f64(ps, &fs, "w_cold", "us", &l->cost.w_cold, what);
+		}
 		get_f64(ps, &fs, "flops", "", &l->cost.flops, what);
 		get_bytes(ps, &fs, "act", &l->cost.act, what);
 		get_bytes(ps, &fs, "wstash", &l->cost.wstash, what);

@@ -99,6 +99,11 @@ static void print_layer(FILE *out, const ir_module *m, int i)
 		print_double(out, "f", l->cost.f, "us");
 		print_double(out, "b", l->cost.b, "us");
 		print_double(out, "w", l->cost.w, "us");
+		if (l->cost.cold) {
+			print_double(out, "f_cold", l->cost.f_cold, "us");
+			print_double(out, "b_cold", l->cost.b_cold, "us");
+			print_double(out, "w_cold", l->cost.w_cold, "us");
+		}
 		print_double(out, "flops", l->cost.flops, "");
 		print_bytes(out, "act", l->cost.act);
 		print_bytes(out, "wstash", l->cost.wstash);
@@ -143,6 +148,8 @@ void ir_print(FILE *out, const ir_module *m)
 	char membw[64];
 	fmt_rate(membw, sizeof membw, c->membw);
 	fprintf(out, " membw=%s", membw);
+	if (c->cache)
+		print_bytes(out, "cache", c->cache);
 	print_link(out, "intra", c->intra);
 	print_link(out, "inter", c->inter);
 	fputc('\n', out);

@@ -138,7 +138,9 @@ static int verify_layers(const ir_module *m)
 		}
 		const ir_cost *c = &l->cost;
 		if (c->known && !(isfinite(c->f) && c->f >= 0 && isfinite(c->b) && c->b >= 0 &&
-		                  isfinite(c->w) && c->w >= 0 && isfinite(c->flops) && c->flops >= 0)) {
+		                  isfinite(c->w) && c->w >= 0 && isfinite(c->flops) && c->flops >= 0 &&
+		                  isfinite(c->f_cold) && c->f_cold >= 0 && isfinite(c->b_cold) &&
+		                  c->b_cold >= 0 && isfinite(c->w_cold) && c->w_cold >= 0)) {
 			diag_error(loc, "layer L%d: costs must be finite and non-negative", i);
 			errs++;
 		}

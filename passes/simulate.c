@@ -112,8 +112,8 @@ typedef struct sim {
 	bool *queued;    /* per device: its next op is in the heap */
 	int *consumer;   /* per transfer: the (stage, mb, kind) key it feeds */
 	double *ready;   /* per transfer: producer's end */
-	double dur[3];
 	double *stime;   /* per (stage, kind): op duration */
+	double **optime; /* cache model: per device and op, its duration; NULL: stime */
 	heap h;
 	/* Lowered programs: transfers follow the send and receive ops. */
 	bool lowered, nccl;
@@ -272,6 +272,84 @@ static void deliver(sim *s, int d, int stage, int mb, ir_op_kind k, double end)
 	if (s->lowered)
 		s->vxfer[vidx(s, stage, mb, k)] = x;
 	try_xfer(s, x);
+}
+
+/* The cache model (docs/simulator.md, "cache"): a layer's F, B or W takes
+ * its hot time when the data it reads is still in the device's cache and
+ * its cold time when it is not; in between, by how much else the device
+ * touched since that data was last touched (its reuse distance), over the
+ * cache size:  t = hot + min(1, distance / cache) x (cold - hot).  The data
+ * of F(l,m) is layer l's weights, last touched by the layer's previous op
+ * on the device (the step's first F: by the optimizer, so cold); of
+ * B(l,m), F(l,m)'s activation stash; of W(l,m), B(l,m)'s W stash.  An op
+ * touches its layer's weights (W: its gradients), its stashes, and its
+ * input and output (a boundary each, F and B).  The layers of an op run
+ * as the runtime runs them: F and W in layer order, B in reverse.
+ * Returns per device and op the op's duration, or NULL when the model is
+ * off (no cache size, or no layer with cold times). */
+static double **cache_times(const ir_module *m, int M)
+{
+	bool any = false;
+	for (int l = 0; l < m->nlayers; l++)
+		any |= m->layers[l].cost.cold;
+	if (!m->cluster.cache || !any)
+		return NULL;
+	double C = (double)m->cluster.cache, io = 2.0 * (double)sim_boundary_bytes(m);
+	double wbytes = (double)ir_dtype_bytes[m->model.dtype];
+	size_t n = (size_t)m->nlayers * (size_t)M;
+	double **t = calloc((size_t)m->ndevices, sizeof *t);
+	/* The device's running total of bytes touched after the layer's
+	 * last op, after F(l,m) and after B(l,m); NAN: not yet. */
+	double *last = malloc((size_t)m->nlayers * sizeof *last);
+	double *after_f = malloc(n * sizeof *after_f), *after_b = malloc(n * sizeof *after_b);
+	if (!t || !last || !after_f || !after_b)
+		ir_bug("out of memory");
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		if (!(t[d] = malloc(((size_t)dev->nops + 1) * sizeof **t)))
+			ir_bug("out of memory");
+		for (int st = 0; st < m->nstages; st++)
+			if (m->stages[st].device == d)
+				for (int l = m->stages[st].first; l <= m->stages[st].last; l++) {
+					last[l] = NAN;
+					for (int mb = 0; mb < M; mb++)
+						after_f[(size_t)l * M + mb] = after_b[(size_t)l * M + mb] = NAN;
+				}
+		double total = 0;
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *op = &dev->ops[i];
+			t[d][i] = 0;
+			if (op->comm != IR_COMM_NONE)
+				continue;
+			const ir_stage *st = &m->stages[op->stage];
+			int n_l = st->last - st->first + 1;
+			for (int j = 0; j < n_l; j++) {
+				int l = op->kind == IR_OP_B ? st->last - j : st->first + j;
+				const ir_cost *c = &m->layers[l].cost;
+				size_t lm = (size_t)l * M + (size_t)op->mb;
+				double since = op->kind == IR_OP_F ? last[l]
+				               : op->kind == IR_OP_B ? after_f[lm] : after_b[lm];
+				double hot = op->kind == IR_OP_F ? c->f : op->kind == IR_OP_B ? c->b : c->w;
+				double cold = op->kind == IR_OP_F ? c->f_cold
+				              : op->kind == IR_OP_B ? c->b_cold : c->w_cold;
+				double frac = isnan(since) ? 1 : (total - since) / C;
+				t[d][i] += c->cold ? hot + (frac < 1 ? frac : 1) * (cold - hot) : hot;
+				double weights = (double)c->params * wbytes;
+				total += op->kind == IR_OP_F   ? (double)c->act + weights + io
+				         : op->kind == IR_OP_B ? (double)c->act + (double)c->wstash + weights + io
+				                               : (double)c->wstash + weights;
+				last[l] = total;
+				if (op->kind == IR_OP_F)
+					after_f[lm] = total;
+				else if (op->kind == IR_OP_B)
+					after_b[lm] = total;
+			}
+		}
+	}
+	free(last);
+	free(after_f);
+	free(after_b);
+	return t;
 }
 
 static void device_stats(const ir_module *m, sim_result *r, int d)
@@ -459,6 +537,7 @@ sim_result *sim_run(const ir_module *m)
 	for (int st = 0; st < s.S; st++)
 		for (int k = 0; k < IR_NOPS; k++)
 			s.stime[st * IR_NOPS + k] = sim_stage_time(m, st, (ir_op_kind)k);
+	s.optime = cache_times(m, s.M);
 	s.earliest = calloc(maxx, sizeof *s.earliest);
 	s.xqueued = calloc(maxx, sizeof *s.xqueued);
 	if (!s.earliest || !s.xqueued)
@@ -504,7 +583,7 @@ sim_result *sim_run(const ir_module *m)
 		int d = e.id;
 		s.queued[d] = false;
 		const ir_op *op = &m->devices[d].ops[s.pc[d]];
-		double end = e.t + s.stime[op->stage * IR_NOPS + op->kind];
+		double end = e.t + (s.optime ? s.optime[d][s.pc[d]] : s.stime[op->stage * IR_NOPS + op->kind]);
 		r->dev[d].start[s.pc[d]] = e.t;
 		r->dev[d].end[s.pc[d]] = end;
 		s.free_at[d] = end;
@@ -535,6 +614,10 @@ sim_result *sim_run(const ir_module *m)
 	free(s.pc);
 	free(s.queued);
 	free(s.stime);
+	if (s.optime)
+		for (int d = 0; d < r->ndev; d++)
+			free(s.optime[d]);
+	free(s.optime);
 	free(s.consumer);
 	free(s.ready);
 	free(s.earliest);

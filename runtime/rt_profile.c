@@ -2,7 +2,11 @@
  * layers on one micro-batch of the training shape (inputs: the data's
  * sample 0 for the embedding and the head, a fixed pseudo-random
  * activation and gradient elsewhere), `warmup` untimed runs then
- * `repeats` timed ones, and takes the median of each phase.  Rank 0
+ * `repeats` timed ones, and takes the median of each phase: once hot (F,
+ * B and W back to back, the layer's data in the cache) and once cold
+ * (before each phase, reading a buffer of four times the per-core cache
+ * evicts it; the simulator's cache model interpolates between the two,
+ * docs/simulator.md).  Rank 0
  * gathers the numbers and writes the profile file the cost pass reads
  * (docs/profile.md): `units: ms` and one entry per global layer index with
  * f, b, w and the two stash sizes.  The parameters are only read; the
@@ -49,9 +53,37 @@ static int ids(rt_ctx *ctx, bool targets)
 	return rc;
 }
 
-/* Times one layer; out = {f, b, w} in ms. */
+/* The per-core cache the profile measures against: the level-2 cache
+ * (sysconf, else sysfs), 1 MiB when neither says. */
+static size_t cache_bytes(void)
+{
+	long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	if (v > 0)
+		return (size_t)v;
+	FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
+	unsigned long kib = 0;
+	char unit = 0;
+	if (f && fscanf(f, "%lu%c", &kib, &unit) == 2 && unit == 'K' && kib > 0) {
+		fclose(f);
+		return (size_t)kib << 10;
+	}
+	if (f)
+		fclose(f);
+	return (size_t)1 << 20;
+}
+
+/* Evicts the cache as training does, by writing: a cache line at a time
+ * of `n` bytes. */
+static void evict(unsigned char *buf, size_t n)
+{
+	for (size_t i = 0; i < n; i += 64)
+		buf[i]++;
+}
+
+/* Times one layer; out = {f, b, w} in ms, hot, then {f, b, w} cold: with
+ * `flush` (flush_n bytes) read before each phase. */
 static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double *times,
-                         double out[3])
+                         unsigned char *flush, size_t flush_n, double out[6])
 {
 	int rc;
 	const rt_train *t = &ctx->train;
@@ -73,36 +105,43 @@ static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double
 	fill(dy, n, 0x5678 + (uint64_t)l->index, 1e-3f);
 	rt_kind k = l->desc.kind;
 	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
-	for (int r = 0; r < warmup + repeats; r++) {
-		rt_loss loss;
-		int64_t t0 = rt__now_ns();
-		if (k == RT_EMBEDDING || k == RT_HEAD)
-			ids(ctx, k == RT_HEAD);
-		rc = rt_forward(&l->desc, l->p, k == RT_EMBEDDING ? NULL : x,
-		                k == RT_EMBEDDING || k == RT_HEAD ? ctx->idbuf : NULL,
-		                k == RT_HEAD ? NULL : y, k == RT_HEAD ? &loss : NULL, act, ctx->scratch);
-		int64_t t1 = rt__now_ns();
-		if (!rc)
-			rc = rt_backward_b(&l->desc, l->p, k == RT_HEAD ? NULL : dy, dscale,
-			                   k == RT_EMBEDDING ? NULL : dx, act, ws, ctx->scratch);
-		int64_t t2 = rt__now_ns();
-		if (!rc)
-			rc = rt_backward_w(&l->desc, l->p, l->g, ws, ctx->scratch);
-		int64_t t3 = rt__now_ns();
+	/* Hot runs, then cold ones; each (warm-up + repeats). */
+	int runs = warmup + repeats;
+	for (int r = 0; r < 2 * runs; r++) {
+		bool cold = r >= runs;
+		int64_t ns[3];
+		for (int p = 0; p < 3 && !rc; p++) {
+			if (cold)
+				evict(flush, flush_n);
+			int64_t t0 = rt__now_ns();
+			if (p == 0) {
+				rt_loss loss;
+				if (k == RT_EMBEDDING || k == RT_HEAD)
+					ids(ctx, k == RT_HEAD);
+				rc = rt_forward(&l->desc, l->p, k == RT_EMBEDDING ? NULL : x,
+				                k == RT_EMBEDDING || k == RT_HEAD ? ctx->idbuf : NULL,
+				                k == RT_HEAD ? NULL : y, k == RT_HEAD ? &loss : NULL, act,
+				                ctx->scratch);
+			} else if (p == 1) {
+				rc = rt_backward_b(&l->desc, l->p, k == RT_HEAD ? NULL : dy, dscale,
+				                   k == RT_EMBEDDING ? NULL : dx, act, ws, ctx->scratch);
+			} else {
+				rc = rt_backward_w(&l->desc, l->p, l->g, ws, ctx->scratch);
+			}
+			ns[p] = rt__now_ns() - t0;
+		}
 		if (rc)
 			break;
-		if (r >= warmup) {
-			times[r - warmup] = (double)(t1 - t0) * 1e-6;
-			times[repeats + r - warmup] = (double)(t2 - t1) * 1e-6;
-			times[2 * repeats + r - warmup] = (double)(t3 - t2) * 1e-6;
-		}
+		if (r % runs >= warmup)
+			for (int p = 0; p < 3; p++)
+				times[(3 * cold + p) * repeats + r % runs - warmup] = (double)ns[p] * 1e-6;
 	}
 	rt_arena_release(ctx, mark);
 	memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
 	if (rc)
 		return rt__fail(ctx, rc, "profile: layer %lld (%s): %s", (long long)l->index,
 		                rt__kind_name(k), rt_strerror(rc));
-	for (int p = 0; p < 3; p++)
+	for (int p = 0; p < 6; p++)
 		out[p] = median(times + p * repeats, repeats);
 	return RT_OK;
 }
@@ -174,13 +213,14 @@ static int cmp_row(const void *a, const void *b)
 	return cmp_double(a, b); /* the row's first field: the layer index */
 }
 
-#define ROW 6 /* index, f, b, w, act bytes, wstash bytes */
+#define ROW 9 /* index, f, b, w, f_cold, b_cold, w_cold, act bytes, wstash bytes */
 
 int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 {
 	MPI_Request req;
 	int rc = RT_OK, mine, total = 0;
 	double *times = NULL, *rows = NULL, *all = NULL;
+	unsigned char *flush = NULL;
 	int *counts = NULL, *displs = NULL;
 	if (!ctx || !path)
 		return RT_EARG;
@@ -191,7 +231,8 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	if (warmup < 0 || repeats < 1 || repeats > 1000000)
 		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
 	mine = ROW * ctx->nlay;
-	if (!(times = malloc(3 * (size_t)repeats * sizeof *times)) ||
+	size_t flush_n = 4 * cache_bytes();
+	if (!(flush = calloc(flush_n, 1)) || !(times = malloc(6 * (size_t)repeats * sizeof *times)) ||
 	    !(rows = malloc((size_t)mine * sizeof *rows))) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
 		goto out;
@@ -199,16 +240,12 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	int64_t t0 = rt__now_ns();
 	for (int i = 0; i < ctx->nlay; i++) {
 		rt_lay *l = &ctx->lay[i];
-		double ms[3];
-		if ((rc = profile_layer(ctx, l, warmup, repeats, times, ms)))
-			goto out;
 		double *r = rows + ROW * i;
+		if ((rc = profile_layer(ctx, l, warmup, repeats, times, flush, flush_n, r + 1)))
+			goto out;
 		r[0] = (double)l->index;
-		r[1] = ms[0];
-		r[2] = ms[1];
-		r[3] = ms[2];
-		r[4] = (double)l->sz.act;
-		r[5] = (double)l->sz.wstash;
+		r[7] = (double)l->sz.act;
+		r[8] = (double)l->sz.wstash;
 	}
 	rt__trace(ctx, "profile", t0, -1, -1, -1, 0);
 
@@ -265,12 +302,15 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		machine(host, sizeof host, cpu, sizeof cpu);
 		fprintf(f,
 		        "# Measured by libocto_rt (CPU kernels, f32) on %d rank(s): seq %lld, mbs %lld;\n"
-		        "# times of one micro-batch, median of %d runs after %d warm-up runs.\n"
+		        "# times of one micro-batch, median of %d runs after %d warm-up runs; f, b, w with\n"
+		        "# the layer's data in the cache, f_cold, b_cold, w_cold after writing %zu bytes\n"
+		        "# to evict a cache of cache_bytes (docs/simulator.md, the cache model).\n"
 		        "units: ms\n"
+		        "cache_bytes: %zu\n"
 		        "measured_on: {host: \"%s\", cpu: \"%s\", dtype: f32, seq: %lld, mbs: %lld, "
 		        "hidden: %lld, ranks: %d}\n",
 		        ctx->world, (long long)ctx->train.seq, (long long)ctx->train.mbs, repeats, warmup,
-		        host, cpu, (long long)ctx->train.seq, (long long)ctx->train.mbs,
+		        flush_n, flush_n / 4, host, cpu, (long long)ctx->train.seq, (long long)ctx->train.mbs,
 		        (long long)(ctx->nlay ? ctx->lay[0].desc.hidden : 0), ctx->world);
 		if (ctx->world >= 2) {
 			/* Half a round trip of 8 bytes is the latency; the rest of a
@@ -283,8 +323,10 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		fputs("layers:\n", f);
 		for (int i = 0; i < total / ROW; i++) {
 			const double *r = all + ROW * i;
-			fprintf(f, "  %lld: {f: %.6f, b: %.6f, w: %.6f, act_bytes: %lld, wstash_bytes: %lld}\n",
-			        (long long)r[0], r[1], r[2], r[3], (long long)r[4], (long long)r[5]);
+			fprintf(f, "  %lld: {f: %.6f, b: %.6f, w: %.6f, f_cold: %.6f, b_cold: %.6f, w_cold: %.6f, "
+			           "act_bytes: %lld, wstash_bytes: %lld}\n",
+			        (long long)r[0], r[1], r[2], r[3], r[4], r[5], r[6], (long long)r[7],
+			        (long long)r[8]);
 		}
 		if (ferror(f) | fclose(f)) {
 			rc = rt__fail(ctx, RT_EIO, "profile %s: write error", path);
@@ -298,5 +340,6 @@ out:
 	free(counts);
 	free(rows);
 	free(times);
+	free(flush);
 	return rc;
 }

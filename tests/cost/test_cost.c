@@ -628,6 +628,42 @@ START_TEST(test_profile_applies)
 }
 END_TEST
 
+/* Cold times come in threes and travel with the cost; cache_bytes sets
+ * the cluster's cache (docs/simulator.md, the cache model). */
+START_TEST(test_profile_cold)
+{
+	ir_module *m = tiny();
+	ck_assert_uint_eq(m->cluster.cache, 0);
+	ck_assert_int_eq(profile(m, "units: us\n"
+	                            "cache_bytes: 2097152\n"
+	                            "kinds: {mlp: {f: 1, b: 2, w: 3, f_cold: 1.5, b_cold: 2.5, w_cold: 4}}\n"
+	                            "layers: {4: {f: 1, b: 2, w: 3}}\n"),
+	                 0);
+	ck_assert_uint_eq(m->cluster.cache, 2097152);
+	const ir_cost *c = &m->layers[2].cost;
+	ck_assert(c->known && c->cold);
+	ck_assert_double_eq(c->f_cold, 1.5);
+	ck_assert_double_eq(c->b_cold, 2.5);
+	ck_assert_double_eq(c->w_cold, 4);
+	/* a layer entry without cold times: hot only */
+	ck_assert(m->layers[4].cost.known && !m->layers[4].cost.cold);
+	ck_assert_double_eq(m->layers[4].cost.f_cold, 0);
+	/* the IR carries them: print, parse, equal */
+	ck_assert_int_eq(pass_cost(m), 0);
+	char *text = ir_print_string(m);
+	ck_assert_ptr_nonnull(strstr(text, " cache=2MiB "));
+	ck_assert_ptr_nonnull(strstr(text, " f=1us b=2us w=3us f_cold=1.5us b_cold=2.5us w_cold=4us "));
+	arena *a = arena_new();
+	ir_module *back = ir_parse(src_from_string(a, "t.opir", text));
+	ck_assert_ptr_nonnull(back);
+	ck_assert(ir_equal(m, back));
+	ir_free(back);
+	arena_free(a);
+	free(text);
+	ir_free(m);
+}
+END_TEST
+
 START_TEST(test_profile_units)
 {
 	static const struct { const char *unit; double us; } units[] = {
@@ -716,9 +752,16 @@ static const struct { const char *text, *error; } bad_profiles[] = {
 	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1}}\nlayers: {2: {f: 1, b: 1}}\n",
 	 "p.yaml:3:13: error: missing required key 'w' in layer 2"},
 	{"{units: ms, kinds: {mlp: {f: 1, b: 1, w: 1, flops: {y: {z: [[[[[[[[[[]]]]]]]]]]}}}}}\n",
-	 "p.yaml:1:45: error: unknown key 'flops' in 'mlp'; known: f, b, w, act_bytes, wstash_bytes"},
+	 "p.yaml:1:45: error: unknown key 'flops' in 'mlp'; known: f, b, w, f_cold, b_cold, w_cold, act_bytes, wstash_bytes"},
 	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1}}\nlayers: {2: {f: 1, b: 1, w: 1, {a: 1}: 2}}\n",
 	 "p.yaml:3:32: error: expected a key in layer 2, got a mapping"},
+	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1, f_cold: 2, w_cold: 2}}\n",
+	 "p.yaml:2:14: error: missing key 'b_cold' in 'mlp': the cold times come as f_cold, b_cold and "
+	 "w_cold together"},
+	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1, f_cold: 2, b_cold: -1, w_cold: 2}}\n",
+	 "p.yaml:2:52: error: 'b_cold' must be at least 0, got -1"},
+	{"units: ms\ncache_bytes: 2MiB\n",
+	 "p.yaml:2:14: error: expected a non-negative integer (bytes) for 'cache_bytes', got '2MiB'"},
 	{"units: \"\xff\"\n", "p.yaml:1:9: error: invalid leading UTF-8 octet (byte 0xFF); the file must be UTF-8 text"},
 };
 
@@ -792,6 +835,7 @@ static Suite *cost_suite(void)
 	tcase_add_test(tc, test_zoo_params_match_published);
 	tcase_add_test(tc, test_zoo_costs_positive);
 	tcase_add_test(tc, test_worked_example);
+	tcase_add_test(tc, test_profile_cold);
 	suite_add_tcase(s, tc);
 
 	TCase *tp = tcase_create("pass");

@@ -23,7 +23,7 @@ static ir_module *sample(bool with_programs)
 	                      .data = IR_DATA_TEXT, .text_file = "data/a b.txt"};
 	m->cluster = (ir_cluster){.name = "cpu-local", .devices = 2, .per_node = 2,
 	                          .mem = 3ull << 30, .flops = 1e11, .membw = 2.5e10,
-	                          .intra = {5e9, 2.5}, .inter = {1e9, 0.1}};
+	                          .cache = 3 << 20, .intra = {5e9, 2.5}, .inter = {1e9, 0.1}};
 	m->plan.schedule = IR_SCHED_1F1B;
 	m->plan.chunks = 1;
 	m->plan.partition = IR_PART_GIVEN;
@@ -34,7 +34,9 @@ static ir_module *sample(bool with_programs)
 	ir_add_layer(m, IR_LAYER_EMBEDDING, none);
 	ir_layer *l = ir_add_layer(m, IR_LAYER_ATTENTION, none);
 	l->attr[IR_ATTR_HEADS] = 4, l->attr[IR_ATTR_KV_HEADS] = 2, l->attr[IR_ATTR_HEAD_DIM] = 16;
-	l->cost = (ir_cost){true, 12.5, 0.1 + 0.2, 1.0 / 3.0, 3e9, 1 << 20, 1536, 7, 1ull << 40};
+	l->cost = (ir_cost){.known = true, .f = 12.5, .b = 0.1 + 0.2, .w = 1.0 / 3.0, .flops = 3e9,
+	                    .act = 1 << 20, .wstash = 1536, .params = 7, .resident = 1ull << 40,
+	                    .cold = true, .f_cold = 13.25, .b_cold = 0.7, .w_cold = 1.0 / 7.0};
 	l = ir_add_layer(m, IR_LAYER_MLP, none);
 	l->attr[IR_ATTR_FFN] = 128, l->attr[IR_ATTR_ACT] = IR_ACT_SWIGLU;
 	l = ir_add_layer(m, IR_LAYER_MOE, none);
@@ -102,6 +104,12 @@ START_TEST(test_roundtrip_module)
 		ck_assert_str_eq(t1, t2);
 		/* ir_equal must see a one-field difference. */
 		p->layers[1].cost.b = nextafter(p->layers[1].cost.b, 1.0);
+		ck_assert(!ir_equal(m, p));
+		p->layers[1].cost.b = m->layers[1].cost.b;
+		p->layers[1].cost.w_cold = nextafter(p->layers[1].cost.w_cold, 1.0);
+		ck_assert(!ir_equal(m, p));
+		p->layers[1].cost.w_cold = m->layers[1].cost.w_cold;
+		p->cluster.cache++;
 		ck_assert(!ir_equal(m, p));
 		free(t1);
 		free(t2);

@@ -228,8 +228,9 @@ arena)
 profile)
 	run 2 --model hybrid --profile "$tmp/profile.yaml"
 	if [ "$rc" = 0 ] && grep -q '^units: ms$' "$tmp/profile.yaml" &&
-		[ "$(grep -Ec '^  [0-9]+: \{f: [0-9.]+, b: [0-9.]+, w: [0-9.]+, act_bytes: [0-9]+, wstash_bytes: [0-9]+\}$' "$tmp/profile.yaml")" = 12 ]; then
-		ok "profile: units ms, f, b, w of the 12 layers"
+		grep -Eq '^cache_bytes: [1-9][0-9]*$' "$tmp/profile.yaml" &&
+		[ "$(grep -Ec '^  [0-9]+: \{f: [0-9.]+, b: [0-9.]+, w: [0-9.]+, f_cold: [0-9.]+, b_cold: [0-9.]+, w_cold: [0-9.]+, act_bytes: [0-9]+, wstash_bytes: [0-9]+\}$' "$tmp/profile.yaml")" = 12 ]; then
+		ok "profile: units ms, cache_bytes, f, b, w hot and cold of the 12 layers"
 	else
 		bad "profile: exit $rc"
 		sed 's/^/  | /' "$tmp/log" "$tmp/profile.yaml" 2>/dev/null | tail -20

@@ -169,6 +169,57 @@ START_TEST(test_deterministic_and_fast)
 }
 END_TEST
 
+/* The cache model (docs/simulator.md): one device, one stage [embedding,
+ * mlp, head] under 1F1B runs F(m) B(m) W(m) for each m; only the mlp has
+ * cold times.  A boundary is 1 x 16 x 64 x 4 = 4096 bytes; the embedding
+ * and the head stash nothing and have no weights, so each of their F and
+ * B touches 2 x 4096 bytes and their W nothing.  The mlp's reuse
+ * distances are then: F(m) 8192 (W(m-1) of the head, F(m) of the
+ * embedding; F(0) follows the optimizer: cold), B(m) 16384 (F and B of
+ * the head), W(m) 8192 (B of the embedding). */
+START_TEST(test_cache_model)
+{
+	const double F = 4, B = 8, W = 2, Fc = 8, Bc = 16, Wc = 6;
+	const int M = 4;
+	ir_module *mod = uniform(1, M, F, B, W, INFINITY, 0);
+	ir_cost *c = &mod->layers[1].cost;
+	c->act = c->wstash = c->params = 0;
+	c->cold = true, c->f_cold = Fc, c->b_cold = Bc, c->w_cold = Wc;
+	const ir_device *dev = &mod->devices[0];
+	ck_assert_int_eq(dev->nops, 3 * M);
+	for (int i = 0; i < dev->nops; i++)
+		ck_assert(dev->ops[i].kind == (ir_op_kind)(i % 3) && dev->ops[i].mb == i / 3);
+
+	/* No cache size: the hot times. */
+	sim_result *r = sim_run(mod);
+	ck_assert_double_eq(r->makespan, M * (F + B + W));
+	sim_free(r);
+
+	/* A cache of 32768 bytes: F 1/4 of the way to cold (the first F all
+	 * the way), B 1/2, W 1/4. */
+	mod->cluster.cache = 32768;
+	r = sim_run(mod);
+	double want = M * (F + B + W) + (Fc - F) * (1 + (M - 1) * 0.25) + M * 0.5 * (Bc - B) +
+	              M * 0.25 * (Wc - W);
+	ck_assert_msg(r->makespan == want, "makespan %g, want %g", r->makespan, want);
+	ck_assert_double_eq(r->dev[0].end[1] - r->dev[0].start[1], B + 0.5 * (Bc - B));
+	sim_free(r);
+
+	/* A cache smaller than any distance: everything cold. */
+	mod->cluster.cache = 4096;
+	r = sim_run(mod);
+	ck_assert_double_eq(r->makespan, M * (Fc + Bc + Wc));
+	sim_free(r);
+
+	/* Without cold times the cache size changes nothing. */
+	c->cold = false;
+	r = sim_run(mod);
+	ck_assert_double_eq(r->makespan, M * (F + B + W));
+	sim_free(r);
+	ir_free(mod);
+}
+END_TEST
+
 static Suite *sim_suite(void)
 {
 	Suite *s = suite_create("simulate");
@@ -181,6 +232,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_stuck_programs);
 	tcase_add_test(tc, test_needs_costs);
 	tcase_add_test(tc, test_deterministic_and_fast);
+	tcase_add_test(tc, test_cache_model);
 	suite_add_tcase(s, tc);
 	return s;
 }
