@@ -35,8 +35,10 @@ enum { M_HOST, M_CPU, M_DEVICE, M_DTYPE, M_SEQ, M_MBS, M_HIDDEN, M_RANKS, M_NKEY
 static const char *const measured_keys[M_NKEYS] = {"host", "cpu", "device", "dtype",
                                                    "seq", "mbs", "hidden", "ranks"};
 
-enum { L_LATENCY, L_BANDWIDTH, L_NKEYS };
-static const char *const link_keys[L_NKEYS] = {"latency_us", "bandwidth"};
+/* The two first are required; the host's time to post a send and a
+ * receive (MPI) are optional. */
+enum { L_LATENCY, L_BANDWIDTH, L_SEND, L_RECV, L_NKEYS };
+static const char *const link_keys[L_NKEYS] = {"latency_us", "bandwidth", "send_us", "recv_us"};
 
 /* Units of the times, and microseconds per unit. */
 static const char *const unit_names[] = {"ms", "us", "s"};
@@ -252,7 +254,8 @@ static int read_measured(prof *pr)
 	return rc;
 }
 
-/* link := {latency_us: number >= 0, bandwidth: number > 0 (bytes/s)} */
+/* link := {latency_us: number >= 0, bandwidth: number > 0 (bytes/s),
+ *          send_us?: number >= 0, recv_us?: number >= 0} */
 static int read_link(prof *pr)
 {
 	if (yev_want_mapping(&pr->r, "'link'") < 0)
@@ -271,7 +274,7 @@ static int read_link(prof *pr)
 	}
 	if (rc < 0)
 		return -1;
-	for (int k = 0; k < L_NKEYS; k++)
+	for (int k = 0; k <= L_BANDWIDTH; k++)
 		if (!seen[k]) {
 			diag_error(top, "missing required key '%s' in 'link'", link_keys[k]);
 			return -1;
@@ -372,6 +375,8 @@ static int apply(prof *pr)
 		/* Measured between two ranks of one machine: the intra-node link. */
 		m->cluster.intra.lat = pr->link[L_LATENCY];
 		m->cluster.intra.bw = pr->link[L_BANDWIDTH];
+		m->cluster.send_post = pr->link[L_SEND];
+		m->cluster.recv_post = pr->link[L_RECV];
 	}
 	if (pr->has_cache)
 		m->cluster.cache = pr->cache;

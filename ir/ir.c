@@ -399,6 +399,7 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 	if (!str_eq(ca->name, cb->name) || ca->devices != cb->devices ||
 	    ca->per_node != cb->per_node || ca->mem != cb->mem ||
 	    ca->flops != cb->flops || ca->membw != cb->membw || ca->cache != cb->cache ||
+	    ca->send_post != cb->send_post || ca->recv_post != cb->recv_post ||
 	    ca->intra.bw != cb->intra.bw || ca->intra.lat != cb->intra.lat ||
 	    ca->inter.bw != cb->inter.bw || ca->inter.lat != cb->inter.lat)
 		return false;

@@ -270,6 +270,8 @@ typedef struct ir_cluster {
 	double membw;       /* bytes per second per device */
 	uint64_t cache;     /* bytes of cache per device the simulator's cache model
 	                     * uses; 0: no cache model (docs/simulator.md) */
+	double send_post, recv_post; /* microseconds of the host's time to post a
+	                     * send and a receive (mpi backend); 0: free */
 	ir_link intra, inter;
 } ir_cluster;
 

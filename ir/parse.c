@@ -454,7 +454,8 @@ static const char *const model_keys[] = {"hidden", "vocab", "seq", "dtype"};
 static const char *const train_keys[] = {"mbs", "microbatches", "steps", "optimizer",
                                          "lr", "weight_decay", "seed", "data", "text"};
 static const char *const cluster_keys[] = {"devices", "per_node", "mem", "flops",
-                                           "membw", "cache", "intra", "inter"};
+                                           "membw", "cache", "send_post", "recv_post",
+                                           "intra", "inter"};
 static const char *const plan_keys[] = {"schedule", "chunks", "partition", "given",
                                         "placement", "backend"};
 #define N(a) (int)(sizeof a / sizeof *a)
@@ -563,6 +564,11 @@ static void parse_cluster(parser *ps)
 		perr(ps, bw->vloc, "'membw' must be a finite number or inf, got '%s'", bw->val);
 	if (get(ps, &fs, "cache", false, "cluster"))
 		get_bytes(ps, &fs, "cache", &c->cache, "cluster");
+	/* The posting times come as a pair, or not at all. */
+	if (get(ps, &fs, "send_post", false, "cluster") || get(ps, &fs, "recv_post", false, "cluster")) {
+		get_f64(ps, &fs, "send_post", "us", &c->send_post, "cluster");
+		get_f64(ps, &fs, "recv_post", "us", &c->recv_post, "cluster");
+	}
 	get_link(ps, &fs, "intra", &c->intra);
 	get_link(ps, &fs, "inter", &c->inter);
 	check_unused(ps, &fs, "cluster", cluster_keys, N(cluster_keys));

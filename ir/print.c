@@ -150,6 +150,10 @@ void ir_print(FILE *out, const ir_module *m)
 	fprintf(out, " membw=%s", membw);
 	if (c->cache)
 		print_bytes(out, "cache", c->cache);
+	if (c->send_post || c->recv_post) {
+		print_double(out, "send_post", c->send_post, "us");
+		print_double(out, "recv_post", c->recv_post, "us");
+	}
 	print_link(out, "intra", c->intra);
 	print_link(out, "inter", c->inter);
 	fputc('\n', out);

@@ -164,7 +164,8 @@ static int verify_header(const ir_module *m)
 		                                       : "data 'text' needs a text file");
 	if (c->devices < 1 || c->per_node < 1 || c->mem == 0 || !(c->flops > 0) ||
 	    !(c->membw > 0) || !(c->intra.bw > 0) || !(c->inter.bw > 0) ||
-	    !(c->intra.lat >= 0) || !(c->inter.lat >= 0))
+	    !(c->intra.lat >= 0) || !(c->inter.lat >= 0) || !(c->send_post >= 0) ||
+	    !isfinite(c->send_post) || !(c->recv_post >= 0) || !isfinite(c->recv_post))
 		errs++, diag_error(ir_loc_or(m->cluster_loc, m->loc), "cluster '%s': every size, rate and bandwidth must be positive",
 		                   c->name ? c->name : "");
 	const ir_plan_opts *p = &m->plan;

@@ -202,14 +202,18 @@ static void try_device(sim *s, int d)
 	const ir_device *dev = &s->m->devices[d];
 	/* Sends, receives and waits are timed as the transfers they stand
 	 * for, not as ops of the compute stream; on mpi the host posts a
-	 * receive when it gets there. */
+	 * receive when it gets there, and posting a send or a receive takes
+	 * the host's time (the cluster's send_post, recv_post). */
 	while (s->pc[d] < dev->nops && dev->ops[s->pc[d]].comm != IR_COMM_NONE) {
 		const ir_op *op = &dev->ops[s->pc[d]];
 		if (s->lowered && !s->nccl && op->comm == IR_COMM_RECV) {
 			int v = vidx(s, op->stage, op->mb, op->kind);
 			s->posted[v] = s->free_at[d];
+			s->free_at[d] += s->m->cluster.recv_post;
 			if (s->vxfer[v] >= 0)
 				try_xfer(s, s->vxfer[v]);
+		} else if (s->lowered && !s->nccl && op->comm == IR_COMM_SEND) {
+			s->free_at[d] += s->m->cluster.send_post;
 		}
 		s->pc[d]++;
 	}

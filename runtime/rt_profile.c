@@ -4,7 +4,7 @@
  * activation and gradient elsewhere), `warmup` untimed runs then
  * `repeats` timed ones, and takes the median of each phase: once hot (F,
  * B and W back to back, the layer's data in the cache) and once cold
- * (before each phase, reading a buffer of four times the per-core cache
+ * (before each phase, writing a buffer of eight times the per-core cache
  * evicts it; the simulator's cache model interpolates between the two,
  * docs/simulator.md).  Rank 0
  * gathers the numbers and writes the profile file the cost pass reads
@@ -178,6 +178,45 @@ static int ping_pong(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double 
 	return rc;
 }
 
+/* The host's time to post a send (rank 0) and a receive (rank 1) of
+ * `bytes` through the runtime's own calls (rt_send, rt_recv: what the
+ * programs call), `warmup` untimed then `repeats` timed, each completed
+ * (rt_wait) before the next; the medians, in microseconds, end up on rank
+ * 0 (post[0] send, post[1] receive).  Other ranks return at once. */
+static int post_costs(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double *times,
+                      double post[2])
+{
+	int rc = RT_OK, me = ctx->rank, h;
+	MPI_Request req;
+	post[0] = post[1] = 0;
+	if (me > 1)
+		return RT_OK;
+	char *buf = calloc(bytes ? bytes : 1, 1);
+	if (!buf)
+		return rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
+	for (int r = 0; !rc && r < warmup + repeats; r++) {
+		rt_tag tag = {0, r, RT_MSG_OTHER};
+		int64_t t0 = rt__now_ns();
+		rc = me == 0 ? rt_send(ctx, 1, buf, bytes, tag, &h) : rt_recv(ctx, 0, buf, bytes, tag, &h);
+		int64_t t1 = rt__now_ns();
+		if (!rc)
+			rc = rt_wait(ctx, h);
+		if (r >= warmup)
+			times[r - warmup] = (double)(t1 - t0) * 1e-3;
+	}
+	double mine = rc ? 0 : median(times, repeats);
+	/* Rank 1's median to rank 0. */
+	if (!rc)
+		rc = me == 1 ? rt__coll(ctx, MPI_Isend(&mine, 1, MPI_DOUBLE, 0, 0x7ff1, MPI_COMM_WORLD, &req),
+		                        &req, "rt_profile: posting times")
+		             : rt__coll(ctx, MPI_Irecv(&post[1], 1, MPI_DOUBLE, 1, 0x7ff1, MPI_COMM_WORLD, &req),
+		                        &req, "rt_profile: posting times");
+	if (me == 0)
+		post[0] = mine;
+	free(buf);
+	return rc;
+}
+
 /* What the profile was measured on: the host name and the CPU model
  * (the first "model name" of /proc/cpuinfo), with quotes dropped so that
  * both stay plain YAML strings. */
@@ -231,7 +270,7 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	if (warmup < 0 || repeats < 1 || repeats > 1000000)
 		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
 	mine = ROW * ctx->nlay;
-	size_t flush_n = 4 * cache_bytes();
+	size_t flush_n = 8 * cache_bytes();
 	if (!(flush = calloc(flush_n, 1)) || !(times = malloc(6 * (size_t)repeats * sizeof *times)) ||
 	    !(rows = malloc((size_t)mine * sizeof *rows))) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
@@ -252,7 +291,7 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	/* The link: latency from a tiny message, bandwidth from one of the
 	 * size a stage boundary carries (micro-batch x seq x hidden floats),
 	 * which is what the simulator's alpha-beta model is used for. */
-	double lat = 0, big = 0, *pp = NULL;
+	double lat = 0, big = 0, *pp = NULL, post[2] = {0, 0};
 	size_t bbytes = (size_t)(ctx->train.mbs * ctx->train.seq * (ctx->nlay ? ctx->lay[0].desc.hidden : 1)) *
 	                sizeof(float);
 	int pprep = 200;
@@ -264,6 +303,8 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		rc = ping_pong(ctx, 8, 20, pprep, pp, &lat);
 		if (!rc)
 			rc = ping_pong(ctx, bbytes, 20, pprep, pp, &big);
+		if (!rc)
+			rc = post_costs(ctx, bbytes, 20, pprep, pp, post);
 		free(pp);
 		if (rc)
 			goto out;
@@ -316,9 +357,10 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 			/* Half a round trip of 8 bytes is the latency; the rest of a
 			 * boundary-sized message's is its bytes over the bandwidth. */
 			double bw = big > lat ? (double)bbytes / ((big - lat) * 1e-6) : 1e12;
-			fprintf(f, "# ranks 0 and 1: half a round trip of 8 bytes %.3f us, of %zu bytes %.3f us "
-			           "(median of %d)\nlink: {latency_us: %.3f, bandwidth: %.6g}\n",
-			        lat, bbytes, big, pprep, lat, bw);
+			fprintf(f, "# ranks 0 and 1: half a round trip of 8 bytes %.3f us, of %zu bytes %.3f us; "
+			           "the host's time\n# to post a send and a receive of %zu bytes (median of %d)\n"
+			           "link: {latency_us: %.3f, bandwidth: %.6g, send_us: %.3f, recv_us: %.3f}\n",
+			        lat, bbytes, big, bbytes, pprep, lat, bw, post[0], post[1]);
 		}
 		fputs("layers:\n", f);
 		for (int i = 0; i < total / ROW; i++) {

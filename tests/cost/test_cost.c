@@ -636,10 +636,14 @@ START_TEST(test_profile_cold)
 	ck_assert_uint_eq(m->cluster.cache, 0);
 	ck_assert_int_eq(profile(m, "units: us\n"
 	                            "cache_bytes: 2097152\n"
+	                            "link: {latency_us: 0.5, bandwidth: 1e9, send_us: 2.5, recv_us: 0.25}\n"
 	                            "kinds: {mlp: {f: 1, b: 2, w: 3, f_cold: 1.5, b_cold: 2.5, w_cold: 4}}\n"
 	                            "layers: {4: {f: 1, b: 2, w: 3}}\n"),
 	                 0);
 	ck_assert_uint_eq(m->cluster.cache, 2097152);
+	ck_assert_double_eq(m->cluster.intra.lat, 0.5);
+	ck_assert_double_eq(m->cluster.send_post, 2.5);
+	ck_assert_double_eq(m->cluster.recv_post, 0.25);
 	const ir_cost *c = &m->layers[2].cost;
 	ck_assert(c->known && c->cold);
 	ck_assert_double_eq(c->f_cold, 1.5);
@@ -651,7 +655,7 @@ START_TEST(test_profile_cold)
 	/* the IR carries them: print, parse, equal */
 	ck_assert_int_eq(pass_cost(m), 0);
 	char *text = ir_print_string(m);
-	ck_assert_ptr_nonnull(strstr(text, " cache=2MiB "));
+	ck_assert_ptr_nonnull(strstr(text, " cache=2MiB send_post=2.5us recv_post=0.25us "));
 	ck_assert_ptr_nonnull(strstr(text, " f=1us b=2us w=3us f_cold=1.5us b_cold=2.5us w_cold=4us "));
 	arena *a = arena_new();
 	ir_module *back = ir_parse(src_from_string(a, "t.opir", text));

@@ -23,7 +23,8 @@ static ir_module *sample(bool with_programs)
 	                      .data = IR_DATA_TEXT, .text_file = "data/a b.txt"};
 	m->cluster = (ir_cluster){.name = "cpu-local", .devices = 2, .per_node = 2,
 	                          .mem = 3ull << 30, .flops = 1e11, .membw = 2.5e10,
-	                          .cache = 3 << 20, .intra = {5e9, 2.5}, .inter = {1e9, 0.1}};
+	                          .cache = 3 << 20, .send_post = 2.75, .recv_post = 0.1,
+	                          .intra = {5e9, 2.5}, .inter = {1e9, 0.1}};
 	m->plan.schedule = IR_SCHED_1F1B;
 	m->plan.chunks = 1;
 	m->plan.partition = IR_PART_GIVEN;
@@ -110,6 +111,9 @@ START_TEST(test_roundtrip_module)
 		ck_assert(!ir_equal(m, p));
 		p->layers[1].cost.w_cold = m->layers[1].cost.w_cold;
 		p->cluster.cache++;
+		ck_assert(!ir_equal(m, p));
+		p->cluster.cache--;
+		p->cluster.recv_post = 0.2;
 		ck_assert(!ir_equal(m, p));
 		free(t1);
 		free(t2);

@@ -220,6 +220,30 @@ START_TEST(test_cache_model)
 }
 END_TEST
 
+/* Posting a send or a receive takes the host's time on mpi (the cluster's
+ * send_post, recv_post), and nothing on nccl.  Two devices, one
+ * micro-batch, F = 3, B = 5, W = 2, a free link: D0 runs F, posts its
+ * send (20) and its receive (1), so its B starts at max(2F + B + W, F +
+ * 21) = 24 instead of 13, and ends the step at 24 + B + W = 31. */
+START_TEST(test_posting_cost)
+{
+	for (int nccl = 0; nccl < 2; nccl++) {
+		ir_module *mod = uniform(2, 1, 3, 5, 2, INFINITY, 0);
+		mod->plan.backend = nccl ? IR_BACKEND_NCCL : IR_BACKEND_MPI;
+		pass_id comm[] = {PASS_comm};
+		ck_assert_int_eq(pass_run(mod, comm, 1, NULL), 0);
+		sim_result *r = sim_run(mod);
+		ck_assert_double_eq(r->makespan, 2 * (3 + 5 + 2));
+		sim_free(r);
+		mod->cluster.send_post = 20, mod->cluster.recv_post = 1;
+		r = sim_run(mod);
+		ck_assert_double_eq(r->makespan, nccl ? 2 * (3 + 5 + 2) : 31);
+		sim_free(r);
+		ir_free(mod);
+	}
+}
+END_TEST
+
 static Suite *sim_suite(void)
 {
 	Suite *s = suite_create("simulate");
@@ -233,6 +257,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_needs_costs);
 	tcase_add_test(tc, test_deterministic_and_fast);
 	tcase_add_test(tc, test_cache_model);
+	tcase_add_test(tc, test_posting_cost);
 	suite_add_tcase(s, tc);
 	return s;
 }
