@@ -80,10 +80,12 @@ static void evict(unsigned char *buf, size_t n)
 		buf[i]++;
 }
 
-/* Times one layer; out = {f, b, w} in ms, hot, then {f, b, w} cold: with
- * `flush` (flush_n bytes) read before each phase. */
+/* Times one layer: `warmup` untimed runs then `repeats` timed ones, hot,
+ * then the same cold (`flush`, flush_n bytes, written before each phase);
+ * the times of phase p (f, b, w hot, then cold) in ms go to
+ * times[p * stride + i], i < repeats. */
 static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double *times,
-                         unsigned char *flush, size_t flush_n, double out[6])
+                         int stride, unsigned char *flush, size_t flush_n)
 {
 	int rc;
 	const rt_train *t = &ctx->train;
@@ -134,15 +136,13 @@ static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double
 			break;
 		if (r % runs >= warmup)
 			for (int p = 0; p < 3; p++)
-				times[(3 * cold + p) * repeats + r % runs - warmup] = (double)ns[p] * 1e-6;
+				times[(3 * cold + p) * stride + r % runs - warmup] = (double)ns[p] * 1e-6;
 	}
 	rt_arena_release(ctx, mark);
 	memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
 	if (rc)
 		return rt__fail(ctx, rc, "profile: layer %lld (%s): %s", (long long)l->index,
 		                rt__kind_name(k), rt_strerror(rc));
-	for (int p = 0; p < 6; p++)
-		out[p] = median(times + p * repeats, repeats);
 	return RT_OK;
 }
 
@@ -253,6 +253,7 @@ static int cmp_row(const void *a, const void *b)
 }
 
 #define ROW 9 /* index, f, b, w, f_cold, b_cold, w_cold, act bytes, wstash bytes */
+#define ROUNDS 5
 
 int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 {
@@ -270,21 +271,32 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	if (warmup < 0 || repeats < 1 || repeats > 1000000)
 		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
 	mine = ROW * ctx->nlay;
-	size_t flush_n = 8 * cache_bytes();
-	if (!(flush = calloc(flush_n, 1)) || !(times = malloc(6 * (size_t)repeats * sizeof *times)) ||
-	    !(rows = malloc((size_t)mine * sizeof *rows))) {
+	size_t cache = cache_bytes(), flush_n = 8 * cache;
+	/* The timed runs come in ROUNDS sweeps over the layers, so that each
+	 * layer's samples spread over the whole measurement and a slow spell
+	 * of the machine weighs on every layer alike. */
+	int per = (repeats + ROUNDS - 1) / ROUNDS, n = per * ROUNDS;
+	size_t per_layer = 6 * (size_t)n;
+	if (!(flush = calloc(flush_n, 1)) ||
+	    !(times = malloc((size_t)(ctx->nlay ? ctx->nlay : 1) * per_layer * sizeof *times)) ||
+	    !(rows = malloc((size_t)(mine ? mine : 1) * sizeof *rows))) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
 		goto out;
 	}
 	int64_t t0 = rt__now_ns();
+	for (int round = 0; round < ROUNDS; round++)
+		for (int i = 0; i < ctx->nlay; i++)
+			if ((rc = profile_layer(ctx, &ctx->lay[i], warmup, per,
+			                        times + (size_t)i * per_layer + (size_t)round * per, n, flush,
+			                        flush_n)))
+				goto out;
 	for (int i = 0; i < ctx->nlay; i++) {
-		rt_lay *l = &ctx->lay[i];
 		double *r = rows + ROW * i;
-		if ((rc = profile_layer(ctx, l, warmup, repeats, times, flush, flush_n, r + 1)))
-			goto out;
-		r[0] = (double)l->index;
-		r[7] = (double)l->sz.act;
-		r[8] = (double)l->sz.wstash;
+		r[0] = (double)ctx->lay[i].index;
+		for (int p = 0; p < 6; p++)
+			r[1 + p] = median(times + (size_t)i * per_layer + (size_t)p * n, n);
+		r[7] = (double)ctx->lay[i].sz.act;
+		r[8] = (double)ctx->lay[i].sz.wstash;
 	}
 	rt__trace(ctx, "profile", t0, -1, -1, -1, 0);
 
@@ -343,15 +355,15 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		machine(host, sizeof host, cpu, sizeof cpu);
 		fprintf(f,
 		        "# Measured by libocto_rt (CPU kernels, f32) on %d rank(s): seq %lld, mbs %lld;\n"
-		        "# times of one micro-batch, median of %d runs after %d warm-up runs; f, b, w with\n"
-		        "# the layer's data in the cache, f_cold, b_cold, w_cold after writing %zu bytes\n"
-		        "# to evict a cache of cache_bytes (docs/simulator.md, the cache model).\n"
+		        "# times of one micro-batch, median of %d runs (%d sweeps over the layers, %d warm-up\n"
+		        "# runs each); f, b, w with the layer's data in the cache, f_cold, b_cold, w_cold\n"
+		        "# after writing %zu bytes to evict a cache of cache_bytes (docs/simulator.md).\n"
 		        "units: ms\n"
 		        "cache_bytes: %zu\n"
 		        "measured_on: {host: \"%s\", cpu: \"%s\", dtype: f32, seq: %lld, mbs: %lld, "
 		        "hidden: %lld, ranks: %d}\n",
-		        ctx->world, (long long)ctx->train.seq, (long long)ctx->train.mbs, repeats, warmup,
-		        flush_n, flush_n / 4, host, cpu, (long long)ctx->train.seq, (long long)ctx->train.mbs,
+		        ctx->world, (long long)ctx->train.seq, (long long)ctx->train.mbs, n, ROUNDS, warmup,
+		        flush_n, cache, host, cpu, (long long)ctx->train.seq, (long long)ctx->train.mbs,
 		        (long long)(ctx->nlay ? ctx->lay[0].desc.hidden : 0), ctx->world);
 		if (ctx->world >= 2) {
 			/* Half a round trip of 8 bytes is the latency; the rest of a
