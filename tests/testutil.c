@@ -48,3 +48,16 @@ int tu_run(Suite *s)
 	srunner_free(sr);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+bool tu_ir_round_trips(const ir_module *m)
+{
+	char *text = ir_print_string(m);
+	arena *a = arena_new();
+	ir_module *back = ir_parse(src_from_string(a, "t.opir", text));
+	ck_assert_msg(back != NULL, "the printed IR does not parse:\n%s", text);
+	bool same = ir_equal(m, back);
+	ir_free(back);
+	arena_free(a);
+	free(text);
+	return same;
+}

@@ -5,6 +5,7 @@
 #define OCTO_TESTUTIL_H
 
 #include <check.h>
+#include <stdbool.h>
 
 /* Send diagnostics to memory from now on and zero diag_errors. */
 void tu_capture(void);
@@ -19,6 +20,12 @@ void tu_release(void);
 /* tu_release, handing back the first line of what was captured (without
  * its newline, "" if nothing was), malloc'd: the caller frees it. */
 char *tu_release_first_line(void);
+
+/* Does m print as IR text that parses back into a module equal to m
+ * (ir_equal)?  A text that does not parse fails the running test with
+ * the text. */
+struct ir_module;
+bool tu_ir_round_trips(const struct ir_module *m);
 
 /* Run s (CK_NORMAL output); EXIT_SUCCESS when no test failed, else
  * EXIT_FAILURE.  main() is `return tu_run(x_suite());`. */
