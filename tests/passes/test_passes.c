@@ -97,51 +97,6 @@ START_TEST(test_partition_given_and_place_given)
 }
 END_TEST
 
-/* Run the programs with an in-order executor: F(s,m) needs F(s-1,m),
- * B(s,m) needs B(s+1,m) (or F(s,m) on the last stage), W(s,m) needs
- * B(s,m).  Every op must complete; returns the max number of micro-batches
- * in flight (F done, B not yet) seen on each stage, in inflight[]. */
-static void execute(const ir_module *m, int *inflight)
-{
-	int S = m->nstages, M = (int)m->train.microbatches;
-	char *done = calloc((size_t)S * M * 3, 1);
-	int *pc = calloc((size_t)m->ndevices, sizeof *pc), *cur = calloc((size_t)S, sizeof *cur);
-	int total = 0, finished = 0;
-	for (int d = 0; d < m->ndevices; d++)
-		for (int i = 0; i < m->devices[d].nops; i++)
-			total += m->devices[d].ops[i].comm == IR_COMM_NONE;
-	memset(inflight, 0, (size_t)S * sizeof *inflight);
-	for (bool progress = true; progress;) {
-		progress = false;
-		for (int d = 0; d < m->ndevices; d++) {
-			while (pc[d] < m->devices[d].nops) {
-				const ir_op *op = &m->devices[d].ops[pc[d]];
-				if (op->comm != IR_COMM_NONE) { /* lowered transfers: timed by the simulator */
-					pc[d]++;
-					continue;
-				}
-				int s = op->stage, mb = op->mb;
-#define DONE(st, k) done[((st) * M + mb) * 3 + (k)]
-				bool ready = op->kind == IR_OP_F ? (s == 0 || DONE(s - 1, IR_OP_F))
-				             : op->kind == IR_OP_B ? (s == S - 1 ? DONE(s, IR_OP_F) : DONE(s + 1, IR_OP_B))
-				                                   : DONE(s, IR_OP_B);
-				if (!ready)
-					break;
-				DONE(s, op->kind) = 1;
-#undef DONE
-				cur[s] += op->kind == IR_OP_F ? 1 : op->kind == IR_OP_B ? -1 : 0;
-				if (cur[s] > inflight[s])
-					inflight[s] = cur[s];
-				pc[d]++, finished++, progress = true;
-			}
-		}
-	}
-	ck_assert_msg(finished == total, "programs stall after %d of %d ops", finished, total);
-	free(done);
-	free(pc);
-	free(cur);
-}
-
 START_TEST(test_1f1b_runs_and_bounds_inflight)
 {
 	static const int grid[][3] = {{1, 1, 1}, {4, 2, 1}, {4, 4, 8}, {8, 4, 3}, {10, 4, 16},
@@ -152,7 +107,7 @@ START_TEST(test_1f1b_runs_and_bounds_inflight)
 		ck_assert_int_eq(run_default(m), 0);
 		ck_assert_int_eq(ir_verify(m), 0);
 		int inflight[64];
-		execute(m, inflight);
+		tu_execute(m, inflight, NULL);
 		for (int s = 0; s < P; s++) {
 			int bound = P - s < M ? P - s : M;
 			ck_assert_msg(inflight[s] == bound, "P=%d M=%d stage %d: %d in flight, 1F1B holds %d",
@@ -170,7 +125,7 @@ START_TEST(test_1f1b_follows_any_bijective_placement)
 	m->plan.placement = placement, m->plan.nplacement = 4;
 	ck_assert_int_eq(run_default(m), 0);
 	int inflight[4];
-	execute(m, inflight);
+	tu_execute(m, inflight, NULL);
 	for (int s = 0; s < 4; s++) {
 		ck_assert_int_eq(m->stages[s].device, placement[s]);
 		const ir_device *dev = &m->devices[placement[s]];
@@ -233,7 +188,7 @@ START_TEST(test_tiny_models_plan)
 			ck_assert_msg(m != NULL, "%s does not load", path);
 			ck_assert_int_eq(run_default(m), 0);
 			int *inflight = calloc((size_t)m->nstages, sizeof *inflight);
-			execute(m, inflight);
+			tu_execute(m, inflight, NULL);
 			free(inflight);
 			ir_free(m);
 		}

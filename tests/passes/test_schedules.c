@@ -70,46 +70,6 @@ static ir_module *planned(ir_schedule s, int p, int mbs, int chunks, double f, d
 	return m;
 }
 
-/* Run the programs with an in-order executor: F(s,m) needs F(s-1,m),
- * B(s,m) needs B(s+1,m) (or F(s,m) on the last stage), W(s,m) needs
- * B(s,m).  Every op must complete.  peak[d]: the most (stage, micro-batch)
- * pairs between F and B at once on device d. */
-static void execute(const ir_module *m, int *peak)
-{
-	int S = m->nstages, M = (int)m->train.microbatches, P = m->ndevices;
-	char *done = calloc((size_t)S * M * 3, 1);
-	int *pc = calloc((size_t)P, sizeof *pc), *cur = calloc((size_t)P, sizeof *cur);
-	int total = 0, finished = 0;
-	for (int d = 0; d < P; d++)
-		total += m->devices[d].nops, peak[d] = 0;
-	for (bool progress = true; progress;) {
-		progress = false;
-		for (int d = 0; d < P; d++) {
-			while (pc[d] < m->devices[d].nops) {
-				const ir_op *op = &m->devices[d].ops[pc[d]];
-				int s = op->stage, mb = op->mb;
-#define DONE(st, k) done[((size_t)(st) * M + mb) * 3 + (k)]
-				bool ready = op->kind == IR_OP_F ? (s == 0 || DONE(s - 1, IR_OP_F))
-				             : op->kind == IR_OP_B ? (s == S - 1 ? DONE(s, IR_OP_F) : DONE(s + 1, IR_OP_B))
-				                                   : DONE(s, IR_OP_B);
-				if (!ready)
-					break;
-				DONE(s, op->kind) = 1;
-#undef DONE
-				cur[d] += op->kind == IR_OP_F ? 1 : op->kind == IR_OP_B ? -1 : 0;
-				if (cur[d] > peak[d])
-					peak[d] = cur[d];
-				pc[d]++, finished++, progress = true;
-			}
-		}
-	}
-	ck_assert_msg(finished == total, "%s: programs stall after %d of %d ops",
-	              sname(m->plan.schedule), finished, total);
-	free(done);
-	free(pc);
-	free(cur);
-}
-
 static int imin(int a, int b)
 {
 	return a < b ? a : b;
@@ -159,7 +119,7 @@ START_TEST(test_grid_valid)
 					ir_module *m = planned((ir_schedule)s, p, M, V, 2, 3, 1);
 					ck_assert_int_eq(ir_verify(m), 0);
 					int peak[8];
-					execute(m, peak);
+					tu_execute(m, NULL, peak);
 					for (int d = 0; d < p; d++) {
 						int want = inflight_bound((ir_schedule)s, p, M, V, d);
 						ck_assert_msg(peak[d] == want,
@@ -187,7 +147,7 @@ START_TEST(test_greedy_wide)
 			for (int k = 0; k < 2; k++) {
 				ir_module *m = planned(ss[k], p, M, 1, 1, 1, 1);
 				int peak[32];
-				execute(m, peak);
+				tu_execute(m, NULL, peak);
 				for (int d = 0; d < p; d++)
 					ck_assert_msg(peak[d] == inflight_bound(ss[k], p, M, 1, d),
 					              "%s p=%d m=%d: D%d holds %d in flight, want %d", sname(ss[k]),
@@ -235,7 +195,7 @@ START_TEST(test_any_placement)
 		if (rc == 0) {
 			ck_assert_int_eq(ir_verify(m), 0);
 			int peak[4];
-			execute(m, peak);
+			tu_execute(m, NULL, peak);
 			planned_ok++;
 		} else {
 			ck_assert_int_gt(diag_errors, 0);
