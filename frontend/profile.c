@@ -311,7 +311,7 @@ static int read_profile(prof *pr)
 		else if (k == T_LINK)
 			rc = read_link(pr);
 		else if (k == T_CACHE)
-			rc = read_bytes(pr, top_keys[k], &pr->cache), pr->has_cache = true;
+			pr->has_cache = (rc = read_bytes(pr, top_keys[k], &pr->cache)) == 0;
 		else if (yev_next(&pr->r) < 0)
 			rc = -1;
 		else if (pr->r.ev.type != YAML_SCALAR_EVENT) {

@@ -902,6 +902,18 @@ static void parse_buf(parser *ps, int dev)
 	expect_eol(ps);
 }
 
+/* '{' EOL, which opens a block after `after` (named in the error). */
+static bool open_block(parser *ps, const char *after)
+{
+	if (ps->t.kind != T_LBRACE) {
+		perr(ps, ps->t.loc, "expected '{' after %s, got %s", after, tok_desc(ps, &ps->t));
+		return false;
+	}
+	next(ps);
+	expect_eol(ps);
+	return !ps->err;
+}
+
 /* memplan := 'memplan' D 'arena='BYTES '{' EOL buf* '}' */
 static void parse_memplan(parser *ps, int expect)
 {
@@ -935,12 +947,8 @@ static void parse_memplan(parser *ps, int expect)
 		return;
 	}
 	next(ps);
-	if (ps->t.kind != T_LBRACE) {
-		perr(ps, ps->t.loc, "expected '{' after the arena size, got %s", tok_desc(ps, &ps->t));
+	if (!open_block(ps, "the arena size"))
 		return;
-	}
-	next(ps);
-	expect_eol(ps);
 	for (;;) {
 		skip_blank_lines(ps);
 		if (ps->err)
@@ -975,12 +983,8 @@ static void parse_device(parser *ps, int expect)
 		return;
 	}
 	next(ps);
-	if (ps->t.kind != T_LBRACE) {
-		perr(ps, ps->t.loc, "expected '{' after device name, got %s", tok_desc(ps, &ps->t));
+	if (!open_block(ps, "device name"))
 		return;
-	}
-	next(ps);
-	expect_eol(ps);
 	int group = 0, ngroups = 0;
 	ir_loc group_loc = {0};
 	for (;;) {
@@ -1012,12 +1016,8 @@ static void parse_device(parser *ps, int expect)
 			}
 			group_loc = ps->t.loc;
 			next(ps);
-			if (ps->t.kind != T_LBRACE) {
-				perr(ps, ps->t.loc, "expected '{' after 'group', got %s", tok_desc(ps, &ps->t));
+			if (!open_block(ps, "'group'"))
 				return;
-			}
-			next(ps);
-			expect_eol(ps);
 			group = ++ngroups;
 			continue;
 		}

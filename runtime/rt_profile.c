@@ -2,15 +2,17 @@
  * layers on one micro-batch of the training shape (inputs: the data's
  * sample 0 for the embedding and the head, a fixed pseudo-random
  * activation and gradient elsewhere), `warmup` untimed runs then
- * `repeats` timed ones, and takes the median of each phase: once hot (F,
- * B and W back to back, the layer's data in the cache) and once cold
- * (before each phase, writing a buffer of eight times the per-core cache
- * evicts it; the simulator's cache model interpolates between the two,
- * docs/simulator.md).  Rank 0
+ * `repeats` timed ones in five sweeps over the layers, and takes the
+ * median of each phase: once hot (F, B and W back to back, the layer's
+ * data in the cache) and once cold (before each phase, writing a buffer of
+ * eight times the per-core cache evicts it; the simulator's cache model
+ * interpolates between the two, docs/simulator.md).  Ranks 0 and 1 time
+ * the link and the host's time to post a send and a receive.  Rank 0
  * gathers the numbers and writes the profile file the cost pass reads
- * (docs/profile.md): `units: ms` and one entry per global layer index with
- * f, b, w and the two stash sizes.  The parameters are only read; the
- * gradients W adds are cleared afterwards, so training can follow. */
+ * (docs/profile.md): `units: ms`, `cache_bytes`, the link, and one entry
+ * per global layer index with the six times and the two stash sizes.  The
+ * parameters are only read; the gradients W adds are cleared afterwards,
+ * so training can follow. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
