@@ -614,6 +614,22 @@ __device__ void scan_f(const real *x, const real *Bm, const real *Cm, const real
 	}
 }
 
+/* The sum of v over the P threads of a scan block in a fixed tree order
+ * (red: P floats of shared memory); every thread gets it. */
+template <int P>
+__device__ float head_sum(float *red, int p, float v)
+{
+	red[p] = v;
+	__syncthreads();
+	for (int w = 1; w < P; w <<= 1) {
+		if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
+		__syncthreads();
+	}
+	float sum = red[0];
+	__syncthreads();
+	return sum;
+}
+
 /* B: one block of P threads per (sequence, head); backwards in time, a
  * chunk's states recomputed from the stash.  Writes dx (at stride LX), this
  * head's dB, dC [T][N] and ddt [T] partials (dbp, dcp, ddtp indexed by
@@ -660,53 +676,23 @@ __device__ void scan_b(const real *x, const real *Bm, const real *Cm, const real
 			dDl += dy * xv;
 			/* per-n reductions over the P channels of the head: dC, dB */
 			for (int n = 0; n < N; n++) {
-				red[p] = St[s - s0 + 1][n] * dy;
-				__syncthreads();
-				for (int w = 1; w < P; w <<= 1) {
-					if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
-					__syncthreads();
-				}
-				if (p == 0) dcp[(t * NH + h) * N + n] = red[0];
-				__syncthreads();
-				red[p] = d * dS[n] * xv;
-				__syncthreads();
-				for (int w = 1; w < P; w <<= 1) {
-					if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
-					__syncthreads();
-				}
-				if (p == 0) dbp[(t * NH + h) * N + n] = red[0];
-				__syncthreads();
+				float dc = head_sum<P>(red, p, St[s - s0 + 1][n] * dy);
+				float db = head_sum<P>(red, p, d * dS[n] * xv);
+				if (p == 0) dcp[(t * NH + h) * N + n] = dc, dbp[(t * NH + h) * N + n] = db;
 			}
-			red[p] = dd;
-			__syncthreads();
-			for (int w = 1; w < P; w <<= 1) {
-				if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
-				__syncthreads();
-			}
-			if (p == 0) ddt[t * NH + h] = red[0];
-			__syncthreads();
+			float ddsum = head_sum<P>(red, p, dd);
+			if (p == 0) ddt[t * NH + h] = ddsum;
 			for (int n = 0; n < N; n++) dS[n] *= expf(d * A[n]);
 		}
 	}
 	/* dA, dD: per channel (A1) or summed over the head's channels; W adds them. */
 	for (int n = 0; n < N; n++) {
 		if (A1) { dA[(b * NH * P + ch) * N + n] = dAl[n]; continue; }
-		red[p] = dAl[n];
-		__syncthreads();
-		for (int w = 1; w < P; w <<= 1) {
-			if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
-			__syncthreads();
-		}
-		if (p == 0) dA[(b * NH + h) * N + n] = red[0];
-		__syncthreads();
+		float da = head_sum<P>(red, p, dAl[n]);
+		if (p == 0) dA[(b * NH + h) * N + n] = da;
 	}
-	red[p] = dDl;
-	__syncthreads();
-	for (int w = 1; w < P; w <<= 1) {
-		if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
-		__syncthreads();
-	}
-	if (p == 0) dD[A1 ? b * NH * P + ch : b * NH + h] = A1 ? dDl : red[0];
+	float dd = head_sum<P>(red, p, dDl);
+	if (p == 0) dD[A1 ? b * NH * P + ch : b * NH + h] = A1 ? dDl : dd;
 }
 
 /* dB, dC of group g = sum over its heads, ascending, into dst at stride LBC. */
