@@ -763,6 +763,18 @@ static bool parse_value(parser *ps, const char *after, ir_op_kind *out)
 	return true;
 }
 
+/* 'S'STAGE 'm'MB: the op a value or an op names. */
+static bool stage_mb(parser *ps, int *stage, int *mb)
+{
+	if (!ref(ps, &ps->t, 'S', stage, "a stage"))
+		return false;
+	next(ps);
+	if (!ref(ps, &ps->t, 'm', mb, "a micro-batch"))
+		return false;
+	next(ps);
+	return true;
+}
+
 /* op := (F|B|W) S m
  *     | (send|recv) (act|grad) S m D BYTES
  *     | wait (act|grad) S m */
@@ -787,12 +799,8 @@ static void parse_op(parser *ps, int dev, int group)
 		perr(ps, loc, "a group holds only sends and receives");
 		return;
 	}
-	if (!ref(ps, &ps->t, 'S', &op.stage, "a stage"))
+	if (!stage_mb(ps, &op.stage, &op.mb))
 		return;
-	next(ps);
-	if (!ref(ps, &ps->t, 'm', &op.mb, "a micro-batch"))
-		return;
-	next(ps);
 	if (op.comm == IR_COMM_SEND || op.comm == IR_COMM_RECV) {
 		if (!ref(ps, &ps->t, 'D', &op.peer, "the peer device"))
 			return;
@@ -877,12 +885,8 @@ static void parse_buf(parser *ps, int dev)
 	ir_buf b = {.kind = (ir_buf_kind)k, .value = IR_OP_F};
 	if (k != IR_BUF_ACT && k != IR_BUF_WSTASH && !parse_value(ps, w, &b.value))
 		return;
-	if (!ref(ps, &ps->t, 'S', &b.stage, "a stage"))
+	if (!stage_mb(ps, &b.stage, &b.mb))
 		return;
-	next(ps);
-	if (!ref(ps, &ps->t, 'm', &b.mb, "a micro-batch"))
-		return;
-	next(ps);
 	fields fs;
 	read_fields(ps, &fs);
 	if (ps->err)
