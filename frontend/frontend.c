@@ -1507,6 +1507,21 @@ static int override_num(const char *flag, int64_t v, int64_t lo, int64_t hi, int
 	return 0;
 }
 
+/* A named flag, when given, into *field if it is one of names[0..n). */
+static int override_enum(arena *a, const char *what, const char *v, const char *const *names,
+                         int n, int *field)
+{
+	if (!v)
+		return 0;
+	int i = ir_lookup(names, n, v);
+	if (i < 0) {
+		ysrc_unknown(a, no_loc, what, v, NULL, names, n);
+		return -1;
+	}
+	*field = i;
+	return 0;
+}
+
 static int apply_overrides(fe *f, const fe_overrides *ov)
 {
 	ir_module *m = f->m;
@@ -1515,15 +1530,11 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	if (override_num("'--devices'", ov->devices, 1, 65536, &m->cluster.devices) < 0 ||
 	    override_num("'--microbatches'", ov->microbatches, 1, 1 << 20, &m->train.microbatches) < 0)
 		return -1;
-	if (ov->schedule) {
-		int s = ir_lookup(ir_schedule_names, IR_NSCHEDULES, ov->schedule);
-		if (s < 0) {
-			ysrc_unknown(m->arena, no_loc, "schedule", ov->schedule, NULL, ir_schedule_names,
-			             IR_NSCHEDULES);
-			return -1;
-		}
-		m->plan.schedule = s;
-	}
+	int sched = (int)m->plan.schedule, backend = (int)m->plan.backend;
+	if (override_enum(m->arena, "schedule", ov->schedule, ir_schedule_names, IR_NSCHEDULES,
+	                  &sched) < 0)
+		return -1;
+	m->plan.schedule = (ir_schedule)sched;
 	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks) < 0)
 		return -1;
 	if (ov->partition) {
@@ -1538,15 +1549,10 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 			m->plan.ngiven = 0, m->plan.nplacement = 0;
 		m->plan.partition = p;
 	}
-	if (ov->backend) {
-		int b = ir_lookup(ir_backend_names, IR_NBACKENDS, ov->backend);
-		if (b < 0) {
-			ysrc_unknown(m->arena, no_loc, "backend", ov->backend, NULL, ir_backend_names,
-			             IR_NBACKENDS);
-			return -1;
-		}
-		m->plan.backend = b;
-	}
+	if (override_enum(m->arena, "backend", ov->backend, ir_backend_names, IR_NBACKENDS,
+	                  &backend) < 0)
+		return -1;
+	m->plan.backend = (ir_backend)backend;
 	return 0;
 }
 
