@@ -12,7 +12,12 @@
  * (grid = rows); "each" kernels take any grid and stride over n; "col"
  * kernels take one thread per column and sum rows in ascending order, so
  * every weight gradient is deterministic. */
-#define OCTO_ROW 256
+#ifndef OCTO_ROW
+#define OCTO_ROW 256 /* the host emulator compiles the modules with its own */
+#endif
+#ifndef OCTO_KERNEL
+#define OCTO_KERNEL extern "C" __global__ /* the entry points of codegen/cuda_kernels.c */
+#endif
 #ifndef INFINITY /* NVRTC has no <math.h> */
 #define INFINITY __int_as_float(0x7f800000)
 #endif

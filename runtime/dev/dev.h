@@ -1,0 +1,204 @@
+/* dev.h: the device side of libocto_rt (docs/cuda.md).  Private.
+ *
+ * Two parts:
+ *
+ *   a backend (dev_ops): device memory, row-major GEMMs, launches of the
+ *   generated kernels (codegen/cuda_lib.cu and the entry points of
+ *   codegen/cuda_kernels.c).  Two backends implement it: CUDA (cuBLAS and
+ *   the driver API, cuda/rt_cuda.c) and the host emulator (dev_emu.c: the
+ *   same kernel source compiled by the host C++ compiler, every thread of a
+ *   block run in turn as a fiber, __syncthreads a switch, GEMMs by BLAS),
+ *   which lets the whole device path run, and be tested, without a GPU;
+ *
+ *   the layer executor (dev_layers.c, dev_<kind>.c): a layer's F, B and W
+ *   on device buffers, as the sequence of GEMMs and kernel launches that
+ *   computes what the CPU kernels (runtime/cpu/kernels.inc) compute, the
+ *   math of docs/layers.md.
+ *
+ * Storage is `real`: f32, or bf16 kept as its 16 bits (dev->bf16); the
+ * element size is dev_esz().  Parameters on the device are `real`, in the
+ * CPU layout (rt_layer_tensor offsets, in elements); weight gradients are
+ * f32 in the same layout and W adds (+=) to them.  Every call returns RT_OK
+ * or a negative RT_ code with the message in dev->err. */
+#ifndef OCTO_RT_DEV_H
+#define OCTO_RT_DEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layers.h"
+
+typedef struct rt_dev rt_dev;
+
+typedef enum dev_dir { DEV_H2D, DEV_D2H, DEV_D2D } dev_dir;
+
+typedef struct dev_ops {
+	const char *name; /* "cuda", "emu" */
+	/* Row-major C = alpha op(A) op(B) + beta C, kernels.inc's mm(): A, B in
+	 * the storage type; C in it, or f32 when c_f32; arithmetic f32.  With
+	 * beta 0, C is not read. */
+	int (*gemm)(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+	            const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c,
+	            int64_t ldc, bool c_f32);
+	/* Entry point `fn` of module `mod` on `grid` blocks of `block` threads;
+	 * args as cuLaunchKernel's kernelParams (a pointer to each argument). */
+	int (*launch)(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned block, void **args);
+	int (*copy)(rt_dev *d, void *dst, const void *src, size_t bytes, dev_dir dir);
+	int (*zero)(rt_dev *d, void *p, size_t bytes);
+	int (*alloc)(rt_dev *d, size_t bytes, void **p); /* 256-byte aligned */
+	void (*free)(rt_dev *d, void *p);
+	int (*sync)(rt_dev *d); /* the device has finished all work given so far */
+	void (*destroy)(rt_dev *d);
+} dev_ops;
+
+struct rt_dev {
+	const dev_ops *ops;
+	bool bf16;           /* storage type: bf16 or f32 */
+	unsigned row;        /* threads per block of the row kernels (the modules' OCTO_ROW) */
+	unsigned each_block; /* threads per block of the "each" kernels */
+	unsigned max_grid;   /* blocks at most for the "each" kernels */
+	int rank;
+	char err[768];
+	void *impl; /* the backend's state */
+};
+
+static inline size_t dev_esz(const rt_dev *d)
+{
+	return d->bf16 ? 2 : 4;
+}
+
+/* p advanced by i elements of the storage type. */
+static inline void *dev_at(const rt_dev *d, const void *p, int64_t i)
+{
+	return (char *)p + (size_t)i * dev_esz(d);
+}
+
+/* Records a failure in d->err and returns code. */
+int dev_fail(rt_dev *d, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- the host emulator (dev_emu.c) ----------------------------------------- */
+
+/* One entry point of a module compiled for the host: call(args) runs the
+ * kernel body for the current thread (the emulator sets threadIdx ...). */
+typedef struct dev_emu_entry {
+	const char *name;
+	void (*call)(void **args);
+} dev_emu_entry;
+
+/* Threads per block of the row kernels in the emulator (OCTO_ROW of the
+ * modules compiled for the host). */
+#define DEV_EMU_ROW 32
+
+int dev_emu_create(int rank, bool bf16, rt_dev **out);
+/* Adds a module whose entry table ({NULL, NULL}-terminated) is linked into
+ * the program; modules are numbered in the order they are added. */
+int dev_emu_add_table(rt_dev *d, const char *name, const dev_emu_entry *table);
+/* Adds a module from its source (cg_cuda_source): compiled with the host
+ * C++ compiler `cxx` into a shared object under `workdir`, loaded with
+ * dlopen.  For tests and tools. */
+int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char *cxx,
+                       const char *workdir);
+
+/* ---- the layer executor ---------------------------------------------------- */
+
+/* One layer on the device. */
+typedef struct dev_layer {
+	rt_layer_desc desc;
+	rt_shape s;
+	rt_tensor t[RT_MAX_TENSORS];
+	int nt;
+	int64_t nparams;
+	const char *kind; /* the entry points' prefix: "attention", "mlp", ... */
+	int mod;          /* its kernel module */
+	void *p;          /* parameters, storage type, nparams elements */
+	float *g;         /* gradients, f32, nparams */
+} dev_layer;
+
+/* Fills L's shape and tensor table from d (p, g, mod are the caller's). */
+int dev_layer_setup(dev_layer *L, const rt_layer_desc *d);
+
+/* The buffers of one call, all on the device. */
+typedef struct dev_io {
+	const void *x; /* F: input [T][H] (NULL for the embedding) */
+	void *y;       /* F: output [T][H] (NULL for the head); may equal x */
+	const void *dy; /* B: output gradient (NULL for the head) */
+	void *dx;       /* B: input gradient (NULL for the embedding); may equal dy */
+	const int32_t *tok; /* F of the embedding: token ids [T]; F of the head: targets [T] */
+	double *loss;       /* F of the head: {sum of cross-entropies, count} */
+	int *err;           /* F of the embedding: set to 1 for a token outside the vocabulary */
+	float dscale;       /* B of the head: d loss / d cross-entropy */
+	void *act;          /* F writes, B reads */
+	void *ws;           /* B writes, W reads */
+	void *scratch;
+} dev_io;
+
+/* Device bytes of the activation stash, the W stash and the scratch of one
+ * micro-batch (params: elements, as rt_layer_sizes). */
+int dev_layer_sizes(const rt_layer_desc *d, bool bf16, rt_sizes *sz);
+int dev_forward(rt_dev *d, const dev_layer *L, const dev_io *io);
+int dev_backward_b(rt_dev *d, const dev_layer *L, const dev_io *io);
+int dev_backward_w(rt_dev *d, const dev_layer *L, const dev_io *io);
+
+/* Per kind (dev_<kind>.c): sizes in bytes for element size esz, and F, B, W. */
+#define DEV_KIND(k)                                                                   \
+	int dev_##k##_sizes(const rt_shape *s, size_t esz, rt_sizes *sz);                 \
+	int dev_##k##_f(rt_dev *d, const dev_layer *L, const dev_io *io);                 \
+	int dev_##k##_b(rt_dev *d, const dev_layer *L, const dev_io *io);                 \
+	int dev_##k##_w(rt_dev *d, const dev_layer *L, const dev_io *io);
+DEV_KIND(emb)
+DEV_KIND(head)
+DEV_KIND(attn)
+DEV_KIND(mlp)
+DEV_KIND(moe)
+DEV_KIND(mamba)
+#undef DEV_KIND
+
+/* ---- what the kinds share (dev_common.c) ----------------------------------- */
+
+/* A bump allocator over a device buffer, as kernels.inc's carve: with base
+ * NULL it only counts (the sizes functions walk the same layout). */
+typedef struct dev_carve {
+	char *base;
+	size_t off;
+} dev_carve;
+void *dev_take(dev_carve *c, size_t bytes); /* 256-byte steps */
+
+/* Tensor i's parameters (storage type) and gradients (f32). */
+void *dev_param(const rt_dev *d, const dev_layer *L, int i);
+float *dev_grad(const dev_layer *L, int i);
+
+/* Launches L's entry point `fn` ("%s" in fn is replaced by L->kind, e.g.
+ * "%s_F_norm"); args as dev_ops.launch.  Errors name the layer and fn. */
+int dev_run(rt_dev *d, const dev_layer *L, const char *fn, unsigned grid, unsigned block,
+            void **args);
+/* Blocks for an "each" kernel over n items. */
+unsigned dev_each_grid(const rt_dev *d, int64_t n);
+/* dev_run of an "each" kernel over n items. */
+int dev_each(rt_dev *d, const dev_layer *L, const char *fn, int64_t n, void **args);
+/* dev_run of a row kernel over `rows` rows (one block of d->row per row). */
+int dev_rows(rt_dev *d, const dev_layer *L, const char *fn, int64_t rows, void **args);
+
+/* The projections of kernels.inc, on the device:
+ * y (n x out) = beta y + x (n x in) . w (in x out);
+ * dx (n x in) = beta dx + dy (n x out) . w^T;
+ * dw (in x out, f32) += x^T . dy. */
+int dev_proj(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *x, int64_t ldx,
+             const void *w, float beta, void *y, int64_t ldy);
+int dev_proj_dx(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *dy, int64_t lddy,
+                const void *w, float beta, void *dx, int64_t lddx);
+int dev_proj_dw(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *x, int64_t ldx,
+                const void *dy, int64_t lddy, float *dw);
+
+/* The pre-norm every kind but the embedding starts with (entry points
+ * <kind>_F_norm, _B_norm, _W_scale, _W_norm; tensor 0 is the scale g):
+ *   F: u = xhat g, xhat and r (1/rms per row, f32) stashed;
+ *   B: dx = dres + r (du g - xhat mean(du g xhat)) (dres may be NULL);
+ *   W: u = xhat g again (for the weight GEMMs), dg += sum_t du xhat. */
+int dev_norm_f(rt_dev *d, const dev_layer *L, const void *x, void *u, void *xhat, float *r);
+int dev_norm_b(rt_dev *d, const dev_layer *L, const void *du, const void *xhat, const float *r,
+               const void *dres, void *dx);
+int dev_norm_scale(rt_dev *d, const dev_layer *L, const void *xhat, void *u);
+int dev_norm_w(rt_dev *d, const dev_layer *L, const void *du, const void *xhat);
+
+#endif

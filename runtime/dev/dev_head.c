@@ -1,0 +1,21 @@
+/* dev_head.c: not built yet. */
+#include "dev.h"
+
+int dev_head_sizes(const rt_shape *s, size_t esz, rt_sizes *sz)
+{
+	(void)s, (void)esz, (void)sz;
+	return RT_EINVAL;
+}
+int dev_head_f(rt_dev *d, const dev_layer *L, const dev_io *io)
+{
+	(void)L, (void)io;
+	return dev_fail(d, RT_EINVAL, "the device executor does not run this kind yet");
+}
+int dev_head_b(rt_dev *d, const dev_layer *L, const dev_io *io)
+{
+	return dev_head_f(d, L, io);
+}
+int dev_head_w(rt_dev *d, const dev_layer *L, const dev_io *io)
+{
+	return dev_head_f(d, L, io);
+}
