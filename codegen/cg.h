@@ -80,7 +80,20 @@ typedef struct cg_rank {
 	int nbufs;              /* buffers in the block */
 	rt_train train;         /* text_file NULL: see prog.data */
 	rt_prog_info prog;
+
+	/* A device rank (the CUDA target; CG_DEV_NONE on CPU ranks): its
+	 * kernel modules and which one each local layer uses. */
+	int dev;                /* cg_dev */
+	bool bf16;
+	int nmods;
+	char **mod_names;
+	char **mod_ptx;         /* CG_DEV_CUDA: the PTX text of each module */
+	int32_t *layer_mod;     /* [nlayers] */
 } cg_rank;
+
+/* What runs a rank's layers: the CPU, a GPU (CUDA), or the host emulator
+ * of the CUDA path (the same kernels compiled for the host). */
+typedef enum cg_dev { CG_DEV_NONE, CG_DEV_CUDA, CG_DEV_EMU } cg_dev;
 
 /* mkdir -p dir.  Returns 0, or -1 after a message. */
 int cg_make_dir(const char *dir);
@@ -88,10 +101,13 @@ int cg_make_dir(const char *dir);
 /* The runtime descriptor of layer l of m. */
 rt_layer_desc cg_layer_desc(const ir_module *m, const ir_layer *l);
 
-/* Lower device d's program.  Returns 0, or -1 after a diagnostic (a layer
- * the CPU runtime cannot run, W out of micro-batch order, sizes that do not
- * match the runtime's). */
-int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_rank *out);
+/* Lower device d's program.  With `device`, the buffers have the device
+ * executor's stash sizes and values the model's dtype (dev_layer_sizes),
+ * else the CPU kernels' and f32.  Returns 0, or -1 after a diagnostic (a
+ * layer the runtime cannot run, W out of micro-batch order, sizes that do
+ * not match the runtime's). */
+int cg_lower_rank(const ir_module *m, const sim_result *r, int d, bool device, arena *a,
+                  cg_rank *out);
 
 /* Build, verify, optimise and emit rank's host program: the object file
  * obj_path and, when ll_path is not NULL, the optimised module as text.
@@ -99,28 +115,16 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_r
 int cg_emit_object(const cg_rank *rank, const char *name, const char *obj_path,
                    const char *ll_path);
 
-/* A CUDA rank executable's contents: which rank, what --help says, and
- * the PTX of its kernel modules (target_cuda.c). */
-typedef struct cg_cuda_rank {
-	int rank, nranks;
-	const char *about;
-	int nimages;
-	char **names, **ptx;
-} cg_cuda_rank;
-
-/* As cg_emit_object, for the CUDA target: the images embedded, main calls
- * rt_cuda_rank_main (octo_cuda.h). */
-int cg_emit_cuda_object(const cg_cuda_rank *c, const char *name, const char *obj_path,
-                        const char *ll_path);
-
 /* Link obj_paths[i] with libocto_rt.a, MPI, OpenBLAS and libm into
  * exe_paths[i], i < n, with the C compiler CMake used as the linker driver
  * (one process each, in parallel).  Returns 0 or -1. */
 int cg_link_all(int n, char **obj_paths, char **exe_paths);
 
-/* The same for CUDA rank objects: libocto_rt_cuda.a first, then cudart,
- * cuBLAS and NCCL (with their directory as the run path). */
-int cg_link_cuda(int n, char **obj_paths, char **exe_paths);
+/* The same for device ranks: each rank's object with its kernel modules'
+ * host objects (mods[i], NULL-terminated; the emulator) or with
+ * libocto_rt_cuda.a, cudart, cuBLAS and NCCL (CUDA; their directory as the
+ * run path). */
+int cg_link_device(int n, char **obj_paths, char ***mods, char **exe_paths, cg_dev dev);
 
 /* DIR/launch: runs DIR/rank0 .. rank{N-1} under mpirun in MPMD form. */
 int cg_write_launch(const ir_module *m, const char *dir);
@@ -135,11 +139,17 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
  * for the mpi backend.  Returns 0, or -1 after a diagnostic. */
 int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o);
 
-/* The CUDA target (target_cuda.c; OCTO_HAVE_CUDA builds only): the kernel
- * modules of every layer compiled by NVRTC for arch (DIR/NAME.cu, .ptx when
- * asked), one rank executable per device with its modules' PTX embedded,
- * DIR/launch and DIR/plan.opir.  The module must be proven for nccl. */
-int cg_compile_cuda(const ir_module *m, const sim_result *r, const cg_options *o, const char *arch,
-                    bool emit_cu, bool emit_ptx);
+/* plan.opir, timeline.svg, report.md and the text file into DIR: what
+ * every target writes besides the executables. */
+int cg_write_outputs(const ir_module *m, const sim_result *r, const cg_rank *ranks,
+                     const char *dir);
+
+/* The CUDA target (target_cuda.c): the kernel modules of every layer
+ * (NVRTC for arch, DIR/NAME.cu, .ptx when asked; or, for the emulator
+ * (dev CG_DEV_EMU), compiled by the host C++ compiler), one rank
+ * executable per device whose layers run on the device, and what
+ * cg_write_outputs writes.  The module must be proven for nccl. */
+int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options *o, cg_dev dev,
+                      const char *arch, bool emit_cu, bool emit_ptx);
 
 #endif

@@ -7,16 +7,18 @@
  * the templates with those constants.  So each kernel is written once and
  * a shape is a set of constants.  The matrix products between the entry
  * points (projections, logits, experts) are cuBLAS calls of the runtime. */
-#ifdef OCTO_HAVE_CUDA
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef OCTO_HAVE_CUDA
 #include <nvrtc.h>
+#endif
 
 #include "cg.h"
+#include "cuda_emu_text.h" /* generated: static const char cg_cuda_emu[] (cuda_emu.h) */
 #include "cuda_kernels.h"
 #include "cuda_lib.h" /* generated: static const char cg_cuda_lib[] */
 #include "layers.h"   /* rt__shape: the runtime's shape rules, one copy */
@@ -65,6 +67,8 @@ static const char ENTRY_MLA[] =
     "{ rmsnorm_f<RQ, RQ>(cq, g, u, xhat, r); }\n"
     "OCTO_KERNEL void attention_B_qnorm(const real *d, const real *g, const real *xhat, const float *r, real *dx)\n"
     "{ rmsnorm_b<RQ, RQ>(d, g, xhat, r, 0, dx); }\n"
+    "OCTO_KERNEL void attention_W_qscale(const real *xhat, const real *g, real *u)\n"
+    "{ scale_cols<RQ, T>(xhat, g, u); }\n"
     "OCTO_KERNEL void attention_W_qnorm(const real *d, const real *xhat, float *dg)\n"
     "{ colsum_prod<RQ, T>(d, xhat, dg); }\n"
     "#endif\n"
@@ -75,7 +79,9 @@ static const char ENTRY_MLA[] =
     "OCTO_KERNEL void attention_B_join(const real *dk, const real *dv, real *dkv, real *dc)\n"
     "{ mla_join<NH, DN, DR, DV, RKV>(dk, dv, dkv, dc, T); }\n"
     "OCTO_KERNEL void attention_B_kvnorm(const real *d, const real *g, const real *xhat, const float *r, real *dc)\n"
-    "{ rmsnorm_b<RKV, RKV + DR>(d, g, xhat, r, 0, dc); }\n"
+    "{ rmsnorm_b<RKV, RKV + DR, RKV>(d, g, xhat, r, 0, dc); }\n"
+    "OCTO_KERNEL void attention_W_kvscale(const real *xhat, const real *g, real *u)\n"
+    "{ scale_cols<RKV, T>(xhat, g, u); }\n"
     "OCTO_KERNEL void attention_W_kvnorm(const real *d, const real *xhat, float *dg)\n"
     "{ colsum_prod<RKV, T>(d, xhat, dg); }\n";
 
@@ -118,12 +124,14 @@ static const char ENTRY_MAMBA[] =
     "{ dt_b<MH, DT_LD>(ddt, v, dst, T); }\n"
     "OCTO_KERNEL void mamba_B_dcv(const real *dxc, const real *cv, real *dcv)\n"
     "{ conv_dcv<SEQ, CD, KC>(dxc, cv, dcv, T); }\n"
+    "OCTO_KERNEL void mamba_B_xpre(const real *in, real *xpre)\n"
+    "{ copy_cols<CD, CONV_LD>(in, xpre, T); }\n"
     "OCTO_KERNEL void mamba_B_conv(const real *dcv, const real *w, real *din)\n"
     "{ conv_b<SEQ, CD, KC, CONV_LD>(dcv, w, din, T); }\n"
     "OCTO_KERNEL void mamba_W_conv(const real *dcv, const real *in, float *dw, float *db)\n"
-    "{ conv_w<SEQ, CD, KC, CONV_LD>(dcv, in, dw, db, T); }\n"
+    "{ conv_w<SEQ, CD, KC, CD>(dcv, in, dw, db, T); }\n"
     "OCTO_KERNEL void mamba_W_alog(const float *dA, const float *dD, const real *Alog, float *dAlog, float *dDg)\n"
-    "{ alog_w<NA, MH * P, PERN>(dA, dD, Alog, dAlog, dDg, MBS); }\n"
+    "{ alog_w<NA, MH, PERN>(dA, dD, Alog, dAlog, dDg, MBS); }\n"
     "OCTO_KERNEL void mamba_W_dtbias(const real *dsrc, float *dbias)\n"
     "{ colsum_strided<MH, DT_LD>(dsrc, dbias, T); }\n"
     "#if OCTO_VERSION == 2\n"
@@ -133,6 +141,8 @@ static const char ENTRY_MAMBA[] =
     "{ gated_norm_b<DI, G, DIP>(dyn, ng, yhat, rg, ys, z, dys, dz); }\n"
     "OCTO_KERNEL void mamba_W_gnorm(const real *dyn, const real *yhat, float *dg)\n"
     "{ colsum_prod<DI, T>(dyn, yhat, dg); }\n"
+    "OCTO_KERNEL void mamba_W_gscale(const real *yhat, const real *ng, real *yn)\n"
+    "{ scale_cols<DI, T>(yhat, ng, yn); }\n"
     "#else\n"
     "OCTO_KERNEL void mamba_F_gate(const real *ys, const real *z, real *yg)\n"
     "{ gate_f<DI, 2 * DI>(ys, z, yg, T); }\n"
@@ -288,6 +298,48 @@ char *cg_cuda_module_name(const rt_layer_desc *d, const char *src, arena *a)
 	return arena_printf(a, "%s_%08llx", ir_layer_kind_names[d->kind], (unsigned long long)(h & 0xffffffffu));
 }
 
+/* Is line l (not NUL-terminated, n chars) the preprocessor directive d? */
+static bool is_directive(const char *l, size_t n, const char *d)
+{
+	size_t k = strlen(d);
+	return n >= k && strncmp(l, d, k) == 0 && (n == k || l[k] == ' ' || l[k] == '\t');
+}
+
+char *cg_cuda_emu_source(const rt_layer_desc *d, bool bf16, const char *table, arena *a)
+{
+	char *src = cg_cuda_source(d, bf16, a);
+	if (!src)
+		return NULL;
+	sbuf b = {0};
+	put(&b, "%s\n%s\n", cg_cuda_emu, src);
+	/* The entry points follow the library; the conditionals around some of
+	 * them (#if OCTO_RQ > 0, OCTO_VERSION == 2 ... #else) go around their rows. */
+	const char *e = strstr(src, cg_cuda_lib);
+	e = e ? e + strlen(cg_cuda_lib) : src;
+	put(&b, "extern \"C\" const octo_emu_entry %s[] = {\n    {\"octo_emu_bind\", octo_emu_bind},\n",
+	    table);
+	static const char *const cond[] = {"#if", "#ifdef", "#ifndef", "#elif", "#else", "#endif"};
+	static const char kernel[] = "OCTO_KERNEL void ";
+	for (const char *l = e; *l;) {
+		size_t n = strcspn(l, "\n");
+		for (size_t i = 0; i < sizeof cond / sizeof *cond; i++)
+			if (is_directive(l, n, cond[i]))
+				put(&b, "%.*s\n", (int)n, l);
+		if (strncmp(l, kernel, sizeof kernel - 1) == 0) {
+			const char *name = l + sizeof kernel - 1;
+			int k = (int)strcspn(name, "( \n");
+			put(&b, "    {\"%.*s\", octo_emu_thunk<%.*s>::call},\n", k, name, k, name);
+		}
+		l += n + (l[n] == '\n');
+	}
+	put(&b, "    {nullptr, nullptr}};\n");
+	char *out = arena_alloc(a, b.n + 1);
+	memcpy(out, b.p, b.n + 1);
+	free(b.p);
+	return out;
+}
+
+#ifdef OCTO_HAVE_CUDA
 int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx, arena *a)
 {
 	nvrtcProgram prog;

@@ -6,9 +6,12 @@
  *   cg_cuda_ptx      NVRTC: source -> PTX for an architecture (sm_XX)
  *   cg_cuda_emit     every distinct (kind, shape) of a module -> DIR/NAME.cu
  *                    and/or DIR/NAME.ptx
+ *   cg_cuda_emu_source  the same source for the host emulator
+ *                    (runtime/dev/dev_emu.c): shim, source, entry table
  *
  * Matrix products are not in the generated source: the runtime runs them
- * through cuBLAS.  Only built with OCTO_HAVE_CUDA. */
+ * through cuBLAS.  cg_cuda_ptx and cg_cuda_emit need NVRTC: only built
+ * with OCTO_HAVE_CUDA. */
 #ifndef OCTO_CUDA_KERNELS_H
 #define OCTO_CUDA_KERNELS_H
 
@@ -24,6 +27,15 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a);
 /* A stable name for d's kernel module: <kind>_<hash of the source>. */
 char *cg_cuda_module_name(const rt_layer_desc *d, const char *src, arena *a);
 
+/* d's module for the host emulator (arena-allocated; NULL as
+ * cg_cuda_source): the shim codegen/cuda_emu.h, cg_cuda_source's text,
+ * then `extern "C" const octo_emu_entry TABLE[]` ({name, call} rows as
+ * runtime/dev/dev.h's dev_emu_entry, {NULL, NULL}-terminated): first
+ * octo_emu_bind, then every entry point of the module.  Compiles with
+ * `c++ -std=c++17`; dev_emu_add_source loads it (TABLE: DEV_EMU_TABLE). */
+char *cg_cuda_emu_source(const rt_layer_desc *d, bool bf16, const char *table, arena *a);
+
+#ifdef OCTO_HAVE_CUDA
 /* Compile src with NVRTC for arch ("sm_90", "sm_80", ...): *ptx gets the
  * PTX (arena-allocated).  Returns 0, or -1 after printing NVRTC's log as an
  * error naming the module. */
@@ -34,5 +46,6 @@ int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx,
  * line per module unless quiet.  Returns 0 or -1. */
 int cg_cuda_emit(const ir_module *m, const char *dir, const char *arch, bool emit_cu,
                  bool emit_ptx, bool quiet);
+#endif
 
 #endif

@@ -101,20 +101,21 @@ __device__ void rmsnorm_f(const real *x, const real *g, real *u, real *xhat, flo
 }
 
 /* B: e = du g, dx = resid + r (e - xhat mean(e xhat)); resid may be NULL;
- * g NULL is the unscaled norm (Mamba-2's gated norm takes du pre-scaled). */
-template <int W, int LD>
+ * g NULL is the unscaled norm (Mamba-2's gated norm takes du pre-scaled).
+ * du has rows at stride LDU (MLA's kv latent: W wide into a wider dx). */
+template <int W, int LD, int LDU = LD>
 __device__ void rmsnorm_b(const real *du, const real *g, const real *xhat, const float *r,
                           const real *resid, real *dx)
 {
 	long t = blockIdx.x;
 	float s = 0.f;
 	for (int j = threadIdx.x; j < W; j += OCTO_ROW) {
-		float e = ld(du[t * LD + j]) * (g ? ld(g[j]) : 1.f);
+		float e = ld(du[t * LDU + j]) * (g ? ld(g[j]) : 1.f);
 		s += e * ld(xhat[t * W + j]);
 	}
 	float mean = block_sum(s) / W;
 	for (int j = threadIdx.x; j < W; j += OCTO_ROW) {
-		float e = ld(du[t * LD + j]) * (g ? ld(g[j]) : 1.f);
+		float e = ld(du[t * LDU + j]) * (g ? ld(g[j]) : 1.f);
 		float v = r[t] * (e - ld(xhat[t * W + j]) * mean);
 		dx[t * LD + j] = st((resid ? ld(resid[t * LD + j]) : 0.f) + v);
 	}
@@ -426,7 +427,9 @@ __device__ void moe_route(const real *logit, float *p, float *w, int *sel, long 
 }
 
 /* The routing layout (one thread, deterministic): expert e owns rows
- * off[e]..off[e+1], pairs in ascending token order. */
+ * off[e]..off[e+1], pairs in ascending token order.  One pass over the
+ * pairs, O(T K + E): while placing, off[e] is expert e's next free row, so
+ * it ends at the start of e + 1 and is shifted back. */
 template <int E, int K>
 __device__ void moe_layout(const int *sel, int *off, int *slot, int *rowtok, long rows)
 {
@@ -434,12 +437,13 @@ __device__ void moe_layout(const int *sel, int *off, int *slot, int *rowtok, lon
 	for (int e = 0; e <= E; e++) off[e] = 0;
 	for (long i = 0; i < rows * K; i++) off[sel[i] + 1]++;
 	for (int e = 0; e < E; e++) off[e + 1] += off[e];
-	for (int e = 0; e < E; e++) {
-		int r = off[e];
-		for (long t = 0; t < rows; t++)
-			for (int k = 0; k < K; k++)
-				if (sel[t * K + k] == e) { slot[t * K + k] = r; rowtok[r++] = (int)t; }
+	for (long i = 0; i < rows * K; i++) {
+		int r = off[sel[i]]++;
+		slot[i] = r;
+		rowtok[r] = (int)(i / K);
 	}
+	for (int e = E; e > 0; e--) off[e] = off[e - 1];
+	off[0] = 0;
 }
 
 /* X[row] = u[rowtok[row]]. */
@@ -527,6 +531,14 @@ template <int SEQ, int C, int KC>
 __device__ void conv_dcv(const real *dxc, const real *cv, real *dcv, long rows)
 {
 	EACH(i, rows * C) dcv[i] = st(ld(dxc[i]) * dsilu(ld(cv[i])));
+}
+
+/* The C columns of rows at stride LD, packed (B keeps the convolution's
+ * input for W this way: W may not read the activation stash). */
+template <int C, int LD>
+__device__ void copy_cols(const real *src, real *dst, long rows)
+{
+	EACH(i, rows * C) dst[i] = src[(i / C) * LD + i % C];
 }
 
 template <int SEQ, int C, int KC, int LD>
@@ -778,7 +790,7 @@ __device__ void gate_b(const real *dyg, const real *ys, const real *z, real *dys
 }
 
 /* W: dA_log += (dA summed over micro-batch sequences and, Mamba-2, n) A;
- * dD += dD.  M rows of partials (sequences), NA entries of A. */
+ * dD += dD.  Per sequence: NA*PERN partials of dA, NS of dD (one per head). */
 template <int NA, int NS, int PERN>
 __device__ void alog_w(const float *dA, const float *dDp, const real *Alog, float *dAlog, float *dDg, int mbs)
 {

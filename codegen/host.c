@@ -269,6 +269,8 @@ typedef struct externs {
 	LLVMValueRef init, abort, finalize, model_bytes, arena_init, model_init, arena_alloc;
 	LLVMValueRef ckpt_load, ckpt_save, profile, step_begin, step_end;
 	LLVMValueRef run_f, run_b, run_w, send, recv, wait, waitall, group_begin, group_end;
+	LLVMValueRef dev_attach, dev_buffers; /* device ranks */
+	const char *dev_attach_name;
 } externs;
 
 static void declare_runtime(hb *h, externs *x)
@@ -304,6 +306,52 @@ static void declare_runtime(hb *h, externs *x)
 	x->waitall = DECL("rt_waitall", i32, c, i32, pi32);
 	x->group_begin = DECL("rt_group_begin", i32, c);
 	x->group_end = DECL("rt_group_end", i32, c, pi32);
+	x->dev_buffers = DECL("rt_device_buffers", i32, c, i64, h->pp8);
+	x->dev_attach = DECL(x->dev_attach_name, i32, c, i32, i32, h->pp8, h->pp8, pi32);
+}
+
+/* A device rank's modules: names, images (the CUDA target's PTX text, or
+ * the emulator's entry tables, octo_emu_<name>, linked in from the modules'
+ * host objects) and each layer's module.  Returns rt_device_attach_*'s
+ * arguments after ctx. */
+static void device_tables(hb *h, const cg_rank *r, LLVMValueRef *args)
+{
+	int n = r->nmods;
+	LLVMValueRef *nv = calloc((size_t)n + 1, sizeof *nv), *iv = calloc((size_t)n + 1, sizeof *iv);
+	LLVMValueRef *lv = calloc((size_t)r->nlayers + 1, sizeof *lv);
+	if (!nv || !iv || !lv)
+		ir_bug("out of memory");
+	for (int i = 0; i < n; i++) {
+		char g[64];
+		snprintf(g, sizeof g, "octo_mod_name%d", i);
+		nv[i] = cstring(h, g, r->mod_names[i]);
+		if (r->dev == CG_DEV_CUDA) {
+			snprintf(g, sizeof g, "octo_ptx%d", i);
+			iv[i] = cstring(h, g, r->mod_ptx[i]);
+		} else {
+			char *sym = malloc(strlen(r->mod_names[i]) + 16);
+			if (!sym)
+				ir_bug("out of memory");
+			sprintf(sym, "octo_emu_%s", r->mod_names[i]);
+			iv[i] = LLVMAddGlobal(h->mod, h->i8, sym); /* external: the module's table */
+			free(sym);
+		}
+	}
+	for (int i = 0; i < r->nlayers; i++)
+		lv[i] = i32c(h, r->layer_mod[i]);
+	LLVMTypeRef arr = LLVMArrayType(h->p8, (unsigned)n);
+	LLVMValueRef names = global_const(h, "octo_mod_names", arr, LLVMConstArray(h->p8, nv, (unsigned)n));
+	LLVMValueRef images = global_const(h, "octo_mod_images", arr, LLVMConstArray(h->p8, iv, (unsigned)n));
+	LLVMValueRef lm = global_const(h, "octo_layer_mod", LLVMArrayType(h->i32, (unsigned)r->nlayers),
+	                               LLVMConstArray(h->i32, lv, (unsigned)r->nlayers));
+	args[0] = i32c(h, r->bf16);
+	args[1] = i32c(h, n);
+	args[2] = LLVMConstBitCast(names, h->pp8);
+	args[3] = LLVMConstBitCast(images, h->pp8);
+	args[4] = LLVMConstBitCast(lm, LLVMPointerType(h->i32, 0));
+	free(nv);
+	free(iv);
+	free(lv);
 }
 
 /* The constants: layer table, stash slices, op table, program info. */
@@ -404,7 +452,8 @@ static void if_path(hb *h, LLVMValueRef p, LLVMValueRef fn, LLVMValueRef ctx, co
 
 static void build_main(hb *h, const cg_rank *r)
 {
-	externs x;
+	externs x = {.dev_attach_name = r->dev == CG_DEV_CUDA ? "rt_device_attach_cuda"
+	                                                        : "rt_device_attach_emu"};
 	tables t;
 	declare_runtime(h, &x);
 	build_tables(h, r, &t);
@@ -467,14 +516,20 @@ static void build_main(hb *h, const cg_rank *r)
 	LLVMValueRef layers = LLVMConstPointerCast(t.layers, LLVMPointerType(h->spec, 0));
 	LLVMValueRef nl = i32c(h, r->nlayers);
 	check(h, CALL(x.model_bytes, train, nl, layers, model_bytes));
-	/* Room for the model, the buffer block (aligned) and profiling. */
+	/* Room for the model, the buffer block (aligned) and profiling; on a
+	 * device rank the buffer block is device memory. */
+	if (r->dev) {
+		LLVMValueRef a[6] = {ctx};
+		device_tables(h, r, a + 1);
+		check(h, call(h, x.dev_attach, 6, a, ""));
+	}
+	uint64_t host_bytes = (r->dev ? 0 : r->buf_bytes) + r->prof_bytes + 16 * RT_ALIGN;
 	LLVMValueRef total = LLVMBuildAdd(h->b, LLVMBuildLoad2(h->b, h->i64, model_bytes, ""),
-	                                  i64c(h, (long long)(r->buf_bytes + r->prof_bytes + 16 * RT_ALIGN)),
-	                                  "arena.bytes");
+	                                  i64c(h, (long long)host_bytes), "arena.bytes");
 	check(h, CALL(x.arena_init, ctx, total));
 	check(h, CALL(x.model_init, ctx, train, nl, layers));
-	check(h, CALL(x.arena_alloc, ctx, i64c(h, (long long)(r->buf_bytes ? r->buf_bytes : RT_ALIGN)),
-	              base_slot));
+	check(h, CALL(r->dev ? x.dev_buffers : x.arena_alloc, ctx,
+	              i64c(h, (long long)(r->buf_bytes ? r->buf_bytes : RT_ALIGN)), base_slot));
 	LLVMValueRef base = LLVMBuildLoad2(h->b, h->p8, base_slot, "base");
 	if_path(h, load_field(h, h->cli, cli, CLI_RESUME, h->p8, "resume"), x.ckpt_load, ctx, "resume");
 
@@ -600,39 +655,6 @@ typedef void build_fn(hb *h, const void *arg);
 
 static void build_rank_main(hb *h, const void *arg) { build_main(h, arg); }
 
-/* The CUDA target's main: the PTX images as constants, and
- * main(argc, argv) = rt_cuda_rank_main(argc, argv, rank, nranks, about, n,
- * names, images) (octo_cuda.h). */
-static void build_cuda_main(hb *h, const void *arg)
-{
-	const cg_cuda_rank *c = arg;
-	LLVMTypeRef arr = LLVMArrayType(h->p8, (unsigned)c->nimages);
-	LLVMValueRef *nv = calloc((size_t)c->nimages + 1, sizeof *nv), *pv = calloc((size_t)c->nimages + 1, sizeof *pv);
-	if (!nv || !pv)
-		ir_bug("out of memory");
-	for (int i = 0; i < c->nimages; i++) {
-		char gname[64];
-		snprintf(gname, sizeof gname, "octo_ptx_name%d", i);
-		nv[i] = cstring(h, gname, c->names[i]);
-		snprintf(gname, sizeof gname, "octo_ptx%d", i);
-		pv[i] = cstring(h, gname, c->ptx[i]);
-	}
-	LLVMValueRef names = global_const(h, "octo_ptx_names", arr, LLVMConstArray(h->p8, nv, (unsigned)c->nimages));
-	LLVMValueRef images = global_const(h, "octo_ptx_images", arr, LLVMConstArray(h->p8, pv, (unsigned)c->nimages));
-	free(nv);
-	free(pv);
-	LLVMTypeRef mp[2] = {h->i32, h->pp8};
-	LLVMValueRef fn = LLVMAddFunction(h->mod, "main", LLVMFunctionType(h->i32, mp, 2, 0));
-	LLVMTypeRef rp[8] = {h->i32, h->pp8, h->i32, h->i32, h->p8, h->i32, h->pp8, h->pp8};
-	LLVMValueRef start = declare(h, "rt_cuda_rank_main", h->i32, 8, rp);
-	at(h, LLVMAppendBasicBlockInContext(h->cx, fn, "entry"));
-	LLVMValueRef args[8] = {LLVMGetParam(fn, 0), LLVMGetParam(fn, 1), i32c(h, c->rank),
-	                        i32c(h, c->nranks), cstring(h, "octo_about", c->about),
-	                        i32c(h, c->nimages), LLVMConstBitCast(names, h->pp8),
-	                        LLVMConstBitCast(images, h->pp8)};
-	LLVMBuildRet(h->b, call(h, start, 8, args, "rc"));
-}
-
 static int emit(build_fn *build, const void *arg, const char *name, const char *obj_path,
                 const char *ll_path);
 
@@ -641,10 +663,6 @@ int cg_emit_object(const cg_rank *r, const char *name, const char *obj_path, con
 	return emit(build_rank_main, r, name, obj_path, ll_path);
 }
 
-int cg_emit_cuda_object(const cg_cuda_rank *c, const char *name, const char *obj_path, const char *ll_path)
-{
-	return emit(build_cuda_main, c, name, obj_path, ll_path);
-}
 
 static int emit(build_fn *build, const void *arg, const char *name, const char *obj_path,
                 const char *ll_path)

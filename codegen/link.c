@@ -30,22 +30,33 @@ static const char *const *const cuda_args = NULL;
 #define NCUDA 0
 #endif
 
-/* Starts the link; *pid is the child's.  Returns 0 or -1. */
-static int link_start(const char *obj, const char *exe, bool cuda, pid_t *pid)
+/* Starts the link; *pid is the child's.  mods: the emulator's kernel
+ * objects (NULL-terminated) or NULL.  Returns 0 or -1. */
+static int link_start(const char *obj, char **mods, const char *exe, bool cuda, pid_t *pid)
 {
-	const char *argv[NLINK + NCUDA + 8];
+	int nm = 0;
+	while (mods && mods[nm])
+		nm++;
+	const char **argv = calloc((size_t)(NLINK + NCUDA + nm + 8), sizeof *argv);
+	if (!argv)
+		ir_bug("out of memory");
 	int n = 0;
 	argv[n++] = CG_CC;
 	argv[n++] = "-o";
 	argv[n++] = exe;
 	argv[n++] = obj;
+	for (int i = 0; i < nm; i++)
+		argv[n++] = mods[i];
 	for (int i = 0; cuda && i < NCUDA; i++)
 		argv[n++] = cuda_args[i];
 	argv[n++] = CG_RT_LIB;
 	for (int i = 0; i < NLINK; i++)
 		argv[n++] = link_args[i];
+	if (nm)
+		argv[n++] = "-lstdc++"; /* what the host-compiled kernels may call */
 	argv[n] = NULL;
 	int rc = posix_spawnp(pid, CG_CC, NULL, NULL, (char *const *)argv, environ);
+	free(argv);
 	if (rc) {
 		fprintf(stderr, "octopipe compile: error: cannot run the linker '%s': %s\n", CG_CC, strerror(rc));
 		return -1;
@@ -71,14 +82,14 @@ static int link_wait(pid_t pid, const char *exe)
 }
 
 /* Links n objects in parallel: obj[i] -> exe[i]. */
-static int link_all(int n, char **obj, char **exe, bool cuda)
+static int link_all(int n, char **obj, char ***mods, char **exe, bool cuda)
 {
 	pid_t *pid = calloc((size_t)n + 1, sizeof *pid);
 	int rc = 0, started = 0;
 	if (!pid)
 		ir_bug("out of memory");
 	for (; started < n && rc == 0; started++)
-		rc = link_start(obj[started], exe[started], cuda, &pid[started]);
+		rc = link_start(obj[started], mods ? mods[started] : NULL, exe[started], cuda, &pid[started]);
 	if (rc)
 		started--;
 	for (int i = 0; i < started; i++)
@@ -88,15 +99,15 @@ static int link_all(int n, char **obj, char **exe, bool cuda)
 	return rc;
 }
 
-int cg_link_all(int n, char **obj, char **exe) { return link_all(n, obj, exe, false); }
+int cg_link_all(int n, char **obj, char **exe) { return link_all(n, obj, NULL, exe, false); }
 
-int cg_link_cuda(int n, char **obj, char **exe)
+int cg_link_device(int n, char **obj, char ***mods, char **exe, cg_dev dev)
 {
-	if (!NCUDA) {
+	if (dev == CG_DEV_CUDA && !NCUDA) {
 		fprintf(stderr, "octopipe compile: error: this octopipe was built without the CUDA toolkit\n");
 		return -1;
 	}
-	return link_all(n, obj, exe, true);
+	return link_all(n, obj, dev == CG_DEV_EMU ? mods : NULL, exe, dev == CG_DEV_CUDA);
 }
 
 /* DIR/launch: mpirun in MPMD form, one process per rank program, the

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cg.h"
+#include "dev.h" /* dev_layer_sizes: the device executor's stash sizes */
 #include "memplan.h"
 
 #define RUP(n) (((uint64_t)(n) + RT_ALIGN - 1) & ~(uint64_t)(RT_ALIGN - 1))
@@ -58,14 +59,17 @@ rt_layer_desc cg_layer_desc(const ir_module *m, const ir_layer *l)
 
 /* Bytes of one activation (or its gradient) between stages, as the CPU
  * runtime holds it: f32. */
-static uint64_t value_bytes(const ir_module *m)
+/* A value's bytes: f32 on CPU ranks, the model's dtype on a device. */
+static uint64_t value_bytes(const ir_module *m, bool device)
 {
-	return (uint64_t)m->train.mbs * (uint64_t)m->model.seq * (uint64_t)m->model.hidden * sizeof(float);
+	uint64_t esz = device && m->model.dtype == IR_DTYPE_BF16 ? 2 : sizeof(float);
+	return (uint64_t)m->train.mbs * (uint64_t)m->model.seq * (uint64_t)m->model.hidden * esz;
 }
 
 typedef struct lowering {
 	const ir_module *m;
 	int d, S, M;
+	bool device; /* the layers run on a device: its stash sizes and value bytes */
 	ir_loc where;
 	int *stage_h0;       /* per stage on this device: its first local layer; -1 elsewhere */
 	rt_sizes *sz;        /* per local layer */
@@ -82,7 +86,7 @@ static uint64_t needed(const lowering *L, const ir_buf *b)
 	switch (b->kind) {
 	case IR_BUF_ACT: return L->stash[0][b->stage];
 	case IR_BUF_WSTASH: return L->stash[1][b->stage];
-	default: return RUP(value_bytes(L->m));
+	default: return RUP(value_bytes(L->m, L->device));
 	}
 }
 
@@ -126,7 +130,7 @@ static int plan_buffers(lowering *L, cg_rank *out)
 		if (L->stage_h0[s] >= 0 && s == 0 && s == L->S - 1) {
 			top = RUP(top);
 			L->work = (int64_t)top;
-			top += RUP(value_bytes(m));
+			top += RUP(value_bytes(m, L->device));
 		}
 	out->buf_bytes = RUP(top);
 	return 0;
@@ -164,19 +168,22 @@ static const char *kinds_text(const ir_module *m, const ir_stage *st, arena *a)
 	return t;
 }
 
-static const char *about_text(const ir_module *m, const sim_result *r, int d, int nops, arena *a,
-                              const char *data)
+static const char *about_text(const ir_module *m, const sim_result *r, int d, bool device, int nops,
+                              arena *a, const char *data)
 {
 	char *t = arena_printf(
 	    a,
 	    "rank%d: rank %d of %d of a pipeline-parallel training program for %s (%d layers, "
-	    "hidden %lld, vocab %lld, seq %lld), compiled by octopipe for CPU ranks under MPI\n"
+	    "hidden %lld, vocab %lld, seq %lld, %s), compiled by octopipe for %s\n"
 	    "plan: schedule %s, %d stages on %d ranks, %lld micro-batches of %lld x %lld tokens per "
-	    "step, deadlock-free under mpi (certificate %016llx)",
+	    "step, deadlock-free under %s (certificate %016llx)",
 	    d, d, m->ndevices, m->model.name, m->nlayers, (long long)m->model.hidden,
-	    (long long)m->model.vocab, (long long)m->model.seq, ir_schedule_names[m->plan.schedule],
-	    m->nstages, m->ndevices, (long long)m->train.microbatches, (long long)m->train.mbs,
-	    (long long)m->model.seq, (unsigned long long)m->proof.order);
+	    (long long)m->model.vocab, (long long)m->model.seq,
+	    device ? ir_dtype_names[m->model.dtype] : "f32",
+	    device ? "CUDA ranks (NCCL, or MPI with OCTO_COMM=mpi)" : "CPU ranks under MPI",
+	    ir_schedule_names[m->plan.schedule], m->nstages, m->ndevices,
+	    (long long)m->train.microbatches, (long long)m->train.mbs, (long long)m->model.seq,
+	    ir_backend_names[m->proof.backend], (unsigned long long)m->proof.order);
 	if (r)
 		t = arena_printf(a, "%s; predicted step %.3f ms", t, r->makespan * 1e-3);
 	t = arena_printf(a, "%s\nthis rank holds:", t);
@@ -192,11 +199,12 @@ static const char *about_text(const ir_module *m, const sim_result *r, int d, in
 	                    t, nops, data ? data : "synthetic tokens", (long long)m->train.steps);
 }
 
-int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_rank *out)
+int cg_lower_rank(const ir_module *m, const sim_result *r, int d, bool device, arena *a,
+                  cg_rank *out)
 {
 	memset(out, 0, sizeof *out);
 	lowering Lv = {.m = m, .d = d, .S = m->nstages, .M = (int)m->train.microbatches,
-	               .where = ir_loc_or(m->plan_loc, m->loc)};
+	               .device = device, .where = ir_loc_or(m->plan_loc, m->loc)};
 	lowering *L = &Lv;
 	const ir_device *dev = &m->devices[d];
 	size_t nsm = (size_t)L->S * (size_t)L->M;
@@ -226,7 +234,7 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_r
 	out->act_at = arena_alloc(a, (size_t)(nl ? nl : 1) * sizeof *out->act_at);
 	out->ws_at = arena_alloc(a, (size_t)(nl ? nl : 1) * sizeof *out->ws_at);
 	L->sz = arena_alloc(a, (size_t)(nl ? nl : 1) * sizeof *L->sz);
-	uint64_t vb = RUP(value_bytes(m)), prof = 0;
+	uint64_t vb = RUP(value_bytes(m, device)), prof = 0;
 	int h = 0;
 	for (int s = 0; s < L->S; s++) {
 		const ir_stage *st = &m->stages[s];
@@ -238,11 +246,14 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_r
 			rt_layer_spec *sp = &out->layers[h];
 			sp->index = l;
 			sp->desc = cg_layer_desc(m, &m->layers[l]);
-			if (rt_layer_check(&sp->desc) != RT_OK || rt_layer_sizes(&sp->desc, &L->sz[h]) != RT_OK) {
+			if (rt_layer_check(&sp->desc) != RT_OK ||
+			    (device ? dev_layer_sizes(&sp->desc, m->model.dtype == IR_DTYPE_BF16, &L->sz[h])
+			            : rt_layer_sizes(&sp->desc, &L->sz[h])) != RT_OK) {
 				diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[l] : (ir_loc){0}, L->where),
-				           "codegen: layer L%d (%s) is not one the CPU runtime can run "
+				           "codegen: layer L%d (%s) is not one the %s can run "
 				           "(docs/layers.md lists what it supports)",
-				           l, ir_layer_kind_names[m->layers[l].kind]);
+				           l, ir_layer_kind_names[m->layers[l].kind],
+				           device ? "device executor (docs/cuda.md)" : "CPU runtime");
 				return -1;
 			}
 			out->act_at[h] = (int64_t)L->stash[0][s];
@@ -314,12 +325,13 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_r
 			c.req = sl;
 		} else {
 			bool send = op->comm == IR_COMM_SEND;
-			uint64_t want = value_bytes(m);
+			uint64_t want = value_bytes(m, device);
 			if (op->bytes != want) {
-				diag_error(loc, "codegen: %s of %s S%d m%d moves %llu bytes, but the CPU runtime's "
-				                "values are %llu bytes (f32; the model's dtype is %s)",
+				diag_error(loc, "codegen: %s of %s S%d m%d moves %llu bytes, but the runtime's "
+				                "values are %llu bytes (%s; the model's dtype is %s)",
 				           send ? "send" : "receive", ir_value_names[op->kind], s, mb,
 				           (unsigned long long)op->bytes, (unsigned long long)want,
+				           device ? "the model's dtype on a device" : "f32 on CPU ranks",
 				           ir_dtype_names[m->model.dtype]);
 				return -1;
 			}
@@ -375,7 +387,7 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, arena *a, cg_r
 		data = slash ? slash + 1 : m->train.text_file;
 	}
 	out->prog = (rt_prog_info){
-	    .about = about_text(m, r, d, n, a, data), .data = data, .steps = m->train.steps,
+	    .about = about_text(m, r, d, device, n, a, data), .data = data, .steps = m->train.steps,
 	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq,
 	    .predicted_us = r ? r->makespan : 0, .rank = d, .nranks = m->ndevices};
 	return 0;

@@ -81,6 +81,22 @@ static int write_ir(const ir_module *m, const char *path)
 	return fclose(f) != 0 ? fail_path("write", path) : 0;
 }
 
+int cg_write_outputs(const ir_module *m, const sim_result *r, const cg_rank *ranks, const char *dir)
+{
+	arena *a = arena_new();
+	int rc = -1;
+	if (cg_make_dir(dir) || write_ir(m, arena_printf(a, "%s/plan.opir", dir)) ||
+	    (r && viz_svg(m, r, arena_printf(a, "%s/timeline.svg", dir))) ||
+	    cg_write_report(m, r, ranks, arena_printf(a, "%s/report.md", dir)) ||
+	    (m->train.data == IR_DATA_TEXT &&
+	     copy_file(m->train.text_file, arena_printf(a, "%s/%s", dir, ranks[0].prog.data))))
+		goto out;
+	rc = 0;
+out:
+	arena_free(a);
+	return rc;
+}
+
 int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
@@ -107,20 +123,9 @@ int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o)
 	cg_rank *ranks = arena_alloc(a, (size_t)N * sizeof *ranks);
 	char **obj = arena_alloc(a, (size_t)N * sizeof *obj), **exe = arena_alloc(a, (size_t)N * sizeof *exe);
 	for (int d = 0; d < N; d++)
-		if (cg_lower_rank(m, r, d, a, &ranks[d]))
+		if (cg_lower_rank(m, r, d, false, a, &ranks[d]))
 			goto out;
-	if (cg_make_dir(o->dir))
-		goto out;
-
-	char *path = arena_printf(a, "%s/plan.opir", o->dir);
-	if (write_ir(m, path))
-		goto out;
-	if (r && viz_svg(m, r, arena_printf(a, "%s/timeline.svg", o->dir)))
-		goto out;
-	if (cg_write_report(m, r, ranks, arena_printf(a, "%s/report.md", o->dir)))
-		goto out;
-	if (m->train.data == IR_DATA_TEXT &&
-	    copy_file(m->train.text_file, arena_printf(a, "%s/%s", o->dir, ranks[0].prog.data)))
+	if (cg_write_outputs(m, r, ranks, o->dir))
 		goto out;
 
 	for (int d = 0; d < N; d++) {

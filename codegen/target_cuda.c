@@ -1,26 +1,97 @@
-/* target_cuda.c: the CUDA target: a proven module -> a directory of CUDA
- * rank executables (docs/cuda.md).
+/* target_cuda.c: the CUDA target: a proven module -> a directory of rank
+ * executables whose layers run on a device (docs/cuda.md).
  *
- *   DIR/rank0 .. rank{N-1}  one executable per rank, the PTX of its layers'
- *                           kernel modules embedded (cuda_kernels.c, NVRTC),
- *                           linked with libocto_rt_cuda, cudart, cuBLAS, NCCL
- *   DIR/launch, plan.opir, report.md as for the CPU target
+ *   DIR/rank0 .. rank{N-1}  the CPU target's rank program (host.c: the same
+ *                           op table and runtime calls), which attaches the
+ *                           device first and keeps its buffers there; the
+ *                           kernel modules of its layers embedded as PTX
+ *                           (cuda_kernels.c, NVRTC), linked with
+ *                           libocto_rt_cuda, cudart, cuBLAS and NCCL
+ *   DIR/launch, plan.opir, report.md, timeline.svg, the text file: as for
+ *                           the CPU target
  *   DIR/NAME.cu, NAME.ptx   with --emit=cuda, --emit=ptx
  *
+ * With the emulator (--target cuda-emu) the same rank programs run their
+ * kernels on the host: each module's source is compiled by the host C++
+ * compiler (cg_cuda_emu_source; DIR/NAME.emu.cpp, NAME.emu.o, kept with
+ * --emit=cuda / obj) and linked in, and the device is
+ * runtime/dev/dev_emu.c.  It needs no GPU and no CUDA toolkit: it is how
+ * the device path is tested without a GPU.
+ *
  * The programs are proven for the nccl backend (NCCL's blocking, grouped
- * point-to-point); the same binaries run host-staged over MPI with
- * OCTO_COMM=mpi, which a proof for NCCL covers (a group completes as a
- * whole under both). */
-#ifdef OCTO_HAVE_CUDA
+ * point-to-point); with OCTO_COMM=mpi (and under the emulator) the same
+ * programs move the values through MPI, which a proof for NCCL covers (a
+ * group completes as a whole under both). */
+#include <errno.h>
+#include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cg.h"
+#include "cg_config.h"
 #include "cuda_kernels.h"
 
-int cg_compile_cuda(const ir_module *m, const sim_result *r, const cg_options *o, const char *arch,
-                    bool emit_cu, bool emit_ptx)
+extern char **environ;
+
+typedef struct module {
+	char *name, *src, *ptx, *obj;
+} module;
+
+/* Compiles the emulator's module sources in parallel, one process each:
+ * DIR/NAME.emu.cpp -> DIR/NAME.emu.o. */
+static int compile_emu(module *mods, int n, const char *dir, arena *a)
+{
+	pid_t *pid = arena_alloc(a, (size_t)(n + 1) * sizeof *pid);
+	char **cpp = arena_alloc(a, (size_t)(n + 1) * sizeof *cpp);
+	int rc = 0, started = 0;
+	for (; started < n; started++) {
+		module *md = &mods[started];
+		cpp[started] = arena_printf(a, "%s/%s.emu.cpp", dir, md->name);
+		md->obj = arena_printf(a, "%s/%s.emu.o", dir, md->name);
+		FILE *f = fopen(cpp[started], "w");
+		if (!f || fputs(md->src, f) < 0 || fclose(f) != 0) {
+			fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", cpp[started], strerror(errno));
+			rc = -1;
+			break;
+		}
+		const char *argv[] = {CG_CXX, "-std=c++17", "-O2", "-fno-exceptions", "-fno-rtti", "-c",
+		                      "-o", md->obj, cpp[started], NULL};
+		int e = posix_spawnp(&pid[started], CG_CXX, NULL, NULL, (char *const *)argv, environ);
+		if (e) {
+			fprintf(stderr, "octopipe compile: error: cannot run the C++ compiler '%s': %s\n", CG_CXX,
+			        strerror(e));
+			rc = -1;
+			break;
+		}
+	}
+	for (int i = 0; i < started; i++) {
+		int st;
+		while (waitpid(pid[i], &st, 0) < 0 && errno == EINTR)
+			;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			fprintf(stderr, "octopipe compile: error: the C++ compiler failed on %s (the kernels of "
+			                "module %s for the emulator); its message is above\n", cpp[i], mods[i].name);
+			rc = -1;
+		}
+	}
+	return rc;
+}
+
+static int write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options *o, cg_dev dev,
+                      const char *arch, bool emit_cu, bool emit_ptx)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
 	if (!m->ndevices || !m->proof.proven || m->proof.backend != IR_BACKEND_NCCL) {
@@ -29,68 +100,125 @@ int cg_compile_cuda(const ir_module *m, const sim_result *r, const cg_options *o
 		                  "does so for a model); code is generated only for proven programs");
 		return -1;
 	}
-	if (cg_cuda_emit(m, o->dir, arch, emit_cu, emit_ptx, o->quiet))
+#ifndef OCTO_HAVE_CUDA
+	if (dev == CG_DEV_CUDA) {
+		fprintf(stderr, "octopipe compile: error: this octopipe was built without the CUDA toolkit\n");
 		return -1;
+	}
+#endif
 	arena *a = arena_new();
-	int N = m->ndevices, rc = -1;
+	int N = m->ndevices, rc = -1, nmods = 0;
 	bool bf16 = m->model.dtype == IR_DTYPE_BF16;
+	cg_rank *ranks = arena_alloc(a, (size_t)N * sizeof *ranks);
+	module *mods = arena_alloc(a, (size_t)(m->nlayers + 1) * sizeof *mods);
 	char **obj = arena_alloc(a, (size_t)N * sizeof *obj), **exe = arena_alloc(a, (size_t)N * sizeof *exe);
+	char ***rank_objs = arena_alloc(a, (size_t)N * sizeof *rank_objs);
+	int **gmod = arena_alloc(a, (size_t)N * sizeof *gmod); /* rank's module j -> mods[] */
+	for (int d = 0; d < N; d++)
+		if (cg_lower_rank(m, r, d, true, a, &ranks[d]))
+			goto out;
+	if (cg_make_dir(o->dir))
+		goto out;
+
+	/* The kernel modules: one per distinct (kind, shape), named by its source. */
 	for (int d = 0; d < N; d++) {
-		/* This rank's layers: those of the stages placed on device d. */
-		cg_cuda_rank c = {.rank = d, .nranks = N};
-		c.names = arena_alloc(a, (size_t)(m->nlayers + 1) * sizeof *c.names);
-		c.ptx = arena_alloc(a, (size_t)(m->nlayers + 1) * sizeof *c.ptx);
-		char *held = arena_printf(a, "%s", "");
-		for (int s = 0; s < m->nstages; s++) {
-			if (m->stages[s].device != d)
-				continue;
-			held = arena_printf(a, "%s%sS%d = L%d..L%d", held, *held ? "; " : "", s,
-			                    m->stages[s].first, m->stages[s].last);
-			for (int l = m->stages[s].first; l <= m->stages[s].last; l++) {
-				rt_layer_desc desc = cg_layer_desc(m, &m->layers[l]);
-				char *src = cg_cuda_source(&desc, bf16, a);
-				if (!src)
+		cg_rank *k = &ranks[d];
+		k->dev = dev;
+		k->bf16 = bf16;
+		k->layer_mod = arena_alloc(a, (size_t)k->nlayers * sizeof *k->layer_mod);
+		k->mod_names = arena_alloc(a, (size_t)k->nlayers * sizeof *k->mod_names);
+		k->mod_ptx = arena_alloc(a, (size_t)k->nlayers * sizeof *k->mod_ptx);
+		rank_objs[d] = arena_alloc(a, (size_t)(k->nlayers + 1) * sizeof **rank_objs);
+		gmod[d] = arena_alloc(a, (size_t)k->nlayers * sizeof **gmod);
+		for (int h = 0; h < k->nlayers; h++) {
+			const rt_layer_desc *desc = &k->layers[h].desc;
+			char *src = cg_cuda_source(desc, bf16, a);
+			if (!src)
+				goto out;
+			char *name = cg_cuda_module_name(desc, src, a);
+			int g = 0;
+			while (g < nmods && strcmp(mods[g].name, name) != 0)
+				g++;
+			if (g == nmods) {
+				mods[nmods++] = (module){.name = name, .src = src};
+				if (dev == CG_DEV_EMU &&
+				    !(mods[g].src = cg_cuda_emu_source(desc, bf16, arena_printf(a, "octo_emu_%s", name), a)))
 					goto out;
-				char *name = cg_cuda_module_name(&desc, src, a);
-				bool dup = false;
-				for (int i = 0; i < c.nimages && !dup; i++)
-					dup = strcmp(c.names[i], name) == 0;
-				if (dup)
-					continue;
-				if (cg_cuda_ptx(name, src, arch, &c.ptx[c.nimages], a))
+				if (emit_cu && write_text(arena_printf(a, "%s/%s.cu", o->dir, name), src))
 					goto out;
-				c.names[c.nimages++] = name;
+#ifdef OCTO_HAVE_CUDA
+				if (dev == CG_DEV_CUDA) {
+					if (cg_cuda_ptx(name, src, arch, &mods[g].ptx, a))
+						goto out;
+					if (emit_ptx && write_text(arena_printf(a, "%s/%s.ptx", o->dir, name), mods[g].ptx))
+						goto out;
+				}
+#endif
+				if (!o->quiet)
+					printf("kernels: %s (L%d and its shape): %s\n", name, (int)k->layers[h].index,
+					       dev == CG_DEV_CUDA ? arena_printf(a, "NVRTC %s", arch) : "host C++ (emulator)");
 			}
+			int j = 0;
+			while (j < k->nmods && strcmp(k->mod_names[j], name) != 0)
+				j++;
+			if (j == k->nmods) {
+				k->mod_names[k->nmods] = name;
+				k->mod_ptx[k->nmods] = mods[g].ptx;
+				gmod[d][k->nmods++] = g;
+			}
+			k->layer_mod[h] = j;
 		}
-		c.about = arena_printf(a, "rank%d: rank %d of %d of a pipeline-parallel training program for %s, "
-		                          "compiled by octopipe for CUDA ranks (%s, %s; NCCL, or MPI with "
-		                          "OCTO_COMM=mpi)\nthis rank holds: %s",
-		                       d, d, N, m->model.name, arch, ir_dtype_names[m->model.dtype], held);
+	}
+#ifndef OCTO_HAVE_CUDA
+	(void)arch, (void)emit_ptx;
+#endif
+	if (dev == CG_DEV_EMU) {
+		if (compile_emu(mods, nmods, o->dir, a))
+			goto out;
+		for (int d = 0; d < N; d++) {
+			for (int j = 0; j < ranks[d].nmods; j++)
+				rank_objs[d][j] = mods[gmod[d][j]].obj;
+			rank_objs[d][ranks[d].nmods] = NULL;
+		}
+	}
+
+	if (cg_write_outputs(m, r, ranks, o->dir))
+		goto out;
+	for (int d = 0; d < N; d++) {
 		char *name = arena_printf(a, "rank%d", d);
 		obj[d] = arena_printf(a, "%s/%s.o", o->dir, name);
 		exe[d] = arena_printf(a, "%s/%s", o->dir, name);
-		if (cg_emit_cuda_object(&c, name, obj[d], o->emit_llvm ? arena_printf(a, "%s/%s.ll", o->dir, name) : NULL))
+		if (dev == CG_DEV_EMU)
+			ranks[d].prog.predicted_us = 0; /* the simulator models the GPU, not the emulator */
+		ranks[d].prog.about = arena_printf(a, "%s\nits layers run on %s (%s); kernel modules: %d",
+		                                   ranks[d].prog.about,
+		                                   dev == CG_DEV_CUDA ? "a GPU" : "the host emulator of the CUDA path",
+		                                   dev == CG_DEV_CUDA ? arch : "no GPU needed", ranks[d].nmods);
+		if (cg_emit_object(&ranks[d], name, obj[d], o->emit_llvm ? arena_printf(a, "%s/%s.ll", o->dir, name) : NULL))
 			goto out;
 	}
-	if (cg_link_cuda(N, obj, exe))
+	if (cg_link_device(N, obj, rank_objs, exe, dev))
 		goto out;
-	if (!o->emit_obj)
+	if (!o->emit_obj) {
 		for (int d = 0; d < N; d++)
 			unlink(obj[d]);
+		for (int g = 0; dev == CG_DEV_EMU && g < nmods; g++)
+			unlink(mods[g].obj);
+	}
+	if (dev == CG_DEV_EMU && !emit_cu)
+		for (int g = 0; g < nmods; g++)
+			unlink(arena_printf(a, "%s/%s.emu.cpp", o->dir, mods[g].name));
 	if (cg_write_launch(m, o->dir))
 		goto out;
-	FILE *f = fopen(arena_printf(a, "%s/plan.opir", o->dir), "w");
-	if (f) {
-		ir_print(f, m);
-		fclose(f);
+	if (!o->quiet) {
+		printf("\ncompiled %s for %d %s rank%s (%s) into %s/: rank0%s%s, launch, plan.opir, report.md%s\n",
+		       m->model.name, N, dev == CG_DEV_CUDA ? "CUDA" : "emulated-CUDA", N == 1 ? "" : "s",
+		       dev == CG_DEV_CUDA ? arch : "kernels on the host", o->dir, N > 1 ? " .. rank" : "",
+		       N > 1 ? arena_printf(a, "%d", N - 1) : "", r ? ", timeline.svg" : "");
+		printf("run: %s/launch --steps %lld\n", o->dir, (long long)m->train.steps);
 	}
-	if (!o->quiet)
-		printf("\ncompiled %s for %d CUDA rank%s (%s) into %s/: rank0%s%s, launch, plan.opir\n",
-		       m->model.name, N, N == 1 ? "" : "s", arch, o->dir, N > 1 ? " .. rank" : "",
-		       N > 1 ? arena_printf(a, "%d", N - 1) : "");
 	rc = 0;
 out:
 	arena_free(a);
 	return rc;
 }
-#endif

@@ -573,6 +573,8 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir)
 		}
 	for (int i = 0; i < ctx->nlay; i++)
 		memset(ctx->lay[i].g, 0, (size_t)ctx->lay[i].sz.params * sizeof(float));
+	if (ctx->dev && (rc = rt__dev_upload(ctx)))
+		goto out;
 	ctx->step = m.step;
 	ctx->data_pos = m.data_pos;
 	rt__trace(ctx, "ckpt", t0, -1, -1, -1, 0);

@@ -12,13 +12,22 @@
  * pending, which the caller turns into a job-wide abort.  In the
  * synchronous mode a send completes only once its receive is posted, as
  * under rendezvous semantics, so a program that works only because small
- * sends are buffered hangs there, and the timeout makes that visible. */
+ * sends are buffered hangs there, and the timeout makes that visible.
+ *
+ * A device rank (rt_device.c) passes device buffers.  With the device's
+ * own communicator (NCCL) the operations go to it, in the groups the
+ * program opens (a lone operation is a group of one), and a wait polls
+ * the group's completion against the same deadline.  Without one, MPI
+ * moves them: directly when the host can read device memory (the
+ * emulator), else through a host copy (OCTO_COMM=mpi on a GPU: the send
+ * copies out when posted, the receive copies in when its wait completes). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "dev.h"
 #include "rt_internal.h"
 
 #define TAG_KIND_BITS 2
@@ -91,6 +100,63 @@ static int push(rt_ctx *ctx, rt_req *r, const rt_op *op, MPI_Request **mr)
 	return RT_OK;
 }
 
+/* A device rank over MPI, device memory the host cannot read: the host
+ * copy a send moves (made now) or a receive lands in. */
+static int stage(rt_ctx *ctx, rt_op *op, void *buf)
+{
+	char desc[160];
+	if (!(op->stage = malloc(op->bytes ? op->bytes : 1)))
+		return rt__fail(ctx, RT_ENOMEM, "communication: out of host memory");
+	if (!op->send) {
+		op->dst = buf;
+		return RT_OK;
+	}
+	rt_dev *d = ctx->dev;
+	int rc = d->ops->copy(d, op->stage, buf, op->bytes, DEV_D2H);
+	if (rc) {
+		free(op->stage);
+		op->stage = NULL;
+		describe(op, desc, sizeof desc);
+		return rt__fail(ctx, rc, "%s: copy from the device: %s", desc, d->err);
+	}
+	return RT_OK;
+}
+
+/* The device's communicator: the operation joins the open group, or is a
+ * group of its own. */
+static int post_dcomm(rt_ctx *ctx, int h, rt_op *op, void *buf, int *req, int64_t t0)
+{
+	const rt_dcomm *c = ctx->dcomm;
+	char desc[160];
+	MPI_Request *mr;
+	bool alone = ctx->group < 0;
+	int rc;
+	op->dcomm = true;
+	if ((rc = push(ctx, &ctx->reqs[h], op, &mr))) {
+		if (alone)
+			ctx->reqs[h].used = false;
+		return rc;
+	}
+	*mr = MPI_REQUEST_NULL;
+	if (alone && (rc = c->group_begin(c->self)))
+		goto fail;
+	if ((rc = op->send ? c->send(c->self, buf, op->bytes, op->peer)
+	                   : c->recv(c->self, buf, op->bytes, op->peer)))
+		goto fail;
+	if (alone && (rc = c->group_end(c->self, &ctx->reqs[h].done)))
+		goto fail;
+	if (alone)
+		*req = h;
+	rt__trace(ctx, op->send ? "send" : "recv", t0, -1, op->tag.mb, op->peer, (int64_t)op->bytes);
+	return RT_OK;
+fail:
+	ctx->reqs[h].n--;
+	if (alone)
+		ctx->reqs[h].used = false;
+	describe(op, desc, sizeof desc);
+	return rt__fail(ctx, rc, "%s: %s", desc, c->error(c->self));
+}
+
 static int post(rt_ctx *ctx, bool send, int peer, void *buf, size_t bytes, rt_tag tag, int *req)
 {
 	int rc, mtag = 0, h;
@@ -118,11 +184,21 @@ static int post(rt_ctx *ctx, bool send, int peer, void *buf, size_t bytes, rt_ta
 	if (h < 0)
 		return RT_ENOMEM;
 	MPI_Request *mr = NULL;
-	if ((rc = push(ctx, &ctx->reqs[h], &op, &mr))) {
+	if (ctx->dcomm)
+		return post_dcomm(ctx, h, &op, buf, req, t0);
+	if (ctx->dev_mpi_stage && (rc = stage(ctx, &op, buf))) {
 		if (ctx->group < 0)
 			ctx->reqs[h].used = false;
 		return rc;
 	}
+	if ((rc = push(ctx, &ctx->reqs[h], &op, &mr))) {
+		free(op.stage);
+		if (ctx->group < 0)
+			ctx->reqs[h].used = false;
+		return rc;
+	}
+	if (op.stage)
+		buf = op.stage;
 	if (send && (ctx->flags & RT_COMM_SYNC))
 		rc = MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, mtag, MPI_COMM_WORLD, mr);
 	else if (send)
@@ -131,6 +207,7 @@ static int post(rt_ctx *ctx, bool send, int peer, void *buf, size_t bytes, rt_ta
 		rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, mtag, MPI_COMM_WORLD, mr);
 	if (rc != MPI_SUCCESS) {
 		ctx->reqs[h].n--;
+		free(op.stage);
 		if (ctx->group < 0)
 			ctx->reqs[h].used = false;
 		describe(&op, desc, sizeof desc);
@@ -161,6 +238,13 @@ int rt_group_begin(rt_ctx *ctx)
 	int h = new_req(ctx);
 	if (h < 0)
 		return RT_ENOMEM;
+	if (ctx->dcomm) {
+		int rc = ctx->dcomm->group_begin(ctx->dcomm->self);
+		if (rc) {
+			ctx->reqs[h].used = false;
+			return rt__fail(ctx, rc, "rt_group_begin: %s", ctx->dcomm->error(ctx->dcomm->self));
+		}
+	}
 	ctx->group = h;
 	return RT_OK;
 }
@@ -171,8 +255,16 @@ int rt_group_end(rt_ctx *ctx, int *req)
 		return RT_EARG;
 	if (ctx->group < 0)
 		return rt__fail(ctx, RT_ESTATE, "rt_group_end: no group is open");
-	*req = ctx->group;
+	int h = ctx->group;
 	ctx->group = -1;
+	if (ctx->dcomm) {
+		int rc = ctx->dcomm->group_end(ctx->dcomm->self, &ctx->reqs[h].done);
+		if (rc) {
+			ctx->reqs[h].used = false;
+			return rt__fail(ctx, rc, "rt_group_end: %s", ctx->dcomm->error(ctx->dcomm->self));
+		}
+	}
+	*req = h;
 	return RT_OK;
 }
 
@@ -218,6 +310,8 @@ static int check_done(rt_ctx *ctx, rt_req *r, int j, MPI_Status *st)
 {
 	char desc[160];
 	int count = 0;
+	if (r->ops[j].dcomm)
+		return RT_OK;
 	if (!r->ops[j].send) {
 		MPI_Get_count(st, MPI_BYTE, &count);
 		if ((size_t)count != r->ops[j].bytes) {
@@ -225,6 +319,49 @@ static int check_done(rt_ctx *ctx, rt_req *r, int j, MPI_Status *st)
 			return rt__fail(ctx, RT_EMPI, "%s: the message has %d bytes", desc, count);
 		}
 	}
+	rt_op *o = &r->ops[j];
+	if (o->dst) {
+		rt_dev *d = ctx->dev;
+		int rc = d->ops->copy(d, o->dst, o->stage, o->bytes, DEV_H2D);
+		if (!rc)
+			rc = d->ops->sync(d); /* the host copy is freed below */
+		if (rc) {
+			describe(o, desc, sizeof desc);
+			return rt__fail(ctx, rc, "%s: copy to the device: %s", desc, d->err);
+		}
+	}
+	free(o->stage);
+	o->stage = o->dst = NULL;
+	return RT_OK;
+}
+
+/* The device communicator's group of handle r has completed, polled
+ * against the deadline. */
+static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
+{
+	const rt_dcomm *c = ctx->dcomm;
+	char what[700];
+	size_t at = 0;
+	for (long spin = 0;; spin++) {
+		bool complete = false;
+		int rc = c->test(c->self, r->done, &complete);
+		if (rc)
+			return rt__fail(ctx, rc, "%s", c->error(c->self));
+		if (complete)
+			break;
+		if (rt__now_ns() > deadline) {
+			what[0] = 0;
+			for (int j = 0; j < r->n && at < sizeof what; j++)
+				at += (size_t)describe(&r->ops[j], what + at, sizeof what - at);
+			return rt__fail(ctx, RT_ETIMEOUT,
+			                "timed out after %g s waiting for the device's group: %s (a peer is "
+			                "dead or stuck)", ctx->timeout_s, what);
+		}
+		if (spin > 64)
+			nap();
+	}
+	c->release(c->self, r->done);
+	r->done = NULL;
 	return RT_OK;
 }
 
@@ -273,6 +410,11 @@ int rt_waitall(rt_ctx *ctx, int n, const int *hs)
 			if (rc)
 				return rc;
 			bytes += (int64_t)r->ops[j].bytes;
+		}
+		if (r->done) {
+			int rc = wait_dcomm(ctx, r, deadline);
+			if (rc)
+				return rc;
 		}
 	}
 	for (int i = 0; i < n; i++) {
@@ -329,6 +471,10 @@ void rt__progress(rt_ctx *ctx)
 int rt__comm_free_all(rt_ctx *ctx)
 {
 	for (int i = 0; i < ctx->nreqs; i++) {
+		for (int j = 0; j < ctx->reqs[i].n; j++)
+			free(ctx->reqs[i].ops[j].stage);
+		if (ctx->reqs[i].done && ctx->dcomm)
+			ctx->dcomm->release(ctx->dcomm->self, ctx->reqs[i].done);
 		free(ctx->reqs[i].mr);
 		free(ctx->reqs[i].ops);
 	}

@@ -12,6 +12,7 @@
 
 #include <cblas.h>
 
+#include "dev.h"
 #include "rt_internal.h"
 
 int rt__fail(rt_ctx *ctx, int code, const char *fmt, ...)
@@ -151,6 +152,7 @@ int rt_finalize(rt_ctx *ctx)
 	if (ctx->trace_dir)
 		rc = rt_trace_write(ctx, ctx->trace_dir);
 	rt__comm_free_all(ctx);
+	rt__dev_free(ctx);
 	free(ctx->text);
 	free(ctx->text_path);
 	free(ctx->ev);
@@ -188,6 +190,8 @@ int rt_abort(rt_ctx *ctx, int code)
 	const char *msg = ctx && ctx->err[0] ? ctx->err : rt_strerror(code);
 	if (ctx) /* without one, rt_init has already said what failed */
 		fprintf(stderr, "octopipe rank %d: error: %s\n", ctx->rank, msg);
+	if (ctx && ctx->dev && ctx->dev->ops->abort)
+		ctx->dev->ops->abort(ctx->dev);
 	fflush(stderr);
 	fflush(stdout);
 	MPI_Initialized(&inited);

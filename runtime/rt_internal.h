@@ -28,6 +28,9 @@ typedef struct rt_op {
 	size_t bytes;
 	bool send;
 	bool done; /* completed and checked (a failed wait may leave others pending) */
+	bool dcomm; /* the device's communicator moves it (its MPI request is null) */
+	void *stage; /* a device rank over MPI: the host copy the message moves through */
+	void *dst;   /* and, for a receive, where it goes on the device */
 } rt_op;
 
 typedef struct rt_req {
@@ -36,7 +39,23 @@ typedef struct rt_req {
 	MPI_Request *mr;  /* [n] */
 	rt_op *ops;       /* [n]: what each is, for messages */
 	int cap;
+	void *done;       /* the device communicator's group: its completion */
 } rt_req;
+
+/* A device's own communicator (NCCL; runtime/cuda/rt_cuda.c): point-to-point
+ * on device buffers, in groups; a group's completion is a handle that
+ * test() polls.  Every call returns RT_OK or an RT_ code with the message
+ * in error(). */
+typedef struct rt_dcomm {
+	void *self;
+	int (*group_begin)(void *self);
+	int (*send)(void *self, const void *buf, size_t bytes, int peer);
+	int (*recv)(void *self, void *buf, size_t bytes, int peer);
+	int (*group_end)(void *self, void **done);
+	int (*test)(void *self, void *done, bool *complete);
+	void (*release)(void *self, void *done);
+	const char *(*error)(void *self);
+} rt_dcomm;
 
 typedef struct rt_event {
 	int64_t t0, t1; /* ns since the context's origin */
@@ -78,6 +97,19 @@ struct rt_ctx {
 	int64_t step, data_pos;
 	bool in_step;
 
+	/* the device (rt_device.c); NULL on a CPU rank */
+	struct rt_dev *dev;
+	const int32_t *dev_mod;     /* per local layer: its kernel module */
+	struct dev_layer *dlay;     /* [nlay] */
+	void *dev_buf;              /* the program's buffer block */
+	void *dev_scratch;
+	int32_t *dev_tok;           /* the ids of the next embedding or head F */
+	double *dev_loss;           /* [microbatches][2]: the head's {sum, count} */
+	int *dev_flag;
+	void *dev_stage;            /* host staging of one layer's parameters */
+	const rt_dcomm *dcomm;      /* the device's communicator; NULL: MPI */
+	bool dev_mpi_stage;         /* device memory the host cannot read: MPI moves host copies */
+
 	/* trace */
 	char *trace_dir;
 	rt_event *ev;
@@ -110,5 +142,19 @@ int rt__comm_free_all(rt_ctx *ctx);
 int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what);
 /* Lets MPI progress the pending operations (cheap; called around kernels). */
 void rt__progress(rt_ctx *ctx);
+
+/* The inputs (targets: false) or targets of micro-batch mb into ctx->idbuf. */
+void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets);
+
+/* The device (rt_device.c). */
+struct rt_dev;
+int rt__dev_attach(rt_ctx *ctx, struct rt_dev *dev, const int32_t *layer_mod);
+int rt__dev_model_init(rt_ctx *ctx);
+int rt__dev_upload(rt_ctx *ctx);
+int rt__dev_f(rt_ctx *ctx, int h, int64_t mb, const void *x, void *y, void *act);
+int rt__dev_b(rt_ctx *ctx, int h, const void *dy, float dscale, void *dx, const void *act, void *ws);
+int rt__dev_w(rt_ctx *ctx, int h, const void *ws);
+int rt__dev_collect(rt_ctx *ctx);
+void rt__dev_free(rt_ctx *ctx);
 
 #endif

@@ -273,6 +273,8 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 	}
 	ctx->step = ctx->data_pos = 0;
 	ctx->in_step = false;
+	if (ctx->dev && (rc = rt__dev_model_init(ctx)))
+		goto out_text;
 	ctx->have_model = true;
 	return RT_OK;
 
@@ -352,7 +354,7 @@ int rt_data_sample(const rt_ctx *ctx, int64_t sample, int32_t *tokens)
 
 /* Inputs (first seq tokens of each sequence) or targets (last seq) of the
  * current step's micro-batch mb into ctx->idbuf. */
-static void fill_ids(rt_ctx *ctx, int64_t mb, bool targets)
+void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets)
 {
 	const rt_train *t = &ctx->train;
 	rt_data_sample(ctx, ctx->data_pos + mb, ctx->tokbuf);
@@ -386,6 +388,16 @@ static int kernel_fail(rt_ctx *ctx, int rc, const char *phase, const rt_lay *l, 
 	                (long long)mb, rt_strerror(rc));
 }
 
+/* The same, for a device op: its message (rt_device.c's) is in ctx->err. */
+static int kernel_fail_dev(rt_ctx *ctx, int rc, const char *phase, const rt_lay *l, int64_t mb)
+{
+	char why[sizeof ctx->err];
+	snprintf(why, sizeof why, "%s", ctx->err);
+	return rt__fail(ctx, rc, "step %lld: %s of layer %lld (%s), micro-batch %lld, on the "
+	                "device: %s", (long long)ctx->step, phase, (long long)l->index,
+	                rt__kind_name(l->desc.kind), (long long)mb, why);
+}
+
 int rt_step_begin(rt_ctx *ctx)
 {
 	int rc;
@@ -412,12 +424,15 @@ int rt_run_f(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act
 	rt_lay *l = &ctx->lay[h];
 	rt__progress(ctx);
 	int64_t t0 = rt__now_ns();
-	if (l->desc.kind == RT_EMBEDDING) {
-		fill_ids(ctx, mb, false);
+	if (ctx->dev) {
+		if ((rc = rt__dev_f(ctx, h, mb, x, y, act)))
+			return kernel_fail_dev(ctx, rc, "F", l, mb);
+	} else if (l->desc.kind == RT_EMBEDDING) {
+		rt__fill_ids(ctx, mb, false);
 		rc = rt_forward(&l->desc, l->p, NULL, ctx->idbuf, y, NULL, act, ctx->scratch);
 	} else if (l->desc.kind == RT_HEAD) {
 		rt_loss loss = {0, 0};
-		fill_ids(ctx, mb, true);
+		rt__fill_ids(ctx, mb, true);
 		rc = rt_forward(&l->desc, l->p, x, ctx->idbuf, NULL, &loss, act, ctx->scratch);
 		ctx->mb_loss[mb] = loss.sum;
 		ctx->mb_count[mb] = loss.count;
@@ -443,9 +458,12 @@ int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const v
 	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
 	rt__progress(ctx);
 	int64_t t0 = rt__now_ns();
-	rc = rt_backward_b(&l->desc, l->p, dy, dscale, dx, act, wstash, ctx->scratch);
-	if (rc)
+	if (ctx->dev) {
+		if ((rc = rt__dev_b(ctx, h, dy, dscale, dx, act, wstash)))
+			return kernel_fail_dev(ctx, rc, "B", l, mb);
+	} else if ((rc = rt_backward_b(&l->desc, l->p, dy, dscale, dx, act, wstash, ctx->scratch))) {
 		return kernel_fail(ctx, rc, "B", l, mb);
+	}
 	rt__trace(ctx, "B", t0, l->index, mb, -1, 0);
 	return RT_OK;
 }
@@ -464,9 +482,12 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 		                (long long)l->next_w);
 	rt__progress(ctx);
 	int64_t t0 = rt__now_ns();
-	rc = rt_backward_w(&l->desc, l->p, l->g, wstash, ctx->scratch);
-	if (rc)
+	if (ctx->dev) {
+		if ((rc = rt__dev_w(ctx, h, wstash)))
+			return kernel_fail_dev(ctx, rc, "W", l, mb);
+	} else if ((rc = rt_backward_w(&l->desc, l->p, l->g, wstash, ctx->scratch))) {
 		return kernel_fail(ctx, rc, "W", l, mb);
+	}
 	l->next_w++;
 	rt__trace(ctx, "W", t0, l->index, mb, -1, 0);
 	return RT_OK;
@@ -533,6 +554,8 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 			                "step %lld: layer %lld ran W on %lld of %lld micro-batches",
 			                (long long)ctx->step, (long long)ctx->lay[i].index,
 			                (long long)ctx->lay[i].next_w, (long long)t->microbatches);
+	if (ctx->dev && (rc = rt__dev_collect(ctx)))
+		return rc;
 	if (ctx->head >= 0) {
 		double sum = 0;
 		int64_t count = 0;
@@ -567,6 +590,8 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 			      len[k], dec[k] && t->weight_decay > 0);
 		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
 	}
+	if (ctx->dev && (rc = rt__dev_upload(ctx)))
+		return rc;
 	rt__trace(ctx, "optim", t0, -1, -1, -1, 0);
 	ctx->step++;
 	ctx->data_pos += t->microbatches;

@@ -270,6 +270,9 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		return rt__fail(ctx, RT_ESTATE, "rt_profile: rt_model_init has not been called");
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_profile: inside step %lld", (long long)ctx->step);
+	if (ctx->dev)
+		return rt__fail(ctx, RT_ESTATE, "rt_profile: profiling the layers on the device is not "
+		                "built yet (docs/cuda.md); profile on CPU ranks");
 	if (warmup < 0 || repeats < 1 || repeats > 1000000)
 		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
 	mine = ROW * ctx->nlay;

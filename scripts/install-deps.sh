@@ -4,6 +4,7 @@
 set -eu
 pkgs=(
   build-essential cmake pkg-config
+  g++                  # the device emulator builds the kernel modules (runtime/dev/dev_emu.c)
   libyaml-dev          # frontend
   llvm-dev             # codegen (LLVM C API, llvm-config)
   check                # unit tests

@@ -54,7 +54,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(JSON, "--json", NULL, C_PLAN | C_SIM, "print one JSON object instead of the table") \
 	X(TRACE, "--trace", "FILE.json", C_PLAN | C_SIM, "write the simulated step as a Chrome trace (Perfetto)") \
 	X(SVG, "--svg", "FILE.svg", C_PLAN | C_SIM, "draw the simulated step as an SVG timeline") \
-	X(TARGET, "--target", "cpu|cuda", C_COMPILE | C_PROFILE, "what the executables run on: cpu (MPI ranks; the default) or cuda (NVRTC kernels; docs/cuda.md)") \
+	X(TARGET, "--target", "cpu|cuda|cuda-emu", C_COMPILE | C_PROFILE, "what the executables run on: cpu (MPI ranks; the default), cuda (the layers on GPUs: NVRTC kernels, cuBLAS, NCCL; docs/cuda.md) or cuda-emu (the cuda ranks with their kernels compiled for the host and run by an emulator: the device path without a GPU, for testing)") \
 	X(GPU_ARCH, "--gpu-arch", "sm_XX", C_COMPILE, "cuda: the GPU architecture NVRTC compiles for (default sm_90)") \
 	X(EMIT, "--emit", "llvm,obj|cuda,ptx", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o); cuda: write the kernels' CUDA source (DIR/*.cu) or PTX (DIR/*.ptx)") \
 	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile: a directory) there")
@@ -727,18 +727,19 @@ static int not_built(const args *a, const char *what)
 static int cmd_compile(const args *a)
 {
 	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
-	bool cuda = strcmp(target, "cuda") == 0, emit_cu = false, emit_ptx = false;
+	bool emu = strcmp(target, "cuda-emu") == 0;
+	bool cuda = emu || strcmp(target, "cuda") == 0, emit_cu = false, emit_ptx = false;
 	if (!cuda && strcmp(target, "cpu") != 0)
-		return cli_error(a->cmd->name, "unknown target '%s' (cpu or cuda)", target);
+		return cli_error(a->cmd->name, "unknown target '%s' (cpu, cuda or cuda-emu)", target);
 #ifndef OCTO_HAVE_CUDA
-	if (cuda)
+	if (cuda && !emu)
 		return not_built(a, "the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
 #endif
 	/* CPU ranks talk through MPI; CUDA ranks through NCCL (whose proof also
 	 * covers their OCTO_COMM=mpi mode). */
 	const char *backend = cuda ? "nccl" : "mpi";
 	ir_backend want = cuda ? IR_BACKEND_NCCL : IR_BACKEND_MPI;
-	if (!cuda && a->set[O_GPU_ARCH])
+	if ((!cuda || emu) && a->set[O_GPU_ARCH])
 		return cli_error(a->cmd->name, "--gpu-arch is for --target cuda");
 	const char *gpu_arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
 	if (strncmp(gpu_arch, "sm_", 3) != 0 || strlen(gpu_arch) < 5 ||
@@ -755,11 +756,11 @@ static int cmd_compile(const args *a)
 				co.emit_obj = true;
 			else if (cuda && strcmp(w, "cuda") == 0)
 				emit_cu = true;
-			else if (cuda && strcmp(w, "ptx") == 0)
+			else if (cuda && !emu && strcmp(w, "ptx") == 0)
 				emit_ptx = true;
 			else
 				bad = cli_error(a->cmd->name, "--emit takes llvm, obj or both ('llvm,obj')%s, got '%s'",
-				                cuda ? ", and for cuda: cuda, ptx" : "", w);
+				                emu ? ", and for cuda-emu: cuda" : cuda ? ", and for cuda: cuda, ptx" : "", w);
 		}
 		free(list);
 		if (bad)
@@ -832,17 +833,12 @@ static int cmd_compile(const args *a)
 		if (r && m->plan.schedule == IR_SCHED_TUNED)
 			print_comparison(m, r);
 	}
-#ifdef OCTO_HAVE_CUDA
 	if (!rc && cuda) {
-		if (cg_compile_cuda(m, r, &co, gpu_arch, emit_cu, emit_ptx) != 0)
+		if (cg_compile_device(m, r, &co, emu ? CG_DEV_EMU : CG_DEV_CUDA, gpu_arch, emit_cu, emit_ptx) != 0)
 			rc = 1;
-	} else
-#else
-	(void)emit_cu;
-	(void)emit_ptx;
-#endif
-	if (!rc && cg_compile_cpu(m, r, &co) != 0)
+	} else if (!rc && cg_compile_cpu(m, r, &co) != 0) {
 		rc = 1;
+	}
 	sim_free(r);
 	ir_free(m);
 	arena_free(ar);

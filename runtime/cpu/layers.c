@@ -26,6 +26,8 @@ const char *rt_strerror(int code)
 	case RT_ECKPT: return "bad checkpoint";
 	case RT_ELOSS: return "loss is not finite";
 	case RT_ESTATE: return "call out of order";
+	case RT_ENODEV: return "no CUDA device";
+	case RT_EDEVICE: return "a device call failed";
 	default: return "unknown error";
 	}
 }

@@ -1,10 +1,31 @@
-/* rt_cuda.c: the CUDA path of libocto_rt: device, modules, streams, arena,
- * communicator (octo_cuda.h; docs/cuda.md).
+/* rt_cuda.c: the CUDA device of libocto_rt (docs/cuda.md): the dev_ops
+ * backend of the layer executor (runtime/dev/dev.h) and the NCCL
+ * communicator (rt_dcomm), attached to a rank by rt_device_attach_cuda.
  *
- * The driver API (cuModuleLoadData, ...) is reached through the CUDA
- * runtime's cudaGetDriverEntryPointByVersion, not by linking libcuda: a
- * rank executable then starts on a machine without a driver and says "no
- * CUDA device: ..." instead of failing in the dynamic loader. */
+ *   device      rank % (devices on the node), its primary context
+ *   modules     the rank's PTX images, loaded through the driver API, which
+ *               is reached through cudaGetDriverEntryPointByVersion rather
+ *               than by linking libcuda: a rank executable then starts on a
+ *               machine without a driver and says "no CUDA device: ..."
+ *               instead of failing in the dynamic loader
+ *   streams     one compute stream (kernels, cuBLAS, copies) and one
+ *               communication stream; a group's transfers wait for the
+ *               compute stream's work so far (event), and complete as a
+ *               whole (event the runtime's wait polls)
+ *   GEMMs       cublasGemmEx: row-major products as the column-major
+ *               product of the transposes; bf16 or f32 inputs, f32
+ *               arithmetic (CUBLAS_COMPUTE_32F: no TF32), f32 or storage-
+ *               type output
+ *   memory      cudaMalloc (never managed memory), once at setup
+ *   NCCL        rank 0's unique id broadcast over MPI once, before the
+ *               first step; a non-blocking communicator (every result
+ *               polled until it settles), ncclCommAbort when the rank fails.
+ *               OCTO_COMM=mpi: no NCCL; the runtime moves host copies over
+ *               MPI, so several ranks can share one GPU.
+ *
+ * Every call is checked; a failure leaves "CALL failed during OP: WHY
+ * (rank R)" in the device's err and returns RT_EDEVICE (RT_ENODEV without
+ * a device). */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,67 +38,63 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include "octo_cuda.h"
+#include "dev.h"
+#include "rt_internal.h"
 
 typedef CUresult (*pfn_load)(CUmodule *, const void *);
 typedef CUresult (*pfn_getfn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*pfn_unload)(CUmodule);
+typedef CUresult (*pfn_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, CUstream, void **, void **);
 
-struct rt_cuda {
-	int rank, nranks, dev;
+/* A kernel looked up once: (module, name) -> function. */
+typedef struct kfn {
+	int mod;
+	char name[64];
+	CUfunction f;
+} kfn;
+
+typedef struct rt_cuda {
+	rt_dev dev;
+	rt_dcomm dcomm;
+	int rank, nranks, device;
 	int nmods;
 	CUmodule *mods;
-	const char **names;
+	char **names;
 	pfn_getfn getfn;
 	pfn_unload unload;
+	pfn_launch launch;
+	kfn *fns;
+	int nfns, capfns;
 	cublasHandle_t blas;
 	cudaStream_t compute, comm;
-	cudaEvent_t ready, done;
-	char *arena;
-	size_t arena_size, arena_used;
-	bool use_mpi; /* OCTO_COMM=mpi: host-staged transfers */
+	cudaEvent_t ready;
 	ncclComm_t nccl;
-	int nreq;     /* MPI: requests of the open group */
-	MPI_Request req[64];
-	void *stage[64], *dst[64];
-	size_t stage_bytes[64];
-	char err[512];
-};
-
-static char init_err[512];
+} rt_cuda;
 
 static int fail(rt_cuda *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(rt_cuda *c, int code, const char *fmt, ...)
 {
-	char *e = c ? c->err : init_err;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(e, sizeof init_err, fmt, ap);
+	vsnprintf(c->dev.err, sizeof c->dev.err, fmt, ap);
 	va_end(ap);
 	return code;
 }
 
-/* Every call checked: the rank, the call and the op in the message. */
-#define CUDA_OK(c, call, op)                                                               \
-	do {                                                                                 \
-		cudaError_t e_ = (call);                                                         \
-		if (e_ != cudaSuccess)                                                           \
-			return fail(c, RT_ECUDA, "rank %d: %s failed during %s: %s", (c)->rank, #call, \
-			            op, cudaGetErrorString(e_));                                     \
+#define CUDA_OK(c, call, op)                                                              \
+	do {                                                                                \
+		cudaError_t e_ = (call);                                                        \
+		if (e_ != cudaSuccess)                                                          \
+			return fail(c, RT_EDEVICE, "%s failed during %s: %s (rank %d)", #call, op,  \
+			            cudaGetErrorString(e_), (c)->rank);                             \
 	} while (0)
-#define DRV_OK(c, call, op)                                                                 \
-	do {                                                                                  \
-		CUresult e_ = (call);                                                             \
-		if (e_ != CUDA_SUCCESS)                                                           \
-			return fail(c, RT_ECUDA, "rank %d: %s failed during %s: CUresult %d", (c)->rank, \
-			            #call, op, (int)e_);                                              \
-	} while (0)
-#define BLAS_OK(c, call, op)                                                                \
-	do {                                                                                  \
-		cublasStatus_t e_ = (call);                                                       \
-		if (e_ != CUBLAS_STATUS_SUCCESS)                                                  \
-			return fail(c, RT_ECUDA, "rank %d: %s failed during %s: %s", (c)->rank, #call,  \
-			            op, cublasGetStatusString(e_));                                   \
+#define BLAS_OK(c, call, op)                                                              \
+	do {                                                                                \
+		cublasStatus_t e_ = (call);                                                     \
+		if (e_ != CUBLAS_STATUS_SUCCESS)                                                \
+			return fail(c, RT_EDEVICE, "%s failed during %s: %s (rank %d)", #call, op,  \
+			            cublasGetStatusString(e_), (c)->rank);                          \
 	} while (0)
 
 /* NCCL calls on a non-blocking communicator may return ncclInProgress:
@@ -89,311 +106,325 @@ static ncclResult_t nccl_settle(ncclComm_t comm, ncclResult_t r)
 			break;
 	return r;
 }
-#define NCCL_OK(c, call, op)                                                                \
-	do {                                                                                  \
-		ncclResult_t e_ = nccl_settle((c)->nccl, (call));                                 \
-		if (e_ != ncclSuccess)                                                            \
-			return fail(c, RT_ECUDA, "rank %d: %s failed during %s: %s (%s)", (c)->rank,    \
-			            #call, op, ncclGetErrorString(e_), ncclGetLastError((c)->nccl));  \
-	} while (0)
-#define MPI_OK(c, call, op)                                                                 \
-	do {                                                                                  \
-		if ((call) != MPI_SUCCESS)                                                        \
-			return fail(c, RT_EMPI, "rank %d: %s failed during %s", (c)->rank, #call, op);  \
+#define NCCL_OK(c, call, op)                                                              \
+	do {                                                                                \
+		ncclResult_t e_ = nccl_settle((c)->nccl, (call));                               \
+		if (e_ != ncclSuccess)                                                          \
+			return fail(c, RT_EDEVICE, "%s failed during %s: %s (%s) (rank %d)", #call,  \
+			            op, ncclGetErrorString(e_), ncclGetLastError((c)->nccl),        \
+			            (c)->rank);                                                     \
 	} while (0)
 
-static int driver_fn(rt_cuda *c, const char *sym, void **fn)
+static rt_cuda *self(rt_dev *d)
 {
-	enum cudaDriverEntryPointQueryResult q;
-	CUDA_OK(c, cudaGetDriverEntryPointByVersion(sym, fn, 12000, cudaEnableDefault, &q), sym);
-	if (q != cudaDriverEntryPointSuccess || !*fn)
-		return fail(c, RT_ECUDA, "rank %d: the CUDA driver has no %s", c->rank, sym);
+	return d->impl;
+}
+
+/* ---- dev_ops ------------------------------------------------------------------ */
+
+static int c_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *cc,
+                  int64_t ldc, bool c_f32)
+{
+	rt_cuda *c = self(d);
+	cudaDataType st = d->bf16 ? CUDA_R_16BF : CUDA_R_32F, ct = c_f32 ? CUDA_R_32F : st;
+	/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+	BLAS_OK(c, cublasGemmEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+	                        (int)n, (int)m, (int)k, &alpha, b, st, (int)ldb, a, st, (int)lda, &beta,
+	                        cc, ct, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+	        "a GEMM");
 	return RT_OK;
 }
 
-static int setup(rt_cuda *c, int nimages, const rt_cuda_image *images, size_t arena_bytes)
+static int c_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned block, void **args)
 {
-	int n = 0;
-	cudaError_t e = cudaGetDeviceCount(&n);
-	if (e != cudaSuccess || n == 0)
-		return fail(c, RT_ENODEV, "no CUDA device: %s (rank %d)",
-		            e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices", c->rank);
-	c->dev = c->rank % n;
-	CUDA_OK(c, cudaSetDevice(c->dev), "device setup");
-	CUDA_OK(c, cudaFree(0), "context creation"); /* the primary context, current from here */
-
-	pfn_load load;
-	int rc;
-	if ((rc = driver_fn(c, "cuModuleLoadData", (void **)&load)) ||
-	    (rc = driver_fn(c, "cuModuleGetFunction", (void **)&c->getfn)) ||
-	    (rc = driver_fn(c, "cuModuleUnload", (void **)&c->unload)))
-		return rc;
-	c->mods = calloc((size_t)nimages + 1, sizeof *c->mods);
-	c->names = calloc((size_t)nimages + 1, sizeof *c->names);
-	if (!c->mods || !c->names)
-		return fail(c, RT_ENOMEM, "rank %d: out of host memory", c->rank);
-	for (int i = 0; i < nimages; i++) {
-		CUresult r = load(&c->mods[i], images[i].ptx);
+	rt_cuda *c = self(d);
+	if (mod < 0 || mod >= c->nmods)
+		return fail(c, RT_EARG, "no kernel module %d (%d loaded) (rank %d)", mod, c->nmods, c->rank);
+	CUfunction f = NULL;
+	for (int i = 0; i < c->nfns && !f; i++)
+		if (c->fns[i].mod == mod && strcmp(c->fns[i].name, fn) == 0)
+			f = c->fns[i].f;
+	if (!f) {
+		CUresult r = c->getfn(&f, c->mods[mod], fn);
 		if (r != CUDA_SUCCESS)
-			return fail(c, RT_ECUDA, "rank %d: cuModuleLoadData failed during module load of %s: CUresult %d",
-			            c->rank, images[i].name, (int)r);
-		c->names[i] = images[i].name;
-		c->nmods = i + 1;
-	}
-	BLAS_OK(c, cublasCreate(&c->blas), "cuBLAS setup");
-	CUDA_OK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "stream setup");
-	CUDA_OK(c, cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking), "stream setup");
-	BLAS_OK(c, cublasSetStream(c->blas, c->compute), "cuBLAS setup");
-	CUDA_OK(c, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "event setup");
-	CUDA_OK(c, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "event setup");
-	if (arena_bytes) {
-		CUDA_OK(c, cudaMalloc((void **)&c->arena, arena_bytes), "the device arena");
-		c->arena_size = arena_bytes;
-	}
-
-	const char *mode = getenv("OCTO_COMM");
-	c->use_mpi = mode && strcmp(mode, "mpi") == 0;
-	if (c->use_mpi)
-		return RT_OK;
-	/* NCCL: rank 0's unique id to every rank, once, before the first step. */
-	ncclUniqueId id;
-	if (c->rank == 0)
-		NCCL_OK(c, ncclGetUniqueId(&id), "NCCL bootstrap");
-	MPI_OK(c, MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD), "NCCL bootstrap");
-	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-	cfg.blocking = 0; /* so that a failing rank can ncclCommAbort */
-	ncclResult_t r = ncclCommInitRankConfig(&c->nccl, c->nranks, id, c->rank, &cfg);
-	NCCL_OK(c, r, "NCCL bootstrap (ncclCommInitRankConfig)");
-	return RT_OK;
-}
-
-int rt_cuda_init(int rank, int nranks, int nimages, const rt_cuda_image *images,
-                 size_t arena_bytes, rt_cuda **out)
-{
-	*out = NULL;
-	rt_cuda *c = calloc(1, sizeof *c);
-	if (!c)
-		return fail(NULL, RT_ENOMEM, "rank %d: out of host memory", rank);
-	c->rank = rank;
-	c->nranks = nranks;
-	int rc = setup(c, nimages, images, arena_bytes);
-	if (rc) {
-		memcpy(init_err, c->err, sizeof init_err);
-		rt_cuda_abort(c);
-		return rc;
-	}
-	*out = c;
-	return RT_OK;
-}
-
-const char *rt_cuda_error(const rt_cuda *c) { return c ? c->err : init_err; }
-
-void *rt_cuda_alloc(rt_cuda *c, size_t bytes)
-{
-	size_t at = (c->arena_used + 255) & ~(size_t)255;
-	if (at + bytes > c->arena_size) {
-		fail(c, RT_ENOMEM, "rank %d: the device arena (%zu bytes) is full", c->rank, c->arena_size);
-		return NULL;
-	}
-	c->arena_used = at + bytes;
-	return c->arena + at;
-}
-
-void *rt_cuda_kernel(rt_cuda *c, const char *module, const char *entry)
-{
-	for (int i = 0; i < c->nmods; i++)
-		if (strcmp(c->names[i], module) == 0) {
-			CUfunction f;
-			CUresult r = c->getfn(&f, c->mods[i], entry);
-			if (r == CUDA_SUCCESS)
-				return (void *)f;
-			fail(c, RT_ECUDA, "rank %d: cuModuleGetFunction(%s) failed in module %s: CUresult %d",
-			     c->rank, entry, module, (int)r);
-			return NULL;
+			return fail(c, RT_EDEVICE, "cuModuleGetFunction(%s) failed in module %s: CUresult %d (rank %d)",
+			            fn, c->names[mod], (int)r, c->rank);
+		if (c->nfns == c->capfns) {
+			int cap = c->capfns ? 2 * c->capfns : 32;
+			kfn *k = realloc(c->fns, (size_t)cap * sizeof *k);
+			if (!k)
+				return fail(c, RT_ENOMEM, "out of host memory (rank %d)", c->rank);
+			c->fns = k;
+			c->capfns = cap;
 		}
-	fail(c, RT_EARG, "rank %d: no kernel module %s", c->rank, module);
-	return NULL;
-}
-
-int rt_cuda_group_begin(rt_cuda *c)
-{
-	/* The transfers see everything the compute stream did so far. */
-	CUDA_OK(c, cudaEventRecord(c->ready, c->compute), "group begin");
-	CUDA_OK(c, cudaStreamWaitEvent(c->comm, c->ready, 0), "group begin");
-	if (c->use_mpi) {
-		CUDA_OK(c, cudaStreamSynchronize(c->comm), "group begin");
-		c->nreq = 0;
-		return RT_OK;
+		c->fns[c->nfns] = (kfn){.mod = mod, .f = f};
+		snprintf(c->fns[c->nfns].name, sizeof c->fns[c->nfns].name, "%s", fn);
+		c->nfns++;
 	}
-	NCCL_OK(c, ncclGroupStart(), "group begin");
+	CUresult r = c->launch(f, grid, 1, 1, block, 1, 1, 0, c->compute, args, NULL);
+	if (r != CUDA_SUCCESS)
+		return fail(c, RT_EDEVICE, "cuLaunchKernel(%s, %u x %u) failed in module %s: CUresult %d (rank %d)",
+		            fn, grid, block, c->names[mod], (int)r, c->rank);
 	return RT_OK;
 }
 
-static int mpi_slot(rt_cuda *c, size_t bytes, const char *op)
+static int c_copy(rt_dev *d, void *dst, const void *src, size_t bytes, dev_dir dir)
 {
-	if (c->nreq == (int)(sizeof c->req / sizeof *c->req))
-		return fail(c, RT_EARG, "rank %d: more than 64 transfers in one group during %s", c->rank, op);
-	void *h = malloc(bytes ? bytes : 1);
-	if (!h)
-		return fail(c, RT_ENOMEM, "rank %d: out of host memory during %s", c->rank, op);
-	c->stage[c->nreq] = h;
-	c->stage_bytes[c->nreq] = bytes;
+	rt_cuda *c = self(d);
+	enum cudaMemcpyKind k = dir == DEV_H2D ? cudaMemcpyHostToDevice
+	                        : dir == DEV_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+	CUDA_OK(c, cudaMemcpyAsync(dst, src, bytes, k, c->compute), "a copy");
+	if (dir == DEV_D2H) /* the host reads it next */
+		CUDA_OK(c, cudaStreamSynchronize(c->compute), "a copy to the host");
 	return RT_OK;
 }
 
-int rt_cuda_send(rt_cuda *c, const void *buf, size_t bytes, int peer, const char *op)
+static int c_zero(rt_dev *d, void *p, size_t bytes)
 {
-	if (!c->use_mpi) {
-		NCCL_OK(c, ncclSend(buf, bytes, ncclUint8, peer, c->nccl, c->comm), op);
-		return RT_OK;
-	}
-	int rc = mpi_slot(c, bytes, op);
-	if (rc)
-		return rc;
-	CUDA_OK(c, cudaMemcpy(c->stage[c->nreq], buf, bytes, cudaMemcpyDeviceToHost), op);
-	c->dst[c->nreq] = NULL;
-	MPI_OK(c, MPI_Isend(c->stage[c->nreq], (int)bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD,
-	                    &c->req[c->nreq]), op);
-	c->nreq++;
+	rt_cuda *c = self(d);
+	CUDA_OK(c, cudaMemsetAsync(p, 0, bytes, c->compute), "a memset");
 	return RT_OK;
 }
 
-int rt_cuda_recv(rt_cuda *c, void *buf, size_t bytes, int peer, const char *op)
+static int c_alloc(rt_dev *d, size_t bytes, void **p)
 {
-	if (!c->use_mpi) {
-		NCCL_OK(c, ncclRecv(buf, bytes, ncclUint8, peer, c->nccl, c->comm), op);
-		return RT_OK;
-	}
-	int rc = mpi_slot(c, bytes, op);
-	if (rc)
-		return rc;
-	c->dst[c->nreq] = buf;
-	MPI_OK(c, MPI_Irecv(c->stage[c->nreq], (int)bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD,
-	                    &c->req[c->nreq]), op);
-	c->nreq++;
+	rt_cuda *c = self(d);
+	cudaError_t e = cudaMalloc(p, bytes);
+	if (e != cudaSuccess)
+		return fail(c, RT_ENOMEM, "cudaMalloc of %zu bytes failed: %s (rank %d, device %d)", bytes,
+		            cudaGetErrorString(e), c->rank, c->device);
 	return RT_OK;
 }
 
-int rt_cuda_group_end(rt_cuda *c, const char *op)
+static void c_free(rt_dev *d, void *p)
 {
-	if (c->use_mpi) {
-		MPI_OK(c, MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE), op);
-		for (int i = 0; i < c->nreq; i++) {
-			if (c->dst[i])
-				CUDA_OK(c, cudaMemcpy(c->dst[i], c->stage[i], c->stage_bytes[i], cudaMemcpyHostToDevice), op);
-			free(c->stage[i]);
-		}
-		c->nreq = 0;
-		return RT_OK;
-	}
-	NCCL_OK(c, ncclGroupEnd(), op);
-	/* The compute stream's next kernels see what the group received. */
-	CUDA_OK(c, cudaEventRecord(c->done, c->comm), op);
-	CUDA_OK(c, cudaStreamWaitEvent(c->compute, c->done, 0), op);
-	return RT_OK;
+	(void)d;
+	if (p)
+		cudaFree(p);
 }
 
-int rt_cuda_sync(rt_cuda *c, const char *op)
+static int c_sync(rt_dev *d)
 {
-	CUDA_OK(c, cudaStreamSynchronize(c->compute), op);
-	CUDA_OK(c, cudaStreamSynchronize(c->comm), op);
+	rt_cuda *c = self(d);
+	CUDA_OK(c, cudaStreamSynchronize(c->compute), "the device's work");
 	return RT_OK;
 }
 
 static void release(rt_cuda *c)
 {
 	for (int i = 0; i < c->nmods; i++)
-		c->unload(c->mods[i]);
+		if (c->mods[i])
+			c->unload(c->mods[i]);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->ready)
 		cudaEventDestroy(c->ready);
-	if (c->done)
-		cudaEventDestroy(c->done);
 	if (c->compute)
 		cudaStreamDestroy(c->compute);
 	if (c->comm)
 		cudaStreamDestroy(c->comm);
-	if (c->arena)
-		cudaFree(c->arena);
+	for (int i = 0; c->names && i < c->nmods; i++)
+		free(c->names[i]);
 	free(c->mods);
 	free(c->names);
+	free(c->fns);
 	free(c);
 }
 
-void rt_cuda_abort(rt_cuda *c)
+static void c_destroy(rt_dev *d)
 {
-	if (!c)
-		return;
-	if (c->nccl)
-		ncclCommAbort(c->nccl);
-	c->nccl = NULL;
-	release(c);
-}
-
-int rt_cuda_fini(rt_cuda *c)
-{
-	if (!c)
-		return RT_OK;
-	int rc = RT_OK;
+	rt_cuda *c = self(d);
 	if (c->nccl) {
 		ncclResult_t r = nccl_settle(c->nccl, ncclCommFinalize(c->nccl));
-		if (r != ncclSuccess) {
-			rc = fail(c, RT_ECUDA, "rank %d: ncclCommFinalize failed during shutdown: %s", c->rank,
-			          ncclGetErrorString(r));
-			ncclCommAbort(c->nccl);
-		} else {
+		if (r == ncclSuccess)
 			ncclCommDestroy(c->nccl);
-		}
-		c->nccl = NULL;
+		else
+			ncclCommAbort(c->nccl);
 	}
 	release(c);
-	return rc;
 }
 
-int rt_cuda_rank_main(int argc, char **argv, int rank, int nranks, const char *about,
-                      int nimages, const char *const *names, const char *const *ptx)
+static void c_abort(rt_dev *d)
 {
-	for (int i = 1; i < argc; i++)
-		if (strcmp(argv[i], "--help") == 0) {
-			printf("%s\nkernels: %d PTX modules embedded", about, nimages);
-			for (int k = 0; k < nimages; k++)
-				printf("%s%s", k ? ", " : ": ", names[k]);
-			printf("\n");
-			return 0;
-		}
-	int provided, rc = 1;
-	if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-		fprintf(stderr, "octopipe rank %d: error: MPI_Init_thread failed\n", rank);
-		return 1;
+	rt_cuda *c = self(d);
+	if (c->nccl)
+		ncclCommAbort(c->nccl); /* no peer is left in a transfer with this rank */
+	c->nccl = NULL;
+}
+
+static const dev_ops cuda_ops = {
+    .name = "cuda", .gemm = c_gemm, .launch = c_launch, .copy = c_copy, .zero = c_zero,
+    .alloc = c_alloc, .free = c_free, .sync = c_sync, .destroy = c_destroy, .abort = c_abort,
+};
+
+/* ---- the NCCL communicator ---------------------------------------------------- */
+
+static int n_group_begin(void *s)
+{
+	rt_cuda *c = s;
+	/* The transfers see everything the compute stream did so far. */
+	CUDA_OK(c, cudaEventRecord(c->ready, c->compute), "a group's start");
+	CUDA_OK(c, cudaStreamWaitEvent(c->comm, c->ready, 0), "a group's start");
+	NCCL_OK(c, ncclGroupStart(), "a group's start");
+	return RT_OK;
+}
+
+static int n_send(void *s, const void *buf, size_t bytes, int peer)
+{
+	rt_cuda *c = s;
+	NCCL_OK(c, ncclSend(buf, bytes, ncclUint8, peer, c->nccl, c->comm), "a send");
+	return RT_OK;
+}
+
+static int n_recv(void *s, void *buf, size_t bytes, int peer)
+{
+	rt_cuda *c = s;
+	NCCL_OK(c, ncclRecv(buf, bytes, ncclUint8, peer, c->nccl, c->comm), "a receive");
+	return RT_OK;
+}
+
+static int n_group_end(void *s, void **done)
+{
+	rt_cuda *c = s;
+	cudaEvent_t ev;
+	NCCL_OK(c, ncclGroupEnd(), "a group's end");
+	CUDA_OK(c, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "a group's end");
+	CUDA_OK(c, cudaEventRecord(ev, c->comm), "a group's end");
+	/* The compute stream's next kernels see what the group received, and
+	 * do not overwrite what it sends before it has. */
+	CUDA_OK(c, cudaStreamWaitEvent(c->compute, ev, 0), "a group's end");
+	*done = ev;
+	return RT_OK;
+}
+
+static int n_test(void *s, void *done, bool *complete)
+{
+	rt_cuda *c = s;
+	cudaError_t e = cudaEventQuery((cudaEvent_t)done);
+	if (e == cudaSuccess) {
+		*complete = true;
+		return RT_OK;
 	}
-	int me = 0, size = 1;
-	MPI_Comm_rank(MPI_COMM_WORLD, &me);
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	if (me != rank || size != nranks) {
-		fprintf(stderr, "octopipe rank %d: error: this is the program of rank %d of %d, but it runs "
-		                "as rank %d of %d (start the ranks with the 'launch' script next to it)\n",
-		        me, rank, nranks, me, size);
-		MPI_Abort(MPI_COMM_WORLD, 1);
-		return 1;
+	if (e != cudaErrorNotReady)
+		return fail(c, RT_EDEVICE, "a group's transfers failed: %s (rank %d)", cudaGetErrorString(e),
+		            c->rank);
+	ncclResult_t r;
+	if (ncclCommGetAsyncError(c->nccl, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress)
+		return fail(c, RT_EDEVICE, "NCCL failed during a group's transfers: %s (%s) (rank %d)",
+		            ncclGetErrorString(r), ncclGetLastError(c->nccl), c->rank);
+	*complete = false;
+	return RT_OK;
+}
+
+static void n_release(void *s, void *done)
+{
+	(void)s;
+	cudaEventDestroy((cudaEvent_t)done);
+}
+
+static const char *n_error(void *s)
+{
+	return ((rt_cuda *)s)->dev.err;
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static int driver_fn(rt_cuda *c, const char *sym, void **fn)
+{
+	enum cudaDriverEntryPointQueryResult q;
+	CUDA_OK(c, cudaGetDriverEntryPointByVersion(sym, fn, 12000, cudaEnableDefault, &q), sym);
+	if (q != cudaDriverEntryPointSuccess || !*fn)
+		return fail(c, RT_EDEVICE, "the CUDA driver has no %s (rank %d)", sym, c->rank);
+	return RT_OK;
+}
+
+static int setup(rt_cuda *c, int nmods, const char *const *names, const char *const *ptx,
+                 bool use_mpi)
+{
+	int n = 0, rc;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n == 0)
+		return fail(c, RT_ENODEV, "no CUDA device: %s (rank %d)",
+		            e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices", c->rank);
+	c->device = c->rank % n;
+	CUDA_OK(c, cudaSetDevice(c->device), "device setup");
+	CUDA_OK(c, cudaFree(0), "context creation"); /* the primary context, current from here */
+
+	pfn_load load;
+	if ((rc = driver_fn(c, "cuModuleLoadData", (void **)&load)) ||
+	    (rc = driver_fn(c, "cuModuleGetFunction", (void **)&c->getfn)) ||
+	    (rc = driver_fn(c, "cuModuleUnload", (void **)&c->unload)) ||
+	    (rc = driver_fn(c, "cuLaunchKernel", (void **)&c->launch)))
+		return rc;
+	c->mods = calloc((size_t)nmods + 1, sizeof *c->mods);
+	c->names = calloc((size_t)nmods + 1, sizeof *c->names);
+	if (!c->mods || !c->names)
+		return fail(c, RT_ENOMEM, "out of host memory (rank %d)", c->rank);
+	for (int i = 0; i < nmods; i++) {
+		if (!(c->names[i] = strdup(names[i])))
+			return fail(c, RT_ENOMEM, "out of host memory (rank %d)", c->rank);
+		c->nmods = i + 1;
+		CUresult r = load(&c->mods[i], ptx[i]);
+		if (r != CUDA_SUCCESS)
+			return fail(c, RT_EDEVICE, "cuModuleLoadData failed during the load of module %s: "
+			            "CUresult %d (rank %d)", names[i], (int)r, c->rank);
 	}
-	rt_cuda_image *img = calloc((size_t)nimages + 1, sizeof *img);
-	for (int i = 0; img && i < nimages; i++)
-		img[i] = (rt_cuda_image){names[i], ptx[i]};
-	rt_cuda *c = NULL;
-	int e = img ? rt_cuda_init(rank, nranks, nimages, img, 0, &c) : RT_ENOMEM;
-	if (e) {
-		fprintf(stderr, "octopipe rank %d: error: %s\n", rank, rt_cuda_error(NULL));
-	} else {
-		fprintf(stderr, "octopipe rank %d: error: the CUDA step executor (layer F/B/W on the GPU) "
-		                "is not built yet in this version (docs/cuda.md); the device, the %d kernel "
-		                "modules and the communicator were set up\n", rank, nimages);
-		rc = 2;
-		rt_cuda_fini(c);
+	BLAS_OK(c, cublasCreate(&c->blas), "cuBLAS setup");
+	CUDA_OK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "stream setup");
+	CUDA_OK(c, cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking), "stream setup");
+	BLAS_OK(c, cublasSetStream(c->blas, c->compute), "cuBLAS setup");
+	BLAS_OK(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cuBLAS setup");
+	CUDA_OK(c, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "event setup");
+	if (use_mpi)
+		return RT_OK;
+
+	/* NCCL: rank 0's unique id to every rank, once, before the first step. */
+	ncclUniqueId id;
+	if (c->rank == 0)
+		NCCL_OK(c, ncclGetUniqueId(&id), "NCCL bootstrap");
+	if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+		return fail(c, RT_EMPI, "MPI_Bcast failed during NCCL bootstrap (rank %d)", c->rank);
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	cfg.blocking = 0; /* so that a failing rank can ncclCommAbort */
+	NCCL_OK(c, ncclCommInitRankConfig(&c->nccl, c->nranks, id, c->rank, &cfg),
+	        "NCCL bootstrap (ncclCommInitRankConfig)");
+	return RT_OK;
+}
+
+int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *names,
+                          const char *const *ptx, const int32_t *layer_mod)
+{
+	if (!ctx || nmods < 0 || (nmods && (!names || !ptx)) || !layer_mod)
+		return RT_EARG;
+	rt_cuda *c = calloc(1, sizeof *c);
+	if (!c)
+		return rt__fail(ctx, RT_ENOMEM, "device: out of host memory");
+	c->rank = ctx->rank;
+	c->nranks = ctx->world;
+	c->dev = (rt_dev){.ops = &cuda_ops, .bf16 = bf16 != 0, .row = 256, .each_block = 256,
+	                  .max_grid = 8192, .rank = ctx->rank, .impl = c};
+	const char *mode = getenv("OCTO_COMM");
+	bool use_mpi = mode && strcmp(mode, "mpi") == 0;
+	if (mode && !use_mpi && strcmp(mode, "nccl") != 0) {
+		free(c);
+		return rt__fail(ctx, RT_EARG, "OCTO_COMM=%s: the CUDA ranks talk through nccl (the default) "
+		                "or mpi", mode);
 	}
-	free(img);
-	if (e && size > 1)
-		MPI_Abort(MPI_COMM_WORLD, rc); /* no peer left waiting in the bootstrap */
-	MPI_Finalize();
-	return rc;
+	int rc = setup(c, nmods, names, ptx, use_mpi);
+	if (rc) {
+		rt__fail(ctx, rc, "%s", c->dev.err);
+		if (c->nccl)
+			ncclCommAbort(c->nccl);
+		release(c);
+		return rc;
+	}
+	c->dcomm = (rt_dcomm){.self = c, .group_begin = n_group_begin, .send = n_send, .recv = n_recv,
+	                      .group_end = n_group_end, .test = n_test, .release = n_release,
+	                      .error = n_error};
+	if ((rc = rt__dev_attach(ctx, &c->dev, layer_mod)))
+		return rc;
+	ctx->dcomm = use_mpi ? NULL : &c->dcomm;
+	ctx->dev_mpi_stage = use_mpi;
+	return RT_OK;
 }

@@ -50,6 +50,7 @@ typedef struct dev_ops {
 	void (*free)(rt_dev *d, void *p);
 	int (*sync)(rt_dev *d); /* the device has finished all work given so far */
 	void (*destroy)(rt_dev *d);
+	void (*abort)(rt_dev *d); /* the rank is failing: let no peer wait for it (may be NULL) */
 } dev_ops;
 
 struct rt_dev {
@@ -94,11 +95,14 @@ int dev_emu_create(int rank, bool bf16, rt_dev **out);
 /* Adds a module whose entry table ({NULL, NULL}-terminated) is linked into
  * the program; modules are numbered in the order they are added. */
 int dev_emu_add_table(rt_dev *d, const char *name, const dev_emu_entry *table);
-/* Adds a module from its source (cg_cuda_source): compiled with the host
- * C++ compiler `cxx` into a shared object under `workdir`, loaded with
- * dlopen.  For tests and tools. */
+/* Adds a module from its source (cg_cuda_emu_source, its table named
+ * DEV_EMU_TABLE): compiled with the host C++ compiler `cxx` into a shared
+ * object under `workdir` (created if missing; NAME.cpp, NAME.log, and
+ * NAME-HASH.so), loaded with dlopen.  A compile error's message holds the
+ * compiler's first error lines.  For tests and tools. */
 int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char *cxx,
                        const char *workdir);
+#define DEV_EMU_TABLE "octo_emu_table"
 
 /* ---- the layer executor ---------------------------------------------------- */
 

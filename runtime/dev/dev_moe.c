@@ -1,21 +1,275 @@
-/* dev_moe.c: not built yet. */
-#include "dev.h"
+/* dev_moe.c: the mixture of experts on the device (kernels.inc's moe_*,
+ * docs/layers.md): the router GEMM, routing and layout kernels, the experts
+ * as per-expert GEMMs over their rows of the gathered buffers (the
+ * activations once over all rows), the shared experts as one MLP.
+ *
+ * The per-expert GEMMs need each expert's row count, which the device
+ * computes (moe_F_layout's off): F, B and W wait for the device and copy
+ * off[0..E] to the host before their expert loops.
+ *
+ * Stashes (`real` the storage type; TK = T K; Fb, SFb = F, SF when gated,
+ * else 0):
+ *   act:     xhat [T][H], r [T] (f32), p [T][E] (f32), w [TK] (f32),
+ *            a [TK][F], b [TK][Fb], Y [TK][H], sa [T][SF], sb [T][SFb],
+ *            sel, slot, rowtok [TK] (i32), off [E+1] (i32);
+ *   ws:      xhat, du, dy [T][H], dr [T][E], dY [TK][H], h, da [TK][F],
+ *            db [TK][Fb], sh, sda [T][SF], sdb [T][SFb], rowtok [TK] (i32),
+ *            off [E+1] (i32);
+ *   scratch: u [T][H], logits [T][E], X [TK][H], h [TK][F], sh [T][SF],
+ *            dX [TK][H]. */
+#include <stdlib.h>
+
+#include "dev_ffn.h"
+
+typedef struct moe_bufs {
+	void *xhat, *a, *b, *ye, *sa, *sb; /* act */
+	float *r, *p, *w;
+	int32_t *sel, *slot, *rowtok, *off;
+	void *wxhat, *du, *dy, *dr, *dyg, *h, *da, *db, *sh, *sda, *sdb; /* ws */
+	int32_t *wrowtok, *woff;
+	void *u, *logit, *xg, *xh, *xsh, *dxg; /* scratch (xh, xsh: F's h, sh) */
+} moe_bufs;
+
+static void moe_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw, dev_carve *cs,
+                    moe_bufs *m)
+{
+	size_t T = (size_t)s->T, H = (size_t)s->H, F = (size_t)s->F, E = (size_t)s->E;
+	size_t TK = T * (size_t)s->K, SF = (size_t)s->SF;
+	size_t Fb = s->gated ? F : 0, SFb = s->gated ? SF : 0, i4 = sizeof(int32_t);
+	m->xhat = dev_take(ca, T * H * esz);
+	m->r = dev_take(ca, T * sizeof(float));
+	m->p = dev_take(ca, T * E * sizeof(float));
+	m->w = dev_take(ca, TK * sizeof(float));
+	m->a = dev_take(ca, TK * F * esz);
+	m->b = dev_take(ca, TK * Fb * esz);
+	m->ye = dev_take(ca, TK * H * esz);
+	m->sa = dev_take(ca, T * SF * esz);
+	m->sb = dev_take(ca, T * SFb * esz);
+	m->sel = dev_take(ca, TK * i4);
+	m->slot = dev_take(ca, TK * i4);
+	m->rowtok = dev_take(ca, TK * i4);
+	m->off = dev_take(ca, (E + 1) * i4);
+	m->wxhat = dev_take(cw, T * H * esz);
+	m->du = dev_take(cw, T * H * esz);
+	m->dy = dev_take(cw, T * H * esz);
+	m->dr = dev_take(cw, T * E * esz);
+	m->dyg = dev_take(cw, TK * H * esz);
+	m->h = dev_take(cw, TK * F * esz);
+	m->da = dev_take(cw, TK * F * esz);
+	m->db = dev_take(cw, TK * Fb * esz);
+	m->sh = dev_take(cw, T * SF * esz);
+	m->sda = dev_take(cw, T * SF * esz);
+	m->sdb = dev_take(cw, T * SFb * esz);
+	m->wrowtok = dev_take(cw, TK * i4);
+	m->woff = dev_take(cw, (E + 1) * i4);
+	m->u = dev_take(cs, T * H * esz);
+	m->logit = dev_take(cs, T * E * esz);
+	m->xg = dev_take(cs, TK * H * esz);
+	m->xh = dev_take(cs, TK * F * esz);
+	m->xsh = dev_take(cs, T * SF * esz);
+	m->dxg = dev_take(cs, TK * H * esz);
+}
+
+static void moe_bind(const rt_dev *d, const dev_layer *L, const dev_io *io, moe_bufs *m)
+{
+	dev_carve ca = {io->act, 0}, cw = {io->ws, 0}, cs = {io->scratch, 0};
+	moe_map(&L->s, dev_esz(d), &ca, &cw, &cs, m);
+}
 
 int dev_moe_sizes(const rt_shape *s, size_t esz, rt_sizes *sz)
 {
-	(void)s, (void)esz, (void)sz;
-	return RT_EINVAL;
+	dev_carve ca = {0}, cw = {0}, cs = {0};
+	moe_bufs m;
+	moe_map(s, esz, &ca, &cw, &cs, &m);
+	sz->act = (int64_t)ca.off;
+	sz->wstash = (int64_t)cw.off;
+	sz->scratch = (int64_t)cs.off;
+	return RT_OK;
 }
+
+/* Row r0 of a [rows][w] buffer; NULL when w is 0 (b of a plain activation). */
+static void *row(const rt_dev *d, void *buf, int64_t r0, int64_t w)
+{
+	return w ? dev_at(d, buf, r0 * w) : NULL;
+}
+
+static dev_ffn moe_expert(const rt_dev *d, const dev_layer *L, int64_t e)
+{
+	int64_t HF = L->s.H * L->s.F;
+	return (dev_ffn){L->s.F, dev_at(d, dev_param(d, L, MOE_W1), e * HF),
+	                 L->s.gated ? dev_at(d, dev_param(d, L, MOE_WU), e * HF) : NULL,
+	                 dev_at(d, dev_param(d, L, MOE_WD), e * HF)};
+}
+
+static dev_ffn_grad moe_expert_grad(const dev_layer *L, int64_t e)
+{
+	int64_t HF = L->s.H * L->s.F;
+	return (dev_ffn_grad){dev_grad(L, MOE_W1) + e * HF,
+	                      L->s.gated ? dev_grad(L, MOE_WU) + e * HF : NULL,
+	                      dev_grad(L, MOE_WD) + e * HF};
+}
+
+static dev_ffn moe_shared(const rt_dev *d, const dev_layer *L)
+{
+	return (dev_ffn){L->s.SF, dev_param(d, L, MOE_SW1),
+	                 L->s.gated ? dev_param(d, L, MOE_SWU) : NULL, dev_param(d, L, MOE_SWD)};
+}
+
+/* The layout's off[0..E] (device) on the host, in *off (the caller frees
+ * it), after the work queued so far; checked, as the expert loops index
+ * the gathered buffers with it. */
+static int moe_off(rt_dev *d, const dev_layer *L, const int32_t *doff, int32_t **off)
+{
+	int64_t E = L->s.E, TK = L->s.T * L->s.K;
+	size_t bytes = (size_t)(E + 1) * sizeof(int32_t);
+	*off = malloc(bytes);
+	if (!*off)
+		return dev_fail(d, RT_ENOMEM, "moe layer: out of host memory for the routing layout");
+	int rc = d->ops->sync(d);
+	if (!rc)
+		rc = d->ops->copy(d, *off, doff, bytes, DEV_D2H);
+	if (rc)
+		return rc;
+	bool ok = (*off)[0] == 0 && (*off)[E] == TK;
+	for (int64_t e = 0; ok && e < E; e++)
+		ok = (*off)[e] <= (*off)[e + 1];
+	return ok ? RT_OK
+	          : dev_fail(d, RT_EINVAL, "moe layer: bad routing layout from the device "
+	                                   "(off[E] = %d, T*K = %lld)", (int)(*off)[E], (long long)TK);
+}
+
 int dev_moe_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 {
-	(void)L, (void)io;
-	return dev_fail(d, RT_EINVAL, "the device executor does not run this kind yet");
+	const rt_shape *s = &L->s;
+	moe_bufs m;
+	moe_bind(d, L, io, &m);
+	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K, Fb = s->gated ? F : 0;
+	int32_t *off = NULL;
+	void *y = io->y;
+	int rc = dev_norm_f(d, L, io->x, m.u, m.xhat, m.r);
+	if (!rc)
+		rc = dev_proj(d, T, H, E, m.u, H, dev_param(d, L, MOE_ROUTER), 0.f, m.logit, E);
+	if (!rc)
+		rc = dev_each(d, L, "%s_F_route", T, (void *[]){&m.logit, &m.p, &m.w, &m.sel});
+	if (!rc)
+		rc = dev_run(d, L, "%s_F_layout", 1, 1, (void *[]){&m.sel, &m.off, &m.slot, &m.rowtok});
+	if (!rc)
+		rc = dev_each(d, L, "%s_F_gather", TK * H, (void *[]){&m.u, &m.rowtok, &m.xg});
+	/* y = x + shared(u) + the routed outputs, in that order; x is read only
+	 * by the norm, so y may be x. */
+	if (!rc && y != io->x)
+		rc = d->ops->copy(d, y, io->x, (size_t)(T * H) * dev_esz(d), DEV_D2D);
+	if (!rc && s->SF) {
+		dev_ffn sw = moe_shared(d, L);
+		rc = dev_ffn_f(d, L, T, &sw, m.u, m.sa, m.sb, m.xsh, 1.f, y);
+	}
+	if (!rc)
+		rc = moe_off(d, L, m.off, &off);
+	for (int64_t e = 0; !rc && e < E; e++) {
+		int64_t r0 = off[e], n = off[e + 1] - r0;
+		dev_ffn w = moe_expert(d, L, e);
+		if (n)
+			rc = dev_ffn_up(d, L, n, &w, row(d, m.xg, r0, H), row(d, m.a, r0, F),
+			                row(d, m.b, r0, Fb));
+	}
+	if (!rc)
+		rc = dev_ffn_act_f(d, L, TK * F, m.a, m.b, m.xh);
+	for (int64_t e = 0; !rc && e < E; e++) {
+		int64_t r0 = off[e], n = off[e + 1] - r0;
+		dev_ffn w = moe_expert(d, L, e);
+		if (n)
+			rc = dev_proj(d, n, F, H, row(d, m.xh, r0, F), F, w.wd, 0.f, row(d, m.ye, r0, H), H);
+	}
+	if (!rc)
+		rc = dev_each(d, L, "%s_F_combine", T * H, (void *[]){&m.w, &m.slot, &m.ye, &y});
+	free(off);
+	return rc;
 }
+
+/* dy goes to the W stash first: dx may be dy. */
 int dev_moe_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 {
-	return dev_moe_f(d, L, io);
+	const rt_shape *s = &L->s;
+	moe_bufs m;
+	moe_bind(d, L, io, &m);
+	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K, Fb = s->gated ? F : 0;
+	size_t bytes = (size_t)(T * H) * dev_esz(d);
+	int32_t *off = NULL;
+	int rc = d->ops->copy(d, m.dy, io->dy, bytes, DEV_D2D);
+	if (!rc)
+		rc = d->ops->copy(d, m.wxhat, m.xhat, bytes, DEV_D2D);
+	if (!rc)
+		rc = d->ops->copy(d, m.wrowtok, m.rowtok, (size_t)TK * sizeof(int32_t), DEV_D2D);
+	if (!rc)
+		rc = d->ops->copy(d, m.woff, m.off, (size_t)(E + 1) * sizeof(int32_t), DEV_D2D);
+	/* Through the combine: dY = w dy per row, dr through the renormalised
+	 * softmax. */
+	if (!rc)
+		rc = dev_each(d, L, "%s_B_route", T,
+		              (void *[]){&m.dy, &m.ye, &m.p, &m.w, &m.sel, &m.slot, &m.dyg, &m.dr});
+	if (!rc)
+		rc = moe_off(d, L, m.off, &off);
+	for (int64_t e = 0; !rc && e < E; e++) {
+		int64_t r0 = off[e], n = off[e + 1] - r0;
+		dev_ffn w = moe_expert(d, L, e);
+		if (n)
+			rc = dev_proj_dx(d, n, F, H, row(d, m.dyg, r0, H), H, w.wd, 0.f, row(d, m.da, r0, F),
+			                 F);
+	}
+	if (!rc)
+		rc = dev_ffn_act_b(d, L, TK * F, m.a, m.b, m.h, m.da, m.db);
+	for (int64_t e = 0; !rc && e < E; e++) {
+		int64_t r0 = off[e], n = off[e + 1] - r0;
+		dev_ffn w = moe_expert(d, L, e);
+		if (n)
+			rc = dev_ffn_dx(d, L, n, &w, row(d, m.da, r0, F), row(d, m.db, r0, Fb), 0.f,
+			                row(d, m.dxg, r0, H));
+	}
+	/* du = dr router^T + shared_B(dy) + the experts' dX, in that order. */
+	if (!rc)
+		rc = dev_proj_dx(d, T, H, E, m.dr, E, dev_param(d, L, MOE_ROUTER), 0.f, m.du, H);
+	if (!rc && s->SF) {
+		dev_ffn sw = moe_shared(d, L);
+		rc = dev_ffn_b(d, L, T, &sw, m.dy, m.sa, m.sb, m.sh, m.sda, m.sdb, 1.f, m.du);
+	}
+	if (!rc)
+		rc = dev_each(d, L, "%s_B_scatter", T * H, (void *[]){&m.slot, &m.dxg, &m.du});
+	if (!rc)
+		rc = dev_norm_b(d, L, m.du, m.xhat, m.r, m.dy, io->dx);
+	free(off);
+	return rc;
 }
+
 int dev_moe_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 {
-	return dev_moe_f(d, L, io);
+	const rt_shape *s = &L->s;
+	moe_bufs m;
+	moe_bind(d, L, io, &m);
+	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K, Fb = s->gated ? F : 0;
+	int32_t *off = NULL;
+	int rc = dev_norm_scale(d, L, m.wxhat, m.u);
+	if (!rc)
+		rc = dev_norm_w(d, L, m.du, m.wxhat);
+	if (!rc)
+		rc = dev_proj_dw(d, T, H, E, m.u, H, m.dr, E, dev_grad(L, MOE_ROUTER));
+	if (!rc)
+		rc = dev_each(d, L, "%s_W_gather", TK * H, (void *[]){&m.u, &m.wrowtok, &m.xg});
+	if (!rc)
+		rc = moe_off(d, L, m.woff, &off);
+	for (int64_t e = 0; !rc && e < E; e++) {
+		int64_t r0 = off[e], n = off[e + 1] - r0;
+		dev_ffn w = moe_expert(d, L, e);
+		dev_ffn_grad g = moe_expert_grad(L, e);
+		if (n)
+			rc = dev_ffn_w(d, L, n, &w, row(d, m.xg, r0, H), row(d, m.dyg, r0, H),
+			               row(d, m.h, r0, F), row(d, m.da, r0, F), row(d, m.db, r0, Fb), &g);
+	}
+	if (!rc && s->SF) {
+		dev_ffn sw = moe_shared(d, L);
+		dev_ffn_grad sg = {dev_grad(L, MOE_SW1), s->gated ? dev_grad(L, MOE_SWU) : NULL,
+		                   dev_grad(L, MOE_SWD)};
+		rc = dev_ffn_w(d, L, T, &sw, m.u, m.dy, m.sh, m.sda, m.sdb, &sg);
+	}
+	free(off);
+	return rc;
 }

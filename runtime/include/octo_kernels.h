@@ -44,6 +44,8 @@ extern "C" {
 #define RT_ECKPT (-8)    /* a damaged checkpoint, or one of another model */
 #define RT_ELOSS (-9)    /* the loss is NaN or infinite */
 #define RT_ESTATE (-10)  /* a call out of order (no arena, W out of micro-batch order, ...) */
+#define RT_ENODEV (-11)  /* no CUDA device (or no driver) */
+#define RT_EDEVICE (-12) /* a device call failed: CUDA, cuBLAS, NCCL, or the emulator */
 
 /* A static English message for an RT_ code. */
 const char *rt_strerror(int code);

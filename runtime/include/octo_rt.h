@@ -233,6 +233,24 @@ int rt_trace_merge(const char *dir, int nranks, const char *out_path, char *err,
  * the arena (and gives them back).  Collective. */
 int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path);
 
+/* ---- the device (the CUDA target; docs/cuda.md) ------------------------------ */
+
+/* After rt_init and before rt_model_init: this rank's layers run on a
+ * device.  Its kernel modules: nmods names and images (the CUDA target's
+ * PTX text, or the host emulator's entry tables, linked into the program);
+ * layer_mod: per local layer (rt_model_init's order), the index of its
+ * module.  bf16: the device stores activations and parameters as bf16
+ * (else f32).  The host keeps f32 master parameters and the optimizer
+ * state; the device runs F, B and W (rt_device.c).  rt_device_attach_cuda
+ * is in libocto_rt_cuda. */
+int rt_device_attach_emu(rt_ctx *ctx, int bf16, int nmods, const char *const *names,
+                         const void *const *tables, const int32_t *layer_mod);
+int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *names,
+                          const char *const *ptx, const int32_t *layer_mod);
+
+/* The program's buffer block (activations, stashes, messages) in device
+ * memory, once, after rt_device_attach_*. */
+int rt_device_buffers(rt_ctx *ctx, size_t bytes, void **base);
 
 /* ---- generated programs (rt_cli.c) ----------------------------------------- */
 

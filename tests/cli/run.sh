@@ -93,6 +93,9 @@ if timeout 20 "$bin" compile $m --target cuda --gpu-arch x -o "$tmp/out" 2>&1 | 
 else
   expect 1 "--gpu-arch takes sm_XX" compile $m --target cuda --gpu-arch x -o "$tmp/out"
 fi
+expect 1 "unknown target 'gpu' (cpu, cuda or cuda-emu)" compile $m --target gpu -o "$tmp/out"
+expect 1 "--gpu-arch is for --target cuda" compile $m --target cuda-emu --gpu-arch sm_90 -o "$tmp/out"
+expect 1 "--emit takes llvm, obj or both" compile $m --target cuda-emu --emit=ptx -o "$tmp/out"
 # sim on IR with costs: the table, JSON, a trace and an SVG
 c=tests/cli/costed.opir
 expect 0 "simulated step (1f1b, 8 micro-batches): makespan" sim $c

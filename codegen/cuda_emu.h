@@ -1,0 +1,99 @@
+/* cuda_emu.h: the shim that lets a kernel module (cg_cuda_source: the
+ * constants, cuda_lib.cu, the entry points) compile with the host C++
+ * compiler for the emulator of runtime/dev/dev_emu.c (docs/cuda.md).
+ * Embedded into octopipe as text (cg_cuda_emu) and put in front of the
+ * module by cg_cuda_emu_source, which appends the module's entry table.
+ *
+ * The emulator runs the threads of a block one after another, so:
+ *   - __shared__ is a static (one block at a time sees it);
+ *   - __device__ and the entry points are static, so that modules linked
+ *     into one program do not clash, and each module has its own statics;
+ *   - threadIdx, blockIdx, blockDim, gridDim and __syncthreads() read
+ *     through a pointer to the emulator's state, set by the module's first
+ *     entry, octo_emu_bind, before every launch.  No symbol is resolved
+ *     across the shared object's boundary.
+ * OCTO_ROW is the emulator's row block (DEV_EMU_ROW in runtime/dev/dev.h). */
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <math.h>
+#include <utility>
+
+#define __global__
+#define __device__ static
+#define __forceinline__ inline
+#define __shared__ static
+#define OCTO_KERNEL static
+#define OCTO_ROW 32
+
+/* The emulator's state: a copy of dev_emu_ctx in runtime/dev/dev_emu.c,
+ * whose size and sync offset octo_emu_bind reports back for a check. */
+struct octo_emu_dim3 {
+	unsigned x, y, z;
+};
+struct octo_emu_ctx {
+	octo_emu_dim3 thread, block, block_dim, grid_dim;
+	void (*sync)(octo_emu_ctx *ctx);
+};
+static octo_emu_ctx *octo_emu;
+
+#define threadIdx (octo_emu->thread)
+#define blockIdx (octo_emu->block)
+#define blockDim (octo_emu->block_dim)
+#define gridDim (octo_emu->grid_dim)
+#define __syncthreads() octo_emu->sync(octo_emu)
+
+/* args[0]: the state (the pointer itself); args[1]: size_t[2] that gets
+ * this copy's size and sync offset. */
+static void octo_emu_bind(void **args)
+{
+	octo_emu = (octo_emu_ctx *)args[0];
+	size_t *layout = (size_t *)args[1];
+	layout[0] = sizeof(octo_emu_ctx);
+	layout[1] = offsetof(octo_emu_ctx, sync);
+}
+
+/* The device intrinsics cuda_lib.cu uses; the rest (expf, logf, log1pf,
+ * erff, fmaxf, sqrtf, pow, cos, sin, INFINITY) are the C library's. */
+static inline float __uint_as_float(unsigned u)
+{
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+static inline float __int_as_float(int i)
+{
+	float f;
+	memcpy(&f, &i, sizeof f);
+	return f;
+}
+static inline unsigned __float_as_uint(float f)
+{
+	unsigned u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+static inline float rsqrtf(float v)
+{
+	return 1.f / sqrtf(v);
+}
+
+/* An entry as the emulator calls it: call(args), args as cuLaunchKernel's
+ * kernelParams (a pointer to each argument); octo_emu_thunk<f>::call
+ * unpacks them for the kernel f. */
+struct octo_emu_entry {
+	const char *name;
+	void (*call)(void **args);
+};
+template <auto F> struct octo_emu_thunk;
+template <typename... A, void (*F)(A...)> struct octo_emu_thunk<F> {
+	template <size_t... I> static void unpack(void **args, std::index_sequence<I...>)
+	{
+		F(*(A *)args[I]...);
+	}
+	static void call(void **args)
+	{
+		unpack(args, std::index_sequence_for<A...>{});
+	}
+};

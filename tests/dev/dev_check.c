@@ -1,0 +1,395 @@
+/* dev_check: the device executor's F, B and W of every layer kind against
+ * the CPU kernels, on random inputs (docs/cuda.md, "The kernel check").
+ *
+ * For each layer descriptor of the kinds asked for: parameters from
+ * rt_layer_init plus noise (so norm scales are not all one), gradients
+ * preloaded with noise (W must add to them), random x, dy and tokens.  The
+ * CPU runs rt_forward / rt_backward_b / rt_backward_w; the device runs
+ * dev_forward / dev_backward_b / dev_backward_w on the same values (rounded
+ * to bf16 with --bf16), first with separate buffers, then with y on x and
+ * dx on dy as the generated programs may pass them.  Every output (y or
+ * the loss, dx, each gradient tensor) is compared by its largest error
+ * relative to the largest CPU magnitude of that output: at most 1e-5 in
+ * f32 and 2e-2 in bf16.
+ *
+ * The device is the host emulator (the module's source compiled by the
+ * host C++ compiler), or the GPU with --device cuda.  Exit 0 when every
+ * output is within its threshold, 1 otherwise, 2 on a usage or setup
+ * error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_kernels.h"
+#include "dev.h"
+#include "octo_kernels.h"
+
+typedef struct tcase {
+	const char *kind; /* the command line's name */
+	const char *what;
+	rt_layer_desc d;
+	bool f32_only; /* see cases[] */
+} tcase;
+
+#define SEQ 24 /* more than one scan chunk (16), the last partial */
+#define MBS 2
+#define BASE .hidden = 64, .seq = SEQ, .mbs = MBS
+
+static const tcase cases[] = {
+    {"emb", "embedding", {.kind = RT_EMBEDDING, BASE, .vocab = 256}},
+    {"head", "head", {.kind = RT_HEAD, BASE, .vocab = 256}},
+    {"attn", "GQA 4/2", {.kind = RT_ATTENTION, BASE, .heads = 4, .kv_heads = 2}},
+    {"attn", "MHA, window 5", {.kind = RT_ATTENTION, BASE, .heads = 4, .window = 5}},
+    {"attn", "MLA, q rank 24", {.kind = RT_ATTENTION, BASE, .heads = 4, .head_dim = 16,
+                                .q_lora_rank = 24, .kv_lora_rank = 32, .qk_rope_dim = 8,
+                                .v_head_dim = 12}},
+    {"attn", "MLA, no q rank", {.kind = RT_ATTENTION, BASE, .heads = 2, .head_dim = 16,
+                                .kv_lora_rank = 16, .qk_rope_dim = 8}},
+    {"mlp", "swiglu", {.kind = RT_MLP, BASE, .ffn = 128, .act = RT_SWIGLU}},
+    {"mlp", "gelu", {.kind = RT_MLP, BASE, .ffn = 96, .act = RT_GELU}},
+    {"mlp", "relu2", {.kind = RT_MLP, BASE, .ffn = 80, .act = RT_RELU2}},
+    /* Top-k routing is discontinuous: in bf16 a token whose k-th and
+     * (k+1)-th experts are within the rounding of its logits may pick the
+     * other one, and its output then differs by O(1) from the f32 CPU's.
+     * The routed cases are checked in f32; bf16 checks a MoE layer that
+     * routes every token to every expert (the same kernels and GEMMs, with
+     * no choice to flip). */
+    {"moe", "4 experts, top 2, shared", {.kind = RT_MOE, BASE, .experts = 4, .top_k = 2,
+                                         .expert_ffn = 64, .shared_experts = 1, .act = RT_SWIGLU},
+     .f32_only = true},
+    {"moe", "8 experts, top 1, geglu", {.kind = RT_MOE, BASE, .experts = 8, .top_k = 1,
+                                        .expert_ffn = 32, .act = RT_GEGLU}, .f32_only = true},
+    {"moe", "4 experts, top 4, shared", {.kind = RT_MOE, BASE, .experts = 4, .top_k = 4,
+                                         .expert_ffn = 48, .shared_experts = 1, .act = RT_SWIGLU}},
+    {"mamba", "Mamba-2, 1 group", {.kind = RT_MAMBA, BASE, .version = 2, .state = 16,
+                                   .heads = 8, .head_dim = 16, .groups = 1}},
+    {"mamba", "Mamba-2, 2 groups", {.kind = RT_MAMBA, BASE, .version = 2, .state = 8,
+                                    .heads = 4, .head_dim = 32, .groups = 2}},
+    {"mamba", "Mamba-1", {.kind = RT_MAMBA, BASE, .version = 1, .state = 8}},
+};
+#define NCASES (int)(sizeof cases / sizeof cases[0])
+
+/* ---- random values ----------------------------------------------------------- */
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static double unif(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static float randn(void)
+{
+	double u = unif() + 1e-12, v = unif();
+	return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static float *noise(int64_t n, float scale)
+{
+	float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+	for (int64_t i = 0; i < n; i++)
+		p[i] = scale * randn();
+	return p;
+}
+
+/* ---- storage conversion ------------------------------------------------------- */
+
+static uint16_t to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* f32 values in the device's storage type (a host buffer). */
+static void *to_real(const float *x, int64_t n, bool bf16)
+{
+	void *out = malloc((size_t)(n ? n : 1) * (bf16 ? 2 : 4));
+	for (int64_t i = 0; i < n; i++)
+		if (bf16)
+			((uint16_t *)out)[i] = to_bf16(x[i]);
+		else
+			((float *)out)[i] = x[i];
+	return out;
+}
+
+/* The values the device sees (rounded to its storage), as f32: the CPU's input. */
+static void round_to(float *x, int64_t n, bool bf16)
+{
+	if (bf16)
+		for (int64_t i = 0; i < n; i++)
+			x[i] = from_bf16(to_bf16(x[i]));
+}
+
+/* ---- the device ----------------------------------------------------------------- */
+
+static void die(rt_dev *d, int rc, const char *what)
+{
+	fprintf(stderr, "dev_check: error: %s: %s (%s)\n", what, d ? d->err : "", rt_strerror(rc));
+	exit(2);
+}
+
+#define DEV(call, what)                                                              \
+	do {                                                                             \
+		int rc_ = (call);                                                            \
+		if (rc_)                                                                     \
+			die(dev, rc_, what);                                                     \
+	} while (0)
+
+static void *dalloc(rt_dev *dev, size_t bytes)
+{
+	void *p;
+	DEV(dev->ops->alloc(dev, bytes ? bytes : 1, &p), "device allocation");
+	return p;
+}
+
+static void *dput(rt_dev *dev, const void *h, size_t bytes)
+{
+	void *p = dalloc(dev, bytes);
+	if (bytes)
+		DEV(dev->ops->copy(dev, p, h, bytes, DEV_H2D), "copy to the device");
+	return p;
+}
+
+/* n values of storage type at device p, as f32 on the host. */
+static float *dget(rt_dev *dev, const void *p, int64_t n, bool f32)
+{
+	size_t esz = f32 ? 4 : dev_esz(dev);
+	void *h = malloc((size_t)(n ? n : 1) * esz);
+	DEV(dev->ops->sync(dev), "device sync");
+	if (n)
+		DEV(dev->ops->copy(dev, h, p, (size_t)n * esz, DEV_D2H), "copy from the device");
+	if (esz == 4)
+		return h;
+	float *out = malloc((size_t)n * sizeof *out);
+	for (int64_t i = 0; i < n; i++)
+		out[i] = from_bf16(((uint16_t *)h)[i]);
+	free(h);
+	return out;
+}
+
+static const char *device_kind = "emu";
+static char workdir[4096];
+
+static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
+{
+	rt_dev *dev = NULL;
+	if (strcmp(device_kind, "emu") == 0) {
+		char *src = cg_cuda_emu_source(d, bf16, "octo_emu_table", a);
+		if (!src)
+			exit(2);
+		char *name = cg_cuda_module_name(d, src, a);
+		DEV(dev_emu_create(0, bf16, &dev), "emulator");
+		DEV(dev_emu_add_source(dev, name, src, OCTO_CXX, workdir), "module build");
+		return dev;
+	}
+	fprintf(stderr, "dev_check: error: no device '%s' in this build\n", device_kind);
+	exit(2);
+}
+
+/* ---- one case --------------------------------------------------------------------- */
+
+static double rel_err(const float *got, const float *want, int64_t n)
+{
+	double big = 0, err = 0;
+	for (int64_t i = 0; i < n; i++) {
+		big = fmax(big, fabs((double)want[i]));
+		double e = fabs((double)got[i] - (double)want[i]);
+		err = isnan(e) ? INFINITY : fmax(err, e);
+	}
+	return big > 0 ? err / big : err;
+}
+
+static int report(const tcase *c, const char *out, double err, double tol)
+{
+	bool ok = err <= tol;
+	printf("%-6s %-26s %-22s max rel err %.2e %s\n", c->kind, c->what, out, err, ok ? "ok" : "FAIL");
+	return ok ? 0 : 1;
+}
+
+static int run_case(const tcase *c, bool bf16)
+{
+	const rt_layer_desc *d = &c->d;
+	/* Each case's inputs depend on the case only, whichever others run. */
+	rng = 0x243f6a8885a308d3ull;
+	for (const char *p = c->what; *p; p++)
+		rng = (rng ^ (unsigned char)*p) * 0x100000001b3ull;
+	if (bf16 && c->f32_only) {
+		printf("%-6s %-26s (f32 only: top-k routing flips under bf16 rounding)\n", c->kind, c->what);
+		return 0;
+	}
+	arena *a = arena_new();
+	rt_sizes cs, ds;
+	if (rt_layer_sizes(d, &cs) || dev_layer_sizes(d, bf16, &ds)) {
+		printf("%-6s %-26s FAIL: no sizes for this layer\n", c->kind, c->what);
+		arena_free(a);
+		return 1;
+	}
+	const double tol = bf16 ? 2e-2 : 1e-5;
+	const int64_t T = d->seq * d->mbs, H = d->hidden, P = cs.params;
+	const bool emb = d->kind == RT_EMBEDDING, head = d->kind == RT_HEAD;
+
+	/* The inputs, rounded to what the device stores so both see the same. */
+	float *params = malloc((size_t)P * sizeof *params);
+	if (rt_layer_init(d, 7, 3, params))
+		die(NULL, RT_EINVAL, "rt_layer_init");
+	for (int64_t i = 0; i < P; i++)
+		params[i] += 0.05f * randn();
+	round_to(params, P, bf16);
+	float *x = noise(T * H, 1.f), *dy = noise(T * H, 1.f), *g0 = noise(P, 0.01f);
+	round_to(x, T * H, bf16);
+	round_to(dy, T * H, bf16);
+	int32_t *tok = malloc((size_t)T * sizeof *tok);
+	for (int64_t t = 0; t < T; t++)
+		tok[t] = (int32_t)(unif() * (double)d->vocab);
+	if (head)
+		tok[3] = -1; /* an ignored target */
+
+	/* CPU */
+	void *act = calloc(1, (size_t)cs.act + 64), *ws = calloc(1, (size_t)cs.wstash + 64),
+	     *scr = calloc(1, (size_t)cs.scratch + 64);
+	float *y = calloc((size_t)(T * H), sizeof *y), *dx = calloc((size_t)(T * H), sizeof *dx);
+	float *grads = malloc((size_t)P * sizeof *grads);
+	memcpy(grads, g0, (size_t)P * sizeof *grads);
+	rt_loss loss = {0, 0};
+	int rc = rt_forward(d, params, emb ? NULL : x, emb || head ? tok : NULL, head ? NULL : y,
+	                    head ? &loss : NULL, act, scr);
+	if (!rc)
+		rc = rt_backward_b(d, params, head ? NULL : dy, 1.f / (float)T, emb ? NULL : dx, act, ws, scr);
+	if (!rc)
+		rc = rt_backward_w(d, params, grads, ws, scr);
+	if (rc)
+		die(NULL, rc, "the CPU kernels");
+
+	/* The device, twice: separate buffers, then y on x and dx on dy. */
+	rt_dev *dev = make_device(d, bf16, a);
+	int bad = 0;
+	for (int alias = 0; alias < 2; alias++) {
+		size_t esz = dev_esz(dev), act_b = (size_t)(T * H) * esz;
+		dev_layer L;
+		DEV(dev_layer_setup(&L, d), "layer setup");
+		void *hp = to_real(params, P, bf16), *hx = to_real(x, T * H, bf16), *hdy = to_real(dy, T * H, bf16);
+		L.mod = 0;
+		L.p = dput(dev, hp, (size_t)P * esz);
+		L.g = dput(dev, g0, (size_t)P * sizeof(float));
+		dev_io io = {.dscale = 1.f / (float)T};
+		void *dxin = dput(dev, hx, act_b), *ddy = dput(dev, hdy, act_b);
+		void *dyout = alias ? dxin : dalloc(dev, act_b), *ddx = alias ? ddy : dalloc(dev, act_b);
+		int zero = 0;
+		io.x = emb ? NULL : dxin;
+		io.y = head ? NULL : dyout;
+		io.tok = emb || head ? dput(dev, tok, (size_t)T * sizeof *tok) : NULL;
+		io.loss = head ? dalloc(dev, 2 * sizeof(double)) : NULL;
+		io.err = emb ? dput(dev, &zero, sizeof zero) : NULL;
+		io.act = dalloc(dev, (size_t)ds.act);
+		io.ws = dalloc(dev, (size_t)ds.wstash);
+		io.scratch = dalloc(dev, (size_t)ds.scratch);
+		DEV(dev_forward(dev, &L, &io), "F");
+		io.dy = head ? NULL : ddy;
+		io.dx = emb ? NULL : ddx;
+		if (head) {
+			double dl[2];
+			DEV(dev->ops->sync(dev), "device sync");
+			DEV(dev->ops->copy(dev, dl, io.loss, sizeof dl, DEV_D2H), "copy from the device");
+			double e = fabs(dl[0] - loss.sum) / fabs(loss.sum);
+			bad |= report(c, alias ? "F loss (aliased)" : "F loss", e, tol);
+			if (dl[1] != (double)loss.count)
+				bad |= report(c, "F count", INFINITY, tol);
+		} else {
+			float *got = dget(dev, io.y, T * H, false);
+			bad |= report(c, alias ? "F y (aliased)" : "F y", rel_err(got, y, T * H), tol);
+			free(got);
+		}
+		DEV(dev_backward_b(dev, &L, &io), "B");
+		if (!emb) {
+			float *got = dget(dev, io.dx, T * H, false);
+			bad |= report(c, alias ? "B dx (aliased)" : "B dx", rel_err(got, dx, T * H), tol);
+			free(got);
+		}
+		DEV(dev_backward_w(dev, &L, &io), "W");
+		if (!alias) {
+			float *got = dget(dev, L.g, P, true);
+			for (int i = 0; i < L.nt; i++) {
+				const rt_tensor *t = &L.t[i];
+				if (!t->size)
+					continue;
+				char what[64];
+				snprintf(what, sizeof what, "W d%s", t->name);
+				bad |= report(c, what, rel_err(got + t->offset, grads + t->offset, t->size), tol);
+			}
+			free(got);
+		}
+		free(hp);
+		free(hx);
+		free(hdy);
+	}
+	dev->ops->destroy(dev);
+	free(params), free(x), free(dy), free(g0), free(tok), free(act), free(ws), free(scr);
+	free(y), free(dx), free(grads);
+	arena_free(a);
+	return bad;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [KIND ...]\n"
+	           "  KIND: emb head attn mlp moe mamba (default: all)\n"
+	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
+	           "  thresholds: 1e-5 (f32) and 2e-2 (bf16) relative to the largest CPU value\n");
+}
+
+int main(int argc, char **argv)
+{
+	bool bf16 = false, want[NCASES] = {0}, any = false;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--bf16") == 0) {
+			bf16 = true;
+		} else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+			device_kind = argv[++i];
+		} else if (strcmp(argv[i], "--help") == 0) {
+			usage(stdout);
+			return 0;
+		} else {
+			bool found = false;
+			for (int k = 0; k < NCASES; k++)
+				if (strcmp(cases[k].kind, argv[i]) == 0)
+					want[k] = found = any = true;
+			if (!found) {
+				fprintf(stderr, "dev_check: error: unknown argument '%s'\n", argv[i]);
+				usage(stderr);
+				return 2;
+			}
+		}
+	}
+	snprintf(workdir, sizeof workdir, "%s/dev_check.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(workdir)) {
+		perror("dev_check: mkdtemp");
+		return 2;
+	}
+	int bad = 0;
+	for (int k = 0; k < NCASES; k++)
+		if (!any || want[k])
+			bad |= run_case(&cases[k], bf16);
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "dev_check: warning: could not remove %s\n", workdir);
+	printf("%s\n", bad ? "dev_check: FAIL" : "dev_check: every output within its threshold");
+	return bad;
+}

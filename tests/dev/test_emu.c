@@ -1,0 +1,462 @@
+/* test_emu.c: Check suite for the host emulator of the device executor
+ * (runtime/dev/dev_emu.c): barriers and block statics through the fiber
+ * scheduler, "each" coverage, GEMMs against a naive loop in f32 and bf16,
+ * the errors (divergent barrier, unknown kernel, compile failure), and a
+ * real module (cg_cuda_emu_source) against a direct computation.
+ *
+ * The hand-written kernels are compiled once, in the unchecked fixture
+ * (the parent process); each test runs forked, so a hang is a timeout. */
+#include <check.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_emu_text.h" /* cg_cuda_emu: the shim (codegen/cuda_emu.h) */
+#include "cuda_kernels.h"
+#include "dev.h"
+
+static char workdir[] = "/tmp/octo-test-emu-XXXXXX";
+
+static const char KERNELS[] =
+    /* A tree sum of each block's slice (blockDim.x a power of two). */
+    "OCTO_KERNEL void reduce(const float *x, float *out)\n"
+    "{\n"
+    "	__shared__ float sh[1024];\n"
+    "	unsigned t = threadIdx.x, n = blockDim.x;\n"
+    "	sh[t] = x[blockIdx.x * n + t];\n"
+    "	__syncthreads();\n"
+    "	for (unsigned s = n / 2; s > 0; s >>= 1) {\n"
+    "		if (t < s)\n"
+    "			sh[t] += sh[t + s];\n"
+    "		__syncthreads();\n"
+    "	}\n"
+    "	if (t == 0)\n"
+    "		out[blockIdx.x] = sh[0];\n"
+    "}\n"
+    "OCTO_KERNEL void cover(int *hits, long n)\n"
+    "{\n"
+    "	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)\n"
+    "		hits[i]++;\n"
+    "}\n"
+    "OCTO_KERNEL void half_waits(int *x)\n"
+    "{\n"
+    "	if (threadIdx.x < blockDim.x / 2)\n"
+    "		__syncthreads();\n"
+    "	x[threadIdx.x] = 1;\n"
+    "}\n"
+    "OCTO_KERNEL void first_returns(int *x)\n"
+    "{\n"
+    "	if (threadIdx.x > 0)\n"
+    "		__syncthreads();\n"
+    "	x[threadIdx.x] = 1;\n"
+    "}\n"
+    "extern \"C\" const octo_emu_entry octo_emu_table[] = {\n"
+    "    {\"octo_emu_bind\", octo_emu_bind},\n"
+    "    {\"reduce\", octo_emu_thunk<reduce>::call},\n"
+    "    {\"cover\", octo_emu_thunk<cover>::call},\n"
+    "    {\"half_waits\", octo_emu_thunk<half_waits>::call},\n"
+    "    {\"first_returns\", octo_emu_thunk<first_returns>::call},\n"
+    "    {nullptr, nullptr}};\n";
+
+static rt_dev *dev; /* f32, the module "hand" */
+
+static void setup(void)
+{
+	ck_assert_ptr_nonnull(mkdtemp(workdir));
+	size_t n = strlen(cg_cuda_emu) + strlen(KERNELS) + 2;
+	char *src = malloc(n);
+	snprintf(src, n, "%s\n%s", cg_cuda_emu, KERNELS);
+	ck_assert_int_eq(dev_emu_create(0, false, &dev), RT_OK);
+	int rc = dev_emu_add_source(dev, "hand", src, OCTO_CXX, workdir);
+	ck_assert_msg(rc == RT_OK, "%s", dev->err);
+	free(src);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static void teardown(void)
+{
+	dev->ops->destroy(dev);
+	nftw(workdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- kernels and the scheduler ---------------------------------------------------- */
+
+START_TEST(test_tree_sum)
+{
+	/* Small integers: every partial sum is exact, whatever the order. */
+	for (unsigned block = 1; block <= 1024; block *= 2) {
+		const unsigned grid = 5;
+		float *x = malloc(sizeof *x * grid * block), out[5];
+		for (unsigned i = 0; i < grid * block; i++)
+			x[i] = (float)((i * 7919u) % 13u) - 6.f;
+		float *xp = x, *op = out;
+		ck_assert_int_eq(dev->ops->launch(dev, 0, "reduce", grid, block, (void *[]){&xp, &op}),
+		                 RT_OK);
+		for (unsigned b = 0; b < grid; b++) {
+			float want = 0;
+			for (unsigned i = 0; i < block; i++)
+				want += x[b * block + i];
+			ck_assert_msg(out[b] == want, "block %u of %u threads: %g, want %g", b, block,
+			              (double)out[b], (double)want);
+		}
+		free(x);
+	}
+}
+END_TEST
+
+START_TEST(test_each_covers)
+{
+	for (long n = 1; n <= 100003; n = n * 37 + 5) {
+		int *hits = calloc((size_t)n, sizeof *hits);
+		unsigned grid = dev_each_grid(dev, n);
+		ck_assert_int_eq(dev->ops->launch(dev, 0, "cover", grid, dev->each_block,
+		                                  (void *[]){&hits, &n}),
+		                 RT_OK);
+		for (long i = 0; i < n; i++)
+			ck_assert_msg(hits[i] == 1, "n %ld: item %ld hit %d times", n, i, hits[i]);
+		free(hits);
+	}
+}
+END_TEST
+
+START_TEST(test_diverge)
+{
+	int x[64];
+	int *xp = x;
+	int rc = dev->ops->launch(dev, 0, "half_waits", 3, 64, (void *[]){&xp});
+	ck_assert_int_ne(rc, RT_OK);
+	ck_assert_msg(strstr(dev->err, "diverge") && strstr(dev->err, "half_waits") &&
+	                  strstr(dev->err, "hand"),
+	              "%s", dev->err);
+	rc = dev->ops->launch(dev, 0, "first_returns", 3, 64, (void *[]){&xp});
+	ck_assert_int_ne(rc, RT_OK);
+	ck_assert_msg(strstr(dev->err, "diverge") && strstr(dev->err, "first_returns"), "%s",
+	              dev->err);
+	/* The emulator still runs kernels after a failed launch. */
+	float v[32], s;
+	for (int i = 0; i < 32; i++)
+		v[i] = (float)i;
+	float *vp = v, *sp = &s;
+	ck_assert_int_eq(dev->ops->launch(dev, 0, "reduce", 1, 32, (void *[]){&vp, &sp}), RT_OK);
+	ck_assert(s == 496.f);
+}
+END_TEST
+
+START_TEST(test_launch_errors)
+{
+	int *p = NULL;
+	ck_assert_int_ne(dev->ops->launch(dev, 0, "nope", 1, 32, (void *[]){&p}), RT_OK);
+	ck_assert_msg(strstr(dev->err, "nope") && strstr(dev->err, "hand"), "%s", dev->err);
+	ck_assert_int_ne(dev->ops->launch(dev, 7, "cover", 1, 32, (void *[]){&p}), RT_OK);
+	ck_assert_int_ne(dev->ops->launch(dev, 0, "cover", 1, 1025, (void *[]){&p}), RT_OK);
+	ck_assert_msg(strstr(dev->err, "1025"), "%s", dev->err);
+	/* A table without the bind entry first. */
+	static const dev_emu_entry bad[] = {{"cover", NULL}, {NULL, NULL}};
+	ck_assert_int_ne(dev_emu_add_table(dev, "bad", bad), RT_OK);
+	ck_assert_msg(strstr(dev->err, "octo_emu_bind") && strstr(dev->err, "bad"), "%s", dev->err);
+}
+END_TEST
+
+START_TEST(test_compile_error)
+{
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
+	int rc = dev_emu_add_source(d, "broken", "int f() { return no_such_name_here; }\n",
+	                            OCTO_CXX, workdir);
+	ck_assert_int_ne(rc, RT_OK);
+	ck_assert_msg(strstr(d->err, "broken") && strstr(d->err, "no_such_name_here"), "%s", d->err);
+	/* Compiles, but is not a module. */
+	rc = dev_emu_add_source(d, "tableless", "int f() { return 1; }\n", OCTO_CXX, workdir);
+	ck_assert_int_ne(rc, RT_OK);
+	ck_assert_msg(strstr(d->err, DEV_EMU_TABLE), "%s", d->err);
+	rc = dev_emu_add_source(d, "x", "", "/nonexistent/c++", workdir);
+	ck_assert_int_ne(rc, RT_OK);
+	ck_assert_msg(strstr(d->err, "/nonexistent/c++"), "%s", d->err);
+	d->ops->destroy(d);
+}
+END_TEST
+
+/* ---- GEMM ---------------------------------------------------------------------------- */
+
+/* C = alpha op(A) op(B) + beta C in double, row-major. */
+static void naive(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc)
+{
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			double s = 0;
+			for (int p = 0; p < k; p++)
+				s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
+				     (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
+			c[i * ldc + j] = (float)(alpha * s + (beta == 0 ? 0 : beta * c[i * ldc + j]));
+		}
+}
+
+static float bf(uint16_t v)
+{
+	uint32_t u = (uint32_t)v << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static uint16_t to_bf(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+/* Multiples of 1/8 in [-2, 2): products and their short sums are exact in
+ * f32, so BLAS and the naive loop agree to the bit before any rounding. */
+static float val(int i)
+{
+	return (float)((i * 37 + 11) % 32 - 16) / 8.f;
+}
+
+START_TEST(test_gemm_f32)
+{
+	const int m = 5, n = 7, k = 3, ld = 11; /* every leading dimension wider than its rows */
+	float a0[16 * 11] = {0}, c0[16 * 11];
+	for (int t = 0; t < 4; t++) {
+		bool ta = t & 1, tb = t & 2;
+		float a[16 * 11], b[16 * 11], c[16 * 11], want[16 * 11];
+		for (int i = 0; i < 16 * 11; i++)
+			a[i] = val(i), b[i] = val(3 * i + 1), c[i] = want[i] = val(5 * i + 2);
+		naive(ta, tb, m, n, k, 0.5f, a, ld, b, ld, 2.f, want, ld);
+		ck_assert_int_eq(dev->ops->gemm(dev, ta, tb, m, n, k, 0.5f, a, ld, b, ld, 2.f, c, ld, false),
+		                 RT_OK);
+		for (int i = 0; i < 16 * 11; i++)
+			ck_assert_msg(c[i] == want[i], "ta %d tb %d: c[%d] %g, want %g", ta, tb, i,
+			              (double)c[i], (double)want[i]);
+		/* beta 0: C is not read (NaN there stays out of the result). */
+		for (int i = 0; i < 16 * 11; i++)
+			c[i] = NAN, want[i] = NAN;
+		naive(ta, tb, m, n, k, 1.f, a, ld, b, ld, 0.f, want, ld);
+		ck_assert_int_eq(dev->ops->gemm(dev, ta, tb, m, n, k, 1.f, a, ld, b, ld, 0.f, c, ld, true),
+		                 RT_OK);
+		for (int i = 0; i < m; i++)
+			for (int j = 0; j < n; j++)
+				ck_assert(c[i * ld + j] == want[i * ld + j]);
+		ck_assert(isnan(c[n])); /* outside the n columns: untouched */
+	}
+	/* Leading dimensions narrower than the rows: an error, not BLAS's complaint. */
+	ck_assert_int_ne(dev->ops->gemm(dev, false, false, m, n, k, 1.f, a0, 2, a0, ld, 0.f, c0, ld, false),
+	                 RT_OK);
+	ck_assert_msg(strstr(dev->err, "lda 2"), "%s", dev->err);
+	/* k == 0: C = beta C. */
+	float c[4] = {1, 2, 3, 4}, z = 0;
+	ck_assert_int_eq(dev->ops->gemm(dev, false, false, 2, 2, 0, 1.f, &z, 1, &z, 2, 3.f, c, 2, false),
+	                 RT_OK);
+	ck_assert(c[0] == 3 && c[1] == 6 && c[2] == 9 && c[3] == 12);
+}
+END_TEST
+
+START_TEST(test_gemm_bf16)
+{
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, true, &d), RT_OK);
+	const int m = 6, n = 5, k = 9, ld = 13;
+	for (int t = 0; t < 4; t++) {
+		bool ta = t & 1, tb = t & 2;
+		uint16_t a[16 * 13], b[16 * 13], c[16 * 13];
+		float af[16 * 13], bfl[16 * 13], want[16 * 13], cf[16 * 13];
+		for (int i = 0; i < 16 * 13; i++) {
+			a[i] = to_bf(val(i)), b[i] = to_bf(val(7 * i + 3)), c[i] = to_bf(val(2 * i) * 1.001f);
+			af[i] = bf(a[i]), bfl[i] = bf(b[i]), want[i] = bf(c[i]), cf[i] = want[i];
+		}
+		/* alpha 1/3: the f32 result needs rounding to bf16. */
+		naive(ta, tb, m, n, k, 1.f / 3, af, ld, bfl, ld, 0.75f, want, ld);
+		ck_assert_int_eq(d->ops->gemm(d, ta, tb, m, n, k, 1.f / 3, a, ld, b, ld, 0.75f, c, ld, false),
+		                 RT_OK);
+		for (int i = 0; i < 16 * 13; i++) {
+			uint16_t w = to_bf(want[i]);
+			/* BLAS's f32 may differ from the double-rounded loop by an ulp,
+			 * which can move the bf16 rounding by one. */
+			ck_assert_msg(abs((int)c[i] - (int)w) <= 1, "ta %d tb %d: c[%d] %#x, want %#x", ta, tb,
+			              i, c[i], w);
+		}
+		/* c_f32: C is f32, beta 1 accumulates (the weight gradients). */
+		float cw[16 * 13];
+		memcpy(cw, cf, sizeof cw);
+		naive(ta, tb, m, n, k, 1.f, af, ld, bfl, ld, 1.f, cw, ld);
+		ck_assert_int_eq(d->ops->gemm(d, ta, tb, m, n, k, 1.f, a, ld, b, ld, 1.f, cf, ld, true),
+		                 RT_OK);
+		for (int i = 0; i < 16 * 13; i++)
+			ck_assert_msg(cf[i] == cw[i], "c_f32 ta %d tb %d: c[%d] %g, want %g", ta, tb, i,
+			              (double)cf[i], (double)cw[i]);
+	}
+	/* A NaN operand gives bf16's quiet NaN; ties round to even. */
+	uint16_t a1[1] = {0x7fa0} /* signalling NaN */, b1[1] = {to_bf(1.f)}, c1[1];
+	ck_assert_int_eq(d->ops->gemm(d, false, false, 1, 1, 1, 1.f, a1, 1, b1, 1, 0.f, c1, 1, false),
+	                 RT_OK);
+	ck_assert_msg((c1[0] & 0x7fc0) == 0x7fc0, "%#x", c1[0]);
+	uint16_t a2[2] = {to_bf(1.f), to_bf(1.f)}, b2[2] = {to_bf(1.f), to_bf(1.f / 256)}, c2[1];
+	ck_assert_int_eq(d->ops->gemm(d, false, false, 1, 1, 2, 1.f, a2, 2, b2, 1, 0.f, c2, 1, false),
+	                 RT_OK);
+	ck_assert_msg(c2[0] == to_bf(1.f), "1 + 2^-8 rounds to 1 (even): %#x", c2[0]); /* a tie */
+	d->ops->destroy(d);
+}
+END_TEST
+
+/* ---- a real module -------------------------------------------------------------------- */
+
+START_TEST(test_mlp_module)
+{
+	const rt_layer_desc desc = {.kind = RT_MLP, .hidden = 64, .seq = 8, .mbs = 2, .ffn = 128,
+	                            .act = RT_SWIGLU};
+	enum { H = 64, ROWS = 128 }; /* the timing below runs 128 rows */
+	arena *a = arena_new();
+	char *src = cg_cuda_emu_source(&desc, false, DEV_EMU_TABLE, a);
+	ck_assert_ptr_nonnull(src);
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
+	int rc = dev_emu_add_source(d, cg_cuda_module_name(&desc, src, a), src, OCTO_CXX, workdir);
+	ck_assert_msg(rc == RT_OK, "%s", d->err);
+
+	float *x = malloc(sizeof(float) * ROWS * H), *u = malloc(sizeof(float) * ROWS * H),
+	      *xhat = malloc(sizeof(float) * ROWS * H), g[H], r[ROWS];
+	for (int i = 0; i < ROWS * H; i++)
+		x[i] = sinf(0.37f * (float)i) * (1 + (float)(i % 5));
+	for (int j = 0; j < H; j++)
+		g[j] = 0.5f + 0.01f * (float)j;
+	float *gp = g, *rp = r;
+	void *args[] = {&x, &gp, &u, &xhat, &rp};
+	const int T = 16;
+	ck_assert_int_eq(d->ops->launch(d, 0, "mlp_F_norm", T, d->row, args), RT_OK);
+	for (int t = 0; t < T; t++) {
+		double s = 0;
+		for (int j = 0; j < H; j++)
+			s += (double)x[t * H + j] * x[t * H + j];
+		double rr = 1 / sqrt(s / H + 1e-5);
+		ck_assert_msg(fabs(r[t] - rr) <= 1e-6 * rr, "r[%d] %g, want %g", t, (double)r[t], rr);
+		for (int j = 0; j < H; j++) {
+			double xh = x[t * H + j] * rr, want = xh * g[j];
+			ck_assert_msg(fabs(xhat[t * H + j] - xh) <= 1e-6 * fabs(xh) + 1e-30, "xhat");
+			ck_assert_msg(fabs(u[t * H + j] - want) <= 1e-6 * fabs(want) + 1e-30,
+			              "u[%d][%d] %g, want %g", t, j, (double)u[t * H + j], want);
+		}
+	}
+	/* The table has a row per entry point of the module, these among them. */
+	static const char *const names[] = {"mlp_F_norm", "mlp_B_norm", "mlp_W_scale", "mlp_W_norm",
+	                                    "mlp_F_act", "mlp_B_act"};
+	int rows = 0, entries = 0;
+	for (const char *p = src; (p = strstr(p, "::call},")); p++)
+		rows++;
+	for (const char *p = src; (p = strstr(p, "\nOCTO_KERNEL void ")); p++)
+		entries++;
+	ck_assert_int_ge(entries, 6);
+	ck_assert_int_eq(rows, entries);
+	for (int i = 0; i < 6; i++) {
+		char row[96];
+		snprintf(row, sizeof row, "{\"%s\", octo_emu_thunk<%s>::call},", names[i], names[i]);
+		ck_assert_msg(strstr(src, row), "%s", row);
+	}
+	ck_assert_int_ne(d->ops->launch(d, 0, "moe_F_route", 1, 32, args), RT_OK);
+
+	/* Times (printed, not checked; the best of 10): a row kernel, 128 blocks
+	 * of 32 threads through 7 barriers (block_sum); an "each" kernel over 1e5
+	 * items. */
+	long n = 100000;
+	int *hits = calloc((size_t)n, sizeof *hits);
+	double row_ms = INFINITY, each_ms = INFINITY;
+	for (int i = 0; i < 10; i++) {
+		double t0 = now();
+		ck_assert_int_eq(d->ops->launch(d, 0, "mlp_F_norm", ROWS, d->row, args), RT_OK);
+		double t1 = now();
+		ck_assert_int_eq(dev->ops->launch(dev, 0, "cover", dev_each_grid(dev, n), dev->each_block,
+		                                  (void *[]){&hits, &n}),
+		                 RT_OK);
+		row_ms = fmin(row_ms, (t1 - t0) * 1e3);
+		each_ms = fmin(each_ms, (now() - t1) * 1e3);
+	}
+	printf("emu: row kernel (mlp_F_norm, %d x %u threads): %.2f ms per launch; "
+	       "each kernel (%ld items, %u x %u threads): %.3f ms per launch\n",
+	       ROWS, d->row, row_ms, n, dev_each_grid(dev, n), dev->each_block, each_ms);
+	free(hits);
+	free(x);
+	free(u);
+	free(xhat);
+	d->ops->destroy(d);
+	arena_free(a);
+}
+END_TEST
+
+/* The table of a module with conditional entries: MLA without a q latent
+ * (OCTO_RQ 0) has no q norm; Mamba-1 has the gate, not the gated norm. */
+START_TEST(test_conditional_entries)
+{
+	const rt_layer_desc mla = {.kind = RT_ATTENTION, .hidden = 64, .seq = 8, .mbs = 1, .heads = 4,
+	                           .head_dim = 16, .kv_lora_rank = 32, .qk_rope_dim = 8};
+	const rt_layer_desc m1 = {.kind = RT_MAMBA, .hidden = 32, .seq = 8, .mbs = 1, .version = 1,
+	                          .state = 4};
+	ck_assert_int_eq(rt_layer_check(&mla), RT_OK);
+	ck_assert_int_eq(rt_layer_check(&m1), RT_OK);
+	const rt_layer_desc *descs[] = {&mla, &m1};
+	const char *absent[] = {"attention_F_qnorm", "mamba_F_gnorm"};
+	const char *present[] = {"attention_F_kvnorm", "mamba_F_gate"};
+	arena *a = arena_new();
+	for (int i = 0; i < 2; i++) {
+		char *src = cg_cuda_emu_source(descs[i], true, DEV_EMU_TABLE, a);
+		ck_assert_ptr_nonnull(src);
+		rt_dev *d;
+		ck_assert_int_eq(dev_emu_create(0, true, &d), RT_OK);
+		int rc = dev_emu_add_source(d, cg_cuda_module_name(descs[i], src, a), src, OCTO_CXX,
+		                            workdir);
+		ck_assert_msg(rc == RT_OK, "%s", d->err);
+		void *p = NULL;
+		void *args[16] = {&p, &p, &p, &p, &p, &p, &p, &p, &p, &p, &p, &p, &p, &p, &p, &p};
+		ck_assert_int_ne(d->ops->launch(d, 0, absent[i], 1, 32, args), RT_OK);
+		ck_assert_msg(strstr(d->err, "no kernel"), "%s", d->err);
+		/* Present: found (grid 0 runs nothing). */
+		ck_assert_int_eq(d->ops->launch(d, 0, present[i], 0, 32, args), RT_OK);
+		d->ops->destroy(d);
+	}
+	arena_free(a);
+}
+END_TEST
+
+static Suite *emu_suite(void)
+{
+	Suite *s = suite_create("dev_emu");
+	TCase *tc = tcase_create("emu");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_tree_sum);
+	tcase_add_test(tc, test_each_covers);
+	tcase_add_test(tc, test_diverge);
+	tcase_add_test(tc, test_launch_errors);
+	tcase_add_test(tc, test_compile_error);
+	tcase_add_test(tc, test_gemm_f32);
+	tcase_add_test(tc, test_gemm_bf16);
+	tcase_add_test(tc, test_mlp_module);
+	tcase_add_test(tc, test_conditional_entries);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(emu_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

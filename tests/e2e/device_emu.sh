@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# device_emu.sh OCTOPIPE SRCDIR: the CUDA target's rank programs, end to end,
+# without a GPU (docs/cuda.md).  `compile --target cuda-emu` builds the same
+# programs as `--target cuda` -- the device attached, the buffers on it, F,
+# B and W as GEMMs and launches of the generated kernels -- with the kernels
+# compiled for the host and run by the emulator.  For tiny-dense and
+# tiny-hybrid (f32), with 1 rank and with several ranks under different
+# schedules:
+#   - every step's loss is within 1e-5 (relative) of the CPU target's,
+#   - every device run's losses and final model hash are identical bit for
+#     bit to the 1-rank device run's (the device executor is deterministic,
+#     so the plan does not change the result there either);
+# and tiny-hybrid in bf16 trains within 2e-2 of the f32 CPU losses.
+#
+# Exit 0 all agree, 1 a mismatch or a failure, 77 (skip) without mpirun.
+set -u
+octopipe=$1
+src=$(cd "$2" && pwd)
+steps=${DEVICE_EMU_STEPS:-3}
+if ! command -v mpirun >/dev/null 2>&1; then
+	echo "SKIP: mpirun not found"
+	exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-120}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+fail=0
+
+# run NAME MODEL ARGS...: compile into $tmp/NAME and train; leaves
+# $tmp/NAME.losses ("STEP HEXLOSS" lines) and $tmp/NAME.hash.
+run() {
+	local name=$1 model=$2
+	shift 2
+	if ! "$octopipe" compile "$model" "$@" -o "$tmp/$name" >"$tmp/$name.compile" 2>&1; then
+		echo "FAIL: $name: compile failed:"
+		tail -8 "$tmp/$name.compile" | sed 's/^/    /'
+		fail=1
+		return 1
+	fi
+	if ! timeout 600 "$tmp/$name/launch" --steps "$steps" >"$tmp/$name.log" 2>&1; then
+		echo "FAIL: $name: the job failed:"
+		tail -15 "$tmp/$name.log" | sed 's/^/    /'
+		fail=1
+		return 1
+	fi
+	sed -n 's/^step \([0-9]*\) loss [^ ]* (\([^)]*\)).*/\1 \2/p' "$tmp/$name.log" >"$tmp/$name.losses"
+	sed -n 's/^model hash \(0x[0-9a-f]*\) .*/\1/p' "$tmp/$name.log" >"$tmp/$name.hash"
+	if [ "$(wc -l <"$tmp/$name.losses")" -ne "$steps" ] || [ ! -s "$tmp/$name.hash" ]; then
+		echo "FAIL: $name: no $steps losses and a model hash in the output:"
+		tail -15 "$tmp/$name.log" | sed 's/^/    /'
+		fail=1
+		return 1
+	fi
+}
+
+# close NAME REF TOL: every step's loss of NAME within TOL (relative) of REF's.
+close() {
+	local worst
+	worst=$(join "$tmp/$1.losses" "$tmp/$2.losses" | while read -r s a b; do
+		printf '%.17g %.17g\n' "$a" "$b"
+	done | awk -v tol="$3" '
+		{ e = ($1 - $2) / $2; if (e < 0) e = -e; if (e > w) w = e; n++ }
+		END { if (n == 0) { print "none"; exit } printf "%.2e %s\n", w, (w <= tol ? "ok" : "FAIL") }')
+	echo "  $1 against $2: largest relative loss difference $worst (threshold $3)"
+	case $worst in *ok) ;; *) fail=1 ;; esac
+}
+
+# same NAME REF: identical losses and model hash, bit for bit.
+same() {
+	if cmp -s "$tmp/$1.losses" "$tmp/$2.losses" && cmp -s "$tmp/$1.hash" "$tmp/$2.hash"; then
+		echo "  $1: losses and model hash identical to $2's"
+	else
+		echo "FAIL: $1: losses or model hash differ from $2's:"
+		paste "$tmp/$1.losses" "$tmp/$2.losses" | sed 's/^/    /'
+		echo "    hash $(cat "$tmp/$1.hash") vs $(cat "$tmp/$2.hash")"
+		fail=1
+	fi
+}
+
+for model in dense hybrid; do
+	y=$src/models/tiny-$model.yaml
+	echo "tiny-$model:"
+	run "$model-cpu" "$y" --devices 1 || continue
+	run "$model-emu-1" "$y" --target cuda-emu --devices 1 || continue
+	close "$model-emu-1" "$model-cpu" 1e-5
+	for plan in "2 zbh1" "4 tuned"; do
+		set -- $plan
+		if run "$model-emu-$1-$2" "$y" --target cuda-emu --devices "$1" --schedule "$2" \
+		       --tune-budget 2; then
+			same "$model-emu-$1-$2" "$model-emu-1"
+		fi
+	done
+done
+
+# bf16 on the device: the same model stored in bf16 trains close to f32.
+sed 's/^\(  dtype:\) f32/\1 bf16/; s|text_file: data/|text_file: '"$src"'/models/data/|' \
+	"$src/models/tiny-hybrid.yaml" >"$tmp/tiny-hybrid-bf16.yaml"
+echo "tiny-hybrid, bf16:"
+if run hybrid-bf16 "$tmp/tiny-hybrid-bf16.yaml" --target cuda-emu --devices 2 --schedule 1f1b &&
+   [ -s "$tmp/hybrid-cpu.losses" ]; then
+	close hybrid-bf16 hybrid-cpu 2e-2
+fi
+
+if [ $fail = 0 ]; then
+	echo "PASS: the device path (emulated) trains as the CPU does, the same on every plan"
+fi
+exit $fail
