@@ -73,29 +73,48 @@ int rt_device_buffers(rt_ctx *ctx, size_t bytes, void **base)
 	return RT_OK;
 }
 
+/* f32 -> bf16, rounded to nearest even (a NaN stays a quiet NaN), as the
+ * kernels' st(). */
+static void to_bf16(uint16_t *h, const float *x, int64_t n)
+{
+	for (int64_t k = 0; k < n; k++) {
+		uint32_t u;
+		memcpy(&u, &x[k], 4);
+		if ((u & 0x7fffffffu) > 0x7f800000u)
+			h[k] = (uint16_t)((u >> 16) | 0x40u);
+		else
+			h[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+	}
+}
+
+/* src (n floats) to dst on the device, through stage (n storage elements)
+ * when the device stores bf16. */
+static int put(rt_dev *d, void *dst, const float *src, int64_t n, void *stage)
+{
+	const void *from = src;
+	if (d->bf16) {
+		to_bf16(stage, src, n);
+		from = stage;
+	}
+	int rc = d->ops->copy(d, dst, from, (size_t)n * dev_esz(d), DEV_H2D);
+	return rc ? rc : d->ops->sync(d); /* the staging buffer may be reused next */
+}
+
+int rt__dev_put(rt_ctx *ctx, void *dst, const float *src, int64_t n)
+{
+	void *stage = ctx->dev->bf16 ? malloc((size_t)(n ? n : 1) * 2) : NULL;
+	if (ctx->dev->bf16 && !stage)
+		return rt__fail(ctx, RT_ENOMEM, "device: out of host memory");
+	int rc = put(ctx->dev, dst, src, n, stage);
+	free(stage);
+	return rc ? dev_err(ctx, rc, "values to the device") : RT_OK;
+}
+
 /* The host's f32 parameters of every layer -> the device's storage. */
 int rt__dev_upload(rt_ctx *ctx)
 {
-	rt_dev *d = ctx->dev;
 	for (int i = 0; i < ctx->nlay; i++) {
-		const rt_lay *l = &ctx->lay[i];
-		int64_t n = l->sz.params;
-		const void *src = l->p;
-		if (d->bf16) {
-			uint16_t *h = ctx->dev_stage;
-			for (int64_t k = 0; k < n; k++) {
-				uint32_t u;
-				memcpy(&u, &l->p[k], 4);
-				if ((u & 0x7fffffffu) > 0x7f800000u)
-					h[k] = (uint16_t)((u >> 16) | 0x40u);
-				else
-					h[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-			}
-			src = h;
-		}
-		int rc = d->ops->copy(d, ctx->dlay[i].p, src, (size_t)n * dev_esz(d), DEV_H2D);
-		if (!rc)
-			rc = d->ops->sync(d); /* the staging buffer is reused for the next layer */
+		int rc = put(ctx->dev, ctx->dlay[i].p, ctx->lay[i].p, ctx->lay[i].sz.params, ctx->dev_stage);
 		if (rc)
 			return dev_err(ctx, rc, "parameters to the device");
 	}

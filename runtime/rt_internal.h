@@ -151,6 +151,8 @@ struct rt_dev;
 int rt__dev_attach(rt_ctx *ctx, struct rt_dev *dev, const int32_t *layer_mod);
 int rt__dev_model_init(rt_ctx *ctx);
 int rt__dev_upload(rt_ctx *ctx);
+/* n f32 values from the host to dst on the device, in its storage type. */
+int rt__dev_put(rt_ctx *ctx, void *dst, const float *src, int64_t n);
 int rt__dev_f(rt_ctx *ctx, int h, int64_t mb, const void *x, void *y, void *act);
 int rt__dev_b(rt_ctx *ctx, int h, const void *dy, float dscale, void *dx, const void *act, void *ws);
 int rt__dev_w(rt_ctx *ctx, int h, const void *ws);

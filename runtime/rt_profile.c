@@ -12,13 +12,22 @@
  * (docs/profile.md): `units: ms`, `cache_bytes`, the link, and one entry
  * per global layer index with the six times and the two stash sizes.  The
  * parameters are only read; the gradients W adds are cleared afterwards,
- * so training can follow. */
+ * so training can follow.
+ *
+ * On a device rank (rt_device.c) the same runs go through the device
+ * executor on device buffers, each phase timed from a synchronised device
+ * to a synchronised device; the cold runs evict the device's last-level
+ * cache (a memset of eight times it), the link is timed through the
+ * runtime's own sends and receives on device buffers (NCCL, or MPI through
+ * host copies), and each layer's achieved TFLOP/s (rt_layer_flops over the
+ * hot time) is written beside it as a comment. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "dev.h"
 #include "rt_internal.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -148,6 +157,78 @@ static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double
 	return RT_OK;
 }
 
+/* profile_layer on the device: the buffers on it, the phases timed
+ * between synchronisations; flush is device memory. */
+static int profile_layer_dev(rt_ctx *ctx, int h, int warmup, int repeats, double *times,
+                             int stride, void *flush, size_t flush_n)
+{
+	rt_dev *d = ctx->dev;
+	const rt_lay *l = &ctx->lay[h];
+	const rt_train *t = &ctx->train;
+	int64_t n = t->mbs * t->seq * l->desc.hidden;
+	size_t vb = (size_t)n * dev_esz(d);
+	rt_sizes sz;
+	void *x = NULL, *y = NULL, *dy = NULL, *dx = NULL, *act = NULL, *ws = NULL;
+	float *hx = malloc((size_t)n * sizeof *hx);
+	int rc = hx ? dev_layer_sizes(&l->desc, d->bf16, &sz) : RT_ENOMEM;
+	ctx->err[0] = 0; /* from here, a message there is an rt__dev_* call's */
+	if (!rc && ((rc = d->ops->alloc(d, vb, &x)) || (rc = d->ops->alloc(d, vb, &y)) ||
+	            (rc = d->ops->alloc(d, vb, &dy)) || (rc = d->ops->alloc(d, vb, &dx)) ||
+	            (rc = d->ops->alloc(d, (size_t)sz.act + 1, &act)) ||
+	            (rc = d->ops->alloc(d, (size_t)sz.wstash + 1, &ws))))
+		rc = rt__fail(ctx, rc, "profile: layer %lld: %s", (long long)l->index, d->err);
+	if (!rc) {
+		fill(hx, n, 0x1234 + (uint64_t)l->index, 1.0f);
+		rc = rt__dev_put(ctx, x, hx, n);
+	}
+	if (!rc) {
+		fill(hx, n, 0x5678 + (uint64_t)l->index, 1e-3f);
+		rc = rt__dev_put(ctx, dy, hx, n);
+	}
+	rt_kind k = l->desc.kind;
+	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
+	int runs = warmup + repeats;
+	for (int r = 0; !rc && r < 2 * runs; r++) {
+		bool cold = r >= runs;
+		int64_t ns[3];
+		for (int p = 0; p < 3 && !rc; p++) {
+			if (cold && (rc = d->ops->zero(d, flush, flush_n)))
+				break;
+			if ((rc = d->ops->sync(d)))
+				break;
+			int64_t t0 = rt__now_ns();
+			if (p == 0)
+				rc = rt__dev_f(ctx, h, 0, k == RT_EMBEDDING ? NULL : x, k == RT_HEAD ? NULL : y, act);
+			else if (p == 1)
+				rc = rt__dev_b(ctx, h, k == RT_HEAD ? NULL : dy, dscale, k == RT_EMBEDDING ? NULL : dx,
+				               act, ws);
+			else
+				rc = rt__dev_w(ctx, h, ws);
+			if (!rc)
+				rc = d->ops->sync(d);
+			ns[p] = rt__now_ns() - t0;
+		}
+		if (!rc && r % runs >= warmup)
+			for (int p = 0; p < 3; p++)
+				times[(3 * cold + p) * stride + r % runs - warmup] = (double)ns[p] * 1e-6;
+	}
+	if (rc && !ctx->err[0]) /* a dev_ops call's */
+		rt__fail(ctx, rc, "%s", d->err);
+	if (!rc && (rc = d->ops->zero(d, ctx->dlay[h].g, (size_t)l->sz.params * sizeof(float))))
+		rt__fail(ctx, rc, "%s", d->err);
+	void *bufs[] = {x, y, dy, dx, act, ws};
+	for (int i = 0; i < 6; i++)
+		d->ops->free(d, bufs[i]);
+	free(hx);
+	if (rc) {
+		char why[sizeof ctx->err];
+		snprintf(why, sizeof why, "%s", ctx->err);
+		return rt__fail(ctx, rc, "profile: layer %lld (%s) on the device: %s", (long long)l->index,
+		                rt__kind_name(k), why);
+	}
+	return RT_OK;
+}
+
 /* The point-to-point link between ranks 0 and 1: ping-pong of `bytes`,
  * `warmup` untimed round trips then `repeats` timed ones; *half_rtt_us is
  * the median of half a round trip.  Other ranks return at once. */
@@ -180,6 +261,38 @@ static int ping_pong(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double 
 	return rc;
 }
 
+/* ping_pong on a device rank: device buffers through the runtime's own
+ * sends and receives (the device's communicator, or MPI through host
+ * copies), each leg waited for. */
+static int ping_pong_dev(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double *times,
+                         double *half_rtt_us)
+{
+	rt_dev *d = ctx->dev;
+	int rc = RT_OK, me = ctx->rank, peer = 1 - me, h;
+	void *buf = NULL;
+	*half_rtt_us = 0;
+	if (me > 1)
+		return RT_OK;
+	if ((rc = d->ops->alloc(d, bytes ? bytes : 1, &buf)) || (rc = d->ops->zero(d, buf, bytes)))
+		return rt__fail(ctx, rc, "rt_profile: %s", d->err);
+	for (int r = 0; !rc && r < warmup + repeats; r++) {
+		rt_tag tag = {0, r, RT_MSG_OTHER};
+		int64_t t0 = rt__now_ns();
+		for (int leg = 0; !rc && leg < 2; leg++) {
+			bool send = (leg == 0) == (me == 0);
+			rc = send ? rt_send(ctx, peer, buf, bytes, tag, &h) : rt_recv(ctx, peer, buf, bytes, tag, &h);
+			if (!rc)
+				rc = rt_wait(ctx, h);
+		}
+		if (r >= warmup)
+			times[r - warmup] = (double)(rt__now_ns() - t0) * 1e-3 / 2;
+	}
+	if (!rc)
+		*half_rtt_us = median(times, repeats);
+	d->ops->free(d, buf);
+	return rc;
+}
+
 /* The host's time to post a send (rank 0) and a receive (rank 1) of
  * `bytes` through the runtime's own calls (rt_send, rt_recv: what the
  * programs call), `warmup` untimed then `repeats` timed, each completed
@@ -193,9 +306,13 @@ static int post_costs(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double
 	post[0] = post[1] = 0;
 	if (me > 1)
 		return RT_OK;
-	char *buf = calloc(bytes ? bytes : 1, 1);
-	if (!buf)
+	void *buf = NULL;
+	if (ctx->dev) { /* the programs' buffers are device memory there */
+		if ((rc = ctx->dev->ops->alloc(ctx->dev, bytes ? bytes : 1, &buf)))
+			return rt__fail(ctx, rc, "rt_profile: %s", ctx->dev->err);
+	} else if (!(buf = calloc(bytes ? bytes : 1, 1))) {
 		return rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
+	}
 	for (int r = 0; !rc && r < warmup + repeats; r++) {
 		rt_tag tag = {0, r, RT_MSG_OTHER};
 		int64_t t0 = rt__now_ns();
@@ -215,7 +332,10 @@ static int post_costs(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double
 		                        &req, "rt_profile: posting times");
 	if (me == 0)
 		post[0] = mine;
-	free(buf);
+	if (ctx->dev)
+		ctx->dev->ops->free(ctx->dev, buf);
+	else
+		free(buf);
 	return rc;
 }
 
@@ -254,7 +374,7 @@ static int cmp_row(const void *a, const void *b)
 	return cmp_double(a, b); /* the row's first field: the layer index */
 }
 
-#define ROW 9 /* index, f, b, w, f_cold, b_cold, w_cold, act bytes, wstash bytes */
+#define ROW 12 /* index, f, b, w, f_cold, b_cold, w_cold, act bytes, wstash bytes, FLOPs f, b, w */
 #define ROUNDS 5
 
 int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
@@ -263,26 +383,29 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	int rc = RT_OK, mine, total = 0;
 	double *times = NULL, *rows = NULL, *all = NULL;
 	unsigned char *flush = NULL;
+	void *dflush = NULL; /* a device rank's: device memory */
 	int *counts = NULL, *displs = NULL;
+	rt_dev *d = ctx ? ctx->dev : NULL;
 	if (!ctx || !path)
 		return RT_EARG;
 	if (!ctx->have_model)
 		return rt__fail(ctx, RT_ESTATE, "rt_profile: rt_model_init has not been called");
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_profile: inside step %lld", (long long)ctx->step);
-	if (ctx->dev)
-		return rt__fail(ctx, RT_ESTATE, "rt_profile: profiling the layers on the device is not "
-		                "built yet (docs/cuda.md); profile on CPU ranks");
 	if (warmup < 0 || repeats < 1 || repeats > 1000000)
 		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
 	mine = ROW * ctx->nlay;
-	size_t cache = cache_bytes(), flush_n = 8 * cache;
+	size_t cache = d ? d->cache_bytes : cache_bytes(), flush_n = 8 * cache;
 	/* The timed runs come in ROUNDS sweeps over the layers, so that each
 	 * layer's samples spread over the whole measurement and a slow spell
 	 * of the machine weighs on every layer alike. */
 	int per = (repeats + ROUNDS - 1) / ROUNDS, n = per * ROUNDS;
 	size_t per_layer = 6 * (size_t)n;
-	if (!(flush = calloc(flush_n, 1)) ||
+	if (d && (rc = d->ops->alloc(d, flush_n, &dflush))) {
+		rc = rt__fail(ctx, rc, "rt_profile: %s", d->err);
+		goto out;
+	}
+	if ((!d && !(flush = calloc(flush_n, 1))) ||
 	    !(times = malloc((size_t)(ctx->nlay ? ctx->nlay : 1) * per_layer * sizeof *times)) ||
 	    !(rows = malloc((size_t)(mine ? mine : 1) * sizeof *rows))) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
@@ -291,17 +414,25 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	int64_t t0 = rt__now_ns();
 	for (int round = 0; round < ROUNDS; round++)
 		for (int i = 0; i < ctx->nlay; i++)
-			if ((rc = profile_layer(ctx, &ctx->lay[i], warmup, per,
-			                        times + (size_t)i * per_layer + (size_t)round * per, n, flush,
-			                        flush_n)))
+			if ((rc = d ? profile_layer_dev(ctx, i, warmup, per,
+			                                times + (size_t)i * per_layer + (size_t)round * per, n,
+			                                dflush, flush_n)
+			            : profile_layer(ctx, &ctx->lay[i], warmup, per,
+			                            times + (size_t)i * per_layer + (size_t)round * per, n, flush,
+			                            flush_n)))
 				goto out;
 	for (int i = 0; i < ctx->nlay; i++) {
 		double *r = rows + ROW * i;
 		r[0] = (double)ctx->lay[i].index;
 		for (int p = 0; p < 6; p++)
 			r[1 + p] = median(times + (size_t)i * per_layer + (size_t)p * n, n);
-		r[7] = (double)ctx->lay[i].sz.act;
-		r[8] = (double)ctx->lay[i].sz.wstash;
+		rt_sizes sz = ctx->lay[i].sz;
+		if (d && (rc = dev_layer_sizes(&ctx->lay[i].desc, d->bf16, &sz)))
+			goto out;
+		r[7] = (double)sz.act;
+		r[8] = (double)sz.wstash;
+		if ((rc = rt_layer_flops(&ctx->lay[i].desc, &r[9], &r[10], &r[11])))
+			goto out;
 	}
 	rt__trace(ctx, "profile", t0, -1, -1, -1, 0);
 
@@ -317,9 +448,12 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 			rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
 			goto out;
 		}
-		rc = ping_pong(ctx, 8, 20, pprep, pp, &lat);
+		if (d)
+			bbytes = bbytes / sizeof(float) * dev_esz(d);
+		rc = d ? ping_pong_dev(ctx, 8, 20, pprep, pp, &lat) : ping_pong(ctx, 8, 20, pprep, pp, &lat);
 		if (!rc)
-			rc = ping_pong(ctx, bbytes, 20, pprep, pp, &big);
+			rc = d ? ping_pong_dev(ctx, bbytes, 20, pprep, pp, &big)
+			       : ping_pong(ctx, bbytes, 20, pprep, pp, &big);
 		if (!rc)
 			rc = post_costs(ctx, bbytes, 20, pprep, pp, post);
 		free(pp);
@@ -356,19 +490,33 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 			rc = rt__fail(ctx, RT_EIO, "profile %s: %s", path, strerror(errno));
 			goto out;
 		}
-		char host[256], cpu[256];
+		char host[256], cpu[256], dname[160] = "";
 		machine(host, sizeof host, cpu, sizeof cpu);
+		if (d) {
+			char nm[sizeof d->name];
+			snprintf(nm, sizeof nm, "%s", d->name);
+			for (char *q = nm; *q; q++) /* the name stays a plain YAML string */
+				if (*q == '"' || *q == '\\')
+					*q = '\'';
+			snprintf(dname, sizeof dname, "device: \"%s\", ", nm);
+		}
+		if (d)
+			fprintf(f, "# Measured by libocto_rt's device executor on %s (%s), each phase between two\n"
+			           "# synchronisations of the device; cold: after a memset of 8x its cache.\n",
+			        d->name, d->bf16 ? "bf16" : "f32");
 		fprintf(f,
-		        "# Measured by libocto_rt (CPU kernels, f32) on %d rank(s): seq %lld, mbs %lld;\n"
+		        "# Measured by libocto_rt (%s) on %d rank(s): seq %lld, mbs %lld;\n"
 		        "# times of one micro-batch, median of %d runs (%d sweeps over the layers, %d warm-up\n"
 		        "# runs each); f, b, w with the layer's data in the cache, f_cold, b_cold, w_cold\n"
 		        "# after writing %zu bytes to evict a cache of cache_bytes (docs/simulator.md).\n"
 		        "units: ms\n"
 		        "cache_bytes: %zu\n"
-		        "measured_on: {host: \"%s\", cpu: \"%s\", dtype: f32, seq: %lld, mbs: %lld, "
+		        "measured_on: {host: \"%s\", cpu: \"%s\", %sdtype: %s, seq: %lld, mbs: %lld, "
 		        "hidden: %lld, ranks: %d}\n",
-		        ctx->world, (long long)ctx->train.seq, (long long)ctx->train.mbs, n, ROUNDS, warmup,
-		        flush_n, cache, host, cpu, (long long)ctx->train.seq, (long long)ctx->train.mbs,
+		        d ? "the device executor" : "CPU kernels, f32", ctx->world,
+		        (long long)ctx->train.seq, (long long)ctx->train.mbs, n, ROUNDS, warmup,
+		        flush_n, cache, host, cpu, dname, d && d->bf16 ? "bf16" : "f32",
+		        (long long)ctx->train.seq, (long long)ctx->train.mbs,
 		        (long long)(ctx->nlay ? ctx->lay[0].desc.hidden : 0), ctx->world);
 		if (ctx->world >= 2) {
 			/* Half a round trip of 8 bytes is the latency; the rest of a
@@ -378,6 +526,13 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 			           "the host's time\n# to post a send and a receive of %zu bytes (median of %d)\n"
 			           "link: {latency_us: %.3f, bandwidth: %.6g, send_us: %.3f, recv_us: %.3f}\n",
 			        lat, bbytes, big, bbytes, pprep, lat, bw, post[0], post[1]);
+		}
+		fputs("# achieved TFLOP/s (the layer's FLOPs, rt_layer_flops, over its hot time):\n", f);
+		for (int i = 0; i < total / ROW; i++) {
+			const double *r = all + ROW * i;
+			fprintf(f, "#   L%lld: F %.3f, B %.3f, W %.3f\n", (long long)r[0],
+			        r[1] > 0 ? r[9] / (r[1] * 1e-3) * 1e-12 : 0, r[2] > 0 ? r[10] / (r[2] * 1e-3) * 1e-12 : 0,
+			        r[3] > 0 ? r[11] / (r[3] * 1e-3) * 1e-12 : 0);
 		}
 		fputs("layers:\n", f);
 		for (int i = 0; i < total / ROW; i++) {
@@ -400,5 +555,7 @@ out:
 	free(rows);
 	free(times);
 	free(flush);
+	if (d)
+		d->ops->free(d, dflush);
 	return rc;
 }

@@ -55,7 +55,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(TRACE, "--trace", "FILE.json", C_PLAN | C_SIM, "write the simulated step as a Chrome trace (Perfetto)") \
 	X(SVG, "--svg", "FILE.svg", C_PLAN | C_SIM, "draw the simulated step as an SVG timeline") \
 	X(TARGET, "--target", "cpu|cuda|cuda-emu", C_COMPILE | C_PROFILE, "what the executables run on: cpu (MPI ranks; the default), cuda (the layers on GPUs: NVRTC kernels, cuBLAS, NCCL; docs/cuda.md) or cuda-emu (the cuda ranks with their kernels compiled for the host and run by an emulator: the device path without a GPU, for testing)") \
-	X(GPU_ARCH, "--gpu-arch", "sm_XX", C_COMPILE, "cuda: the GPU architecture NVRTC compiles for (default sm_90)") \
+	X(GPU_ARCH, "--gpu-arch", "sm_XX", C_COMPILE | C_PROFILE, "cuda: the GPU architecture NVRTC compiles for (default sm_90)") \
 	X(EMIT, "--emit", "llvm,obj|cuda,ptx", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o); cuda: write the kernels' CUDA source (DIR/*.cu) or PTX (DIR/*.ptx)") \
 	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile: a directory) there")
 
@@ -712,12 +712,14 @@ static int cmd_verify(const args *a)
 	return rc;
 }
 
+#ifndef OCTO_HAVE_CUDA
 static int not_built(const args *a, const char *what)
 {
 	fprintf(stderr, "octopipe %s: %s is not built yet in this version of octopipe; "
 	                "'octopipe plan' shows the plan\n", a->cmd->name, what);
 	return 2;
 }
+#endif
 
 /* compile: a model through the default pipeline (with the backend the
  * target talks through), or an IR file through the passes it still lacks
@@ -851,10 +853,18 @@ static int cmd_compile(const args *a)
 static int cmd_profile(const args *a)
 {
 	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
-	if (strcmp(target, "cuda") == 0)
-		return not_built(a, "the CUDA target (--target cuda)");
-	if (strcmp(target, "cpu") != 0)
-		return cli_error(a->cmd->name, "unknown target '%s' (cpu or cuda)", target);
+	bool emu = strcmp(target, "cuda-emu") == 0, cuda = emu || strcmp(target, "cuda") == 0;
+	if (!cuda && strcmp(target, "cpu") != 0)
+		return cli_error(a->cmd->name, "unknown target '%s' (cpu, cuda or cuda-emu)", target);
+#ifndef OCTO_HAVE_CUDA
+	if (cuda && !emu)
+		return not_built(a, "the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
+#endif
+	const char *arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
+	if ((!cuda || emu) && a->set[O_GPU_ARCH])
+		return cli_error(a->cmd->name, "--gpu-arch is for --target cuda");
+	if (strncmp(arch, "sm_", 3) != 0 || strlen(arch) < 5 || strspn(arch + 3, "0123456789") != strlen(arch + 3))
+		return cli_error(a->cmd->name, "--gpu-arch takes sm_XX (sm_80, sm_90, ...), got '%s'", arch);
 	if (!a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0)
 		return cli_error(a->cmd->name, "give the profile file with -o FILE");
 	if (is_ir_file(a->input))
@@ -863,7 +873,7 @@ static int cmd_profile(const args *a)
 	if (!mkdtemp(dir))
 		return cli_error(a->cmd->name, "cannot make a build directory: %s", strerror(errno));
 	args b = *a;
-	b.val[O_BACKEND] = "mpi";
+	b.val[O_BACKEND] = cuda ? "nccl" : "mpi";
 	b.val[O_DEVICES] = "2";
 	b.val[O_SCHEDULE] = "1f1b";
 	b.val[O_CHUNKS] = "1";
@@ -876,7 +886,9 @@ static int cmd_profile(const args *a)
 		bool failed;
 		r = maybe_simulate(m, &failed);
 		cg_options co = {.dir = dir, .quiet = true};
-		rc = failed || cg_compile_cpu(m, r, &co) != 0;
+		rc = failed || (cuda ? cg_compile_device(m, r, &co, emu ? CG_DEV_EMU : CG_DEV_CUDA, arch,
+		                                         false, false)
+		                     : cg_compile_cpu(m, r, &co)) != 0;
 	}
 	if (!rc) {
 		char out[4096], cmd[8192];

@@ -350,6 +350,12 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 	c->device = c->rank % n;
 	CUDA_OK(c, cudaSetDevice(c->device), "device setup");
 	CUDA_OK(c, cudaFree(0), "context creation"); /* the primary context, current from here */
+	struct cudaDeviceProp prop;
+	int l2 = 0;
+	CUDA_OK(c, cudaGetDeviceProperties(&prop, c->device), "device setup");
+	CUDA_OK(c, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device), "device setup");
+	snprintf(c->dev.name, sizeof c->dev.name, "%.100s (sm_%d%d)", prop.name, prop.major, prop.minor);
+	c->dev.cache_bytes = l2 > 0 ? (size_t)l2 : (size_t)40 << 20;
 
 	pfn_load load;
 	if ((rc = driver_fn(c, "cuModuleLoadData", (void **)&load)) ||

@@ -60,6 +60,8 @@ struct rt_dev {
 	unsigned each_block; /* threads per block of the "each" kernels */
 	unsigned max_grid;   /* blocks at most for the "each" kernels */
 	int rank;
+	size_t cache_bytes;  /* the device's last-level cache (the profile's cold runs) */
+	char name[128];      /* what runs the kernels, for the profile: "NVIDIA H200", ... */
 	char err[768];
 	void *impl; /* the backend's state */
 };

@@ -513,8 +513,11 @@ int dev_emu_create(int rank, bool bf16, rt_dev **out)
 	    .each_block = 32,
 	    .max_grid = 64,
 	    .rank = rank,
+	    .name = "the host emulator of the CUDA path",
 	    .impl = e,
 	};
+	long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	e->dev.cache_bytes = l2 > 0 ? (size_t)l2 : (size_t)1 << 20;
 	e->ctx.sync = emu_barrier;
 	*out = &e->dev;
 	return RT_OK;

@@ -93,6 +93,39 @@ for model in dense hybrid; do
 	done
 done
 
+# A checkpoint of the device's model resumes where it stopped: steps 1..2,
+# saved, then step 3 after --resume, as in the 3-step run.
+d=$tmp/dense-emu-2-zbh1
+if [ -x "$d/launch" ]; then
+	if timeout 600 "$d/launch" --steps 2 --checkpoint "$tmp/ck" >"$tmp/ck1.log" 2>&1 &&
+	   timeout 600 "$d/launch" --steps 1 --resume "$tmp/ck" >"$tmp/ck2.log" 2>&1; then
+		a=$(sed -n 's/^step 3 loss [^ ]* (\([^)]*\)).*/\1/p' "$tmp/ck2.log")
+		b=$(sed -n 's/^3 //p' "$tmp/dense-emu-1.losses")
+		if [ -n "$a" ] && [ "$a" = "$b" ]; then
+			echo "  resume: step 3 after a checkpoint at step 2 is the uninterrupted run's ($a)"
+		else
+			echo "FAIL: resume: step 3 loss '$a', uninterrupted '$b'"
+			fail=1
+		fi
+	else
+		echo "FAIL: checkpoint/resume on the emulated device:"
+		tail -5 "$tmp/ck1.log" "$tmp/ck2.log" | sed 's/^/    /'
+		fail=1
+	fi
+fi
+
+# The profile measured through the device executor, and a plan from it.
+if "$octopipe" profile "$src/models/tiny-dense.yaml" --target cuda-emu -o "$tmp/prof.yaml" \
+	>"$tmp/prof.log" 2>&1 && grep -q 'device: "the host emulator' "$tmp/prof.yaml" &&
+   grep -q '^#   L1: F [0-9.]*, B [0-9.]*, W [0-9.]*$' "$tmp/prof.yaml" &&
+   "$octopipe" plan "$src/models/tiny-dense.yaml" --profile "$tmp/prof.yaml" >"$tmp/plan.log" 2>&1; then
+	echo "  profile: measured on the emulated device ($(grep -c '^  [0-9]*: {f:' "$tmp/prof.yaml") layers), planned from"
+else
+	echo "FAIL: profile --target cuda-emu:"
+	tail -5 "$tmp/prof.log" "$tmp/plan.log" 2>/dev/null | sed 's/^/    /'
+	fail=1
+fi
+
 # bf16 on the device: the same model stored in bf16 trains close to f32.
 sed 's/^\(  dtype:\) f32/\1 bf16/; s|text_file: data/|text_file: '"$src"'/models/data/|' \
 	"$src/models/tiny-hybrid.yaml" >"$tmp/tiny-hybrid-bf16.yaml"
