@@ -398,28 +398,22 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 	return RT_OK;
 }
 
-int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *names,
-                          const char *const *ptx, const int32_t *layer_mod)
+int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *const *names,
+                    const char *const *ptx, bool nccl, rt_dev **out, char *err, size_t errlen)
 {
-	if (!ctx || nmods < 0 || (nmods && (!names || !ptx)) || !layer_mod)
-		return RT_EARG;
+	*out = NULL;
 	rt_cuda *c = calloc(1, sizeof *c);
-	if (!c)
-		return rt__fail(ctx, RT_ENOMEM, "device: out of host memory");
-	c->rank = ctx->rank;
-	c->nranks = ctx->world;
-	c->dev = (rt_dev){.ops = &cuda_ops, .bf16 = bf16 != 0, .row = 256, .each_block = 256,
-	                  .max_grid = 8192, .rank = ctx->rank, .impl = c};
-	const char *mode = getenv("OCTO_COMM");
-	bool use_mpi = mode && strcmp(mode, "mpi") == 0;
-	if (mode && !use_mpi && strcmp(mode, "nccl") != 0) {
-		free(c);
-		return rt__fail(ctx, RT_EARG, "OCTO_COMM=%s: the CUDA ranks talk through nccl (the default) "
-		                "or mpi", mode);
+	if (!c) {
+		snprintf(err, errlen, "device: out of host memory (rank %d)", rank);
+		return RT_ENOMEM;
 	}
-	int rc = setup(c, nmods, names, ptx, use_mpi);
+	c->rank = rank;
+	c->nranks = nranks;
+	c->dev = (rt_dev){.ops = &cuda_ops, .bf16 = bf16, .row = 256, .each_block = 256,
+	                  .max_grid = 8192, .rank = rank, .impl = c};
+	int rc = setup(c, nmods, names, ptx, !nccl);
 	if (rc) {
-		rt__fail(ctx, rc, "%s", c->dev.err);
+		snprintf(err, errlen, "%s", c->dev.err);
 		if (c->nccl)
 			ncclCommAbort(c->nccl);
 		release(c);
@@ -428,9 +422,28 @@ int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *n
 	c->dcomm = (rt_dcomm){.self = c, .group_begin = n_group_begin, .send = n_send, .recv = n_recv,
 	                      .group_end = n_group_end, .test = n_test, .release = n_release,
 	                      .error = n_error};
-	if ((rc = rt__dev_attach(ctx, &c->dev, layer_mod)))
+	*out = &c->dev;
+	return RT_OK;
+}
+
+int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *names,
+                          const char *const *ptx, const int32_t *layer_mod)
+{
+	if (!ctx || nmods < 0 || (nmods && (!names || !ptx)) || !layer_mod)
+		return RT_EARG;
+	const char *mode = getenv("OCTO_COMM");
+	bool use_mpi = mode && strcmp(mode, "mpi") == 0;
+	if (mode && !use_mpi && strcmp(mode, "nccl") != 0)
+		return rt__fail(ctx, RT_EARG, "OCTO_COMM=%s: the CUDA ranks talk through nccl (the default) "
+		                "or mpi", mode);
+	rt_dev *dev;
+	int rc = dev_cuda_create(ctx->rank, ctx->world, bf16 != 0, nmods, names, ptx, !use_mpi, &dev,
+	                         ctx->err, sizeof ctx->err);
+	if (rc)
 		return rc;
-	ctx->dcomm = use_mpi ? NULL : &c->dcomm;
+	if ((rc = rt__dev_attach(ctx, dev, layer_mod)))
+		return rc;
+	ctx->dcomm = use_mpi ? NULL : &((rt_cuda *)dev->impl)->dcomm;
 	ctx->dev_mpi_stage = use_mpi;
 	return RT_OK;
 }

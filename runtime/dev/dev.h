@@ -106,6 +106,16 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
                        const char *workdir);
 #define DEV_EMU_TABLE "octo_emu_table"
 
+/* ---- the CUDA backend (runtime/cuda/rt_cuda.c, libocto_rt_cuda) ------------- */
+
+/* The device of rank `rank` (device rank % devices), its modules loaded
+ * from PTX, streams, cuBLAS, and with `nccl` the NCCL communicator of
+ * nranks ranks (its id broadcast over MPI_COMM_WORLD: MPI must be
+ * initialised).  On failure *out is NULL and err says why (RT_ENODEV
+ * without a device). */
+int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *const *names,
+                    const char *const *ptx, bool nccl, rt_dev **out, char *err, size_t errlen);
+
 /* ---- the layer executor ---------------------------------------------------- */
 
 /* One layer on the device. */

@@ -13,7 +13,8 @@
  * f32 and 2e-2 in bf16.
  *
  * The device is the host emulator (the module's source compiled by the
- * host C++ compiler), or the GPU with --device cuda.  Exit 0 when every
+ * host C++ compiler), or the GPU with --device cuda (PTX by NVRTC for
+ * --gpu-arch, default sm_90; builds with the CUDA toolkit).  Exit 0 when every
  * output is within its threshold, 1 otherwise, 2 on a usage or setup
  * error. */
 #include <math.h>
@@ -185,6 +186,7 @@ static float *dget(rt_dev *dev, const void *p, int64_t n, bool f32)
 }
 
 static const char *device_kind = "emu";
+static const char *gpu_arch = "sm_90";
 static char workdir[4096];
 
 static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
@@ -199,6 +201,23 @@ static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
 		DEV(dev_emu_add_source(dev, name, src, OCTO_CXX, workdir), "module build");
 		return dev;
 	}
+#ifdef OCTO_HAVE_CUDA
+	if (strcmp(device_kind, "cuda") == 0) {
+		char *src = cg_cuda_source(d, bf16, a), *ptx = NULL, err[768];
+		if (!src)
+			exit(2);
+		const char *name = cg_cuda_module_name(d, src, a);
+		if (cg_cuda_ptx(name, src, gpu_arch, &ptx, a))
+			exit(2);
+		const char *img = ptx;
+		int rc = dev_cuda_create(0, 1, bf16, 1, &name, &img, false, &dev, err, sizeof err);
+		if (rc) {
+			fprintf(stderr, "dev_check: error: %s\n", err);
+			exit(2);
+		}
+		return dev;
+	}
+#endif
 	fprintf(stderr, "dev_check: error: no device '%s' in this build\n", device_kind);
 	exit(2);
 }
@@ -348,7 +367,7 @@ static int run_case(const tcase *c, bool bf16)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [KIND ...]\n"
+	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [KIND ...]\n"
 	           "  KIND: emb head attn mlp moe mamba (default: all)\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
 	           "  thresholds: 1e-5 (f32) and 2e-2 (bf16) relative to the largest CPU value\n");
@@ -362,6 +381,8 @@ int main(int argc, char **argv)
 			bf16 = true;
 		} else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
 			device_kind = argv[++i];
+		} else if (strcmp(argv[i], "--gpu-arch") == 0 && i + 1 < argc) {
+			gpu_arch = argv[++i];
 		} else if (strcmp(argv[i], "--help") == 0) {
 			usage(stdout);
 			return 0;
