@@ -2,7 +2,8 @@
  * backend of the layer executor (runtime/dev/dev.h) and the NCCL
  * communicator (rt_dcomm), attached to a rank by rt_device_attach_cuda.
  *
- *   device      rank % (devices on the node), its primary context
+ *   device      the rank's index on its node % the node's devices, its
+ *               primary context
  *   modules     the rank's PTX images, loaded through the driver API, which
  *               is reached through cudaGetDriverEntryPointByVersion rather
  *               than by linking libcuda: a rank executable then starts on a
@@ -347,7 +348,18 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 	if (e != cudaSuccess || n == 0)
 		return fail(c, RT_ENODEV, "no CUDA device: %s (rank %d)",
 		            e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices", c->rank);
-	c->device = c->rank % n;
+	/* The rank's device on its node: its rank among the ranks that share
+	 * the node (MPI_COMM_TYPE_SHARED), modulo the node's devices. */
+	int local = c->rank, inited = 0;
+	MPI_Initialized(&inited);
+	if (inited) {
+		MPI_Comm node;
+		if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) !=
+		        MPI_SUCCESS ||
+		    MPI_Comm_rank(node, &local) != MPI_SUCCESS || MPI_Comm_free(&node) != MPI_SUCCESS)
+			return fail(c, RT_EMPI, "MPI_Comm_split_type failed during device setup (rank %d)", c->rank);
+	}
+	c->device = local % n;
 	CUDA_OK(c, cudaSetDevice(c->device), "device setup");
 	CUDA_OK(c, cudaFree(0), "context creation"); /* the primary context, current from here */
 	struct cudaDeviceProp prop;
