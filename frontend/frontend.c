@@ -1530,7 +1530,10 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	if (override_num("'--devices'", ov->devices, 1, 65536, &m->cluster.devices) < 0 ||
 	    override_num("'--microbatches'", ov->microbatches, 1, 1 << 20, &m->train.microbatches) < 0)
 		return -1;
-	int sched = (int)m->plan.schedule, backend = (int)m->plan.backend;
+	int sched = (int)m->plan.schedule, backend = (int)m->plan.backend, dtype = (int)m->model.dtype;
+	if (override_enum(m->arena, "dtype", ov->dtype, ir_dtype_names, IR_NDTYPES, &dtype) < 0)
+		return -1;
+	m->model.dtype = (ir_dtype)dtype;
 	if (override_enum(m->arena, "schedule", ov->schedule, ir_schedule_names, IR_NSCHEDULES,
 	                  &sched) < 0)
 		return -1;

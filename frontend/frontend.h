@@ -18,6 +18,7 @@ typedef struct fe_overrides {
 	int64_t chunks;       /* --chunks V */
 	const char *partition; /* --partition NAME (not "given") */
 	const char *backend;   /* --backend nccl|mpi */
+	const char *dtype;     /* --dtype f32|bf16|f16 */
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

@@ -37,6 +37,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 #define OPTIONS(X)                                                                      \
 	X(HELP, "--help", NULL, ~0, "show this help")                                       \
 	X(DEVICES, "--devices", "N", C_MODEL, "number of devices (overrides the cluster's)") \
+	X(DTYPE, "--dtype", "f32|bf16", C_MODEL | C_PROFILE, "the model's dtype (overrides model.dtype): what the device stores activations and parameters in (CPU ranks train in f32)") \
 	X(MICROBATCHES, "--microbatches", "M", C_MODEL, "micro-batches per step")            \
 	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL, "cluster preset or cluster file")      \
 	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: tuned (default), gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
@@ -291,6 +292,7 @@ static ir_module *load_model(const args *a)
 	ov.backend = a->val[O_BACKEND];
 	ov.cluster = a->val[O_CLUSTER];
 	ov.schedule = a->val[O_SCHEDULE];
+	ov.dtype = a->val[O_DTYPE];
 	if (!a->input) {
 		/* A published profile (JSON) brings its own layer sequence. */
 		ir_module *m = fe_load_profile_model(a->val[O_PROFILE], &ov);

@@ -93,6 +93,9 @@ if timeout 20 "$bin" compile $m --target cuda --gpu-arch x -o "$tmp/out" 2>&1 | 
 else
   expect 1 "--gpu-arch takes sm_XX" compile $m --target cuda --gpu-arch x -o "$tmp/out"
 fi
+expect 1 "unknown dtype 'f8'; known: f32, bf16, f16" plan $m --dtype f8
+expect 1 "the CPU runtime trains in f32, but the model's dtype is bf16" compile $m --dtype bf16 -o "$tmp/out"
+expect 1 "the device stores activations and parameters as f32 or bf16, but the model's dtype is f16" compile $m --dtype f16 --target cuda-emu -o "$tmp/out"
 expect 1 "unknown target 'gpu' (cpu, cuda or cuda-emu)" compile $m --target gpu -o "$tmp/out"
 expect 1 "--gpu-arch is for --target cuda" compile $m --target cuda-emu --gpu-arch sm_90 -o "$tmp/out"
 expect 1 "--emit takes llvm, obj or both" compile $m --target cuda-emu --emit=ptx -o "$tmp/out"

@@ -109,9 +109,7 @@ for run in "1 nccl" "4 mpi"; do
 	fi
 done
 cmp -s "$TMP/g1.log.losses" "$TMP/g4.log.losses" && echo "  (1 and 4 ranks: identical losses, bit for bit)"
-sed 's/^\(  dtype:\) f32/\1 bf16/; s|text_file: data/|text_file: '"$SRC"'/models/data/|' \
-	"$SRC/models/tiny-hybrid.yaml" > "$TMP/tiny-hybrid-bf16.yaml"
-if "$OCTO" compile "$TMP/tiny-hybrid-bf16.yaml" --devices 1 --target cuda --gpu-arch "$ARCH" \
+if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --dtype bf16 --devices 1 --target cuda --gpu-arch "$ARCH" \
 	-o "$TMP/gb" > "$TMP/c.log" 2>&1 && train "$TMP/gb" "$TMP/gb.log" nccl 1 &&
 	r=$(close "$TMP/gb.log" "$TMP/cpu.log" 2e-2); then
 	pass "1 rank, bf16 against the f32 CPU run: $r"
