@@ -4,13 +4,11 @@
  *                    shapes baked in as constants (F, B and W kernels named
  *                    <kind>_F_*, <kind>_B_*, <kind>_W_*)
  *   cg_cuda_ptx      NVRTC: source -> PTX for an architecture (sm_XX)
- *   cg_cuda_emit     every distinct (kind, shape) of a module -> DIR/NAME.cu
- *                    and/or DIR/NAME.ptx
  *   cg_cuda_emu_source  the same source for the host emulator
  *                    (runtime/dev/dev_emu.c): shim, source, entry table
  *
  * Matrix products are not in the generated source: the runtime runs them
- * through cuBLAS.  cg_cuda_ptx and cg_cuda_emit need NVRTC: only built
+ * through cuBLAS.  cg_cuda_ptx needs NVRTC: only built
  * with OCTO_HAVE_CUDA. */
 #ifndef OCTO_CUDA_KERNELS_H
 #define OCTO_CUDA_KERNELS_H
@@ -41,11 +39,6 @@ char *cg_cuda_emu_source(const rt_layer_desc *d, bool bf16, const char *table, a
  * error naming the module. */
 int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx, arena *a);
 
-/* The module's layers (every layer of the model), deduplicated by shape:
- * writes DIR/<name>.cu (emit_cu) and DIR/<name>.ptx (emit_ptx).  Prints a
- * line per module unless quiet.  Returns 0 or -1. */
-int cg_cuda_emit(const ir_module *m, const char *dir, const char *arch, bool emit_cu,
-                 bool emit_ptx, bool quiet);
 #endif
 
 #endif

@@ -73,27 +73,15 @@ int rt_device_buffers(rt_ctx *ctx, size_t bytes, void **base)
 	return RT_OK;
 }
 
-/* f32 -> bf16, rounded to nearest even (a NaN stays a quiet NaN), as the
- * kernels' st(). */
-static void to_bf16(uint16_t *h, const float *x, int64_t n)
-{
-	for (int64_t k = 0; k < n; k++) {
-		uint32_t u;
-		memcpy(&u, &x[k], 4);
-		if ((u & 0x7fffffffu) > 0x7f800000u)
-			h[k] = (uint16_t)((u >> 16) | 0x40u);
-		else
-			h[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-	}
-}
-
 /* src (n floats) to dst on the device, through stage (n storage elements)
  * when the device stores bf16. */
 static int put(rt_dev *d, void *dst, const float *src, int64_t n, void *stage)
 {
 	const void *from = src;
 	if (d->bf16) {
-		to_bf16(stage, src, n);
+		uint16_t *h = stage;
+		for (int64_t k = 0; k < n; k++)
+			h[k] = dev_to_bf16(src[k]);
 		from = stage;
 	}
 	int rc = d->ops->copy(d, dst, from, (size_t)n * dev_esz(d), DEV_H2D);

@@ -723,6 +723,28 @@ static int not_built(const args *a, const char *what)
 }
 #endif
 
+/* --target and --gpu-arch: *dev (CG_DEV_NONE for cpu) and *arch; 0, or
+ * the exit status after a message. */
+static int parse_target(const args *a, cg_dev *dev, const char **arch)
+{
+	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
+	*dev = strcmp(target, "cuda") == 0 ? CG_DEV_CUDA : strcmp(target, "cuda-emu") == 0 ? CG_DEV_EMU
+	                                                                                  : CG_DEV_NONE;
+	if (*dev == CG_DEV_NONE && strcmp(target, "cpu") != 0)
+		return cli_error(a->cmd->name, "unknown target '%s' (cpu, cuda or cuda-emu)", target);
+#ifndef OCTO_HAVE_CUDA
+	if (*dev == CG_DEV_CUDA)
+		return not_built(a, "the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
+#endif
+	*arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
+	if (*dev != CG_DEV_CUDA && a->set[O_GPU_ARCH])
+		return cli_error(a->cmd->name, "--gpu-arch is for --target cuda");
+	if (strncmp(*arch, "sm_", 3) != 0 || strlen(*arch) < 5 ||
+	    strspn(*arch + 3, "0123456789") != strlen(*arch + 3))
+		return cli_error(a->cmd->name, "--gpu-arch takes sm_XX (sm_80, sm_90, ...), got '%s'", *arch);
+	return 0;
+}
+
 /* compile: a model through the default pipeline (with the backend the
  * target talks through), or an IR file through the passes it still lacks
  * (all of them without programs, comm onwards without communication, the
@@ -730,25 +752,16 @@ static int not_built(const args *a, const char *what)
  * generation (docs/codegen.md). */
 static int cmd_compile(const args *a)
 {
-	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
-	bool emu = strcmp(target, "cuda-emu") == 0;
-	bool cuda = emu || strcmp(target, "cuda") == 0, emit_cu = false, emit_ptx = false;
-	if (!cuda && strcmp(target, "cpu") != 0)
-		return cli_error(a->cmd->name, "unknown target '%s' (cpu, cuda or cuda-emu)", target);
-#ifndef OCTO_HAVE_CUDA
-	if (cuda && !emu)
-		return not_built(a, "the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
-#endif
+	cg_dev dev;
+	const char *gpu_arch, *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
+	int bad_target = parse_target(a, &dev, &gpu_arch);
+	if (bad_target)
+		return bad_target;
+	bool emu = dev == CG_DEV_EMU, cuda = dev != CG_DEV_NONE, emit_cu = false, emit_ptx = false;
 	/* CPU ranks talk through MPI; CUDA ranks through NCCL (whose proof also
 	 * covers their OCTO_COMM=mpi mode). */
 	const char *backend = cuda ? "nccl" : "mpi";
 	ir_backend want = cuda ? IR_BACKEND_NCCL : IR_BACKEND_MPI;
-	if ((!cuda || emu) && a->set[O_GPU_ARCH])
-		return cli_error(a->cmd->name, "--gpu-arch is for --target cuda");
-	const char *gpu_arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
-	if (strncmp(gpu_arch, "sm_", 3) != 0 || strlen(gpu_arch) < 5 ||
-	    strspn(gpu_arch + 3, "0123456789") != strlen(gpu_arch + 3))
-		return cli_error(a->cmd->name, "--gpu-arch takes sm_XX (sm_80, sm_90, ...), got '%s'", gpu_arch);
 	cg_options co = {0};
 	if (a->set[O_EMIT]) {
 		char *list = strdup(a->val[O_EMIT]), *save = NULL;
@@ -838,7 +851,7 @@ static int cmd_compile(const args *a)
 			print_comparison(m, r);
 	}
 	if (!rc && cuda) {
-		if (cg_compile_device(m, r, &co, emu ? CG_DEV_EMU : CG_DEV_CUDA, gpu_arch, emit_cu, emit_ptx) != 0)
+		if (cg_compile_device(m, r, &co, dev, gpu_arch, emit_cu, emit_ptx) != 0)
 			rc = 1;
 	} else if (!rc && cg_compile_cpu(m, r, &co) != 0) {
 		rc = 1;
@@ -854,19 +867,12 @@ static int cmd_compile(const args *a)
  * mode; its programs write the profile (rt_profile). */
 static int cmd_profile(const args *a)
 {
-	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
-	bool emu = strcmp(target, "cuda-emu") == 0, cuda = emu || strcmp(target, "cuda") == 0;
-	if (!cuda && strcmp(target, "cpu") != 0)
-		return cli_error(a->cmd->name, "unknown target '%s' (cpu, cuda or cuda-emu)", target);
-#ifndef OCTO_HAVE_CUDA
-	if (cuda && !emu)
-		return not_built(a, "the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
-#endif
-	const char *arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
-	if ((!cuda || emu) && a->set[O_GPU_ARCH])
-		return cli_error(a->cmd->name, "--gpu-arch is for --target cuda");
-	if (strncmp(arch, "sm_", 3) != 0 || strlen(arch) < 5 || strspn(arch + 3, "0123456789") != strlen(arch + 3))
-		return cli_error(a->cmd->name, "--gpu-arch takes sm_XX (sm_80, sm_90, ...), got '%s'", arch);
+	cg_dev dev;
+	const char *arch;
+	int bad_target = parse_target(a, &dev, &arch);
+	if (bad_target)
+		return bad_target;
+	bool cuda = dev != CG_DEV_NONE;
 	if (!a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0)
 		return cli_error(a->cmd->name, "give the profile file with -o FILE");
 	if (is_ir_file(a->input))
@@ -888,8 +894,7 @@ static int cmd_profile(const args *a)
 		bool failed;
 		r = maybe_simulate(m, &failed);
 		cg_options co = {.dir = dir, .quiet = true};
-		rc = failed || (cuda ? cg_compile_device(m, r, &co, emu ? CG_DEV_EMU : CG_DEV_CUDA, arch,
-		                                         false, false)
+		rc = failed || (cuda ? cg_compile_device(m, r, &co, dev, arch, false, false)
 		                     : cg_compile_cpu(m, r, &co)) != 0;
 	}
 	if (!rc) {

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "layers.h"
 
@@ -75,6 +76,26 @@ static inline size_t dev_esz(const rt_dev *d)
 static inline void *dev_at(const rt_dev *d, const void *p, int64_t i)
 {
 	return (char *)p + (size_t)i * dev_esz(d);
+}
+
+/* bf16 <-> f32: rounded to nearest even, a NaN kept a quiet NaN, as the
+ * kernels' st() (codegen/cuda_lib.cu). */
+static inline uint16_t dev_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+static inline float dev_from_bf16(uint16_t v)
+{
+	uint32_t u = (uint32_t)v << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
 }
 
 /* Records a failure in d->err and returns code. */

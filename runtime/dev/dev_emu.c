@@ -151,37 +151,18 @@ static int emu_sync_dev(rt_dev *d)
 
 /* ---- GEMM -------------------------------------------------------------------- */
 
-static float from_bf16(uint16_t v)
-{
-	uint32_t u = (uint32_t)v << 16;
-	float f;
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
-
-/* Round to nearest even, NaN kept quiet: cuda_lib.cu's st(). */
-static uint16_t to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
-
 static void widen(const uint16_t *src, int64_t rows, int64_t cols, int64_t ld, float *dst)
 {
 	for (int64_t i = 0; i < rows; i++)
 		for (int64_t j = 0; j < cols; j++)
-			dst[i * cols + j] = from_bf16(src[i * ld + j]);
+			dst[i * cols + j] = dev_from_bf16(src[i * ld + j]);
 }
 
 static void narrow(const float *src, int64_t rows, int64_t cols, uint16_t *dst, int64_t ld)
 {
 	for (int64_t i = 0; i < rows; i++)
 		for (int64_t j = 0; j < cols; j++)
-			dst[i * ld + j] = to_bf16(src[i * cols + j]);
+			dst[i * ld + j] = dev_to_bf16(src[i * cols + j]);
 }
 
 /* kernels.inc's mm() in f32. */

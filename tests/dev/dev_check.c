@@ -100,31 +100,13 @@ static float *noise(int64_t n, float scale)
 
 /* ---- storage conversion ------------------------------------------------------- */
 
-static uint16_t to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
-
-static float from_bf16(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 /* f32 values in the device's storage type (a host buffer). */
 static void *to_real(const float *x, int64_t n, bool bf16)
 {
 	void *out = malloc((size_t)(n ? n : 1) * (bf16 ? 2 : 4));
 	for (int64_t i = 0; i < n; i++)
 		if (bf16)
-			((uint16_t *)out)[i] = to_bf16(x[i]);
+			((uint16_t *)out)[i] = dev_to_bf16(x[i]);
 		else
 			((float *)out)[i] = x[i];
 	return out;
@@ -135,7 +117,7 @@ static void round_to(float *x, int64_t n, bool bf16)
 {
 	if (bf16)
 		for (int64_t i = 0; i < n; i++)
-			x[i] = from_bf16(to_bf16(x[i]));
+			x[i] = dev_from_bf16(dev_to_bf16(x[i]));
 }
 
 /* ---- the device ----------------------------------------------------------------- */
@@ -180,7 +162,7 @@ static float *dget(rt_dev *dev, const void *p, int64_t n, bool f32)
 		return h;
 	float *out = malloc((size_t)n * sizeof *out);
 	for (int64_t i = 0; i < n; i++)
-		out[i] = from_bf16(((uint16_t *)h)[i]);
+		out[i] = dev_from_bf16(((uint16_t *)h)[i]);
 	free(h);
 	return out;
 }

@@ -206,24 +206,6 @@ static void naive(bool ta, bool tb, int m, int n, int k, float alpha, const floa
 		}
 }
 
-static float bf(uint16_t v)
-{
-	uint32_t u = (uint32_t)v << 16;
-	float f;
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
-
-static uint16_t to_bf(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
-
 /* Multiples of 1/8 in [-2, 2): products and their short sums are exact in
  * f32, so BLAS and the naive loop agree to the bit before any rounding. */
 static float val(int i)
@@ -279,15 +261,17 @@ START_TEST(test_gemm_bf16)
 		uint16_t a[16 * 13], b[16 * 13], c[16 * 13];
 		float af[16 * 13], bfl[16 * 13], want[16 * 13], cf[16 * 13];
 		for (int i = 0; i < 16 * 13; i++) {
-			a[i] = to_bf(val(i)), b[i] = to_bf(val(7 * i + 3)), c[i] = to_bf(val(2 * i) * 1.001f);
-			af[i] = bf(a[i]), bfl[i] = bf(b[i]), want[i] = bf(c[i]), cf[i] = want[i];
+			a[i] = dev_to_bf16(val(i)), b[i] = dev_to_bf16(val(7 * i + 3));
+			c[i] = dev_to_bf16(val(2 * i) * 1.001f);
+			af[i] = dev_from_bf16(a[i]), bfl[i] = dev_from_bf16(b[i]);
+			want[i] = dev_from_bf16(c[i]), cf[i] = want[i];
 		}
 		/* alpha 1/3: the f32 result needs rounding to bf16. */
 		naive(ta, tb, m, n, k, 1.f / 3, af, ld, bfl, ld, 0.75f, want, ld);
 		ck_assert_int_eq(d->ops->gemm(d, ta, tb, m, n, k, 1.f / 3, a, ld, b, ld, 0.75f, c, ld, false),
 		                 RT_OK);
 		for (int i = 0; i < 16 * 13; i++) {
-			uint16_t w = to_bf(want[i]);
+			uint16_t w = dev_to_bf16(want[i]);
 			/* BLAS's f32 may differ from the double-rounded loop by an ulp,
 			 * which can move the bf16 rounding by one. */
 			ck_assert_msg(abs((int)c[i] - (int)w) <= 1, "ta %d tb %d: c[%d] %#x, want %#x", ta, tb,
@@ -304,14 +288,15 @@ START_TEST(test_gemm_bf16)
 			              (double)cf[i], (double)cw[i]);
 	}
 	/* A NaN operand gives bf16's quiet NaN; ties round to even. */
-	uint16_t a1[1] = {0x7fa0} /* signalling NaN */, b1[1] = {to_bf(1.f)}, c1[1];
+	uint16_t a1[1] = {0x7fa0} /* signalling NaN */, b1[1] = {dev_to_bf16(1.f)}, c1[1];
 	ck_assert_int_eq(d->ops->gemm(d, false, false, 1, 1, 1, 1.f, a1, 1, b1, 1, 0.f, c1, 1, false),
 	                 RT_OK);
 	ck_assert_msg((c1[0] & 0x7fc0) == 0x7fc0, "%#x", c1[0]);
-	uint16_t a2[2] = {to_bf(1.f), to_bf(1.f)}, b2[2] = {to_bf(1.f), to_bf(1.f / 256)}, c2[1];
+	uint16_t a2[2] = {dev_to_bf16(1.f), dev_to_bf16(1.f)};
+	uint16_t b2[2] = {dev_to_bf16(1.f), dev_to_bf16(1.f / 256)}, c2[1];
 	ck_assert_int_eq(d->ops->gemm(d, false, false, 1, 1, 2, 1.f, a2, 2, b2, 1, 0.f, c2, 1, false),
 	                 RT_OK);
-	ck_assert_msg(c2[0] == to_bf(1.f), "1 + 2^-8 rounds to 1 (even): %#x", c2[0]); /* a tie */
+	ck_assert_msg(c2[0] == dev_to_bf16(1.f), "1 + 2^-8 rounds to 1 (even): %#x", c2[0]); /* a tie */
 	d->ops->destroy(d);
 }
 END_TEST
