@@ -107,6 +107,14 @@ static const char ENTRY_MOE[] =
     "OCTO_KERNEL void moe_W_gather(const real *u, const int *rowtok, real *X)\n"
     "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n";
 
+/* Every module: the optimizer step of a tensor of its layer (the
+ * runtime's AdamW, runtime/rt_model.c, element for element). */
+static const char ENTRY_OPTIM[] =
+    "OCTO_KERNEL void optim_adamw(float *p32, real *p, const float *g, float *m, float *v, long n, "
+    "float lr, float step_size, float b1, float b2, float c1, float c2, float eps, float bc2_sqrt, "
+    "float keep, int sgd)\n"
+    "{ adamw(p32, p, g, m, v, n, lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep, sgd); }\n";
+
 /* The scan and convolution of both versions; X_OFF etc. place x, B, C in
  * the convolution output (Mamba-2) or x_proj's output (Mamba-1). */
 static const char ENTRY_MAMBA[] =
@@ -284,6 +292,7 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		break;
 	default: break;
 	}
+	put(&b, "%s", ENTRY_OPTIM);
 	char *out = arena_alloc(a, b.n + 1);
 	memcpy(out, b.p, b.n + 1);
 	free(b.p);

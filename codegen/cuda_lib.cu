@@ -815,3 +815,28 @@ __device__ void colsum_strided(const real *a, float *dst, long rows)
 		dst[j] += s;
 	}
 }
+
+/* ---- the optimizer ---- */
+
+/* AdamW (sgd 0) or SGD on n elements of a tensor, as the runtime's
+ * adamw() (runtime/rt_model.c) in the same f32 operations, so the result is
+ * the host's bit for bit (no contraction: --fmad=false): the f32 master p32
+ * updated, p (the storage type) rounded from it. */
+__device__ void adamw(float *p32, real *p, const float *g, float *m, float *v, long n, float lr,
+                      float step_size, float b1, float b2, float c1, float c2, float eps,
+                      float bc2_sqrt, float keep, int sgd)
+{
+	EACH(i, n) {
+		float x;
+		if (sgd) {
+			x = p32[i] * keep - lr * g[i];
+		} else {
+			m[i] = b1 * m[i] + c1 * g[i];
+			v[i] = b2 * v[i] + c2 * (g[i] * g[i]);
+			float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+			x = p32[i] * keep - step_size * (m[i] / denom);
+		}
+		p32[i] = x;
+		p[i] = st(x);
+	}
+}

@@ -273,6 +273,8 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: rt_model_init has not been called");
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", (long long)ctx->step);
+	if (ctx->dev && (rc = rt__dev_pull(ctx)))
+		return rc;
 	int64_t t0 = rt__now_ns();
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: mkdir: %s", dir, strerror(errno));

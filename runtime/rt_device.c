@@ -6,14 +6,15 @@
  * the host emulator) and takes its buffer block from rt_device_buffers;
  * everything else is the CPU program's sequence of calls.  Here:
  *
- *   - the host keeps the master state: f32 parameters, AdamW moments and
- *     the gradients' step-end copy, in the arena as on a CPU rank, so
- *     rt_step_end's AdamW, checkpoints and the model hash are the CPU's
- *     code;
- *   - the device holds per layer the parameters in its storage type
- *     (uploaded after init, each optimizer step and a resume) and f32
- *     gradients that W accumulates; the step's end brings the gradients
- *     and the head's losses back, and zeroes the device's gradients;
+ *   - the device holds each layer's whole training state: the parameters
+ *     in its storage type (what the kernels read), and in f32 the master
+ *     parameters, the gradients W accumulates and the AdamW moments; the
+ *     optimizer step runs there (optim_adamw: the host's AdamW operation
+ *     for operation, so the weights are the same bits);
+ *   - the host's arrays (the CPU rank's layout) are a copy: uploaded after
+ *     init and a resume, brought back (rt__dev_pull) only when a
+ *     checkpoint, the model hash or rt_layer_get reads them; the step's
+ *     end brings back only the head's losses;
  *   - F, B, W run dev_forward / dev_backward_b / dev_backward_w on the
  *     device buffers the program passes; token ids are made (and checked)
  *     on the host and copied to the device before the embedding's or the
@@ -23,6 +24,11 @@
 
 #include "dev.h"
 #include "rt_internal.h"
+
+/* A layer's optimizer state on the device (f32, the layer's layout). */
+struct rt_dopt {
+	float *p32, *m, *v;
+};
 
 static int dev_err(rt_ctx *ctx, int rc, const char *what)
 {
@@ -98,14 +104,80 @@ int rt__dev_put(rt_ctx *ctx, void *dst, const float *src, int64_t n)
 	return rc ? dev_err(ctx, rc, "values to the device") : RT_OK;
 }
 
-/* The host's f32 parameters of every layer -> the device's storage. */
+/* The host's state of every layer -> the device: the parameters in the
+ * storage type and in f32, the moments; the gradients zeroed. */
 int rt__dev_upload(rt_ctx *ctx)
 {
+	rt_dev *d = ctx->dev;
 	for (int i = 0; i < ctx->nlay; i++) {
-		int rc = put(ctx->dev, ctx->dlay[i].p, ctx->lay[i].p, ctx->lay[i].sz.params, ctx->dev_stage);
+		const rt_lay *l = &ctx->lay[i];
+		const struct rt_dopt *o = &ctx->dopt[i];
+		size_t fb = (size_t)l->sz.params * sizeof(float);
+		int rc = put(d, ctx->dlay[i].p, l->p, l->sz.params, ctx->dev_stage);
+		if (!rc)
+			rc = d->ops->copy(d, o->p32, l->p, fb, DEV_H2D);
+		if (!rc)
+			rc = d->ops->copy(d, o->m, l->m, fb, DEV_H2D);
+		if (!rc)
+			rc = d->ops->copy(d, o->v, l->v, fb, DEV_H2D);
+		if (!rc)
+			rc = d->ops->zero(d, ctx->dlay[i].g, fb);
+		if (!rc)
+			rc = d->ops->sync(d);
 		if (rc)
-			return dev_err(ctx, rc, "parameters to the device");
+			return dev_err(ctx, rc, "the model's state to the device");
 	}
+	ctx->dev_stale = false;
+	return RT_OK;
+}
+
+int rt__dev_pull(rt_ctx *ctx)
+{
+	rt_dev *d = ctx->dev;
+	if (!ctx->dev_stale)
+		return RT_OK;
+	for (int i = 0; i < ctx->nlay; i++) {
+		rt_lay *l = &ctx->lay[i];
+		const struct rt_dopt *o = &ctx->dopt[i];
+		size_t fb = (size_t)l->sz.params * sizeof(float);
+		int rc = d->ops->copy(d, l->p, o->p32, fb, DEV_D2H);
+		if (!rc)
+			rc = d->ops->copy(d, l->m, o->m, fb, DEV_D2H);
+		if (!rc)
+			rc = d->ops->copy(d, l->v, o->v, fb, DEV_D2H);
+		if (rc)
+			return dev_err(ctx, rc, "the model's state from the device");
+	}
+	ctx->dev_stale = false;
+	return RT_OK;
+}
+
+int rt__dev_optimize(rt_ctx *ctx)
+{
+	rt_dev *d = ctx->dev;
+	for (int i = 0; i < ctx->nlay; i++) {
+		const dev_layer *L = &ctx->dlay[i];
+		const struct rt_dopt *o = &ctx->dopt[i];
+		int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
+		bool dec[RT_MAX_TENSORS];
+		int n, rc = rt__decays(&L->desc, off, len, dec, &n);
+		for (int k = 0; !rc && k < n; k++) {
+			rt_adamw_k c;
+			rt__adamw_consts(&ctx->train, ctx->step + 1, dec[k] && ctx->train.weight_decay > 0, &c);
+			float *p32 = o->p32 + off[k], *g = L->g + off[k], *m = o->m + off[k], *v = o->v + off[k];
+			void *p = dev_at(d, L->p, off[k]);
+			long cnt = (long)len[k];
+			rc = dev_each(d, L, "optim_adamw", len[k],
+			              (void *[]){&p32, &p, &g, &m, &v, &cnt, &c.lr, &c.step_size, &c.b1, &c.b2,
+			                         &c.c1, &c.c2, &c.eps, &c.bc2_sqrt, &c.keep, &c.sgd});
+		}
+		if (!rc)
+			rc = d->ops->zero(d, L->g, (size_t)L->nparams * sizeof(float));
+		if (rc)
+			return rt__fail(ctx, rc, "step %lld: the optimizer of layer %lld on the device: %s",
+			                (long long)ctx->step, (long long)ctx->lay[i].index, d->err);
+	}
+	ctx->dev_stale = true;
 	return RT_OK;
 }
 
@@ -114,7 +186,8 @@ int rt__dev_model_init(rt_ctx *ctx)
 	rt_dev *d = ctx->dev;
 	int rc;
 	size_t scratch = 0, stage = 0;
-	if (!(ctx->dlay = calloc((size_t)ctx->nlay, sizeof *ctx->dlay)))
+	if (!(ctx->dlay = calloc((size_t)ctx->nlay, sizeof *ctx->dlay)) ||
+	    !(ctx->dopt = calloc((size_t)ctx->nlay, sizeof *ctx->dopt)))
 		return rt__fail(ctx, RT_ENOMEM, "device: out of host memory");
 	for (int i = 0; i < ctx->nlay; i++) {
 		const rt_lay *l = &ctx->lay[i];
@@ -125,11 +198,13 @@ int rt__dev_model_init(rt_ctx *ctx)
 			                rt__kind_name(l->desc.kind), rt_strerror(rc));
 		L->mod = ctx->dev_mod[i];
 		size_t pb = (size_t)L->nparams * dev_esz(d), gb = (size_t)L->nparams * sizeof(float);
-		void *g;
+		void *g, *p32, *m, *v;
 		if ((rc = d->ops->alloc(d, pb ? pb : 1, &L->p)) || (rc = d->ops->alloc(d, gb ? gb : 1, &g)) ||
-		    (rc = d->ops->zero(d, g, gb)))
-			return dev_err(ctx, rc, "device memory for the parameters");
+		    (rc = d->ops->alloc(d, gb ? gb : 1, &p32)) || (rc = d->ops->alloc(d, gb ? gb : 1, &m)) ||
+		    (rc = d->ops->alloc(d, gb ? gb : 1, &v)))
+			return dev_err(ctx, rc, "device memory for the model's state");
 		L->g = g;
+		ctx->dopt[i] = (struct rt_dopt){p32, m, v};
 		if ((size_t)sz.scratch > scratch)
 			scratch = (size_t)sz.scratch;
 		if (pb > stage)
@@ -202,36 +277,27 @@ int rt__dev_w(rt_ctx *ctx, int h, const void *ws)
 	return rc ? dev_err(ctx, rc, "W") : RT_OK;
 }
 
-/* The step's gradients and the head's losses -> the host; the device's
- * gradients back to zero for the next step. */
+/* The head's losses of the step -> the host. */
 int rt__dev_collect(rt_ctx *ctx)
 {
 	rt_dev *d = ctx->dev;
 	int rc;
 	if ((rc = d->ops->sync(d)))
 		return dev_err(ctx, rc, "the step's work on the device");
-	for (int i = 0; i < ctx->nlay; i++) {
-		size_t gb = (size_t)ctx->lay[i].sz.params * sizeof(float);
-		if ((rc = d->ops->copy(d, ctx->lay[i].g, ctx->dlay[i].g, gb, DEV_D2H)) ||
-		    (rc = d->ops->zero(d, ctx->dlay[i].g, gb)))
-			return dev_err(ctx, rc, "gradients from the device");
-	}
-	if (ctx->head >= 0) {
-		int64_t n = ctx->train.microbatches;
-		double *l = malloc((size_t)n * 2 * sizeof *l);
-		if (!l)
-			return rt__fail(ctx, RT_ENOMEM, "device: out of host memory");
-		rc = d->ops->copy(d, l, ctx->dev_loss, (size_t)n * 2 * sizeof *l, DEV_D2H);
-		for (int64_t m = 0; !rc && m < n; m++)
-			if (ctx->mb_count[m] >= 0) {
-				ctx->mb_loss[m] = l[2 * m];
-				ctx->mb_count[m] = (int64_t)l[2 * m + 1];
-			}
-		free(l);
-		if (rc)
-			return dev_err(ctx, rc, "losses from the device");
-	}
-	return RT_OK;
+	if (ctx->head < 0)
+		return RT_OK;
+	int64_t n = ctx->train.microbatches;
+	double *l = malloc((size_t)n * 2 * sizeof *l);
+	if (!l)
+		return rt__fail(ctx, RT_ENOMEM, "device: out of host memory");
+	rc = d->ops->copy(d, l, ctx->dev_loss, (size_t)n * 2 * sizeof *l, DEV_D2H);
+	for (int64_t m = 0; !rc && m < n; m++)
+		if (ctx->mb_count[m] >= 0) {
+			ctx->mb_loss[m] = l[2 * m];
+			ctx->mb_count[m] = (int64_t)l[2 * m + 1];
+		}
+	free(l);
+	return rc ? dev_err(ctx, rc, "losses from the device") : RT_OK;
 }
 
 void rt__dev_free(rt_ctx *ctx)
@@ -243,6 +309,11 @@ void rt__dev_free(rt_ctx *ctx)
 	for (int i = 0; ctx->dlay && i < ctx->nlay; i++) {
 		d->ops->free(d, ctx->dlay[i].p);
 		d->ops->free(d, ctx->dlay[i].g);
+		if (ctx->dopt) {
+			d->ops->free(d, ctx->dopt[i].p32);
+			d->ops->free(d, ctx->dopt[i].m);
+			d->ops->free(d, ctx->dopt[i].v);
+		}
 	}
 	d->ops->free(d, ctx->dev_scratch);
 	d->ops->free(d, ctx->dev_tok);
@@ -250,6 +321,7 @@ void rt__dev_free(rt_ctx *ctx)
 	d->ops->free(d, ctx->dev_flag);
 	d->ops->free(d, ctx->dev_buf);
 	free(ctx->dlay);
+	free(ctx->dopt);
 	free(ctx->dev_stage);
 	d->ops->destroy(d);
 	ctx->dev = NULL;

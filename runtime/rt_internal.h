@@ -107,6 +107,8 @@ struct rt_ctx {
 	double *dev_loss;           /* [microbatches][2]: the head's {sum, count} */
 	int *dev_flag;
 	void *dev_stage;            /* host staging of one layer's parameters */
+	struct rt_dopt *dopt;       /* [nlay]: the optimizer's state on the device */
+	bool dev_stale;             /* the host's parameters and moments lag the device's */
 	const rt_dcomm *dcomm;      /* the device's communicator; NULL: MPI */
 	bool dev_mpi_stage;         /* device memory the host cannot read: MPI moves host copies */
 
@@ -143,6 +145,17 @@ int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what);
 /* Lets MPI progress the pending operations (cheap; called around kernels). */
 void rt__progress(rt_ctx *ctx);
 
+/* The optimizer's constants for one tensor at step `step` (1-based), and
+ * which tensors decay (rt_model.c): the host's AdamW and the device's use
+ * the same. */
+typedef struct rt_adamw_k {
+	float lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep;
+	int sgd;
+} rt_adamw_k;
+void rt__adamw_consts(const rt_train *t, int64_t step, bool decay, rt_adamw_k *k);
+void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v, int64_t n);
+int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n);
+
 /* The inputs (targets: false) or targets of micro-batch mb into ctx->idbuf. */
 void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets);
 
@@ -157,6 +170,10 @@ int rt__dev_f(rt_ctx *ctx, int h, int64_t mb, const void *x, void *y, void *act)
 int rt__dev_b(rt_ctx *ctx, int h, const void *dy, float dscale, void *dx, const void *act, void *ws);
 int rt__dev_w(rt_ctx *ctx, int h, const void *ws);
 int rt__dev_collect(rt_ctx *ctx);
+/* The optimizer step on the device; the host's copy of the parameters and
+ * moments is stale until rt__dev_pull. */
+int rt__dev_optimize(rt_ctx *ctx);
+int rt__dev_pull(rt_ctx *ctx);
 void rt__dev_free(rt_ctx *ctx);
 
 #endif

@@ -307,6 +307,8 @@ int rt_layer_get(rt_ctx *ctx, int h, rt_layer_info *out)
 	if (h < 0 || h >= ctx->nlay || !out)
 		return rt__fail(ctx, RT_EARG, "rt_layer_get: no layer %d on this rank (%d layers)", h,
 		                ctx->nlay);
+	if (ctx->dev && (rc = rt__dev_pull(ctx)))
+		return rc;
 	out->index = ctx->lay[h].index;
 	out->kind = ctx->lay[h].desc.kind;
 	out->sizes = ctx->lay[h].sz;
@@ -494,7 +496,7 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 }
 
 /* Matrices decay; vectors (norm scales, biases, A_log, D) do not. */
-static int decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n)
+int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n)
 {
 	int rc;
 	if ((rc = rt_layer_ntensors(d, n)))
@@ -513,28 +515,34 @@ static int decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec,
 	return RT_OK;
 }
 
-static void adamw(const rt_train *t, int64_t step, float *p, float *g, float *m, float *v,
-                  int64_t n, bool decay)
+void rt__adamw_consts(const rt_train *t, int64_t step, bool decay, rt_adamw_k *k)
 {
-	const float b1 = t->beta1, b2 = t->beta2, eps = t->eps;
-	const float c1 = 1.0f - b1, c2 = 1.0f - b2;
-	const float keep = decay ? (float)(1.0 - (double)t->lr * (double)t->weight_decay) : 1.0f;
-	if (t->optimizer == RT_SGD) {
-		for (int64_t i = 0; i < n; i++)
-			p[i] = p[i] * keep - t->lr * g[i];
-		return;
-	}
+	*k = (rt_adamw_k){.lr = t->lr, .b1 = t->beta1, .b2 = t->beta2, .eps = t->eps,
+	                  .c1 = 1.0f - t->beta1, .c2 = 1.0f - t->beta2,
+	                  .keep = decay ? (float)(1.0 - (double)t->lr * (double)t->weight_decay) : 1.0f,
+	                  .sgd = t->optimizer == RT_SGD};
 	/* PyTorch's AdamW: bias corrections in double, then in float
 	 * p = p*(1 - lr*wd) - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps). */
-	double bc1 = 1.0 - pow((double)b1, (double)step);
-	double bc2 = 1.0 - pow((double)b2, (double)step);
-	const float step_size = (float)((double)t->lr / bc1);
-	const float bc2_sqrt = (float)sqrt(bc2);
+	double bc1 = 1.0 - pow((double)t->beta1, (double)step);
+	double bc2 = 1.0 - pow((double)t->beta2, (double)step);
+	k->step_size = (float)((double)t->lr / bc1);
+	k->bc2_sqrt = (float)sqrt(bc2);
+}
+
+/* The optimizer step of one tensor (the device runs the same operations:
+ * codegen/cuda_lib.cu's adamw). */
+void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v, int64_t n)
+{
+	if (k->sgd) {
+		for (int64_t i = 0; i < n; i++)
+			p[i] = p[i] * k->keep - k->lr * g[i];
+		return;
+	}
 	for (int64_t i = 0; i < n; i++) {
-		m[i] = b1 * m[i] + c1 * g[i];
-		v[i] = b2 * v[i] + c2 * (g[i] * g[i]);
-		float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-		p[i] = p[i] * keep - step_size * (m[i] / denom);
+		m[i] = k->b1 * m[i] + k->c1 * g[i];
+		v[i] = k->b2 * v[i] + k->c2 * (g[i] * g[i]);
+		float denom = sqrtf(v[i]) / k->bc2_sqrt + k->eps;
+		p[i] = p[i] * k->keep - k->step_size * (m[i] / denom);
 	}
 }
 
@@ -577,21 +585,23 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 	}
 
 	int64_t t0 = rt__now_ns();
-	for (int i = 0; i < ctx->nlay; i++) {
+	if (ctx->dev && (rc = rt__dev_optimize(ctx)))
+		return rc;
+	for (int i = 0; !ctx->dev && i < ctx->nlay; i++) {
 		rt_lay *l = &ctx->lay[i];
 		int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
 		bool dec[RT_MAX_TENSORS];
 		int n;
-		if ((rc = decays(&l->desc, off, len, dec, &n)))
+		if ((rc = rt__decays(&l->desc, off, len, dec, &n)))
 			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", (long long)ctx->step,
 			                (long long)l->index, rt_strerror(rc));
-		for (int k = 0; k < n; k++)
-			adamw(t, ctx->step + 1, l->p + off[k], l->g + off[k], l->m + off[k], l->v + off[k],
-			      len[k], dec[k] && t->weight_decay > 0);
+		for (int k = 0; k < n; k++) {
+			rt_adamw_k c;
+			rt__adamw_consts(t, ctx->step + 1, dec[k] && t->weight_decay > 0, &c);
+			rt__adamw(&c, l->p + off[k], l->g + off[k], l->m + off[k], l->v + off[k], len[k]);
+		}
 		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
 	}
-	if (ctx->dev && (rc = rt__dev_upload(ctx)))
-		return rc;
 	rt__trace(ctx, "optim", t0, -1, -1, -1, 0);
 	ctx->step++;
 	ctx->data_pos += t->microbatches;
@@ -612,6 +622,8 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 	int rc;
 	MPI_Request req;
 	if ((rc = need_model(ctx, "rt_model_hash")))
+		return rc;
+	if (ctx->dev && (rc = rt__dev_pull(ctx)))
 		return rc;
 	if (!out)
 		return RT_EARG;

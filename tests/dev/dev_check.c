@@ -26,6 +26,7 @@
 #include "cuda_kernels.h"
 #include "dev.h"
 #include "octo_kernels.h"
+#include "rt_internal.h" /* the host's optimizer step, rt__adamw */
 
 typedef struct tcase {
 	const char *kind; /* the command line's name */
@@ -347,17 +348,70 @@ static int run_case(const tcase *c, bool bf16)
 	return bad;
 }
 
+/* The optimizer kernel (optim_adamw, in every module) against the host's
+ * rt__adamw: three steps of AdamW with and without decay, and SGD, on one
+ * tensor; the f32 master weights and moments must be the same bits, the
+ * storage copy their rounding. */
+static int run_optim(bool bf16)
+{
+	arena *a = arena_new();
+	const rt_layer_desc d = {.kind = RT_MLP, BASE, .ffn = 128, .act = RT_SWIGLU};
+	rt_dev *dev = make_device(&d, bf16, a);
+	dev_layer L;
+	DEV(dev_layer_setup(&L, &d), "layer setup");
+	L.mod = 0;
+	rng = 0x6f7074696du;
+	const int64_t n = 5000;
+	int bad = 0;
+	for (int mode = 0; mode < 3; mode++) {
+		rt_train t = {.lr = 1e-2f, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+		              .optimizer = mode == 2 ? RT_SGD : RT_ADAMW};
+		float *p = noise(n, 1.f), *m = calloc((size_t)n, 4), *v = calloc((size_t)n, 4);
+		float *dp = dput(dev, p, (size_t)n * 4), *dm = dput(dev, m, (size_t)n * 4);
+		float *dv = dput(dev, v, (size_t)n * 4);
+		void *hp = to_real(p, n, bf16), *dst = dput(dev, hp, (size_t)n * dev_esz(dev));
+		for (int64_t step = 1; step <= 3; step++) {
+			float *g = noise(n, 0.1f), *dg = dput(dev, g, (size_t)n * 4);
+			rt_adamw_k c;
+			rt__adamw_consts(&t, step, mode == 0, &c);
+			rt__adamw(&c, p, g, m, v, n);
+			long cnt = (long)n;
+			DEV(dev_each(dev, &L, "optim_adamw", n,
+			             (void *[]){&dp, &dst, &dg, &dm, &dv, &cnt, &c.lr, &c.step_size, &c.b1, &c.b2,
+			                        &c.c1, &c.c2, &c.eps, &c.bc2_sqrt, &c.keep, &c.sgd}),
+			    "optim_adamw");
+			free(g);
+		}
+		float *gp = dget(dev, dp, n, true), *gm = dget(dev, dm, n, true), *gv = dget(dev, dv, n, true);
+		float *gs = dget(dev, dst, n, false);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < n; i++) {
+			float want_s = bf16 ? dev_from_bf16(dev_to_bf16(p[i])) : p[i];
+			diff += memcmp(&gp[i], &p[i], 4) != 0 || memcmp(&gm[i], &m[i], 4) != 0 ||
+			        memcmp(&gv[i], &v[i], 4) != 0 || memcmp(&gs[i], &want_s, 4) != 0;
+		}
+		static const char *const what[] = {"AdamW, decay", "AdamW", "SGD"};
+		printf("%-6s %-26s %-22s %lld of %lld elements differ from the host's %s\n", "optim", what[mode],
+		       "3 steps", (long long)diff, (long long)n, diff ? "FAIL" : "ok");
+		bad |= diff != 0;
+		free(p), free(m), free(v), free(hp), free(gp), free(gm), free(gv), free(gs);
+	}
+	dev->ops->destroy(dev);
+	arena_free(a);
+	return bad;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [KIND ...]\n"
-	           "  KIND: emb head attn mlp moe mamba (default: all)\n"
+	           "  KIND: emb head attn mlp moe mamba optim (default: all)\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
 	           "  thresholds: 1e-5 (f32) and 2e-2 (bf16) relative to the largest CPU value\n");
 }
 
 int main(int argc, char **argv)
 {
-	bool bf16 = false, want[NCASES] = {0}, any = false;
+	bool bf16 = false, want[NCASES] = {0}, any = false, optim = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--bf16") == 0) {
 			bf16 = true;
@@ -368,6 +422,8 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--help") == 0) {
 			usage(stdout);
 			return 0;
+		} else if (strcmp(argv[i], "optim") == 0) {
+			optim = any = true;
 		} else {
 			bool found = false;
 			for (int k = 0; k < NCASES; k++)
@@ -389,6 +445,8 @@ int main(int argc, char **argv)
 	for (int k = 0; k < NCASES; k++)
 		if (!any || want[k])
 			bad |= run_case(&cases[k], bf16);
+	if (!any || optim)
+		bad |= run_optim(bf16);
 	char cmd[4200];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
 	if (system(cmd) != 0)
