@@ -152,6 +152,7 @@ int rt_finalize(rt_ctx *ctx)
 	if (ctx->trace_dir)
 		rc = rt_trace_write(ctx, ctx->trace_dir);
 	rt__comm_free_all(ctx);
+	rt__dev_free_comm(ctx);
 	rt__dev_free(ctx);
 	free(ctx->text);
 	free(ctx->text_path);

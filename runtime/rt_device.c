@@ -19,6 +19,7 @@
  *     device buffers the program passes; token ids are made (and checked)
  *     on the host and copied to the device before the embedding's or the
  *     head's F. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,146 @@ int rt__dev_attach(rt_ctx *ctx, rt_dev *dev, const int32_t *layer_mod)
 	return RT_OK;
 }
 
+/* ---- the emulator's communicators ------------------------------------------- */
+
+/* Under the emulator device memory is host memory, so MPI can move it as
+ * it is (OCTO_COMM unset).  OCTO_COMM=mpi moves it through host copies, and
+ * OCTO_COMM=nccl through a stand-in for NCCL, as a GPU's ranks do, so that
+ * those paths of the runtime run without a GPU too.  The stand-in keeps
+ * NCCL's semantics over MPI: no tags, messages between two ranks matched in
+ * the order they are posted (MPI's non-overtaking rule on a communicator of
+ * its own), and a group's operations completing as one. */
+typedef struct emu_group {
+	int n, cap;
+	MPI_Request *r;
+} emu_group;
+
+typedef struct emu_comm {
+	rt_dcomm c;
+	MPI_Comm comm;
+	emu_group *open;
+	char err[256];
+} emu_comm;
+
+static int ec_group_begin(void *s)
+{
+	emu_comm *e = s;
+	if (!(e->open = calloc(1, sizeof *e->open))) {
+		snprintf(e->err, sizeof e->err, "out of host memory");
+		return RT_ENOMEM;
+	}
+	return RT_OK;
+}
+
+static int ec_post(emu_comm *e, bool send, void *buf, size_t bytes, int peer)
+{
+	emu_group *g = e->open;
+	if (g->n == g->cap) {
+		int cap = g->cap ? 2 * g->cap : 4;
+		MPI_Request *r = realloc(g->r, (size_t)cap * sizeof *r);
+		if (!r) {
+			snprintf(e->err, sizeof e->err, "out of host memory");
+			return RT_ENOMEM;
+		}
+		g->r = r;
+		g->cap = cap;
+	}
+	int rc = send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, 0, e->comm, &g->r[g->n])
+	              : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 0, e->comm, &g->r[g->n]);
+	if (rc != MPI_SUCCESS) {
+		snprintf(e->err, sizeof e->err, "%s failed (the emulator's NCCL)", send ? "MPI_Isend" : "MPI_Irecv");
+		return RT_EMPI;
+	}
+	g->n++;
+	return RT_OK;
+}
+
+static int ec_send(void *s, const void *buf, size_t bytes, int peer)
+{
+	return ec_post(s, true, (void *)buf, bytes, peer);
+}
+
+static int ec_recv(void *s, void *buf, size_t bytes, int peer)
+{
+	return ec_post(s, false, buf, bytes, peer);
+}
+
+static int ec_group_end(void *s, void **done)
+{
+	emu_comm *e = s;
+	*done = e->open;
+	e->open = NULL;
+	return RT_OK;
+}
+
+static int ec_test(void *s, void *done, bool *complete)
+{
+	emu_comm *e = s;
+	emu_group *g = done;
+	int flag = 0;
+	if (MPI_Testall(g->n, g->r, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+		snprintf(e->err, sizeof e->err, "MPI_Testall failed (the emulator's NCCL)");
+		return RT_EMPI;
+	}
+	*complete = flag;
+	return RT_OK;
+}
+
+static void ec_release(void *s, void *done)
+{
+	(void)s;
+	emu_group *g = done;
+	for (int i = 0; i < g->n; i++)
+		if (g->r[i] != MPI_REQUEST_NULL)
+			MPI_Request_free(&g->r[i]);
+	free(g->r);
+	free(g);
+}
+
+static const char *ec_error(void *s)
+{
+	return ((emu_comm *)s)->err;
+}
+
+void rt__dev_free_comm(rt_ctx *ctx)
+{
+	emu_comm *e = ctx->emu_comm;
+	if (!e)
+		return;
+	if (e->open)
+		ec_release(e, e->open);
+	MPI_Comm_free(&e->comm);
+	free(e);
+	ctx->emu_comm = NULL;
+}
+
+/* OCTO_COMM for an emulated rank: see above. */
+static int emu_comm_setup(rt_ctx *ctx)
+{
+	const char *mode = getenv("OCTO_COMM");
+	if (!mode || !*mode)
+		return RT_OK;
+	if (strcmp(mode, "mpi") == 0) {
+		ctx->dev_mpi_stage = true;
+		return RT_OK;
+	}
+	if (strcmp(mode, "nccl") != 0)
+		return rt__fail(ctx, RT_EARG, "OCTO_COMM=%s: the device's ranks talk through nccl or mpi", mode);
+	emu_comm *e = calloc(1, sizeof *e);
+	if (!e)
+		return rt__fail(ctx, RT_ENOMEM, "device: out of host memory");
+	if (MPI_Comm_dup(MPI_COMM_WORLD, &e->comm) != MPI_SUCCESS) {
+		free(e);
+		return rt__fail(ctx, RT_EMPI, "MPI_Comm_dup failed (the emulator's NCCL)");
+	}
+	e->c = (rt_dcomm){.self = e, .group_begin = ec_group_begin, .send = ec_send, .recv = ec_recv,
+	                  .group_end = ec_group_end, .test = ec_test, .release = ec_release,
+	                  .error = ec_error};
+	ctx->emu_comm = e;
+	ctx->dcomm = &e->c;
+	return RT_OK;
+}
+
 int rt_device_attach_emu(rt_ctx *ctx, int bf16, int nmods, const char *const *names,
                          const void *const *tables, const int32_t *layer_mod)
 {
@@ -61,7 +202,9 @@ int rt_device_attach_emu(rt_ctx *ctx, int bf16, int nmods, const char *const *na
 			dev->ops->destroy(dev);
 			return rc;
 		}
-	return rt__dev_attach(ctx, dev, layer_mod);
+	if ((rc = rt__dev_attach(ctx, dev, layer_mod)))
+		return rc;
+	return emu_comm_setup(ctx);
 }
 
 int rt_device_buffers(rt_ctx *ctx, size_t bytes, void **base)

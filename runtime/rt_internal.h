@@ -111,6 +111,7 @@ struct rt_ctx {
 	bool dev_stale;             /* the host's parameters and moments lag the device's */
 	const rt_dcomm *dcomm;      /* the device's communicator; NULL: MPI */
 	bool dev_mpi_stage;         /* device memory the host cannot read: MPI moves host copies */
+	void *emu_comm;             /* the emulator's stand-in for NCCL (rt_device.c) */
 
 	/* trace */
 	char *trace_dir;
@@ -175,5 +176,6 @@ int rt__dev_collect(rt_ctx *ctx);
 int rt__dev_optimize(rt_ctx *ctx);
 int rt__dev_pull(rt_ctx *ctx);
 void rt__dev_free(rt_ctx *ctx);
+void rt__dev_free_comm(rt_ctx *ctx);
 
 #endif

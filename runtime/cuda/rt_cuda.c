@@ -445,7 +445,7 @@ int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *n
 		return RT_EARG;
 	const char *mode = getenv("OCTO_COMM");
 	bool use_mpi = mode && strcmp(mode, "mpi") == 0;
-	if (mode && !use_mpi && strcmp(mode, "nccl") != 0)
+	if (mode && *mode && !use_mpi && strcmp(mode, "nccl") != 0)
 		return rt__fail(ctx, RT_EARG, "OCTO_COMM=%s: the CUDA ranks talk through nccl (the default) "
 		                "or mpi", mode);
 	rt_dev *dev;

@@ -47,7 +47,14 @@ run() {
 		fail=1
 		return 1
 	fi
-	if ! timeout 600 "$tmp/$name/launch" --steps "$steps" >"$tmp/$name.log" 2>&1; then
+	train "$name" "$name"
+}
+
+# train NAME DIR: train the programs of $tmp/DIR (OCTO_COMM as set) into
+# $tmp/NAME.losses and $tmp/NAME.hash.
+train() {
+	local name=$1 dir=$2
+	if ! MPIRUN_EXTRA="-x OCTO_COMM" timeout 600 "$tmp/$dir/launch" --steps "$steps" >"$tmp/$name.log" 2>&1; then
 		echo "FAIL: $name: the job failed:"
 		tail -15 "$tmp/$name.log" | sed 's/^/    /'
 		fail=1
@@ -98,6 +105,15 @@ for model in $models; do
 		if run "$model-emu-$1-$2" "$y" --target cuda-emu --devices "$1" --schedule "$2" \
 		       --tune-budget 2; then
 			same "$model-emu-$1-$2" "$model-emu-1"
+		fi
+	done
+	# The communicators of a GPU's ranks: values through host copies
+	# (OCTO_COMM=mpi), and NCCL's grouped semantics (OCTO_COMM=nccl).
+	set -- ${plans[-1]}
+	for comm in mpi nccl; do
+		if [ -x "$tmp/$model-emu-$1-$2/launch" ] &&
+		   OCTO_COMM=$comm train "$model-emu-$1-$2-$comm" "$model-emu-$1-$2"; then
+			same "$model-emu-$1-$2-$comm" "$model-emu-1"
 		fi
 	done
 done
