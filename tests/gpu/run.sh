@@ -1,6 +1,12 @@
 #!/bin/bash
-# tests/gpu/run.sh [BUILD_DIR]: the GPU check of issue 8 section 4
-# (docs/cuda.md), for a machine with an NVIDIA GPU; not part of ctest.
+# tests/gpu/run.sh [--emulate] [BUILD_DIR]: the GPU check of issue 8
+# section 4 (docs/cuda.md), for a machine with an NVIDIA GPU.
+#
+# --emulate rehearses it without a GPU (ctest gpu_check_rehearsal): the
+# built BUILD_DIR as it is, the emulator in the GPU's place (--target
+# cuda-emu, dev_check --device emu), small shapes instead of seq 4096, no
+# NVRTC or cuBLAS steps; so the script's own logic is tested where no GPU
+# is.
 #
 # Without a GPU (no nvidia-smi, or no device listed) it says so and exits 0.
 # With one, in order, each step printing PASS or FAIL:
@@ -23,18 +29,39 @@
 # H100/H200 (the build is most of it).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
+EMU=0
+if [ "${1:-}" = --emulate ]; then
+	EMU=1
+	shift
+fi
 BUILD=${1:-$SRC/build-gpu}
-if ! command -v nvidia-smi > /dev/null 2>&1; then
+if [ $EMU = 1 ]; then
+	command -v mpirun > /dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
+elif ! command -v nvidia-smi > /dev/null 2>&1; then
 	echo "tests/gpu/run.sh: SKIP: no GPU on this machine (nvidia-smi not found)"
 	exit 0
-fi
-if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+elif ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
 	echo "tests/gpu/run.sh: SKIP: no GPU on this machine (nvidia-smi lists no device)"
 	exit 0
 fi
-nvidia-smi -L
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
-ARCH=sm_${cc:-90}
+if [ $EMU = 1 ]; then
+	echo "rehearsal: the emulator in the GPU's place, small shapes"
+	ARCH=emu
+	TARGET=(--target cuda-emu)
+	DEVICE=(--device emu)
+	SEQ=64 HID=128 VOCAB=512 VOCAB2=512 FFN=256 FFN2=256
+	HEADS="heads: 4, kv_heads: 2, head_dim: 32"
+	MAMBA="state: 16, expand: 2, conv: 4, heads: 4, head_dim: 64, groups: 2"
+else
+	nvidia-smi -L
+	cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+	ARCH=sm_${cc:-90}
+	TARGET=(--target cuda --gpu-arch "$ARCH")
+	DEVICE=(--device cuda --gpu-arch "$ARCH")
+	SEQ=4096 HID=4096 VOCAB=128256 VOCAB2=131072 FFN=14336 FFN2=21504
+	HEADS="heads: 32, kv_heads: 8, head_dim: 128"
+	MAMBA="state: 128, expand: 2, conv: 4, heads: 128, head_dim: 64, groups: 8"
+fi
 echo "architecture: $ARCH"
 T0=$(date +%s)
 failed=0
@@ -47,29 +74,34 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_TH
 export MPIRUN_EXTRA="-x OCTO_COMM -x OPENBLAS_NUM_THREADS"
 
 step "1. build"
-if cmake -S "$SRC" -B "$BUILD" -DOCTO_WERROR=ON > "$TMP/cmake.log" 2>&1 &&
+if [ $EMU = 1 ]; then
+	[ -x "$BUILD/octopipe" ] && [ -x "$BUILD/tests/dev/dev_check" ] && pass "the build in $BUILD" ||
+		{ fail "no build in $BUILD"; exit 1; }
+elif cmake -S "$SRC" -B "$BUILD" -DOCTO_WERROR=ON > "$TMP/cmake.log" 2>&1 &&
 	cmake --build "$BUILD" -j"$(nproc)" > "$TMP/build.log" 2>&1; then
 	pass "build"
+	grep -q "CUDA toolkit: " "$TMP/cmake.log" || { fail "the CUDA toolkit was not found (OCTO_CUDA_ROOT)"; exit 1; }
 else
 	tail -30 "$TMP/cmake.log" "$TMP/build.log"
 	fail "build"
 	exit 1
 fi
-grep -q "CUDA toolkit: " "$TMP/cmake.log" || { fail "the CUDA toolkit was not found (OCTO_CUDA_ROOT)"; exit 1; }
 OCTO=$BUILD/octopipe
 
 step "2. kernels: NVRTC for $ARCH"
 ok=1
+[ $EMU = 1 ] && echo "(rehearsal: NVRTC is ctest cuda_kernels' part)"
 for y in "$SRC"/models/*.yaml; do
+	[ $EMU = 1 ] && break
 	"$OCTO" compile "$y" --target cuda --emit=ptx --gpu-arch "$ARCH" --schedule 1f1b \
 		-o "$TMP/k-$(basename "$y" .yaml)" > "$TMP/k.log" 2>&1 || { ok=0; tail -20 "$TMP/k.log"; }
 	rm -rf "$TMP/k-$(basename "$y" .yaml)"
 done
-[ $ok = 1 ] && pass "every kernel module of every model compiles for $ARCH" || fail "NVRTC"
+[ $EMU = 1 ] || { [ $ok = 1 ] && pass "every kernel module of every model compiles for $ARCH" || fail "NVRTC"; }
 
 step "3. every kind's F/B/W on the GPU against the CPU kernels (f32 1e-5, bf16 2e-2)"
 for mode in "" --bf16; do
-	if timeout 300 "$BUILD/tests/dev/dev_check" --device cuda --gpu-arch "$ARCH" $mode > "$TMP/dc.log" 2>&1; then
+	if timeout 300 "$BUILD/tests/dev/dev_check" "${DEVICE[@]}" $mode > "$TMP/dc.log" 2>&1; then
 		pass "dev_check ${mode:---f32}: $(grep -c ' ok$' "$TMP/dc.log") outputs within the threshold"
 	else
 		grep -v ' ok$' "$TMP/dc.log" | tail -30
@@ -95,7 +127,7 @@ close() {
 	train "$TMP/cpu1" "$TMP/cpu.log" mpi 1 || fail "the CPU reference run"
 for run in "1 nccl" "4 mpi"; do
 	set -- $run
-	if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --devices "$1" --target cuda --gpu-arch "$ARCH" \
+	if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --devices "$1" "${TARGET[@]}" \
 		-o "$TMP/g$1" > "$TMP/c.log" 2>&1 && train "$TMP/g$1" "$TMP/g$1.log" "$2" "$1"; then
 		if r=$(close "$TMP/g$1.log" "$TMP/cpu.log" 1e-5); then
 			pass "$1 rank(s), OCTO_COMM=$2, f32: $r"
@@ -109,7 +141,7 @@ for run in "1 nccl" "4 mpi"; do
 	fi
 done
 cmp -s "$TMP/g1.log.losses" "$TMP/g4.log.losses" && echo "  (1 and 4 ranks: identical losses, bit for bit)"
-if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --dtype bf16 --devices 1 --target cuda --gpu-arch "$ARCH" \
+if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --dtype bf16 --devices 1 "${TARGET[@]}" \
 	-o "$TMP/gb" > "$TMP/c.log" 2>&1 && train "$TMP/gb" "$TMP/gb.log" nccl 1 &&
 	r=$(close "$TMP/gb.log" "$TMP/cpu.log" 2e-2); then
 	pass "1 rank, bf16 against the f32 CPU run: $r"
@@ -117,30 +149,30 @@ else
 	fail "1 rank, bf16: ${r:-compile or training failed}"
 fi
 
-step "5. profile at seq 4096 (bf16): Llama-3-8B layers, Nemotron-H-8B Mamba layer"
-cat > "$TMP/llama-layer.yaml" << 'EOF'
-model: {name: llama-3-8b-layer, hidden: 4096, vocab: 128256, seq: 4096, dtype: bf16}
+step "5. profile at seq $SEQ (bf16): Llama-3-8B layers, Nemotron-H-8B Mamba layer"
+cat > "$TMP/llama-layer.yaml" << EOF
+model: {name: llama-3-8b-layer, hidden: $HID, vocab: $VOCAB, seq: $SEQ, dtype: bf16}
 layers:
   - kind: embedding
-  - {kind: attention, heads: 32, kv_heads: 8, head_dim: 128}
-  - {kind: mlp, ffn: 14336, activation: swiglu}
+  - {kind: attention, $HEADS}
+  - {kind: mlp, ffn: $FFN, activation: swiglu}
   - kind: head
 training: {microbatch_size: 1, microbatches: 2, steps: 1}
 cluster: h100-sxm
 EOF
-cat > "$TMP/nemotron-layer.yaml" << 'EOF'
-model: {name: nemotron-h-8b-layer, hidden: 4096, vocab: 131072, seq: 4096, dtype: bf16}
+cat > "$TMP/nemotron-layer.yaml" << EOF
+model: {name: nemotron-h-8b-layer, hidden: $HID, vocab: $VOCAB2, seq: $SEQ, dtype: bf16}
 layers:
   - kind: embedding
-  - {kind: mamba, version: 2, state: 128, expand: 2, conv: 4, heads: 128, head_dim: 64, groups: 8}
-  - {kind: mlp, ffn: 21504, activation: relu2}
+  - {kind: mamba, version: 2, $MAMBA}
+  - {kind: mlp, ffn: $FFN2, activation: relu2}
   - kind: head
 training: {microbatch_size: 1, microbatches: 2, steps: 1}
 cluster: h100-sxm
 EOF
 for m in llama nemotron; do
 	out=$BUILD/gpu-profile-$m.yaml
-	if OCTO_COMM=mpi timeout 600 "$OCTO" profile "$TMP/$m-layer.yaml" --target cuda --gpu-arch "$ARCH" \
+	if OCTO_COMM=mpi timeout 600 "$OCTO" profile "$TMP/$m-layer.yaml" "${TARGET[@]}" \
 		-o "$out" > "$TMP/p.log" 2>&1 &&
 		"$OCTO" plan "$TMP/$m-layer.yaml" --devices 2 --profile "$out" > "$TMP/p.log" 2>&1; then
 		pass "$m: $out"
@@ -152,7 +184,12 @@ for m in llama nemotron; do
 done
 
 step "6. cuBLAS peak and achieved TFLOP/s"
-if cc -std=c11 -O2 -I/usr/local/cuda/include "$SRC/tests/gpu/gemm_peak.c" -o "$TMP/gemm_peak" \
+if [ $EMU = 1 ]; then
+	echo "(rehearsal: no cuBLAS)"
+	for m in llama nemotron; do
+		grep '^#   L[12]: ' "$BUILD/gpu-profile-$m.yaml" 2>/dev/null | sed 's/^#  /   /'
+	done
+elif cc -std=c11 -O2 -I/usr/local/cuda/include "$SRC/tests/gpu/gemm_peak.c" -o "$TMP/gemm_peak" \
 	-L/usr/local/cuda/lib64 -lcublas -lcudart -Wl,-rpath,/usr/local/cuda/lib64 &&
 	timeout 120 "$TMP/gemm_peak" 8192 > "$TMP/peak.log" 2>&1; then
 	cat "$TMP/peak.log"
