@@ -139,6 +139,11 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
  * for the mpi backend.  Returns 0, or -1 after a diagnostic. */
 int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o);
 
+/* Every rank's object (host.c), linked (with the emulator's kernel
+ * objects mods[d] for a CG_DEV_EMU rank d, else NULL), objects removed
+ * unless kept, and DIR/launch.  Returns 0 or -1. */
+int cg_build_ranks(const ir_module *m, const cg_rank *ranks, char ***mods, const cg_options *o);
+
 /* plan.opir, timeline.svg, report.md and the text file into DIR: what
  * every target writes besides the executables. */
 int cg_write_outputs(const ir_module *m, const sim_result *r, const cg_rank *ranks,

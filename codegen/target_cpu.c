@@ -97,6 +97,30 @@ out:
 	return rc;
 }
 
+int cg_build_ranks(const ir_module *m, const cg_rank *ranks, char ***mods, const cg_options *o)
+{
+	arena *a = arena_new();
+	int N = m->ndevices, rc = -1;
+	char **obj = arena_alloc(a, (size_t)N * sizeof *obj), **exe = arena_alloc(a, (size_t)N * sizeof *exe);
+	for (int d = 0; d < N; d++) {
+		char *name = arena_printf(a, "rank%d", d);
+		obj[d] = arena_printf(a, "%s/%s.o", o->dir, name);
+		exe[d] = arena_printf(a, "%s/%s", o->dir, name);
+		char *ll = o->emit_llvm ? arena_printf(a, "%s/%s.ll", o->dir, name) : NULL;
+		if (cg_emit_object(&ranks[d], name, obj[d], ll))
+			goto out;
+	}
+	if (ranks[0].dev ? cg_link_device(N, obj, mods, exe, (cg_dev)ranks[0].dev) : cg_link_all(N, obj, exe))
+		goto out;
+	if (!o->emit_obj)
+		for (int d = 0; d < N; d++)
+			unlink(obj[d]);
+	rc = cg_write_launch(m, o->dir);
+out:
+	arena_free(a);
+	return rc;
+}
+
 int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
@@ -121,27 +145,13 @@ int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o)
 	arena *a = arena_new();
 	int N = m->ndevices, rc = -1;
 	cg_rank *ranks = arena_alloc(a, (size_t)N * sizeof *ranks);
-	char **obj = arena_alloc(a, (size_t)N * sizeof *obj), **exe = arena_alloc(a, (size_t)N * sizeof *exe);
 	for (int d = 0; d < N; d++)
 		if (cg_lower_rank(m, r, d, false, a, &ranks[d]))
 			goto out;
 	if (cg_write_outputs(m, r, ranks, o->dir))
 		goto out;
 
-	for (int d = 0; d < N; d++) {
-		char *name = arena_printf(a, "rank%d", d);
-		obj[d] = arena_printf(a, "%s/%s.o", o->dir, name);
-		exe[d] = arena_printf(a, "%s/%s", o->dir, name);
-		char *ll = o->emit_llvm ? arena_printf(a, "%s/%s.ll", o->dir, name) : NULL;
-		if (cg_emit_object(&ranks[d], name, obj[d], ll))
-			goto out;
-	}
-	if (cg_link_all(N, obj, exe))
-		goto out;
-	if (!o->emit_obj)
-		for (int d = 0; d < N; d++)
-			unlink(obj[d]);
-	if (cg_write_launch(m, o->dir))
+	if (cg_build_ranks(m, ranks, NULL, o))
 		goto out;
 	if (!o->quiet) {
 		printf("\ncompiled %s for %d CPU rank%s (MPI) into %s/: rank0", m->model.name, N,

@@ -117,7 +117,6 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 	bool bf16 = m->model.dtype == IR_DTYPE_BF16;
 	cg_rank *ranks = arena_alloc(a, (size_t)N * sizeof *ranks);
 	module *mods = arena_alloc(a, (size_t)(m->nlayers + 1) * sizeof *mods);
-	char **obj = arena_alloc(a, (size_t)N * sizeof *obj), **exe = arena_alloc(a, (size_t)N * sizeof *exe);
 	char ***rank_objs = arena_alloc(a, (size_t)N * sizeof *rank_objs);
 	int **gmod = arena_alloc(a, (size_t)N * sizeof *gmod); /* rank's module j -> mods[] */
 	for (int d = 0; d < N; d++)
@@ -191,31 +190,21 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 	if (cg_write_outputs(m, r, ranks, o->dir))
 		goto out;
 	for (int d = 0; d < N; d++) {
-		char *name = arena_printf(a, "rank%d", d);
-		obj[d] = arena_printf(a, "%s/%s.o", o->dir, name);
-		exe[d] = arena_printf(a, "%s/%s", o->dir, name);
 		if (dev == CG_DEV_EMU)
 			ranks[d].prog.predicted_us = 0; /* the simulator models the GPU, not the emulator */
 		ranks[d].prog.about = arena_printf(a, "%s\nits layers run on %s (%s); kernel modules: %d",
 		                                   ranks[d].prog.about,
 		                                   dev == CG_DEV_CUDA ? "a GPU" : "the host emulator of the CUDA path",
 		                                   dev == CG_DEV_CUDA ? arch : "no GPU needed", ranks[d].nmods);
-		if (cg_emit_object(&ranks[d], name, obj[d], o->emit_llvm ? arena_printf(a, "%s/%s.ll", o->dir, name) : NULL))
-			goto out;
 	}
-	if (cg_link_device(N, obj, rank_objs, exe, dev))
+	if (cg_build_ranks(m, ranks, rank_objs, o))
 		goto out;
-	if (!o->emit_obj) {
-		for (int d = 0; d < N; d++)
-			unlink(obj[d]);
-		for (int g = 0; dev == CG_DEV_EMU && g < nmods; g++)
+	for (int g = 0; dev == CG_DEV_EMU && g < nmods; g++) {
+		if (!o->emit_obj)
 			unlink(mods[g].obj);
-	}
-	if (dev == CG_DEV_EMU && !emit_cu)
-		for (int g = 0; g < nmods; g++)
+		if (!emit_cu)
 			unlink(arena_printf(a, "%s/%s.emu.cpp", o->dir, mods[g].name));
-	if (cg_write_launch(m, o->dir))
-		goto out;
+	}
 	if (!o->quiet) {
 		printf("\ncompiled %s for %d %s rank%s (%s) into %s/: rank0%s%s, launch, plan.opir, report.md%s\n",
 		       m->model.name, N, dev == CG_DEV_CUDA ? "CUDA" : "emulated-CUDA", N == 1 ? "" : "s",

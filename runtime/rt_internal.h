@@ -105,7 +105,7 @@ struct rt_ctx {
 	void *dev_scratch;
 	int32_t *dev_tok;           /* the ids of the next embedding or head F */
 	double *dev_loss;           /* [microbatches][2]: the head's {sum, count} */
-	int *dev_flag;
+	int *dev_flag;              /* the embedding's range flag; ids are checked on the host */
 	void *dev_stage;            /* host staging of one layer's parameters */
 	struct rt_dopt *dopt;       /* [nlay]: the optimizer's state on the device */
 	bool dev_stale;             /* the host's parameters and moments lag the device's */

@@ -587,7 +587,7 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 	int64_t t0 = rt__now_ns();
 	if (ctx->dev && (rc = rt__dev_optimize(ctx)))
 		return rc;
-	for (int i = 0; !ctx->dev && i < ctx->nlay; i++) {
+	for (int i = 0; i < (ctx->dev ? 0 : ctx->nlay); i++) { /* the host's AdamW: a CPU rank */
 		rt_lay *l = &ctx->lay[i];
 		int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
 		bool dec[RT_MAX_TENSORS];

@@ -91,140 +91,132 @@ static void evict(unsigned char *buf, size_t n)
 		buf[i]++;
 }
 
-/* Times one layer: `warmup` untimed runs then `repeats` timed ones, hot,
- * then the same cold (`flush`, flush_n bytes, written before each phase);
- * the times of phase p (f, b, w hot, then cold) in ms go to
- * times[p * stride + i], i < repeats. */
-static int profile_layer(rt_ctx *ctx, rt_lay *l, int warmup, int repeats, double *times,
-                         int stride, unsigned char *flush, size_t flush_n)
-{
-	int rc;
-	const rt_train *t = &ctx->train;
-	int64_t n = t->mbs * t->seq * l->desc.hidden;
-	size_t mark = rt_arena_mark(ctx);
+/* The buffers one layer's profile runs on: the arena's (a CPU rank) or
+ * device memory (a device rank), x and dy filled. */
+typedef struct pbufs {
 	void *x, *y, *dy, *dx, *act, *ws;
-	if ((rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &x)) ||
-	    (rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &y)) ||
-	    (rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &dy)) ||
-	    (rc = rt_arena_alloc(ctx, (size_t)n * sizeof(float), &dx)) ||
-	    (rc = rt_arena_alloc(ctx, (size_t)l->sz.act, &act)) ||
-	    (rc = rt_arena_alloc(ctx, (size_t)l->sz.wstash, &ws))) {
-		char why[sizeof ctx->err];
-		snprintf(why, sizeof why, "%s", ctx->err);
-		rt_arena_release(ctx, mark);
-		return rt__fail(ctx, rc, "profile: layer %lld: %s", (long long)l->index, why);
-	}
-	fill(x, n, 0x1234 + (uint64_t)l->index, 1.0f);
-	fill(dy, n, 0x5678 + (uint64_t)l->index, 1e-3f);
-	rt_kind k = l->desc.kind;
-	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
-	/* Hot runs, then cold ones; each (warm-up + repeats). */
-	int runs = warmup + repeats;
-	for (int r = 0; r < 2 * runs; r++) {
-		bool cold = r >= runs;
-		int64_t ns[3];
-		for (int p = 0; p < 3 && !rc; p++) {
-			if (cold)
-				evict(flush, flush_n);
-			int64_t t0 = rt__now_ns();
-			if (p == 0) {
-				rt_loss loss;
-				if (k == RT_EMBEDDING || k == RT_HEAD)
-					ids(ctx, k == RT_HEAD);
-				rc = rt_forward(&l->desc, l->p, k == RT_EMBEDDING ? NULL : x,
-				                k == RT_EMBEDDING || k == RT_HEAD ? ctx->idbuf : NULL,
-				                k == RT_HEAD ? NULL : y, k == RT_HEAD ? &loss : NULL, act,
-				                ctx->scratch);
-			} else if (p == 1) {
-				rc = rt_backward_b(&l->desc, l->p, k == RT_HEAD ? NULL : dy, dscale,
-				                   k == RT_EMBEDDING ? NULL : dx, act, ws, ctx->scratch);
-			} else {
-				rc = rt_backward_w(&l->desc, l->p, l->g, ws, ctx->scratch);
-			}
-			ns[p] = rt__now_ns() - t0;
-		}
-		if (rc)
-			break;
-		if (r % runs >= warmup)
-			for (int p = 0; p < 3; p++)
-				times[(3 * cold + p) * stride + r % runs - warmup] = (double)ns[p] * 1e-6;
-	}
-	rt_arena_release(ctx, mark);
-	memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
-	if (rc)
-		return rt__fail(ctx, rc, "profile: layer %lld (%s): %s", (long long)l->index,
-		                rt__kind_name(k), rt_strerror(rc));
-	return RT_OK;
-}
+	size_t mark; /* the arena's, to release */
+} pbufs;
 
-/* profile_layer on the device: the buffers on it, the phases timed
- * between synchronisations; flush is device memory. */
-static int profile_layer_dev(rt_ctx *ctx, int h, int warmup, int repeats, double *times,
-                             int stride, void *flush, size_t flush_n)
+static int bufs_get(rt_ctx *ctx, const rt_lay *l, pbufs *b)
 {
 	rt_dev *d = ctx->dev;
-	const rt_lay *l = &ctx->lay[h];
 	const rt_train *t = &ctx->train;
 	int64_t n = t->mbs * t->seq * l->desc.hidden;
-	size_t vb = (size_t)n * dev_esz(d);
-	rt_sizes sz;
-	void *x = NULL, *y = NULL, *dy = NULL, *dx = NULL, *act = NULL, *ws = NULL;
-	float *hx = malloc((size_t)n * sizeof *hx);
-	int rc = hx ? dev_layer_sizes(&l->desc, d->bf16, &sz) : RT_ENOMEM;
-	ctx->err[0] = 0; /* from here, a message there is an rt__dev_* call's */
-	if (!rc && ((rc = d->ops->alloc(d, vb, &x)) || (rc = d->ops->alloc(d, vb, &y)) ||
-	            (rc = d->ops->alloc(d, vb, &dy)) || (rc = d->ops->alloc(d, vb, &dx)) ||
-	            (rc = d->ops->alloc(d, (size_t)sz.act + 1, &act)) ||
-	            (rc = d->ops->alloc(d, (size_t)sz.wstash + 1, &ws))))
-		rc = rt__fail(ctx, rc, "profile: layer %lld: %s", (long long)l->index, d->err);
-	if (!rc) {
-		fill(hx, n, 0x1234 + (uint64_t)l->index, 1.0f);
-		rc = rt__dev_put(ctx, x, hx, n);
+	size_t vb = (size_t)n * (d ? dev_esz(d) : sizeof(float));
+	rt_sizes sz = l->sz;
+	int rc = d ? dev_layer_sizes(&l->desc, d->bf16, &sz) : RT_OK;
+	size_t bytes[6] = {vb, vb, vb, vb, (size_t)sz.act + 1, (size_t)sz.wstash + 1};
+	void **p[6] = {&b->x, &b->y, &b->dy, &b->dx, &b->act, &b->ws};
+	*b = (pbufs){.mark = rt_arena_mark(ctx)};
+	for (int i = 0; i < 6 && !rc; i++)
+		if ((rc = d ? d->ops->alloc(d, bytes[i], p[i]) : rt_arena_alloc(ctx, bytes[i], p[i])) && d)
+			rt__fail(ctx, rc, "%s", d->err);
+	if (rc || !d) {
+		if (!rc) {
+			fill(b->x, n, 0x1234 + (uint64_t)l->index, 1.0f);
+			fill(b->dy, n, 0x5678 + (uint64_t)l->index, 1e-3f);
+		}
+		return rc;
 	}
-	if (!rc) {
-		fill(hx, n, 0x5678 + (uint64_t)l->index, 1e-3f);
-		rc = rt__dev_put(ctx, dy, hx, n);
-	}
+	float *h = malloc((size_t)n * sizeof *h);
+	if (!h)
+		return rt__fail(ctx, RT_ENOMEM, "out of host memory");
+	fill(h, n, 0x1234 + (uint64_t)l->index, 1.0f);
+	rc = rt__dev_put(ctx, b->x, h, n);
+	fill(h, n, 0x5678 + (uint64_t)l->index, 1e-3f);
+	if (!rc)
+		rc = rt__dev_put(ctx, b->dy, h, n);
+	free(h);
+	return rc;
+}
+
+static void bufs_free(rt_ctx *ctx, pbufs *b)
+{
+	void *p[6] = {b->x, b->y, b->dy, b->dx, b->act, b->ws};
+	for (int i = 0; ctx->dev && i < 6; i++)
+		ctx->dev->ops->free(ctx->dev, p[i]);
+	rt_arena_release(ctx, b->mark);
+}
+
+/* Phase p (0 F, 1 B, 2 W) of layer h on b, through the CPU kernels or the
+ * device executor (then waited for).  A failure leaves its message in
+ * ctx->err. */
+static int phase(rt_ctx *ctx, int h, int p, const pbufs *b)
+{
+	rt_lay *l = &ctx->lay[h];
 	rt_kind k = l->desc.kind;
+	const rt_train *t = &ctx->train;
 	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
+	const void *x = k == RT_EMBEDDING ? NULL : b->x, *dy = k == RT_HEAD ? NULL : b->dy;
+	void *y = k == RT_HEAD ? NULL : b->y, *dx = k == RT_EMBEDDING ? NULL : b->dx;
+	int rc;
+	if (ctx->dev) {
+		rc = p == 0 ? rt__dev_f(ctx, h, 0, x, y, b->act)
+		   : p == 1 ? rt__dev_b(ctx, h, dy, dscale, dx, b->act, b->ws)
+		            : rt__dev_w(ctx, h, b->ws);
+		if (!rc && (rc = ctx->dev->ops->sync(ctx->dev)))
+			rt__fail(ctx, rc, "%s", ctx->dev->err);
+		return rc;
+	}
+	if (p == 0) {
+		rt_loss loss;
+		if (k == RT_EMBEDDING || k == RT_HEAD)
+			ids(ctx, k == RT_HEAD);
+		rc = rt_forward(&l->desc, l->p, x, k == RT_EMBEDDING || k == RT_HEAD ? ctx->idbuf : NULL, y,
+		                k == RT_HEAD ? &loss : NULL, b->act, ctx->scratch);
+	} else if (p == 1) {
+		rc = rt_backward_b(&l->desc, l->p, dy, dscale, dx, b->act, b->ws, ctx->scratch);
+	} else {
+		rc = rt_backward_w(&l->desc, l->p, l->g, b->ws, ctx->scratch);
+	}
+	return rc ? rt__fail(ctx, rc, "%s", rt_strerror(rc)) : RT_OK;
+}
+
+/* Times layer h: `warmup` untimed runs then `repeats` timed ones, hot,
+ * then the same cold (`flush`, flush_n bytes -- device memory on a device
+ * rank -- written before each phase); the times of phase p (f, b, w hot,
+ * then cold) in ms go to times[p * stride + i], i < repeats.  On a device
+ * each phase is timed from a synchronised device to a synchronised one. */
+static int profile_layer(rt_ctx *ctx, int h, int warmup, int repeats, double *times, int stride,
+                         void *flush, size_t flush_n)
+{
+	rt_dev *d = ctx->dev;
+	rt_lay *l = &ctx->lay[h];
+	pbufs b;
+	int rc = bufs_get(ctx, l, &b);
+	/* Hot runs, then cold ones; each (warm-up + repeats). */
 	int runs = warmup + repeats;
 	for (int r = 0; !rc && r < 2 * runs; r++) {
 		bool cold = r >= runs;
 		int64_t ns[3];
 		for (int p = 0; p < 3 && !rc; p++) {
-			if (cold && (rc = d->ops->zero(d, flush, flush_n)))
+			if (cold && !d)
+				evict(flush, flush_n);
+			if (d && ((cold && (rc = d->ops->zero(d, flush, flush_n))) || (rc = d->ops->sync(d)))) {
+				rt__fail(ctx, rc, "%s", d->err);
 				break;
-			if ((rc = d->ops->sync(d)))
-				break;
+			}
 			int64_t t0 = rt__now_ns();
-			if (p == 0)
-				rc = rt__dev_f(ctx, h, 0, k == RT_EMBEDDING ? NULL : x, k == RT_HEAD ? NULL : y, act);
-			else if (p == 1)
-				rc = rt__dev_b(ctx, h, k == RT_HEAD ? NULL : dy, dscale, k == RT_EMBEDDING ? NULL : dx,
-				               act, ws);
-			else
-				rc = rt__dev_w(ctx, h, ws);
-			if (!rc)
-				rc = d->ops->sync(d);
+			rc = phase(ctx, h, p, &b);
 			ns[p] = rt__now_ns() - t0;
 		}
 		if (!rc && r % runs >= warmup)
 			for (int p = 0; p < 3; p++)
 				times[(3 * cold + p) * stride + r % runs - warmup] = (double)ns[p] * 1e-6;
 	}
-	if (rc && !ctx->err[0]) /* a dev_ops call's */
+	bufs_free(ctx, &b);
+	/* The gradients W added. */
+	size_t gb = (size_t)l->sz.params * sizeof(float);
+	if (!d)
+		memset(l->g, 0, gb);
+	else if (!rc && (rc = d->ops->zero(d, ctx->dlay[h].g, gb)))
 		rt__fail(ctx, rc, "%s", d->err);
-	if (!rc && (rc = d->ops->zero(d, ctx->dlay[h].g, (size_t)l->sz.params * sizeof(float))))
-		rt__fail(ctx, rc, "%s", d->err);
-	void *bufs[] = {x, y, dy, dx, act, ws};
-	for (int i = 0; i < 6; i++)
-		d->ops->free(d, bufs[i]);
-	free(hx);
 	if (rc) {
 		char why[sizeof ctx->err];
 		snprintf(why, sizeof why, "%s", ctx->err);
-		return rt__fail(ctx, rc, "profile: layer %lld (%s) on the device: %s", (long long)l->index,
-		                rt__kind_name(k), why);
+		return rt__fail(ctx, rc, "profile: layer %lld (%s)%s: %s", (long long)l->index,
+		                rt__kind_name(l->desc.kind), d ? " on the device" : "", why);
 	}
 	return RT_OK;
 }
@@ -414,12 +406,9 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	int64_t t0 = rt__now_ns();
 	for (int round = 0; round < ROUNDS; round++)
 		for (int i = 0; i < ctx->nlay; i++)
-			if ((rc = d ? profile_layer_dev(ctx, i, warmup, per,
-			                                times + (size_t)i * per_layer + (size_t)round * per, n,
-			                                dflush, flush_n)
-			            : profile_layer(ctx, &ctx->lay[i], warmup, per,
-			                            times + (size_t)i * per_layer + (size_t)round * per, n, flush,
-			                            flush_n)))
+			if ((rc = profile_layer(ctx, i, warmup, per,
+			                        times + (size_t)i * per_layer + (size_t)round * per, n,
+			                        d ? dflush : (void *)flush, flush_n)))
 				goto out;
 	for (int i = 0; i < ctx->nlay; i++) {
 		double *r = rows + ROW * i;
