@@ -12,7 +12,7 @@ for input in "$dir"/*."$ext"; do
   if [ ! -f "$want_file" ]; then
     echo "FAIL $input: no $want_file"; fail=$((fail + 1)); continue
   fi
-  err=$(timeout 10 "$bin" "$cmd" "$input" 2>&1 >/dev/null)
+  err=$(timeout 120 "$bin" "$cmd" "$input" 2>&1 >/dev/null)
   rc=$?
   first=$(printf '%s\n' "$err" | head -n 1)
   want=$(head -n 1 "$want_file")

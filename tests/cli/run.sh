@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 expect() {
   local want_rc=$1 text=$2; shift 2
   local out rc
-  out=$(timeout 20 "$bin" "$@" 2>&1); rc=$?
+  out=$(timeout 300 "$bin" "$@" 2>&1); rc=$?
   if [ $rc -ne "$want_rc" ]; then
     printf 'FAIL octopipe %s: exit status %d, expected %d\n%s\n' "$*" $rc "$want_rc" "$(printf '%s\n' "$out" | head -n 5)"
     fail=$((fail + 1))
@@ -88,7 +88,7 @@ expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/pr
 expect 1 "nope.yaml:1:1: error: cannot open file" plan $m --profile nope.yaml
 # features not built yet say so and exit 2
 # (--target cuda is built with the CUDA toolkit: tests/cuda covers it)
-if timeout 20 "$bin" compile $m --target cuda --gpu-arch x -o "$tmp/out" 2>&1 | grep -q "not built yet"; then
+if timeout 300 "$bin" compile $m --target cuda --gpu-arch x -o "$tmp/out" 2>&1 | grep -q "not built yet"; then
   expect 2 "not built yet" compile $m --target cuda -o "$tmp/out"
 else
   expect 1 "--gpu-arch takes sm_XX" compile $m --target cuda --gpu-arch x -o "$tmp/out"

@@ -90,7 +90,7 @@ ldd "$out/rank0" | grep -q "libnccl.so" && ldd "$out/rank0" | grep -q "libcublas
 gpu=0
 command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU" && gpu=1
 for comm in nccl mpi; do
-	OCTO_COMM=$comm timeout 120 "$TMP/one/rank0" --steps 2 > "$TMP/run" 2>&1
+	OCTO_COMM=$comm timeout 600 "$TMP/one/rank0" --steps 2 > "$TMP/run" 2>&1
 	rc=$?
 	if [ $gpu = 0 ]; then
 		[ $rc != 0 ] && [ $rc != 124 ] && grep -q "octopipe rank 0: error: no CUDA device: " "$TMP/run" && ok ||

@@ -11,7 +11,7 @@
 #     bit to the 1-rank device run's (the device executor is deterministic,
 #     so the plan does not change the result there either);
 # and tiny-hybrid in bf16 trains within 2e-2 of the f32 CPU losses.
-# DEVICE_EMU_QUICK=1 (the sanitizer build, where the emulator is some 20x
+# OCTO_TEST_QUICK=1 (the sanitizer build, where the emulator is some 20x
 # slower) keeps tiny-dense on 1 and 2 ranks, 2 steps, and the resume; the
 # kernels of every kind are checked there by dev_check.
 #
@@ -19,7 +19,7 @@
 set -u
 octopipe=$1
 src=$(cd "$2" && pwd)
-quick=${DEVICE_EMU_QUICK:-0}
+quick=${OCTO_TEST_QUICK:-0}
 steps=3
 models="dense hybrid"
 plans=("2 zbh1" "4 tuned")
@@ -32,7 +32,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-120}
+export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 fail=0
 

@@ -20,7 +20,7 @@ for input in tests/golden/*.opir tests/golden/*.yaml; do
     echo "FAIL $input: no RUN line"; fail=$((fail + 1)); continue
   fi
   # shellcheck disable=SC2086
-  timeout 20 "$bin" $args "$input" >"$tmp/out" 2>&1
+  timeout 300 "$bin" $args "$input" >"$tmp/out" 2>&1
   rc=$?
   if [ "$update" = --update ]; then
     cp "$tmp/out" "$expected"
@@ -33,7 +33,7 @@ for input in tests/golden/*.opir tests/golden/*.yaml; do
     fail=$((fail + 1)); continue
   fi
   if [ "$(grep -c '^octopipe-ir ' "$expected")" = 1 ] && ! grep -q '^; \*\*\*' "$expected"; then
-    timeout 20 "$bin" opt "$expected" >"$tmp/again" 2>&1
+    timeout 300 "$bin" opt "$expected" >"$tmp/again" 2>&1
     if ! cmp -s "$expected" "$tmp/again"; then
       echo "FAIL $expected: does not print back unchanged"; diff -u "$expected" "$tmp/again" | head -n 20
       fail=$((fail + 1)); continue

@@ -15,10 +15,10 @@ for model in models/*.yaml tests/good/*.yaml; do
     name="$model --devices $dev"
     flags=(--devices "$dev" --schedule 1f1b)
     [ "$dev" = own ] && flags=()
-    if ! timeout 20 "$bin" plan "$model" "${flags[@]}" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
+    if ! timeout 300 "$bin" plan "$model" "${flags[@]}" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
       echo "FAIL $name: plan failed"; head -n 5 "$tmp/log"; fail=$((fail + 1)); continue
     fi
-    if ! timeout 20 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >"$tmp/log" 2>&1 ||
+    if ! timeout 300 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >"$tmp/log" 2>&1 ||
        ! cmp -s "$tmp/p.opir" "$tmp/q.opir"; then
       echo "FAIL $name: IR does not print back unchanged"; head -n 5 "$tmp/log"
       fail=$((fail + 1)); continue
@@ -30,7 +30,7 @@ done
 # back, or, for a model too big for it, the error that names the device.
 for model in models/*.yaml; do
   if timeout 60 "$bin" plan "$model" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
-    if timeout 20 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >/dev/null 2>&1 && cmp -s "$tmp/p.opir" "$tmp/q.opir"; then
+    if timeout 300 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >/dev/null 2>&1 && cmp -s "$tmp/p.opir" "$tmp/q.opir"; then
       pass=$((pass + 1))
     else
       echo "FAIL $model (tuned): IR does not print back unchanged"; fail=$((fail + 1))
