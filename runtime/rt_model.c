@@ -495,7 +495,9 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 	return RT_OK;
 }
 
-/* Matrices decay; vectors (norm scales, biases, A_log, D) do not. */
+/* Which tensors decay is the layer table's (rt_tensor_info.decay, declared
+ * with each tensor in runtime/cpu/layers.c), not a rule on shapes: Mamba-1's
+ * A_log is a matrix that does not decay. */
 int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n)
 {
 	int rc;
@@ -510,7 +512,7 @@ int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, in
 			sz *= ti.dim[k];
 		off[i] = ti.offset;
 		len[i] = sz;
-		dec[i] = ti.ndim >= 2;
+		dec[i] = ti.decay != 0;
 	}
 	return RT_OK;
 }

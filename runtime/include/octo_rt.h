@@ -104,7 +104,7 @@ typedef struct rt_train {
 	int64_t microbatches; /* per step */
 	rt_optimizer optimizer;
 	float lr;
-	float weight_decay;   /* decoupled, on matrices only */
+	float weight_decay;   /* decoupled, on the tensors with rt_tensor_info.decay */
 	float beta1, beta2, eps; /* AdamW; 0: 0.9, 0.999, 1e-8 */
 	const char *text_file;   /* bytes of this file as tokens; NULL: synthetic tokens */
 } rt_train;
