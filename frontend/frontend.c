@@ -1324,6 +1324,17 @@ static int read_model(fe *f, yaml_node_t *map)
 
 enum { TR_MBS, TR_MB, TR_STEPS, TR_OPT, TR_LR, TR_WD, TR_SEED, TR_DATA, TR_TEXT };
 
+/* Where lr and weight_decay were written (or the mapping, for defaults):
+ * ir_check_train's `where`. */
+typedef struct train_locs {
+	ir_loc at[2];
+} train_locs;
+
+static ir_loc train_where(void *ctx, ir_train_field f)
+{
+	return ((train_locs *)ctx)->at[f];
+}
+
 /* training := {microbatch_size, microbatches, steps, optimizer, lr,
  *              weight_decay, seed, data, text_file}, all optional */
 static int read_training(fe *f, yaml_node_t *map)
@@ -1353,6 +1364,10 @@ static int read_training(fe *f, yaml_node_t *map)
 	t->optimizer = opt;
 	t->data = data;
 	t->seed = (uint64_t)seed;
+	train_locs tl = {{[IR_TRAIN_LR] = v[TR_LR] ? at(d, v[TR_LR]) : at(d, map),
+	                  [IR_TRAIN_WD] = v[TR_WD] ? at(d, v[TR_WD]) : at(d, map)}};
+	if (ir_check_train(t, train_where, &tl, at(d, map)))
+		return -1;
 	if (data == IR_DATA_TEXT && !v[TR_TEXT]) {
 		diag_error(at(d, v[TR_DATA]), "'data: text' needs 'text_file'");
 		return -1;

@@ -433,6 +433,16 @@ typedef ir_loc (*ir_attr_loc_fn)(void *ctx, ir_attr a);
 int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
                    ir_attr_loc_fn where, void *ctx, ir_loc fallback);
 
+/* Checks of the training hyper-parameters that reach the runtime as float32
+ * (docs/yaml.md's ranges): lr > 0 and weight_decay >= 0, each finite in
+ * float32 and not rounding to 0 there unless it is 0, and the decay factor
+ * 1 - lr * weight_decay finite in float32.  Used by the verifier and by the
+ * frontend, which passes the YAML location of each field through
+ * `where(field)`.  Returns the number of errors reported. */
+typedef enum ir_train_field { IR_TRAIN_LR, IR_TRAIN_WD } ir_train_field;
+typedef ir_loc (*ir_train_loc_fn)(void *ctx, ir_train_field f);
+int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc fallback);
+
 /* Sum of layers by kind etc. for summaries. */
 void ir_print_summary(FILE *out, const ir_module *m);
 

@@ -148,6 +148,53 @@ static int verify_layers(const ir_module *m)
 	return errs;
 }
 
+/* A double that rounds to float32's infinity: at least FLT_MAX plus half
+ * its last place (the halfway case rounds to the even neighbour, 2^128). */
+static bool f32_overflows(double v)
+{
+	return !(fabs(v) < 0x1.ffffffp+127);
+}
+
+/* One float32 value of the training: NULL when the runtime can take it,
+ * else what is wrong with it. */
+static const char *f32_problem(double v, bool positive)
+{
+	if (!isfinite(v))
+		return "must be finite";
+	if (positive ? !(v > 0) : !(v >= 0))
+		return positive ? "must be greater than 0" : "must be at least 0";
+	if (f32_overflows(v))
+		return "does not fit in float32 (at most 3.4028235e+38)";
+	if (v != 0 && (float)v == 0)
+		return "rounds to 0 in float32 (the smallest is 1.4e-45)";
+	return NULL;
+}
+
+int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc fallback)
+{
+	static const char *const names[] = {[IR_TRAIN_LR] = "lr", [IR_TRAIN_WD] = "weight_decay"};
+	const double v[] = {[IR_TRAIN_LR] = t->lr, [IR_TRAIN_WD] = t->weight_decay};
+	int errs = 0;
+	char buf[40];
+	for (int f = 0; f < 2; f++) {
+		const char *why = f32_problem(v[f], f == IR_TRAIN_LR);
+		if (!why)
+			continue;
+		fmt_double(buf, sizeof buf, v[f]);
+		diag_error(where ? where(ctx, f) : fallback, "'%s' %s, got %s", names[f], why, buf);
+		errs++;
+	}
+	/* The runtime's optimizer forms 1 - lr * weight_decay in double and
+	 * takes it as float32. */
+	if (!errs && f32_overflows(1.0 - t->lr * t->weight_decay)) {
+		diag_error(where ? where(ctx, IR_TRAIN_WD) : fallback,
+		           "'lr' x 'weight_decay' is %.3g: the decay factor 1 - lr x weight_decay does "
+		           "not fit in float32", t->lr * t->weight_decay);
+		errs++;
+	}
+	return errs;
+}
+
 static int verify_header(const ir_module *m)
 {
 	int errs = 0;
@@ -155,10 +202,7 @@ static int verify_header(const ir_module *m)
 	const ir_cluster *c = &m->cluster;
 	if (!m->model.name || !*m->model.name)
 		errs++, diag_error(ir_loc_or(m->model_loc, m->loc), "the model has no name");
-	if (!(t->lr > 0) || !isfinite(t->lr))
-		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), "learning rate must be positive and finite");
-	if (!(t->weight_decay >= 0) || !isfinite(t->weight_decay))
-		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), "weight decay must be non-negative and finite");
+	errs += ir_check_train(t, NULL, NULL, ir_loc_or(m->train_loc, m->loc));
 	if ((t->data == IR_DATA_TEXT) != (t->text_file != NULL))
 		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), t->text_file ? "a text file is given but data is not 'text'"
 		                                       : "data 'text' needs a text file");

@@ -56,8 +56,33 @@ static int shape_hash(const rt_layer_desc *d, uint64_t *out)
 	return RT_OK;
 }
 
+/* The settings 0 stands for (docs/runtime.md). */
+static rt_train with_defaults(const rt_train *t)
+{
+	rt_train tt = *t;
+	if (!tt.beta1)
+		tt.beta1 = 0.9f;
+	if (!tt.beta2)
+		tt.beta2 = 0.999f;
+	if (!tt.eps)
+		tt.eps = 1e-8f;
+	return tt;
+}
+
+/* One optimizer setting against its range, named in the message. */
+static int check_setting(rt_ctx *ctx, const char *name, float v, bool positive, bool below_one)
+{
+	if (isfinite(v) && (positive ? v > 0 : v >= 0) && (!below_one || v < 1))
+		return RT_OK;
+	return rt__fail(ctx, RT_EARG, "model: optimizer setting %s is %g; it must be %s", name,
+	                (double)v,
+	                below_one ? "at least 0 and below 1"
+	                : positive ? "finite and greater than 0" : "finite and at least 0");
+}
+
 static int check_train(rt_ctx *ctx, const rt_train *t)
 {
+	int rc;
 	if (!t)
 		return rt__fail(ctx, RT_EARG, "model: no training configuration");
 	if (t->nlayers < 2 || t->seq < 1 || t->mbs < 1 || t->vocab < 1 || t->seq > (1 << 24) ||
@@ -69,11 +94,21 @@ static int check_train(rt_ctx *ctx, const rt_train *t)
 	if (t->microbatches < 1 || t->microbatches > MAX_MICROBATCHES)
 		return rt__fail(ctx, RT_EARG, "model: %lld micro-batches per step (1 .. %d)",
 		                (long long)t->microbatches, MAX_MICROBATCHES);
-	if (!(t->lr > 0) || !isfinite(t->lr) || !(t->weight_decay >= 0) || !isfinite(t->weight_decay) ||
-	    !(t->beta1 >= 0 && t->beta1 < 1) || !(t->beta2 >= 0 && t->beta2 < 1) || !(t->eps >= 0) ||
-	    !isfinite(t->eps) || (t->optimizer != RT_ADAMW && t->optimizer != RT_SGD))
-		return rt__fail(ctx, RT_EARG, "model: bad optimizer settings (lr %g, weight decay %g, "
-		                "betas %g %g, eps %g)", t->lr, t->weight_decay, t->beta1, t->beta2, t->eps);
+	if (t->optimizer != RT_ADAMW && t->optimizer != RT_SGD)
+		return rt__fail(ctx, RT_EARG, "model: optimizer %d is neither RT_ADAMW nor RT_SGD",
+		                (int)t->optimizer);
+	if ((rc = check_setting(ctx, "lr", t->lr, true, false)) ||
+	    (rc = check_setting(ctx, "weight_decay", t->weight_decay, false, false)) ||
+	    (rc = check_setting(ctx, "beta1", t->beta1, false, true)) ||
+	    (rc = check_setting(ctx, "beta2", t->beta2, false, true)) ||
+	    (rc = check_setting(ctx, "eps", t->eps, true, false)))
+		return rc;
+	/* The decay factor as rt__adamw_consts forms it. */
+	if (!isfinite((float)(1.0 - (double)t->lr * (double)t->weight_decay)))
+		return rt__fail(ctx, RT_EARG,
+		                "model: optimizer settings lr %g x weight_decay %g: the decay factor "
+		                "1 - lr x weight_decay is not a finite float",
+		                (double)t->lr, (double)t->weight_decay);
 	if (t->text_file && t->vocab < 256)
 		return rt__fail(ctx, RT_EARG, "model: text data needs a vocabulary of at least 256, not %lld",
 		                (long long)t->vocab);
@@ -168,11 +203,15 @@ static int layout(rt_ctx *ctx, bool take, const rt_train *t, int n, const rt_lay
 	return RT_OK;
 }
 
-int rt_model_bytes(const rt_train *t, int n, const rt_layer_spec *layers, size_t *bytes)
+int rt_model_bytes(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *layers,
+                   size_t *bytes)
 {
 	if (!bytes)
-		return RT_EARG;
-	return layout(NULL, false, t, n, layers, bytes);
+		return rt__fail(ctx, RT_EARG, "rt_model_bytes: no place for the result");
+	if (!t)
+		return rt__fail(ctx, RT_EARG, "model: no training configuration");
+	rt_train tt = with_defaults(t);
+	return layout(ctx, false, &tt, n, layers, bytes);
 }
 
 static int read_text(rt_ctx *ctx, const char *path)
@@ -228,13 +267,7 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 		return rt__fail(ctx, RT_ESTATE, "rt_model_init: rt_arena_init has not been called");
 	if (!t)
 		return rt__fail(ctx, RT_EARG, "model: no training configuration");
-	rt_train tt = *t;
-	if (!tt.beta1)
-		tt.beta1 = 0.9f;
-	if (!tt.beta2)
-		tt.beta2 = 0.999f;
-	if (!tt.eps)
-		tt.eps = 1e-8f;
+	rt_train tt = with_defaults(t);
 	if ((rc = layout(ctx, false, &tt, n, layers, &bytes)))
 		return rc;
 	if (bytes > ctx->arena_size - ctx->arena_top)
@@ -495,7 +528,9 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 	return RT_OK;
 }
 
-/* Matrices decay; vectors (norm scales, biases, A_log, D) do not. */
+/* Which tensors decay is the layer table's (rt_tensor_info.decay, declared
+ * with each tensor in runtime/cpu/layers.c), not a rule on shapes: Mamba-1's
+ * A_log is a matrix that does not decay. */
 int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n)
 {
 	int rc;
@@ -510,7 +545,7 @@ int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, in
 			sz *= ti.dim[k];
 		off[i] = ti.offset;
 		len[i] = sz;
-		dec[i] = ti.ndim >= 2;
+		dec[i] = ti.decay != 0;
 	}
 	return RT_OK;
 }

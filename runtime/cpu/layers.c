@@ -175,15 +175,23 @@ int rt_layer_check(const rt_layer_desc *d)
 
 /* ---- parameter layout ------------------------------------------------- */
 
-static void put(rt_tensor *t, const char *name, rt_init_rule init, int ndim, int64_t a, int64_t b,
-                int64_t c)
+/* Every tensor's weight decay is stated here, where the tensor is declared:
+ * the optimizer of both executors reads it (rt__decays), and docs/layers.md
+ * lists it (checked by unit_kernels).  Projections decay; norm scales,
+ * biases and the SSM's A_log, D and dt_bias do not, whatever their shape. */
+enum { KEEP, DECAY };
+
+static void put(rt_tensor *t, const char *name, rt_init_rule init, int decay, int ndim, int64_t a,
+                int64_t b, int64_t c)
 {
-	*t = (rt_tensor){.name = name, .ndim = ndim, .dim = {a, b, c}, .init = init};
+	*t = (rt_tensor){.name = name, .ndim = ndim, .dim = {a, b, c}, .init = init,
+	                 .decay = decay == DECAY};
 	t->size = a * (ndim > 1 ? b : 1) * (ndim > 2 ? c : 1);
 }
 
-#define MAT(name, rows, cols) put(t, name, INIT_NORMAL, 2, rows, cols, 0)
-#define VEC(name, n, init) put(t, name, init, 1, n, 0, 0)
+#define MAT(name, rows, cols) put(t, name, INIT_NORMAL, DECAY, 2, rows, cols, 0)
+#define VEC(name, n, init) put(t, name, init, KEEP, 1, n, 0, 0)
+#define EXPERTS(name, e, rows, cols) put(t, name, INIT_NORMAL, DECAY, 3, e, rows, cols)
 
 int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 {
@@ -192,7 +200,7 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 	switch (s->kind) {
 	case RT_EMBEDDING:
 		nt = EMB_N;
-		t = &tt[EMB_TABLE], put(t, "table", INIT_EMBED, 2, s->V, s->H, 0);
+		t = &tt[EMB_TABLE], put(t, "table", INIT_EMBED, DECAY, 2, s->V, s->H, 0);
 		break;
 	case RT_HEAD:
 		nt = HD_N;
@@ -227,10 +235,9 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 		nt = MOE_N;
 		t = &tt[MOE_NORM], VEC("norm", s->H, INIT_ONES);
 		t = &tt[MOE_ROUTER], MAT("router", s->H, s->E);
-		t = &tt[MOE_W1], put(t, s->gated ? "experts.w_gate" : "experts.w_up", INIT_NORMAL, 3,
-		                     s->E, s->H, s->F);
-		t = &tt[MOE_WU], put(t, "experts.w_up", INIT_NORMAL, 3, s->gated ? s->E : 0, s->H, s->F);
-		t = &tt[MOE_WD], put(t, "experts.w_down", INIT_NORMAL, 3, s->E, s->F, s->H);
+		t = &tt[MOE_W1], EXPERTS(s->gated ? "experts.w_gate" : "experts.w_up", s->E, s->H, s->F);
+		t = &tt[MOE_WU], EXPERTS("experts.w_up", s->gated ? s->E : 0, s->H, s->F);
+		t = &tt[MOE_WD], EXPERTS("experts.w_down", s->E, s->F, s->H);
 		t = &tt[MOE_SW1], MAT(s->gated ? "shared.w_gate" : "shared.w_up", s->SF ? s->H : 0, s->SF);
 		t = &tt[MOE_SWU], MAT("shared.w_up", s->SF && s->gated ? s->H : 0, s->SF);
 		t = &tt[MOE_SWD], MAT("shared.w_down", s->SF, s->SF ? s->H : 0);
@@ -240,13 +247,13 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 		bool v1 = s->ver == 1;
 		t = &tt[MB_NORM], VEC("norm", s->H, INIT_ONES);
 		t = &tt[MB_WIN], MAT("in_proj", s->H, s->dip);
-		t = &tt[MB_CONVW], put(t, "conv_w", INIT_CONV, 2, s->cd, s->Kc, 0);
+		t = &tt[MB_CONVW], put(t, "conv_w", INIT_CONV, DECAY, 2, s->cd, s->Kc, 0);
 		t = &tt[MB_CONVB], VEC("conv_b", s->cd, INIT_ZEROS);
 		t = &tt[MB_XPROJ], MAT("x_proj", v1 ? s->di : 0, s->R + 2 * s->N);
 		t = &tt[MB_DTPROJ], MAT("dt_proj", v1 ? s->R : 0, s->di);
 		t = &tt[MB_DTBIAS], VEC("dt_bias", s->mh, INIT_DT_BIAS);
 		if (v1)
-			t = &tt[MB_ALOG], put(t, "A_log", INIT_ALOG_N, 2, s->di, s->N, 0);
+			t = &tt[MB_ALOG], put(t, "A_log", INIT_ALOG_N, KEEP, 2, s->di, s->N, 0);
 		else
 			t = &tt[MB_ALOG], VEC("A_log", s->mh, INIT_ALOG_U);
 		t = &tt[MB_D], VEC("D", s->mh, INIT_ONES);
@@ -297,8 +304,10 @@ int rt_layer_tensor(const rt_layer_desc *d, int i, rt_tensor_info *out)
 		if (!t[k].size)
 			continue;
 		if (i-- == 0) {
-			*out = (rt_tensor_info){t[k].name, t[k].offset, t[k].ndim,
-			                        {t[k].dim[0], t[k].dim[1], t[k].dim[2]}};
+			*out = (rt_tensor_info){.name = t[k].name, .offset = t[k].offset,
+			                        .ndim = t[k].ndim,
+			                        .dim = {t[k].dim[0], t[k].dim[1], t[k].dim[2]},
+			                        .decay = t[k].decay};
 			return RT_OK;
 		}
 	}

@@ -70,6 +70,7 @@ typedef struct rt_tensor {
 	int64_t dim[3];
 	int64_t size, offset; /* floats */
 	rt_init_rule init;
+	bool decay; /* the optimizer's weight decay applies (docs/layers.md) */
 } rt_tensor;
 
 /* Fills t[0..n) for the kind's slots (n returned through *n) and returns

@@ -120,6 +120,7 @@ typedef struct rt_tensor_info {
 	int64_t offset;   /* in floats, from the start of the layer's array */
 	int ndim;
 	int64_t dim[3];   /* row-major; a matrix [in][out] maps a row vector x to x.W */
+	int decay;        /* 1: decoupled weight decay applies to it (docs/layers.md lists which) */
 } rt_tensor_info;
 
 /* Number of tensors of the layer (n), and tensor i (0 <= i < n). */

@@ -104,7 +104,7 @@ typedef struct rt_train {
 	int64_t microbatches; /* per step */
 	rt_optimizer optimizer;
 	float lr;
-	float weight_decay;   /* decoupled, on matrices only */
+	float weight_decay;   /* decoupled, on the tensors with rt_tensor_info.decay */
 	float beta1, beta2, eps; /* AdamW; 0: 0.9, 0.999, 1e-8 */
 	const char *text_file;   /* bytes of this file as tokens; NULL: synthetic tokens */
 } rt_train;
@@ -117,8 +117,11 @@ typedef struct rt_layer_spec {
 	rt_layer_desc desc;
 } rt_layer_spec;
 
-/* Arena bytes rt_model_init will take for these layers. */
-int rt_model_bytes(const rt_train *t, int n, const rt_layer_spec *layers, size_t *bytes);
+/* Arena bytes rt_model_init will take for these layers; it checks them as
+ * rt_model_init does.  ctx, which may be NULL, receives the message of a
+ * failure (rt_errmsg, rt_abort), as with every other call. */
+int rt_model_bytes(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *layers,
+                   size_t *bytes);
 
 /* Sets up this rank's n layers (ascending global index, any subset of the
  * model): parameters initialised from (seed, global index), zero gradients,

@@ -1,13 +1,17 @@
 /* test_emu.c: Check suite for the host emulator of the device executor
  * (runtime/dev/dev_emu.c): barriers and block statics through the fiber
  * scheduler, "each" coverage, GEMMs against a naive loop in f32 and bf16,
- * the errors (divergent barrier, unknown kernel, compile failure), and a
- * real module (cg_cuda_emu_source) against a direct computation.
+ * the errors (divergent barrier, unknown kernel, compile failure), a
+ * real module (cg_cuda_emu_source) against a direct computation, and the
+ * device optimizer's weight decay per tensor (tests/runtime/decay_step.h:
+ * the flags of docs/layers.md, as on the host).
  *
  * The hand-written kernels are compiled once, in the unchecked fixture
  * (the parent process); each test runs forked, so a hang is a timeout. */
 #include <check.h>
+#include <dlfcn.h>
 #include <ftw.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,8 @@
 #include "cuda_emu_text.h" /* cg_cuda_emu: the shim (codegen/cuda_emu.h) */
 #include "cuda_kernels.h"
 #include "dev.h"
+#include "rt_internal.h" /* rt__dev_attach */
+#include "../runtime/decay_step.h"
 
 static char workdir[] = "/tmp/octo-test-emu-XXXXXX";
 
@@ -418,6 +424,76 @@ START_TEST(test_conditional_entries)
 }
 END_TEST
 
+/* ---- weight decay on the device --------------------------------------------------- */
+
+/* The layers' modules, compiled once per process (dev_emu_add_source) and
+ * loaded again for every later device from the shared object it left. */
+static const dev_emu_entry *decay_tables[DK_LAYERS];
+static const char *decay_names[DK_LAYERS];
+static int32_t decay_mod[DK_LAYERS];
+
+static void emu_attach(rt_ctx *c, const rt_layer_spec *L)
+{
+	static arena *a;
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
+	for (int h = 0; h < DK_LAYERS; h++) {
+		decay_mod[h] = h;
+		if (decay_tables[h]) {
+			ck_assert_int_eq(dev_emu_add_table(d, decay_names[h], decay_tables[h]), RT_OK);
+			continue;
+		}
+		if (!a)
+			a = arena_new();
+		char *src = cg_cuda_emu_source(&L[h].desc, false, DEV_EMU_TABLE, a);
+		ck_assert_ptr_nonnull(src);
+		decay_names[h] = cg_cuda_module_name(&L[h].desc, src, a);
+		int rc = dev_emu_add_source(d, decay_names[h], src, OCTO_CXX, workdir);
+		ck_assert_msg(rc == RT_OK, "%s", d->err);
+		char pat[4200];
+		glob_t g;
+		snprintf(pat, sizeof pat, "%s/%s-*.so", workdir, decay_names[h]);
+		ck_assert_int_eq(glob(pat, 0, NULL, &g), 0);
+		ck_assert_int_eq((int)g.gl_pathc, 1);
+		void *dl = dlopen(g.gl_pathv[0], RTLD_NOW | RTLD_LOCAL); /* the loaded one, kept */
+		globfree(&g);
+		ck_assert_ptr_nonnull(dl);
+		ck_assert_ptr_nonnull(decay_tables[h] = dlsym(dl, DEV_EMU_TABLE));
+	}
+	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod), RT_OK);
+}
+
+/* The buffers in the device's block, at its layers' sizes. */
+static void emu_buffers(rt_ctx *c, const rt_layer_spec *L, decay_bufs *b)
+{
+	rt_sizes sz[DK_LAYERS];
+	size_t at = 0, off[2 * DK_LAYERS + 2];
+	size_t want[2 * DK_LAYERS + 2] = {8 * 8 * sizeof(float), 8 * 8 * sizeof(float)};
+	for (int h = 0; h < DK_LAYERS; h++) {
+		ck_assert_int_eq(dev_layer_sizes(&L[h].desc, false, &sz[h]), RT_OK);
+		want[2 + 2 * h] = (size_t)sz[h].act, want[3 + 2 * h] = (size_t)sz[h].wstash;
+	}
+	for (int i = 0; i < 2 * DK_LAYERS + 2; i++) {
+		off[i] = at;
+		at += (want[i] + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN;
+	}
+	char *base;
+	ck_assert_msg(rt_device_buffers(c, at, (void **)&base) == RT_OK, "%s", rt_errmsg(c));
+	b->x = (float *)(base + off[0]), b->g = (float *)(base + off[1]);
+	for (int h = 0; h < DK_LAYERS; h++)
+		b->act[h] = base + off[2 + 2 * h], b->ws[h] = base + off[3 + 2 * h];
+}
+
+/* The device's optimizer (rt__dev_optimize) decays exactly the tensors
+ * docs/layers.md marks, as the host's does: Mamba-1's A_log not at all.
+ * _i: 0 AdamW, 1 SGD (a process each: MPI starts once per process). */
+START_TEST(test_decay_device)
+{
+	static const decay_target emu = {emu_attach, emu_buffers};
+	decay_check(&emu, _i ? RT_SGD : RT_ADAMW);
+}
+END_TEST
+
 static Suite *emu_suite(void)
 {
 	Suite *s = suite_create("dev_emu");
@@ -433,6 +509,7 @@ static Suite *emu_suite(void)
 	tcase_add_test(tc, test_gemm_bf16);
 	tcase_add_test(tc, test_mlp_module);
 	tcase_add_test(tc, test_conditional_entries);
+	tcase_add_loop_test(tc, test_decay_device, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

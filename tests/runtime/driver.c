@@ -303,7 +303,7 @@ int main(int argc, char **argv)
 	 * gradient buffer and each layer's activation stash, and one W stash
 	 * per layer (W follows B at once); plus room for profiling. */
 	size_t model_bytes, bytes, tok = (size_t)t.mbs * t.seq * 64 * sizeof(float);
-	if ((rc = rt_model_bytes(&t, n, spec, &model_bytes)))
+	if ((rc = rt_model_bytes(ctx, &t, n, spec, &model_bytes)))
 		return rt_abort(ctx, rc), 1;
 	bytes = model_bytes + 2 * (size_t)M * rup(tok);
 	size_t prof = 0;

@@ -16,7 +16,8 @@
  *     1e-4 (normwise relative; observed up to 6e-7 and 2e-6);
  *   - determinism: two f32 runs, the second over garbage-filled buffers,
  *     give the same bits.
- * Plus init, layout, descriptor errors, MoE tie-breaking, and a small
+ * Plus init, layout, every tensor's weight-decay flag against the table
+ * in docs/layers.md, descriptor errors, MoE tie-breaking, and a small
  * hybrid stack that trains (loss halves) with bitwise-equal losses over
  * two runs. */
 #include <check.h>
@@ -28,6 +29,7 @@
 
 #include <cblas.h>
 
+#include "decay_doc.h"
 #include "kernels_f64.h"
 #include "octo_kernels.h"
 
@@ -549,6 +551,32 @@ START_TEST(test_layout)
 }
 END_TEST
 
+/* Every tensor of every case has the weight-decay flag docs/layers.md's
+ * "Weight decay" table gives it (the document is parsed, not copied), and
+ * every row of that table names a tensor some case has. */
+START_TEST(test_decay_flags)
+{
+	static doc_decay doc;
+	ck_assert_msg(doc_decay_read(&doc) == 0, "%s", doc.err);
+	for (int c = 0; c < NCASES; c++) {
+		const rt_layer_desc *cd = &cases[c].d;
+		const char *kind = doc_kind_names[cd->kind];
+		for (int k = 0; k < ntensors(cd); k++) {
+			rt_tensor_info t = tensor(cd, k);
+			doc_decay_row *r = doc_decay_find(&doc, kind, t.name);
+			ck_assert_msg(r, "%s: tensor %s %s is not in docs/layers.md's weight decay table",
+			              cases[c].name, kind, t.name);
+			ck_assert_msg(t.decay == r->decay, "%s: tensor %s has decay %d, docs/layers.md says %s",
+			              cases[c].name, t.name, t.decay, r->decay ? "yes" : "no");
+			r->seen = 1;
+		}
+	}
+	for (int i = 0; i < doc.n; i++)
+		ck_assert_msg(doc.row[i].seen, "docs/layers.md lists %s %s, which no layer has",
+		              doc.row[i].kind, doc.row[i].name);
+}
+END_TEST
+
 /* ---- MoE routing ----------------------------------------------------------------------- */
 
 /* A zero router makes every expert equally likely: top-2 of 4 must pick
@@ -739,6 +767,7 @@ static Suite *kernels_suite(void)
 	tc = tcase_create("api");
 	tcase_add_test(tc, test_init);
 	tcase_add_test(tc, test_layout);
+	tcase_add_test(tc, test_decay_flags);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_moe_ties);
 	tcase_add_test(tc, test_training);

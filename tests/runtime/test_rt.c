@@ -1,11 +1,14 @@
 /* test_rt.c: Check suite for libocto_rt outside the kernels (octo_rt.h), in
  * one process (MPI as a singleton): the arena, model setup and its errors,
  * the step's order rules, the data definitions of docs/runtime.md, AdamW's
- * first step, point-to-point messages to itself (tags, groups, size
+ * first step, weight decay per tensor as docs/layers.md lists it (SGD and
+ * AdamW, every layer kind), point-to-point messages to itself (tags, groups, size
  * mismatch, timeouts), a checkpoint round trip, and the trace.  Multi-rank
  * behaviour is tests/runtime/run.sh's. */
 #include <check.h>
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 
 #include <mpi.h>
 
+#include "decay_step.h"
 #include "octo_rt.h"
 
 static char tmpdir[] = "/tmp/octo-rt-XXXXXX";
@@ -56,7 +60,7 @@ static rt_ctx *tiny_model(const rt_options *o, rt_train t, bufs *b)
 	size_t bytes;
 	tiny_layers(L);
 	rt_ctx *c = open_ctx(o);
-	ck_assert_int_eq(rt_model_bytes(&t, 3, L, &bytes), RT_OK);
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &bytes), RT_OK);
 	ck_assert_int_eq(rt_arena_init(c, bytes + (1 << 20)), RT_OK);
 	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_OK);
 	for (int m = 0; m < 2; m++) {
@@ -131,7 +135,7 @@ START_TEST(test_model_bytes_exact)
 	rt_train t = tiny_train();
 	size_t bytes;
 	tiny_layers(L);
-	ck_assert_int_eq(rt_model_bytes(&t, 3, L, &bytes), RT_OK);
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &bytes), RT_OK);
 
 	rt_ctx *c = open_ctx(NULL);
 	ck_assert_int_eq(rt_arena_init(c, bytes - RT_ALIGN), RT_OK);
@@ -193,6 +197,47 @@ START_TEST(test_model_errors)
 	t.text_file = "/nonexistent/file.txt";
 	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG); /* vocab 16 < 256 */
 	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "at least 256"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* A rank program sizes its arena with rt_model_bytes before rt_model_init:
+ * a setting refused there must leave its own message in the context (the
+ * one rt_abort prints), not only a code whose text is the generic
+ * "invalid argument".  _i: which setting. */
+START_TEST(test_model_bytes_messages)
+{
+	static const struct {
+		const char *what;
+		float lr, wd, beta1, beta2, eps;
+		const char *text;
+	} bad[] = {
+	    {"optimizer setting lr is inf", INFINITY, 0, 0, 0, 0, NULL},
+	    {"optimizer setting lr is -0", -0.0f, 0, 0, 0, 0, NULL},
+	    {"optimizer setting weight_decay is -1", 1e-3f, -1, 0, 0, 0, NULL},
+	    {"optimizer setting weight_decay is nan", 1e-3f, NAN, 0, 0, 0, NULL},
+	    {"optimizer setting beta1 is 1", 1e-3f, 0, 1, 0, 0, NULL},
+	    {"optimizer setting beta2 is -0.5", 1e-3f, 0, 0, -0.5f, 0, NULL},
+	    {"optimizer setting eps is nan", 1e-3f, 0, 0, 0, NAN, NULL},
+	    {"the decay factor 1 - lr x weight_decay", 1e30f, 1e30f, 0, 0, 0, NULL},
+	    {"text data needs a vocabulary of at least 256", 1e-3f, 0, 0, 0, 0, "/nonexistent"},
+	};
+	ck_assert_int_lt(_i, (int)(sizeof bad / sizeof *bad));
+	rt_layer_spec L[3];
+	tiny_layers(L);
+	rt_train t = tiny_train();
+	t.lr = bad[_i].lr, t.weight_decay = bad[_i].wd, t.beta1 = bad[_i].beta1;
+	t.beta2 = bad[_i].beta2, t.eps = bad[_i].eps, t.text_file = bad[_i].text;
+	size_t bytes;
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_model_bytes(c, &t, 3, L, &bytes), RT_EARG);
+	ck_assert_msg(strstr(rt_errmsg(c), bad[_i].what), "rt_model_bytes: '%s', not '%s'",
+	              rt_errmsg(c), bad[_i].what);
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &bytes), RT_EARG); /* no context: no message */
+	ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG);
+	ck_assert_msg(strstr(rt_errmsg(c), bad[_i].what), "rt_model_init: '%s', not '%s'",
+	              rt_errmsg(c), bad[_i].what);
 	ck_assert_int_eq(rt_finalize(c), RT_OK);
 }
 END_TEST
@@ -270,6 +315,32 @@ START_TEST(test_adamw_first_step)
 	              (long long)n);
 	free(p0);
 	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* ---- weight decay per tensor ---------------------------------------------------- */
+
+/* The host's buffers, from the arena. */
+static void host_buffers(rt_ctx *c, const rt_layer_spec *L, decay_bufs *b)
+{
+	(void)L;
+	ck_assert_int_eq(rt_arena_alloc(c, 8 * 8 * sizeof(float), (void **)&b->x), RT_OK);
+	ck_assert_int_eq(rt_arena_alloc(c, 8 * 8 * sizeof(float), (void **)&b->g), RT_OK);
+	for (int h = 0; h < DK_LAYERS; h++) {
+		rt_layer_info in;
+		ck_assert_int_eq(rt_layer_get(c, h, &in), RT_OK);
+		ck_assert_int_eq(rt_arena_alloc(c, (size_t)in.sizes.act, &b->act[h]), RT_OK);
+		ck_assert_int_eq(rt_arena_alloc(c, (size_t)in.sizes.wstash, &b->ws[h]), RT_OK);
+	}
+}
+
+/* decay_step.h on the host: every tensor docs/layers.md marks "no"
+ * (Mamba-1's A_log among them) untouched by decay, every "yes" decayed.
+ * _i: 0 AdamW, 1 SGD. */
+START_TEST(test_decay_per_tensor)
+{
+	static const decay_target host = {NULL, host_buffers};
+	decay_check(&host, _i ? RT_SGD : RT_ADAMW);
 }
 END_TEST
 
@@ -483,9 +554,11 @@ static Suite *rt_suite(void)
 	tcase_add_test(tc, test_arena);
 	tcase_add_test(tc, test_model_bytes_exact);
 	tcase_add_test(tc, test_model_errors);
+	tcase_add_loop_test(tc, test_model_bytes_messages, 0, 9);
 	tcase_add_test(tc, test_step_order);
 	tcase_add_test(tc, test_step_deterministic);
 	tcase_add_test(tc, test_adamw_first_step);
+	tcase_add_loop_test(tc, test_decay_per_tensor, 0, 2);
 	tcase_add_test(tc, test_data_synthetic);
 	tcase_add_test(tc, test_data_text);
 	tcase_add_test(tc, test_comm_tags);
