@@ -8,8 +8,9 @@
  * refuses a module without one.
  *
  * The proof is the one of DESIGN.md.  A step is a compute op, a send or a
- * receive outside a group, a whole group (nccl; on mpi each op of a group
- * is a step of its own), or a wait; each step s has two
+ * receive outside a group, a whole group (both backends: the runtime
+ * gives a group one request, so it completes as a whole), or a wait; each
+ * step s has two
  * events, P(s) "posted" and C(s) "completed", with P(s) -> C(s).  Program
  * order:
  *   nccl  compute steps (and waits) run in order on the compute stream,
@@ -92,9 +93,11 @@ static void build_steps(graph *g)
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops;) {
 			int j = i;
-			/* A group is one step for NCCL (posted and completed together);
-			 * MPI has no groups: each post completes on its own. */
-			if (dev->ops[i].group && m->plan.backend == IR_BACKEND_NCCL)
+			/* A group is one step under both backends: the runtime posts
+			 * its ops together and gives them one handle (rt_comm.c), so a
+			 * wait on any value of the group completes only when all of
+			 * the group's sends and receives have. */
+			if (dev->ops[i].group)
 				while (j + 1 < dev->nops && dev->ops[j + 1].group == dev->ops[i].group)
 					j++;
 			step *s = VEC_PUSH(m->arena, g->steps, g->nsteps, g->capsteps);
