@@ -328,7 +328,7 @@ typedef struct channel_ctx {
 } channel_ctx;
 
 /* A matched send (op i on a) and receive (op j on b) must move the same
- * value, the same size. */
+ * value, the same size.  (Under mpi the pairing is by value already.) */
 static int channel_pair(void *ctx, int i, int j)
 {
 	const channel_ctx *c = ctx;
@@ -352,9 +352,10 @@ static int channel_pair(void *ctx, int i, int j)
 
 /* Communication (docs/ir.md, "Invariants" 5): every value that crosses
  * devices has one send on its producer's device after the op that makes
- * it, one receive on its consumer's device, matched in FIFO order per
- * (sender, receiver) channel with the same size, and one wait on the
- * consumer's device after the receive and before the op that uses it. */
+ * it, one receive on its consumer's device, matched as the backend matches
+ * (ir_channel_pairs: nccl first in, first out per (sender, receiver)
+ * channel; mpi by tag) with the same size, and one wait on the consumer's
+ * device after the receive and before the op that uses it. */
 static int verify_comm(const ir_module *m)
 {
 	int S = m->nstages, M = (int)m->train.microbatches, P = m->ndevices, errs = 0;
@@ -454,8 +455,9 @@ static int verify_comm(const ir_module *m)
 				}
 			}
 		}
-	/* FIFO matching per channel: the k-th send from a to b meets the k-th
-	 * receive on b from a, same value and size. */
+	/* The backend's matching per channel (nccl: the k-th send from a to b
+	 * meets the k-th receive on b from a; mpi: the send and the receive of
+	 * one value meet), same value and size. */
 	for (int a = 0; a < P && !errs; a++)
 		for (int b = 0; b < P && !errs; b++) {
 			if (a == b)

@@ -21,7 +21,9 @@
  *   mpi   one host thread: posts return at once, P(prev) -> P(next) for a
  *         post; a compute op or a wait blocks, so the next step starts
  *         after its C; a wait completes after its receive.
- * Partners: for the k-th send and the k-th receive of a channel, each
+ * Partners: for a send and the receive it matches (ir_channel_pairs: on
+ * nccl the k-th send and the k-th receive of a channel; on mpi the send and
+ * the receive with its tag, the value's stage, micro-batch and kind), each
  * side's completion needs the other side posted: P(recv) -> C(send) and
  * P(send) -> C(recv).  The programs are deadlock-free if and only if this
  * graph is acyclic; a topological order is the certificate, and a cycle is
@@ -196,7 +198,8 @@ static void build_edges(graph *g)
 			i = g->steps[s].last + 1;
 		}
 	}
-	/* Partners: FIFO per channel. */
+	/* Partners: as the backend matches (nccl first in, first out per
+	 * channel; mpi by tag). */
 	for (int a = 0; a < m->ndevices; a++)
 		for (int b = 0; b < m->ndevices; b++)
 			if (a != b)
