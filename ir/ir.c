@@ -258,6 +258,13 @@ int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, in
 	}
 }
 
+ir_op_kind ir_value_maker(const ir_module *m, ir_op_kind value)
+{
+	if (value == IR_OP_B && !ir_schedule_splits_backward[m->plan.schedule])
+		return IR_OP_W;
+	return value;
+}
+
 bool ir_lowered(const ir_module *m)
 {
 	for (int d = 0; d < m->ndevices; d++)

@@ -391,6 +391,12 @@ enum { IR_CHANNEL_SEND_LEFT = -1, IR_CHANNEL_RECV_LEFT = -2 };
 int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
                      void *ctx);
 
+/* The compute op that makes a stage's value (IR_OP_F: the activation F
+ * sends on; IR_OP_B: the input gradient B sends back): F for an
+ * activation; for a gradient B when the schedule splits the backward, and
+ * W, which ends the whole backward, when it does not. */
+ir_op_kind ir_value_maker(const ir_module *m, ir_op_kind value);
+
 /* Does the module carry communication ops (has `comm` run)? */
 bool ir_lowered(const ir_module *m);
 

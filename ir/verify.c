@@ -300,6 +300,31 @@ static int verify_programs(const ir_module *m)
 			}
 		}
 	}
+	/* An op's input made on its own device by another stage: the op that
+	 * makes it must come first (the same stage's F before B before W is
+	 * checked above). */
+	for (int d = 0; d < m->ndevices && !errs; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops && errs < 20; i++) {
+			const ir_op *op = &dev->ops[i];
+			ir_op_kind value = op->kind; /* F reads an activation, B a gradient */
+			int from = op->kind == IR_OP_F ? op->stage - 1 : op->stage + 1;
+			if (op->comm != IR_COMM_NONE || op->kind == IR_OP_W || from < 0 ||
+			    from >= m->nstages || m->stages[from].device != d)
+				continue;
+			ir_op_kind maker = ir_value_maker(m, value);
+			int p = pos[((int64_t)from * mbs + op->mb) * IR_NOPS + maker];
+			if (p > i) {
+				ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
+				diag_error(loc, "D%d: %s S%d m%d comes before %s S%d m%d, which makes its %s "
+				                "(S%d and S%d are both on D%d)",
+				           d, ir_op_names[op->kind], op->stage, op->mb, ir_op_names[maker], from,
+				           op->mb, value == IR_OP_F ? "activation" : "gradient",
+				           from < op->stage ? from : op->stage, from < op->stage ? op->stage : from, d);
+				errs++;
+			}
+		}
+	}
 	for (int64_t i = 0; i < want && errs < 20; i++)
 		if (pos[i] < 0) {
 			int64_t k = i % IR_NOPS, mb = (i / IR_NOPS) % mbs, s = i / IR_NOPS / mbs;
@@ -359,7 +384,6 @@ static int channel_pair(void *ctx, int i, int j)
 static int verify_comm(const ir_module *m)
 {
 	int S = m->nstages, M = (int)m->train.microbatches, P = m->ndevices, errs = 0;
-	bool split = ir_schedule_splits_backward[m->plan.schedule];
 	size_t nv = (size_t)S * M * 2;
 	/* Per value (kind in F/B, stage, mb): positions of its ops. */
 	int *snd = malloc(nv * sizeof *snd), *rcv = malloc(nv * sizeof *rcv), *wt = malloc(nv * sizeof *wt);
@@ -432,8 +456,7 @@ static int verify_comm(const ir_module *m)
 			for (int mb = 0; mb < M && errs < 20; mb++) {
 				size_t v = VAL(k, s, mb);
 				const char *vn = ir_value_names[k];
-				/* The gradient is made by B, or by the whole backward (W). */
-				int made = CPOS(k == IR_OP_B && !split ? IR_OP_W : k, s, mb);
+				int made = CPOS(ir_value_maker(m, (ir_op_kind)k), s, mb);
 				int used = CPOS(k == IR_OP_F ? IR_OP_F : IR_OP_B, cs, mb);
 				if (snd[v] < 0 || rcv[v] < 0 || wt[v] < 0) {
 					/* Point at an op of the value that is there, if any. */

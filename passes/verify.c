@@ -142,22 +142,20 @@ static void build_edges(graph *g)
 	int *made_step = xmalloc(nv * sizeof *made_step); /* compute step that makes a sent value */
 	for (size_t i = 0; i < nv; i++)
 		recv_step[i] = made_step[i] = -1;
-	bool split = ir_schedule_splits_backward[m->plan.schedule];
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *op = &dev->ops[i];
 			if (op->comm == IR_COMM_RECV)
 				recv_step[vkey(m, op)] = step_of(g, d, i);
-			if (op->comm == IR_COMM_NONE && op->kind != IR_OP_W) {
-				ir_op v = *op; /* the value this op makes */
-				made_step[vkey(m, &v)] = step_of(g, d, i);
-			}
-			if (op->comm == IR_COMM_NONE && op->kind == IR_OP_W && !split) {
-				ir_op v = *op;
-				v.kind = IR_OP_B; /* the whole backward's gradient leaves with W */
-				made_step[vkey(m, &v)] = step_of(g, d, i);
-			}
+			if (op->comm != IR_COMM_NONE)
+				continue;
+			for (int k = IR_OP_F; k <= IR_OP_B; k++)
+				if (ir_value_maker(m, (ir_op_kind)k) == op->kind) {
+					ir_op v = *op; /* the value this op makes */
+					v.kind = (ir_op_kind)k;
+					made_step[vkey(m, &v)] = step_of(g, d, i);
+				}
 		}
 	}
 	for (int s = 0; s < g->nsteps; s++)
