@@ -74,7 +74,6 @@ typedef struct xop {
 	int run;     /* send, recv: first op of its run (its group, or itself) */
 	int end;     /* send, recv: one past the last op of its run */
 	int partner; /* send, recv: index, on peer, of the op it matches */
-	int msg;     /* send, recv: the number of its message */
 	int recv;    /* wait: index of its receive */
 } xop;
 
@@ -85,7 +84,7 @@ typedef struct xop {
 typedef enum matching { MATCH_FIFO, MATCH_TAG } matching;
 
 typedef struct xprog {
-	int P, nmsg;
+	int P;
 	int n[4];
 	xop *ops[4];
 } xprog;
@@ -117,7 +116,6 @@ static int nth(const xprog *x, int d, int t, int p, const xop *v, matching mt, i
 static void xprog_build(const ir_module *m, xprog *x, matching mt)
 {
 	x->P = m->ndevices;
-	x->nmsg = 0;
 	REQUIRE(x->P <= 4, "%d devices; the explorer's state holds 4", x->P);
 	for (int d = 0; d < x->P; d++) {
 		const ir_device *dev = &m->devices[d];
@@ -127,7 +125,7 @@ static void xprog_build(const ir_module *m, xprog *x, matching mt)
 			const ir_op *o = &dev->ops[i];
 			xop *e = &x->ops[d][i];
 			*e = (xop){.kind = o->kind, .stage = o->stage, .mb = o->mb, .peer = o->peer,
-			           .partner = -1, .msg = -1, .recv = -1};
+			           .partner = -1, .recv = -1};
 			switch (o->comm) {
 			case IR_COMM_NONE:
 				e->type = X_COMPUTE;
@@ -176,9 +174,7 @@ static void xprog_build(const ir_module *m, xprog *x, matching mt)
 			xop *r = &x->ops[s->peer][j];
 			REQUIRE(r->partner < 0, "D%d: a receive with two sends", s->peer);
 			s->partner = j, r->partner = i;
-			s->msg = r->msg = x->nmsg++;
 		}
-	REQUIRE(x->nmsg <= 64, "%d messages; the explorer's state holds 64", x->nmsg);
 	for (int d = 0; d < x->P; d++)
 		for (int i = 0; i < x->n[d]; i++)
 			REQUIRE(x->ops[d][i].type != X_RECV || x->ops[d][i].partner >= 0,
@@ -193,7 +189,7 @@ static void xprog_free(xprog *x)
 
 /* ---- the state space -------------------------------------------------------- */
 
-enum { KEY = 16 };
+enum { KEY = 8 };
 typedef union state {
 	uint8_t b[KEY];
 	uint64_t w[KEY / 8];
@@ -303,10 +299,22 @@ static void visit(explorer *e, const state *s)
  *               posted (its kernel starts) and completes once every op's
  *               partner is posted too; a wait has nothing left to wait for.
  *
- * State: b[d] the program counter of device d; SEM_HOST: w[1] a bit per
- * message, matched; SEM_STREAM: b[4 + d], the run at the counter is
+ * State: b[d] the program counter of device d (every op before it is
+ * posted, or run); SEM_STREAM: b[4 + d], the run at the counter is
  * posted. */
 typedef enum semantics { SEM_HOST, SEM_STREAM } semantics;
+
+/* SEM_HOST: has the message of transfer i on device d matched (and so
+ * completed)?  Both its ends are posted: before their counters.  Matching
+ * is taken as soon as it can happen, not as a move of its own: once both
+ * ends are posted nothing can take either from the other (a tag, or a
+ * place on a first-in-first-out channel, names one message), so matching
+ * later would only add states, never a deadlock. */
+static bool host_matched(const xprog *x, const state *s, int d, int i)
+{
+	const xop *o = &x->ops[d][i];
+	return i < s->b[d] && o->partner < s->b[o->peer];
+}
 
 static int host_moves(explorer *e, const state *s)
 {
@@ -324,7 +332,7 @@ static int host_moves(explorer *e, const state *s)
 			const xop *r = &x->ops[d][o->recv];
 			bool done = true;
 			for (int i = r->run; i < r->end; i++)
-				done &= (s->w[1] >> x->ops[d][i].msg & 1) != 0;
+				done &= host_matched(x, s, d, i);
 			if (!done)
 				continue;
 		}
@@ -333,26 +341,16 @@ static int host_moves(explorer *e, const state *s)
 		visit(e, &t);
 		moves++;
 	}
-	/* A message matches once both ends are posted (before their counters). */
-	for (int d = 0; d < x->P; d++)
-		for (int i = 0; i < s->b[d]; i++) {
-			const xop *o = &x->ops[d][i];
-			if (o->type != X_SEND || (s->w[1] >> o->msg & 1) || o->partner >= s->b[o->peer])
-				continue;
-			state t = *s;
-			t.w[1] |= 1ull << o->msg;
-			visit(e, &t);
-			moves++;
-		}
 	return moves;
 }
 
+/* Every op run; then every message is matched, as both ends are posted. */
 static bool host_final(const xprog *x, const state *s)
 {
 	for (int d = 0; d < x->P; d++)
 		if (s->b[d] < x->n[d])
 			return false;
-	return s->w[1] == (x->nmsg == 64 ? ~0ull : (1ull << x->nmsg) - 1);
+	return true;
 }
 
 /* SEM_STREAM: is op i of device d posted?  Before the counter, or in the
