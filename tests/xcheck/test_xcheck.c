@@ -24,6 +24,10 @@
  *         emulator's stand-in for NCCL (host semantics, first in, first
  *         out).
  *
+ * And the simulator, which compile runs, must run every program the proof
+ * accepts to the end (a program whose ops on one device wait for a later
+ * op of that device is ir_verify's to refuse).
+ *
  * The programs are deadlock-free iff every reachable state is final or has
  * a move.  Deterministic: one seed, a fixed number of cases. */
 #include <dirent.h>
@@ -34,6 +38,7 @@
 #include "frontend.h"
 #include "pass.h"
 #include "testutil.h"
+#include "simulate.h"
 #include "tune.h"
 
 /* An assertion for the hot paths: ck_assert records every check it passes,
@@ -775,6 +780,7 @@ typedef struct tally {
 	int tag_only[2];            /* mpi programs first-in-first-out matching refuses */
 	int emu_only;               /* nccl programs the proof refuses that the emulator runs */
 	int emu_unsound;            /* nccl programs proven that deadlock on the emulator */
+	int unsimulated;            /* programs proven that the simulator cannot run */
 	size_t states, max_states;
 } tally;
 
@@ -798,10 +804,25 @@ static void count_states(tally *t, size_t n)
 		t->max_states = n;
 }
 
+/* Can the simulator (which compile runs) run m to the end? */
+static bool simulates(const ir_module *m, bool show)
+{
+	tu_capture();
+	sim_result *r = sim_run(m);
+	char *why = strdup(tu_captured());
+	tu_release();
+	if (!r && show)
+		printf("xcheck: proven, but the simulator cannot run it:\n%s", why);
+	free(why);
+	sim_free(r);
+	return r != NULL;
+}
+
 /* Compare the proof with the explorer on m: for the runtime of its
  * backend, the same verdict; on nccl, also the emulator's stand-in (host
  * semantics, first in, first out), which must run every program the
- * proof accepts.  False on disagreement. */
+ * proof accepts; and the simulator must run every program the proof
+ * accepts.  False on disagreement. */
 static bool check_one(ir_module *m, tally *t, int last_mut)
 {
 	size_t n = 0, ne = 0;
@@ -821,7 +842,9 @@ static bool check_one(ir_module *m, tally *t, int last_mut)
 	count_states(t, ne);
 	t->cases++;
 	t->emu_unsound += proof_free && emu == DEADLOCK;
-	bool ok = proof_free == (want == FREE) && !(proof_free && emu == DEADLOCK);
+	bool sims = !proof_free || simulates(m, t->unsimulated < 3);
+	t->unsimulated += !sims;
+	bool ok = proof_free == (want == FREE) && !(proof_free && emu == DEADLOCK) && sims;
 	if (ok) {
 		if (proof_free)
 			t->agree_free++;
@@ -848,9 +871,10 @@ static bool check_one(ir_module *m, tally *t, int last_mut)
 				t->tag_only[!proof_free]++;
 		}
 	} else if (++t->disagree <= 3) {
-		printf("xcheck: DISAGREEMENT: the proof says %s, the explorer %s (%zu states)%s\n",
+		printf("xcheck: DISAGREEMENT: the proof says %s, the explorer %s (%zu states)%s%s\n",
 		       proof_free ? "deadlock-free" : "deadlock", want == FREE ? "deadlock-free" : "deadlock", n,
-		       proof_free && emu == DEADLOCK ? "; the emulator's stand-in deadlocks" : "");
+		       proof_free && emu == DEADLOCK ? "; the emulator's stand-in deadlocks" : "",
+		       sims ? "" : "; the simulator cannot run it");
 		printf("%s", said);
 		ir_print(stdout, m);
 	}
@@ -935,6 +959,7 @@ START_TEST(test_xcheck)
 	       t.tag_only[0], t.tag_only[1]);
 	printf("xcheck:   nccl, refused by the proof but run by the emulator's stand-in: %d; proven "
 	       "but deadlocking there: %d\n", t.emu_only, t.emu_unsound);
+	printf("xcheck:   proven but not run by the simulator: %d\n", t.unsimulated);
 	printf("xcheck:   as lowered by comm              %4d free / %4d deadlock\n", t.base_free, t.base_dead);
 	for (int k = 0; k < NMUT; k++)
 		printf("xcheck:   last mutation %-16s %4d free / %4d deadlock\n", mut_names[k], t.by_mut[k][0],
