@@ -8,19 +8,22 @@
  * refuses a module without one.
  *
  * The proof is the one of DESIGN.md.  A step is a compute op, a send or a
- * receive outside a group, a whole group (both backends: the runtime
- * gives a group one request, so it completes as a whole), or a wait; each
- * step s has two
- * events, P(s) "posted" and C(s) "completed", with P(s) -> C(s).  Program
- * order:
+ * receive outside a group, a whole group (under both backends: the runtime
+ * posts a group's ops together and completes them as one, rt_comm.c), or a
+ * wait; each step s has two events, P(s) "posted" and C(s) "completed",
+ * with P(s) -> C(s).  Program order:
  *   nccl  compute steps (and waits) run in order on the compute stream,
  *         C(prev) -> P(next); sends, receives and groups run in order on the
  *         communication stream, C(prev) -> P(next); a send's step waits for
  *         the compute op that made its value, C(op) -> P(send); a wait
- *         completes after its receive, C(recv) -> C(wait).
+ *         completes after its receive's step, C(recv) -> C(wait).  (The
+ *         runtime on a GPU chains the two streams with events, so each
+ *         device runs its steps one after another; the verdicts are the
+ *         same, docs/deadlock.md.)
  *   mpi   one host thread: posts return at once, P(prev) -> P(next) for a
  *         post; a compute op or a wait blocks, so the next step starts
- *         after its C; a wait completes after its receive.
+ *         after its C; a wait completes after its receive's step (the
+ *         whole group when the receive is in one).
  * Partners: for a send and the receive it matches (ir_channel_pairs: on
  * nccl the k-th send and the k-th receive of a channel; on mpi the send and
  * the receive with its tag, the value's stage, micro-batch and kind), each
