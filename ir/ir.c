@@ -168,16 +168,20 @@ typedef struct xfer_key {
 	int stage, mb, kind, pos;
 } xfer_key;
 
-static int by_tag(const void *x, const void *y)
+static int cmp_tag(const xfer_key *a, const xfer_key *b)
 {
-	const xfer_key *a = x, *b = y;
 	if (a->stage != b->stage)
 		return a->stage < b->stage ? -1 : 1;
 	if (a->mb != b->mb)
 		return a->mb < b->mb ? -1 : 1;
-	if (a->kind != b->kind)
-		return a->kind < b->kind ? -1 : 1;
-	return (a->pos > b->pos) - (a->pos < b->pos);
+	return (a->kind > b->kind) - (a->kind < b->kind);
+}
+
+static int by_tag(const void *x, const void *y)
+{
+	const xfer_key *a = x, *b = y;
+	int c = cmp_tag(a, b);
+	return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
 }
 
 static int by_send(const void *x, const void *y)
@@ -215,8 +219,7 @@ static int tag_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, in
 	int i = 0, j = 0;
 	bool send_left = false, recv_left = false;
 	while (i < ns || j < nr) {
-		int c = i == ns ? 1 : j == nr ? -1 : by_tag(&(xfer_key){s[i].stage, s[i].mb, s[i].kind, 0},
-		                                           &(xfer_key){r[j].stage, r[j].mb, r[j].kind, 0});
+		int c = i == ns ? 1 : j == nr ? -1 : cmp_tag(&s[i], &r[j]);
 		if (c < 0)
 			send_left = true, i++;
 		else if (c > 0)
