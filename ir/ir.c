@@ -162,9 +162,90 @@ ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc 
 	return ir_push_op(m, dev, &op, loc);
 }
 
+/* A transfer as the tag matching sorts it: the value (the runtime's tag),
+ * then program order. */
+typedef struct xfer_key {
+	int stage, mb, kind, pos;
+} xfer_key;
+
+static int cmp_tag(const xfer_key *a, const xfer_key *b)
+{
+	if (a->stage != b->stage)
+		return a->stage < b->stage ? -1 : 1;
+	if (a->mb != b->mb)
+		return a->mb < b->mb ? -1 : 1;
+	return (a->kind > b->kind) - (a->kind < b->kind);
+}
+
+static int by_tag(const void *x, const void *y)
+{
+	const xfer_key *a = x, *b = y;
+	int c = cmp_tag(a, b);
+	return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+static int by_send(const void *x, const void *y)
+{
+	const int *a = x, *b = y;
+	return (a[0] > b[0]) - (a[0] < b[0]);
+}
+
+/* The transfers of device d with comm c and peer p, sorted by tag. */
+static int tagged(const ir_device *dv, ir_comm c, int p, xfer_key **out)
+{
+	int n = 0;
+	xfer_key *k = malloc(((size_t)dv->nops + 1) * sizeof *k);
+	if (!k)
+		ir_bug("out of memory");
+	for (int i = 0; i < dv->nops; i++)
+		if (dv->ops[i].comm == c && dv->ops[i].peer == p)
+			k[n++] = (xfer_key){dv->ops[i].stage, dv->ops[i].mb, (int)dv->ops[i].kind, i};
+	qsort(k, (size_t)n, sizeof *k, by_tag);
+	*out = k;
+	return n;
+}
+
+/* mpi: the runtime tags a message with its value (rt_comm.c), and MPI
+ * matches a receive with the oldest message of its sender and tag. */
+static int tag_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
+                     void *ctx)
+{
+	xfer_key *s, *r;
+	int ns = tagged(&m->devices[a], IR_COMM_SEND, b, &s);
+	int nr = tagged(&m->devices[b], IR_COMM_RECV, a, &r);
+	int (*pairs)[2] = malloc(((size_t)(ns < nr ? ns : nr) + 1) * sizeof *pairs), np = 0;
+	if (!pairs)
+		ir_bug("out of memory");
+	int i = 0, j = 0;
+	bool send_left = false, recv_left = false;
+	while (i < ns || j < nr) {
+		int c = i == ns ? 1 : j == nr ? -1 : cmp_tag(&s[i], &r[j]);
+		if (c < 0)
+			send_left = true, i++;
+		else if (c > 0)
+			recv_left = true, j++;
+		else
+			pairs[np][0] = s[i++].pos, pairs[np++][1] = r[j++].pos;
+	}
+	/* In the sends' program order, as the first-in-first-out pairing calls. */
+	qsort(pairs, (size_t)np, sizeof *pairs, by_send);
+	int rc = 0;
+	for (int k = 0; k < np && !rc; k++)
+		rc = pair(ctx, pairs[k][0], pairs[k][1]);
+	free(s);
+	free(r);
+	free(pairs);
+	if (rc)
+		return rc;
+	return send_left ? IR_CHANNEL_SEND_LEFT : recv_left ? IR_CHANNEL_RECV_LEFT : 0;
+}
+
 int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
                      void *ctx)
 {
+	if (m->plan.backend == IR_BACKEND_MPI)
+		return tag_pairs(m, a, b, pair, ctx);
+	/* nccl: no tags; the k-th send meets the k-th receive. */
 	const ir_device *da = &m->devices[a], *db = &m->devices[b];
 	int i = 0, j = 0;
 	for (;;) {
@@ -178,6 +259,13 @@ int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, in
 		if (rc)
 			return rc;
 	}
+}
+
+ir_op_kind ir_value_maker(const ir_module *m, ir_op_kind value)
+{
+	if (value == IR_OP_B && !ir_schedule_splits_backward[m->plan.schedule])
+		return IR_OP_W;
+	return value;
 }
 
 bool ir_lowered(const ir_module *m)

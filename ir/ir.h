@@ -379,14 +379,23 @@ void ir_clear_devices(ir_module *m);
 ir_op *ir_add_op(ir_module *m, int dev, ir_op_kind k, int stage, int mb, ir_loc loc);
 /* Append a copy of op (any kind) to device dev's program. */
 ir_op *ir_push_op(ir_module *m, int dev, const ir_op *op, ir_loc loc);
-/* Pair the sends of device a to b with the receives on b from a, first in
- * first out (a channel has no tags): pair(ctx, i, j) for each send op i on a
- * and receive op j on b, in order, until it returns non-zero.  Returns that
+/* Pair the sends of device a to b with the receives on b from a as the
+ * module's backend matches them: nccl first in, first out (NCCL has no
+ * tags); mpi by value, the runtime's tag (stage, micro-batch, kind), and
+ * first in, first out among equal tags (MPI's non-overtaking rule).
+ * pair(ctx, i, j) for each send op i on a and its receive op j on b, in the
+ * sends' order, until it returns non-zero.  Returns that
  * value, or 0 when every op found its partner, IR_CHANNEL_SEND_LEFT when a
  * send has no receive, IR_CHANNEL_RECV_LEFT when a receive has no send. */
 enum { IR_CHANNEL_SEND_LEFT = -1, IR_CHANNEL_RECV_LEFT = -2 };
 int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
                      void *ctx);
+
+/* The compute op that makes a stage's value (IR_OP_F: the activation F
+ * sends on; IR_OP_B: the input gradient B sends back): F for an
+ * activation; for a gradient B when the schedule splits the backward, and
+ * W, which ends the whole backward, when it does not. */
+ir_op_kind ir_value_maker(const ir_module *m, ir_op_kind value);
 
 /* Does the module carry communication ops (has `comm` run)? */
 bool ir_lowered(const ir_module *m);

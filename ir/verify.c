@@ -344,6 +344,31 @@ static int verify_programs(const ir_module *m)
 			}
 		}
 	}
+	/* An op's input made on its own device by another stage: the op that
+	 * makes it must come first (the same stage's F before B before W is
+	 * checked above). */
+	for (int d = 0; d < m->ndevices && !errs; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops && errs < 20; i++) {
+			const ir_op *op = &dev->ops[i];
+			ir_op_kind value = op->kind; /* F reads an activation, B a gradient */
+			int from = op->kind == IR_OP_F ? op->stage - 1 : op->stage + 1;
+			if (op->comm != IR_COMM_NONE || op->kind == IR_OP_W || from < 0 ||
+			    from >= m->nstages || m->stages[from].device != d)
+				continue;
+			ir_op_kind maker = ir_value_maker(m, value);
+			int p = pos[((int64_t)from * mbs + op->mb) * IR_NOPS + maker];
+			if (p > i) {
+				ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
+				diag_error(loc, "D%d: %s S%d m%d comes before %s S%d m%d, which makes its %s "
+				                "(S%d and S%d are both on D%d)",
+				           d, ir_op_names[op->kind], op->stage, op->mb, ir_op_names[maker], from,
+				           op->mb, value == IR_OP_F ? "activation" : "gradient",
+				           from < op->stage ? from : op->stage, from < op->stage ? op->stage : from, d);
+				errs++;
+			}
+		}
+	}
 	for (int64_t i = 0; i < want && errs < 20; i++)
 		if (pos[i] < 0) {
 			int64_t k = i % IR_NOPS, mb = (i / IR_NOPS) % mbs, s = i / IR_NOPS / mbs;
@@ -372,7 +397,7 @@ typedef struct channel_ctx {
 } channel_ctx;
 
 /* A matched send (op i on a) and receive (op j on b) must move the same
- * value, the same size. */
+ * value, the same size.  (Under mpi the pairing is by value already.) */
 static int channel_pair(void *ctx, int i, int j)
 {
 	const channel_ctx *c = ctx;
@@ -396,13 +421,13 @@ static int channel_pair(void *ctx, int i, int j)
 
 /* Communication (docs/ir.md, "Invariants" 5): every value that crosses
  * devices has one send on its producer's device after the op that makes
- * it, one receive on its consumer's device, matched in FIFO order per
- * (sender, receiver) channel with the same size, and one wait on the
- * consumer's device after the receive and before the op that uses it. */
+ * it, one receive on its consumer's device, matched as the backend matches
+ * (ir_channel_pairs: nccl first in, first out per (sender, receiver)
+ * channel; mpi by tag) with the same size, and one wait on the consumer's
+ * device after the receive and before the op that uses it. */
 static int verify_comm(const ir_module *m)
 {
 	int S = m->nstages, M = (int)m->train.microbatches, P = m->ndevices, errs = 0;
-	bool split = ir_schedule_splits_backward[m->plan.schedule];
 	size_t nv = (size_t)S * M * 2;
 	/* Per value (kind in F/B, stage, mb): positions of its ops. */
 	int *snd = malloc(nv * sizeof *snd), *rcv = malloc(nv * sizeof *rcv), *wt = malloc(nv * sizeof *wt);
@@ -475,8 +500,7 @@ static int verify_comm(const ir_module *m)
 			for (int mb = 0; mb < M && errs < 20; mb++) {
 				size_t v = VAL(k, s, mb);
 				const char *vn = ir_value_names[k];
-				/* The gradient is made by B, or by the whole backward (W). */
-				int made = CPOS(k == IR_OP_B && !split ? IR_OP_W : k, s, mb);
+				int made = CPOS(ir_value_maker(m, (ir_op_kind)k), s, mb);
 				int used = CPOS(k == IR_OP_F ? IR_OP_F : IR_OP_B, cs, mb);
 				if (snd[v] < 0 || rcv[v] < 0 || wt[v] < 0) {
 					/* Point at an op of the value that is there, if any. */
@@ -498,8 +522,9 @@ static int verify_comm(const ir_module *m)
 				}
 			}
 		}
-	/* FIFO matching per channel: the k-th send from a to b meets the k-th
-	 * receive on b from a, same value and size. */
+	/* The backend's matching per channel (nccl: the k-th send from a to b
+	 * meets the k-th receive on b from a; mpi: the send and the receive of
+	 * one value meet), same value and size. */
 	for (int a = 0; a < P && !errs; a++)
 		for (int b = 0; b < P && !errs; b++) {
 			if (a == b)

@@ -8,19 +8,25 @@
  * refuses a module without one.
  *
  * The proof is the one of DESIGN.md.  A step is a compute op, a send or a
- * receive outside a group, a whole group (nccl; on mpi each op of a group
- * is a step of its own), or a wait; each step s has two
- * events, P(s) "posted" and C(s) "completed", with P(s) -> C(s).  Program
- * order:
+ * receive outside a group, a whole group (under both backends: the runtime
+ * posts a group's ops together and completes them as one, rt_comm.c), or a
+ * wait; each step s has two events, P(s) "posted" and C(s) "completed",
+ * with P(s) -> C(s).  Program order:
  *   nccl  compute steps (and waits) run in order on the compute stream,
  *         C(prev) -> P(next); sends, receives and groups run in order on the
  *         communication stream, C(prev) -> P(next); a send's step waits for
  *         the compute op that made its value, C(op) -> P(send); a wait
- *         completes after its receive, C(recv) -> C(wait).
+ *         completes after its receive's step, C(recv) -> C(wait).  (The
+ *         runtime on a GPU chains the two streams with events, so each
+ *         device runs its steps one after another; the verdicts are the
+ *         same, docs/deadlock.md.)
  *   mpi   one host thread: posts return at once, P(prev) -> P(next) for a
  *         post; a compute op or a wait blocks, so the next step starts
- *         after its C; a wait completes after its receive.
- * Partners: for the k-th send and the k-th receive of a channel, each
+ *         after its C; a wait completes after its receive's step (the
+ *         whole group when the receive is in one).
+ * Partners: for a send and the receive it matches (ir_channel_pairs: on
+ * nccl the k-th send and the k-th receive of a channel; on mpi the send and
+ * the receive with its tag, the value's stage, micro-batch and kind), each
  * side's completion needs the other side posted: P(recv) -> C(send) and
  * P(send) -> C(recv).  The programs are deadlock-free if and only if this
  * graph is acyclic; a topological order is the certificate, and a cycle is
@@ -92,9 +98,11 @@ static void build_steps(graph *g)
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops;) {
 			int j = i;
-			/* A group is one step for NCCL (posted and completed together);
-			 * MPI has no groups: each post completes on its own. */
-			if (dev->ops[i].group && m->plan.backend == IR_BACKEND_NCCL)
+			/* A group is one step under both backends: the runtime posts
+			 * its ops together and gives them one handle (rt_comm.c), so a
+			 * wait on any value of the group completes only when all of
+			 * the group's sends and receives have. */
+			if (dev->ops[i].group)
 				while (j + 1 < dev->nops && dev->ops[j + 1].group == dev->ops[i].group)
 					j++;
 			step *s = VEC_PUSH(m->arena, g->steps, g->nsteps, g->capsteps);
@@ -137,22 +145,20 @@ static void build_edges(graph *g)
 	int *made_step = xmalloc(nv * sizeof *made_step); /* compute step that makes a sent value */
 	for (size_t i = 0; i < nv; i++)
 		recv_step[i] = made_step[i] = -1;
-	bool split = ir_schedule_splits_backward[m->plan.schedule];
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *op = &dev->ops[i];
 			if (op->comm == IR_COMM_RECV)
 				recv_step[vkey(m, op)] = step_of(g, d, i);
-			if (op->comm == IR_COMM_NONE && op->kind != IR_OP_W) {
-				ir_op v = *op; /* the value this op makes */
-				made_step[vkey(m, &v)] = step_of(g, d, i);
-			}
-			if (op->comm == IR_COMM_NONE && op->kind == IR_OP_W && !split) {
-				ir_op v = *op;
-				v.kind = IR_OP_B; /* the whole backward's gradient leaves with W */
-				made_step[vkey(m, &v)] = step_of(g, d, i);
-			}
+			if (op->comm != IR_COMM_NONE)
+				continue;
+			for (int k = IR_OP_F; k <= IR_OP_B; k++)
+				if (ir_value_maker(m, (ir_op_kind)k) == op->kind) {
+					ir_op v = *op; /* the value this op makes */
+					v.kind = (ir_op_kind)k;
+					made_step[vkey(m, &v)] = step_of(g, d, i);
+				}
 		}
 	}
 	for (int s = 0; s < g->nsteps; s++)
@@ -193,7 +199,8 @@ static void build_edges(graph *g)
 			i = g->steps[s].last + 1;
 		}
 	}
-	/* Partners: FIFO per channel. */
+	/* Partners: as the backend matches (nccl first in, first out per
+	 * channel; mpi by tag). */
 	for (int a = 0; a < m->ndevices; a++)
 		for (int b = 0; b < m->ndevices; b++)
 			if (a != b)

@@ -5,23 +5,28 @@
  * 3-6 layers, every schedule, the passes' placements or random ones, both
  * backends), then mutated the ways a lowering goes wrong: adjacent
  * communication ops swapped, a wait or a transfer moved, a group split,
- * two adjacent transfers merged into a group, two sends swapped, two
- * adjacent compute ops swapped.  Mutants the structural verifier rejects
- * are dropped.  For the rest, the proof's
- * verdict must equal that of an exhaustive search of every interleaving
- * under rendezvous semantics.  The explorer is written from the backends'
- * semantics (docs/deadlock.md), not from the proof's event graph:
+ * two adjacent transfers merged into a group, a transfer gathered into the
+ * group of another, two sends swapped, two adjacent compute ops swapped.
+ * Mutants the structural verifier rejects are dropped.  For the rest, the
+ * proof's verdict must equal that of an exhaustive search of every
+ * interleaving under rendezvous semantics, on the runtime the backend runs
+ * on.  The explorer is written from the runtime's code (rt_comm.c,
+ * rt_cuda.c, rt_device.c; docs/deadlock.md), not from the proof's event
+ * graph: an explicit-state search over the ranks' program counters, the
+ * groups posted and the messages matched (see "The runtimes" below):
  *
- *   nccl  each device has a compute stream (compute ops and waits, in
- *         order) and a communication stream (sends, receives and groups, in
- *         order).  The stream's head step is posted once the compute ops
- *         that make its sends' values are done, and completes once every
- *         partner of its ops is posted; a wait passes once its receive has
- *         completed.
- *   mpi   each device has one host thread: sends, receives and groups are
- *         posted and return; compute ops run; a wait blocks until its
- *         receive has matched.  A channel matches its oldest unmatched
- *         posted send with its oldest unmatched posted receive.
+ *   mpi   one host thread per rank; a group is one request; messages
+ *         matched by tag (stage, micro-batch, kind) per channel.
+ *   nccl  each rank's device runs its ops one after another (the runtime
+ *         chains its two streams with events); a group completes when
+ *         every op's partner is posted; first in, first out per channel.
+ *         Besides, every program the proof accepts must run on the
+ *         emulator's stand-in for NCCL (host semantics, first in, first
+ *         out).
+ *
+ * And the simulator, which compile runs, must run every program the proof
+ * accepts to the end (a program whose ops on one device wait for a later
+ * op of that device is ir_verify's to refuse).
  *
  * The programs are deadlock-free iff every reachable state is final or has
  * a move.  Deterministic: one seed, a fixed number of cases. */
@@ -33,6 +38,7 @@
 #include "frontend.h"
 #include "pass.h"
 #include "testutil.h"
+#include "simulate.h"
 #include "tune.h"
 
 /* An assertion for the hot paths: ck_assert records every check it passes,
@@ -68,16 +74,22 @@ enum { X_COMPUTE, X_WAIT, X_SEND, X_RECV };
 
 typedef struct xop {
 	int type;
-	int peer;  /* send, recv: the other device; wait: the device its receive is from */
-	int k;     /* send, recv: its place on its channel; wait: its receive's */
-	int run;   /* send, recv: first op of its run (a group, or itself) */
-	int prod;  /* send: index of the compute op that makes the value */
-	int recv;  /* wait: index of its receive */
+	int kind, stage, mb; /* send, recv, wait: the value */
+	int peer;    /* send, recv: the other device */
+	int run;     /* send, recv: first op of its run (its group, or itself) */
+	int end;     /* send, recv: one past the last op of its run */
+	int partner; /* send, recv: index, on peer, of the op it matches */
+	int recv;    /* wait: index of its receive */
 } xop;
+
+/* How a receive finds its message: NCCL (and the emulator's stand-in) has
+ * no tags, the k-th send of a channel meets its k-th receive; the runtime
+ * over MPI tags a message with (stage, micro-batch, kind), and MPI keeps
+ * first in, first out only among equal tags. */
+typedef enum matching { MATCH_FIFO, MATCH_TAG } matching;
 
 typedef struct xprog {
 	int P;
-	bool nccl;
 	int n[4];
 	xop *ops[4];
 } xprog;
@@ -87,70 +99,91 @@ static bool is_xfer(const ir_op *o)
 	return o->comm == IR_COMM_SEND || o->comm == IR_COMM_RECV;
 }
 
+static bool same_value(const xop *a, const xop *b)
+{
+	return a->kind == b->kind && a->stage == b->stage && a->mb == b->mb;
+}
+
+/* The j-th op of device d of type t, peer p (and, for MATCH_TAG, the value
+ * of v) counted from the start; -1 when there is none. */
+static int nth(const xprog *x, int d, int t, int p, const xop *v, matching mt, int k)
+{
+	for (int i = 0; i < x->n[d]; i++) {
+		const xop *o = &x->ops[d][i];
+		if (o->type == t && o->peer == p && (mt == MATCH_FIFO || same_value(o, v)) && k-- == 0)
+			return i;
+	}
+	return -1;
+}
+
 /* Read the module's programs.  Groups are maximal runs of transfers with
- * the same non-zero group. */
-static void xprog_build(const ir_module *m, xprog *x)
+ * the same non-zero group; every send meets its receive by mt. */
+static void xprog_build(const ir_module *m, xprog *x, matching mt)
 {
 	x->P = m->ndevices;
 	REQUIRE(x->P <= 4, "%d devices; the explorer's state holds 4", x->P);
-	x->nccl = m->plan.backend == IR_BACKEND_NCCL;
-	bool split = ir_schedule_splits_backward[m->plan.schedule];
 	for (int d = 0; d < x->P; d++) {
 		const ir_device *dev = &m->devices[d];
 		x->n[d] = dev->nops;
 		x->ops[d] = calloc((size_t)dev->nops + 1, sizeof *x->ops[d]);
-		int sends[4] = {0}, recvs[4] = {0};
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *o = &dev->ops[i];
 			xop *e = &x->ops[d][i];
-			e->prod = e->recv = -1;
+			*e = (xop){.kind = o->kind, .stage = o->stage, .mb = o->mb, .peer = o->peer,
+			           .partner = -1, .recv = -1};
 			switch (o->comm) {
 			case IR_COMM_NONE:
 				e->type = X_COMPUTE;
 				break;
 			case IR_COMM_SEND:
 			case IR_COMM_RECV: {
-				bool send = o->comm == IR_COMM_SEND;
-				e->type = send ? X_SEND : X_RECV;
-				e->peer = o->peer;
-				e->k = send ? sends[o->peer]++ : recvs[o->peer]++;
+				e->type = o->comm == IR_COMM_SEND ? X_SEND : X_RECV;
 				bool cont = i > 0 && o->group && is_xfer(&dev->ops[i - 1]) &&
 				            dev->ops[i - 1].group == o->group;
 				e->run = cont ? x->ops[d][i - 1].run : i;
-				if (send) {
-					ir_op_kind maker = o->kind == IR_OP_B && !split ? IR_OP_W : o->kind;
-					for (int j = 0; j < dev->nops; j++) {
-						const ir_op *c = &dev->ops[j];
-						if (c->comm == IR_COMM_NONE && c->kind == maker && c->stage == o->stage &&
-						    c->mb == o->mb)
-							e->prod = j;
-					}
-					REQUIRE(e->prod >= 0, "D%d: send without its producer", d);
-				}
+				for (int k = e->run; k <= i; k++)
+					x->ops[d][k].end = i + 1;
 				break;
 			}
 			case IR_COMM_WAIT:
 				e->type = X_WAIT;
-				for (int j = 0; j < dev->nops; j++) {
-					const ir_op *c = &dev->ops[j];
-					if (c->comm == IR_COMM_RECV && c->kind == o->kind && c->stage == o->stage &&
-					    c->mb == o->mb)
-						e->recv = j;
-				}
-				REQUIRE(e->recv >= 0, "D%d: wait without its receive", d);
 				break;
 			default:
 				ck_abort();
 			}
 		}
-		/* A wait's channel place is its receive's (known once all are read). */
-		for (int i = 0; i < dev->nops; i++)
-			if (x->ops[d][i].type == X_WAIT) {
-				xop *r = &x->ops[d][x->ops[d][i].recv];
-				x->ops[d][i].peer = r->peer;
-				x->ops[d][i].k = r->k;
-			}
+		for (int i = 0; i < dev->nops; i++) {
+			xop *e = &x->ops[d][i];
+			if (e->type != X_WAIT)
+				continue;
+			for (int j = 0; j < dev->nops; j++)
+				if (x->ops[d][j].type == X_RECV && same_value(&x->ops[d][j], e))
+					e->recv = j;
+			REQUIRE(e->recv >= 0, "D%d: wait without its receive", d);
+		}
 	}
+	/* Partners: the k-th send of a to b (of its value, by tag) meets the
+	 * k-th receive on b from a (of that value). */
+	for (int a = 0; a < x->P; a++)
+		for (int i = 0; i < x->n[a]; i++) {
+			xop *s = &x->ops[a][i];
+			if (s->type != X_SEND)
+				continue;
+			int k = 0;
+			for (int j = 0; j < i; j++) {
+				const xop *o = &x->ops[a][j];
+				k += o->type == X_SEND && o->peer == s->peer && (mt == MATCH_FIFO || same_value(o, s));
+			}
+			int j = nth(x, s->peer, X_RECV, a, s, mt, k);
+			REQUIRE(j >= 0, "D%d: a send without a receive", a);
+			xop *r = &x->ops[s->peer][j];
+			REQUIRE(r->partner < 0, "D%d: a receive with two sends", s->peer);
+			s->partner = j, r->partner = i;
+		}
+	for (int d = 0; d < x->P; d++)
+		for (int i = 0; i < x->n[d]; i++)
+			REQUIRE(x->ops[d][i].type != X_RECV || x->ops[d][i].partner >= 0,
+			        "D%d: a receive without a send", d);
 }
 
 static void xprog_free(xprog *x)
@@ -161,7 +194,7 @@ static void xprog_free(xprog *x)
 
 /* ---- the state space -------------------------------------------------------- */
 
-enum { KEY = 24 };
+enum { KEY = 8 };
 typedef union state {
 	uint8_t b[KEY];
 	uint64_t w[KEY / 8];
@@ -251,104 +284,44 @@ static void visit(explorer *e, const state *s)
 	e->stack[e->nstack++] = *s;
 }
 
-/* nccl state: per device d, b[3d] the compute stream's next op (a program
- * index), b[3d+1] the communication stream's next op (the first of its
- * run), b[3d+2] whether that run is posted. */
+/* The runtimes (docs/deadlock.md, "What the runtime does"):
+ *
+ *   SEM_HOST    the runtime over MPI (rt_comm.c), and the emulator's
+ *               stand-in for NCCL (rt_device.c): one host thread per rank.
+ *               A send, a receive or a whole group is posted and returns;
+ *               compute ops run; a wait blocks until every op of its
+ *               receive's request (the receive alone, or its whole group:
+ *               one handle) has completed.  A message is matched once its
+ *               send and its receive are both posted, and both complete
+ *               then (rendezvous).  The step ends waiting for every request
+ *               (rt_waitall), so the end is every op run and every message
+ *               matched.
+ *   SEM_STREAM  NCCL on a GPU (rt_cuda.c): every group, and a lone send or
+ *               receive as a group of one, waits for the compute stream's
+ *               work so far (an event) and the compute stream's next work
+ *               waits for the group (an event), so each rank's device runs
+ *               its ops one after another: a compute op runs, a group is
+ *               posted (its kernel starts) and completes once every op's
+ *               partner is posted too; a wait has nothing left to wait for.
+ *
+ * State: b[d] the program counter of device d (every op before it is
+ * posted, or run); SEM_STREAM: b[4 + d], the run at the counter is
+ * posted. */
+typedef enum semantics { SEM_HOST, SEM_STREAM } semantics;
 
-/* Next op at or after i of the compute stream (compute, wait) or of the
- * communication stream (send, recv). */
-static int next_of(const xprog *x, int d, int i, bool comm)
+/* SEM_HOST: has the message of transfer i on device d matched (and so
+ * completed)?  Both its ends are posted: before their counters.  Matching
+ * is taken as soon as it can happen, not as a move of its own: once both
+ * ends are posted nothing can take either from the other (a tag, or a
+ * place on a first-in-first-out channel, names one message), so matching
+ * later would only add states, never a deadlock. */
+static bool host_matched(const xprog *x, const state *s, int d, int i)
 {
-	while (i < x->n[d] && (x->ops[d][i].type == X_SEND || x->ops[d][i].type == X_RECV) != comm)
-		i++;
-	return i;
+	const xop *o = &x->ops[d][i];
+	return i < s->b[d] && o->partner < s->b[o->peer];
 }
 
-/* Is the op of type t (a send or a receive), k-th on the channel between
- * device d and device p, posted on d? */
-static bool nccl_posted(const xprog *x, const state *s, int d, int t, int p, int k)
-{
-	int head = s->b[3 * d + 1];
-	bool posted = s->b[3 * d + 2];
-	for (int i = 0; i < x->n[d]; i++) {
-		const xop *o = &x->ops[d][i];
-		if (o->type != t || o->peer != p || o->k != k)
-			continue;
-		/* Before the head: done; in the head's run: posted if it is. */
-		return i < head || (posted && o->run == head);
-	}
-	ck_abort_msg("no partner on D%d", d);
-	return false;
-}
-
-static int nccl_moves(explorer *e, const state *s)
-{
-	const xprog *x = e->x;
-	int moves = 0;
-	for (int d = 0; d < x->P; d++) {
-		int c = s->b[3 * d], h = s->b[3 * d + 1];
-		bool posted = s->b[3 * d + 2];
-		/* Compute stream. */
-		if (c < x->n[d]) {
-			const xop *o = &x->ops[d][c];
-			/* A wait passes once the stream is past its receive. */
-			if (o->type == X_COMPUTE || o->recv < h) {
-				state t = *s;
-				t.b[3 * d] = (uint8_t)next_of(x, d, c + 1, false);
-				visit(e, &t);
-				moves++;
-			}
-		}
-		/* Communication stream: post the head run, or complete it. */
-		if (h < x->n[d]) {
-			bool can = true;
-			int end = h;
-			for (int i = h; i < x->n[d] && (x->ops[d][i].type == X_SEND || x->ops[d][i].type == X_RECV) &&
-			                x->ops[d][i].run == h;
-			     i++, end = i) {
-				const xop *o = &x->ops[d][i];
-				if (!posted && o->type == X_SEND && o->prod >= c)
-					can = false; /* its value is not made yet */
-				if (posted && !nccl_posted(x, s, o->peer, o->type == X_SEND ? X_RECV : X_SEND, d, o->k))
-					can = false; /* its partner is not posted */
-			}
-			if (can) {
-				state t = *s;
-				if (posted) {
-					t.b[3 * d + 1] = (uint8_t)next_of(x, d, end, true);
-					t.b[3 * d + 2] = 0;
-				} else {
-					t.b[3 * d + 2] = 1;
-				}
-				visit(e, &t);
-				moves++;
-			}
-		}
-	}
-	return moves;
-}
-
-static bool nccl_final(const xprog *x, const state *s)
-{
-	for (int d = 0; d < x->P; d++)
-		if (s->b[3 * d] < x->n[d] || s->b[3 * d + 1] < x->n[d])
-			return false;
-	return true;
-}
-
-/* mpi state: b[d] the program counter of device d; b[4 + 4a + b] the
- * matches made on channel a -> b. */
-
-/* Sends from a to b (or receives on b from a) posted: before the pc. */
-static int mpi_posted(const xprog *x, const state *s, int d, int t, int p)
-{
-	int n = 0;
-	for (int i = 0; i < s->b[d]; i++)
-		n += x->ops[d][i].type == t && x->ops[d][i].peer == p;
-	return n;
-}
-
-static int mpi_moves(explorer *e, const state *s)
+static int host_moves(explorer *e, const state *s)
 {
 	const xprog *x = e->x;
 	int moves = 0;
@@ -358,41 +331,81 @@ static int mpi_moves(explorer *e, const state *s)
 			continue;
 		const xop *o = &x->ops[d][pc];
 		int to = pc + 1;
-		if (o->type == X_SEND || o->type == X_RECV) /* a group posts at once */
-			while (to < x->n[d] && (x->ops[d][to].type == X_SEND || x->ops[d][to].type == X_RECV) &&
-			       x->ops[d][to].run == o->run)
-				to++;
-		if (o->type == X_WAIT && s->b[4 + 4 * o->peer + d] <= o->k)
-			continue; /* its receive has not matched */
+		if (o->type == X_SEND || o->type == X_RECV)
+			to = o->end; /* the run posts at once */
+		if (o->type == X_WAIT) {
+			const xop *r = &x->ops[d][o->recv];
+			bool done = true;
+			for (int i = r->run; i < r->end; i++)
+				done &= host_matched(x, s, d, i);
+			if (!done)
+				continue;
+		}
 		state t = *s;
 		t.b[d] = (uint8_t)to;
 		visit(e, &t);
 		moves++;
 	}
-	for (int a = 0; a < x->P; a++)
-		for (int b = 0; b < x->P; b++) {
-			if (a == b)
-				continue;
-			int made = s->b[4 + 4 * a + b];
-			if (made < mpi_posted(x, s, a, X_SEND, b) && made < mpi_posted(x, s, b, X_RECV, a)) {
-				state t = *s;
-				t.b[4 + 4 * a + b]++;
-				visit(e, &t);
-				moves++;
-			}
-		}
 	return moves;
 }
 
-static bool mpi_final(const xprog *x, const state *s)
+/* Every op run; then every message is matched, as both ends are posted. */
+static bool host_final(const xprog *x, const state *s)
 {
 	for (int d = 0; d < x->P; d++)
 		if (s->b[d] < x->n[d])
 			return false;
-	for (int a = 0; a < x->P; a++)
-		for (int b = 0; b < x->P; b++)
-			if (a != b && s->b[4 + 4 * a + b] < mpi_posted(x, s, a, X_SEND, b))
-				return false;
+	return true;
+}
+
+/* SEM_STREAM: is op i of device d posted?  Before the counter, or in the
+ * posted run at it. */
+static bool stream_posted(const xprog *x, const state *s, int d, int i)
+{
+	int pc = s->b[d];
+	return i < pc || (s->b[4 + d] && pc < x->n[d] && x->ops[d][i].run == pc &&
+	                  (x->ops[d][i].type == X_SEND || x->ops[d][i].type == X_RECV));
+}
+
+static int stream_moves(explorer *e, const state *s)
+{
+	const xprog *x = e->x;
+	int moves = 0;
+	for (int d = 0; d < x->P; d++) {
+		int pc = s->b[d];
+		if (pc >= x->n[d])
+			continue;
+		const xop *o = &x->ops[d][pc];
+		state t = *s;
+		if (o->type == X_SEND || o->type == X_RECV) {
+			if (!s->b[4 + d]) {
+				t.b[4 + d] = 1;
+			} else {
+				bool done = true;
+				for (int i = pc; i < o->end; i++)
+					done &= stream_posted(x, s, x->ops[d][i].peer, x->ops[d][i].partner);
+				if (!done)
+					continue;
+				t.b[d] = (uint8_t)o->end;
+				t.b[4 + d] = 0;
+			}
+		} else {
+			/* A compute op runs; a wait's receive is before the counter,
+			 * so done. */
+			REQUIRE(o->type == X_COMPUTE || x->ops[d][o->recv].end <= pc, "a wait before its receive");
+			t.b[d] = (uint8_t)(pc + 1);
+		}
+		visit(e, &t);
+		moves++;
+	}
+	return moves;
+}
+
+static bool stream_final(const xprog *x, const state *s)
+{
+	for (int d = 0; d < x->P; d++)
+		if (s->b[d] < x->n[d])
+			return false;
 	return true;
 }
 
@@ -400,19 +413,14 @@ enum { FREE = 0, DEADLOCK = 1, TOO_BIG = 2 };
 
 /* Every interleaving: FREE, DEADLOCK (a reachable state that is not final
  * has no move), or TOO_BIG past `limit` states.  *nstates: states seen. */
-static int explore(const xprog *x, size_t limit, size_t *nstates)
+static int explore(const xprog *x, semantics sem, size_t limit, size_t *nstates)
 {
 	static stateset seen; /* kept: most searches are small, a few are not */
 	set_clear(&seen);
 	explorer e = {.x = x, .seen = &seen, .limit = limit};
 	state s0 = {{0}};
-	for (int d = 0; d < x->P; d++) {
+	for (int d = 0; d < x->P; d++)
 		REQUIRE(x->n[d] < 255, "D%d: %d ops do not fit a state byte", d, x->n[d]);
-		if (x->nccl) {
-			s0.b[3 * d] = (uint8_t)next_of(x, d, 0, false);
-			s0.b[3 * d + 1] = (uint8_t)next_of(x, d, 0, true);
-		}
-	}
 	visit(&e, &s0);
 	int verdict = FREE;
 	while (e.nstack && verdict == FREE) {
@@ -421,8 +429,8 @@ static int explore(const xprog *x, size_t limit, size_t *nstates)
 			break;
 		}
 		state s = e.stack[--e.nstack];
-		int moves = x->nccl ? nccl_moves(&e, &s) : mpi_moves(&e, &s);
-		bool final = x->nccl ? nccl_final(x, &s) : mpi_final(x, &s);
+		int moves = sem == SEM_HOST ? host_moves(&e, &s) : stream_moves(&e, &s);
+		bool final = sem == SEM_HOST ? host_final(x, &s) : stream_final(x, &s);
 		e.final |= final;
 		if (!moves && !final)
 			verdict = DEADLOCK;
@@ -435,6 +443,26 @@ static int explore(const xprog *x, size_t limit, size_t *nstates)
 		set_free(&seen);
 	free(e.stack);
 	return verdict;
+}
+
+/* The module's programs under a runtime and a matching. */
+static int explore_module(const ir_module *m, semantics sem, matching mt, size_t limit,
+                          size_t *nstates)
+{
+	xprog x;
+	xprog_build(m, &x, mt);
+	int v = explore(&x, sem, limit, nstates);
+	xprog_free(&x);
+	return v;
+}
+
+/* The runtime a module's backend runs on: mpi over MPI with tags; nccl on
+ * a GPU's streams, first in, first out. */
+static int explore_backend(const ir_module *m, size_t limit, size_t *nstates)
+{
+	if (m->plan.backend == IR_BACKEND_MPI)
+		return explore_module(m, SEM_HOST, MATCH_TAG, limit, nstates);
+	return explore_module(m, SEM_STREAM, MATCH_FIFO, limit, nstates);
 }
 
 /* ---- building and mutating programs ---------------------------------------------------- */
@@ -565,6 +593,21 @@ static bool ok_grouped(const ir_device *dev, int i)
 {
 	return dev->ops[i].group != 0;
 }
+static bool ok_xfer(const ir_device *dev, int i)
+{
+	return is_xfer(&dev->ops[i]);
+}
+
+/* The run of transfer i: its group's ops around it, or itself. */
+static void run_of(const ir_device *dev, int i, int *lo, int *hi)
+{
+	int g = dev->ops[i].group;
+	*lo = *hi = i;
+	while (g && *lo > 0 && is_xfer(&dev->ops[*lo - 1]) && dev->ops[*lo - 1].group == g)
+		--*lo;
+	while (g && *hi + 1 < dev->nops && is_xfer(&dev->ops[*hi + 1]) && dev->ops[*hi + 1].group == g)
+		++*hi;
+}
 
 enum {
 	MUT_SWAP_ADJ,
@@ -574,6 +617,7 @@ enum {
 	MUT_SWAP_SENDS,
 	MUT_MOVE_COMM,
 	MUT_SWAP_COMPUTE,
+	MUT_GROUP,
 	NMUT
 };
 
@@ -611,6 +655,9 @@ static bool wait_range(const ir_device *dev, int w, int *lo, int *hi)
 	*hi = u - (u > w);
 	return *lo <= *hi;
 }
+
+/* Group ids the mutations make: above any the passes give. */
+static int fresh_group = 1000000;
 
 /* One random mutation on one random device; false when it found nothing
  * to change. */
@@ -661,15 +708,35 @@ static bool mutate(rng *r, ir_module *m, int kind)
 		if ((i = pick_op(r, dev, ok_adjacent_xfers)) < 0)
 			return false;
 		/* The runs of i and i + 1 become one group. */
-		int lo = i, hi = i + 1;
-		while (dev->ops[lo].group && lo > 0 && is_xfer(&dev->ops[lo - 1]) &&
-		       dev->ops[lo - 1].group == dev->ops[i].group)
-			lo--;
-		while (dev->ops[hi].group && hi + 1 < dev->nops && is_xfer(&dev->ops[hi + 1]) &&
-		       dev->ops[hi + 1].group == dev->ops[i + 1].group)
-			hi++;
+		int lo, hi, lo2, hi2;
+		run_of(dev, i, &lo, &hi);
+		run_of(dev, i + 1, &lo2, &hi2);
+		int g = fresh_group++;
+		for (int k = lo; k <= hi2; k++)
+			dev->ops[k].group = g;
+		return true;
+	}
+	case MUT_GROUP: {
+		/* A transfer up to 8 places away joins the run of transfer i: it
+		 * moves next to the run, and the two become one group (as a
+		 * hand-written file, or a comm pass that groups, would have it). */
+		int lo, hi, cand[16], n = 0;
+		if ((i = pick_op(r, dev, ok_xfer)) < 0)
+			return false;
+		run_of(dev, i, &lo, &hi);
+		for (int k = lo - 8; k <= hi + 8; k++)
+			if (k >= 0 && k < dev->nops && (k < lo || k > hi) && is_xfer(&dev->ops[k]))
+				cand[n++] = k;
+		if (!n)
+			return false;
+		j = cand[pick(r, n)];
+		if (j < lo)
+			move_op(dev, j, lo - 1), lo--;
+		else
+			move_op(dev, j, hi + 1), hi++;
+		int g = fresh_group++;
 		for (int k = lo; k <= hi; k++)
-			dev->ops[k].group = 1000000;
+			dev->ops[k].group = g;
 		return true;
 	}
 	case MUT_SWAP_SENDS: {
@@ -706,27 +773,61 @@ static bool mutate(rng *r, ir_module *m, int kind)
 
 typedef struct tally {
 	int bases, unbuilt, cases, agree_free, agree_dead, rejected, too_big, disagree;
-	int base_free, base_dead; /* the programs as comm lowered them */
-	int by[IR_NBACKENDS][2];  /* [backend][deadlock?] */
-	int by_mut[NMUT][2];      /* mutants by their last mutation and verdict */
+	int base_free, base_dead;   /* the programs as comm lowered them */
+	int by[IR_NBACKENDS][2];    /* [backend][deadlock?] */
+	int grouped[IR_NBACKENDS][2]; /* the same, of programs with a group */
+	int by_mut[NMUT][2];        /* mutants by their last mutation and verdict */
+	int tag_only[2];            /* mpi programs first-in-first-out matching refuses */
+	int emu_only;               /* nccl programs the proof refuses that the emulator runs */
+	int emu_unsound;            /* nccl programs proven that deadlock on the emulator */
+	int unsimulated;            /* programs proven that the simulator cannot run */
 	size_t states, max_states;
 } tally;
 
 static const char *const mut_names[NMUT] = {"swap adjacent", "move wait", "split group",
                                              "merge into group", "swap sends", "move transfer",
-                                             "swap compute"};
+                                             "swap compute", "gather into group"};
 
-/* Compare the proof with the explorer on m; false on disagreement. */
-static bool check_one(ir_module *m, tally *t, int last_mut)
+static bool has_group(const ir_module *m)
 {
-	xprog x;
-	xprog_build(m, &x);
-	size_t n = 0;
-	int want = explore(&x, 400000, &n);
-	xprog_free(&x);
+	for (int d = 0; d < m->ndevices; d++)
+		for (int i = 0; i < m->devices[d].nops; i++)
+			if (m->devices[d].ops[i].group)
+				return true;
+	return false;
+}
+
+static void count_states(tally *t, size_t n)
+{
 	t->states += n;
 	if (n > t->max_states)
 		t->max_states = n;
+}
+
+/* Can the simulator (which compile runs) run m to the end? */
+static bool simulates(const ir_module *m, bool show)
+{
+	tu_capture();
+	sim_result *r = sim_run(m);
+	char *why = strdup(tu_captured());
+	tu_release();
+	if (!r && show)
+		printf("xcheck: proven, but the simulator cannot run it:\n%s", why);
+	free(why);
+	sim_free(r);
+	return r != NULL;
+}
+
+/* Compare the proof with the explorer on m: for the runtime of its
+ * backend, the same verdict; on nccl, also the emulator's stand-in (host
+ * semantics, first in, first out), which must run every program the
+ * proof accepts; and the simulator must run every program the proof
+ * accepts.  False on disagreement. */
+static bool check_one(ir_module *m, tally *t, int last_mut)
+{
+	size_t n = 0, ne = 0;
+	int want = explore_backend(m, 400000, &n);
+	count_states(t, n);
 	if (want == TOO_BIG) {
 		t->too_big++;
 		return true;
@@ -736,24 +837,44 @@ static bool check_one(ir_module *m, tally *t, int last_mut)
 	int rc = pass_verify(m);
 	char *said = strdup(tu_captured());
 	tu_release();
-	bool proof_free = rc == 0;
+	bool proof_free = rc == 0, mpi = m->plan.backend == IR_BACKEND_MPI;
+	int emu = mpi ? FREE : explore_module(m, SEM_HOST, MATCH_FIFO, 400000, &ne);
+	count_states(t, ne);
 	t->cases++;
-	bool ok = proof_free == (want == FREE);
+	t->emu_unsound += proof_free && emu == DEADLOCK;
+	bool sims = !proof_free || simulates(m, t->unsimulated < 3);
+	t->unsimulated += !sims;
+	bool ok = proof_free == (want == FREE) && !(proof_free && emu == DEADLOCK) && sims;
 	if (ok) {
 		if (proof_free)
 			t->agree_free++;
 		else
 			t->agree_dead++;
 		t->by[m->plan.backend][!proof_free]++;
+		if (has_group(m))
+			t->grouped[m->plan.backend][!proof_free]++;
 		if (last_mut >= 0)
 			t->by_mut[last_mut][!proof_free]++;
 		else if (proof_free)
 			t->base_free++;
 		else
 			t->base_dead++;
+		t->emu_only += !mpi && !proof_free && emu == FREE;
+		if (mpi) {
+			/* Would first-in-first-out matching (nccl's) refuse it? */
+			m->plan.backend = IR_BACKEND_NCCL;
+			tu_capture();
+			int errs = ir_verify(m);
+			tu_release();
+			m->plan.backend = IR_BACKEND_MPI;
+			if (errs)
+				t->tag_only[!proof_free]++;
+		}
 	} else if (++t->disagree <= 3) {
-		printf("xcheck: DISAGREEMENT: the proof says %s, the explorer %s (%zu states)\n",
-		       proof_free ? "deadlock-free" : "deadlock", want == FREE ? "deadlock-free" : "deadlock", n);
+		printf("xcheck: DISAGREEMENT: the proof says %s, the explorer %s (%zu states)%s%s\n",
+		       proof_free ? "deadlock-free" : "deadlock", want == FREE ? "deadlock-free" : "deadlock", n,
+		       proof_free && emu == DEADLOCK ? "; the emulator's stand-in deadlocks" : "",
+		       sims ? "" : "; the simulator cannot run it");
 		printf("%s", said);
 		ir_print(stdout, m);
 	}
@@ -831,6 +952,14 @@ START_TEST(test_xcheck)
 	       t.agree_dead, t.disagree ? "VERDICTS DISAGREE" : "verdicts agree");
 	printf("xcheck: nccl %d free / %d deadlock, mpi %d free / %d deadlock\n", t.by[IR_BACKEND_NCCL][0],
 	       t.by[IR_BACKEND_NCCL][1], t.by[IR_BACKEND_MPI][0], t.by[IR_BACKEND_MPI][1]);
+	printf("xcheck:   with a group: nccl %d free / %d deadlock, mpi %d free / %d deadlock\n",
+	       t.grouped[IR_BACKEND_NCCL][0], t.grouped[IR_BACKEND_NCCL][1], t.grouped[IR_BACKEND_MPI][0],
+	       t.grouped[IR_BACKEND_MPI][1]);
+	printf("xcheck:   mpi, matched by tag but not first in, first out: %d free / %d deadlock\n",
+	       t.tag_only[0], t.tag_only[1]);
+	printf("xcheck:   nccl, refused by the proof but run by the emulator's stand-in: %d; proven "
+	       "but deadlocking there: %d\n", t.emu_only, t.emu_unsound);
+	printf("xcheck:   proven but not run by the simulator: %d\n", t.unsimulated);
 	printf("xcheck:   as lowered by comm              %4d free / %4d deadlock\n", t.base_free, t.base_dead);
 	for (int k = 0; k < NMUT; k++)
 		printf("xcheck:   last mutation %-16s %4d free / %4d deadlock\n", mut_names[k], t.by_mut[k][0],
@@ -843,6 +972,10 @@ START_TEST(test_xcheck)
 	ck_assert_msg(t.too_big * 100 <= t.cases, "%d cases past the state limit", t.too_big);
 	ck_assert_int_gt(t.agree_free, 0);
 	ck_assert_int_gt(t.agree_dead, 0);
+	/* The classes the cross-check is for are among the cases. */
+	ck_assert_int_gt(t.grouped[IR_BACKEND_MPI][0], 0);
+	ck_assert_int_gt(t.grouped[IR_BACKEND_MPI][1], 0);
+	ck_assert_int_gt(t.tag_only[0], 0);
 }
 END_TEST
 
@@ -873,13 +1006,13 @@ START_TEST(test_corpus)
 			ck_assert_int_eq(want, 1);
 			structural++;
 		} else {
-			xprog x;
-			xprog_build(m, &x);
 			size_t n;
-			int got = explore(&x, 1000000, &n);
-			xprog_free(&x);
+			int got = explore_backend(m, 1000000, &n);
 			ck_assert_msg(got == (want ? DEADLOCK : FREE), "%s: the explorer says %s", path,
 			              got == FREE ? "deadlock-free" : got == DEADLOCK ? "deadlock" : "too big");
+			if (!want && m->plan.backend == IR_BACKEND_NCCL)
+				ck_assert_msg(explore_module(m, SEM_HOST, MATCH_FIFO, 1000000, &n) == FREE,
+				              "%s: deadlocks on the emulator's stand-in for NCCL", path);
 			tu_capture();
 			int rc = pass_verify(m);
 			tu_release();
