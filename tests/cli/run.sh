@@ -52,7 +52,20 @@ expect 1 "unknown pass 'plac'; did you mean 'place'?" plan $m --passes=partition
 expect 1 "unknown pass 'sched' in --print-ir-after" plan $m --print-ir-after=sched
 # files
 expect 1 "missing.yaml:1:1: error: cannot open file" plan missing.yaml
-expect 1 "tests:1:1: error: cannot read file" plan tests
+expect 1 "tests:1:1: error: cannot read file: it is a directory, not a regular file" plan tests
+# special files are refused, not read until memory runs out (or a writer comes)
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device, not a regular file" plan /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" verify /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" sim /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" plan $m --profile /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" plan --profile /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" plan $m --cluster /dev/zero
+mkfifo "$tmp/fifo"
+expect 1 "fifo:1:1: error: cannot read file: it is a FIFO (named pipe), not a regular file" verify "$tmp/fifo"
+expect 1 "fifo:1:1: error: cannot read file: it is a FIFO (named pipe)" plan $m --cluster "$tmp/fifo"
+# and a regular file has a size limit (a sparse file: no disk used)
+truncate -s 300M "$tmp/big.yaml"
+expect 1 "big.yaml:1:1: error: file too large: 314572800 bytes; the limit is 256 MiB" plan "$tmp/big.yaml"
 expect 1 "cannot write '/nonexistent/x.opir'" plan $m -o /nonexistent/x.opir
 # plan
 expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4 --schedule 1f1b
