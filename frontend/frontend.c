@@ -523,7 +523,27 @@ static int get_rate(ydoc *d, const yaml_node_t *n, const char *what, double *out
 			return 0;
 		}
 	}
-	return get_num(d, n, what, YSRC_POSITIVE, out);
+	if (get_num(d, n, what, YSRC_POSITIVE, out) < 0)
+		return -1;
+	if (!ir_rate_ok(*out)) {
+		diag_error(at(d, n), "%s must be in %g .. %g bytes/s (or inf), got %s", what, IR_MIN_RATE,
+		           IR_MAX_RATE, ysrc_shown(d->a, (const char *)n->data.scalar.value));
+		return -1;
+	}
+	return 0;
+}
+
+/* flops := number in IR_MIN_FLOPS .. IR_MAX_FLOPS (docs/ir.md, "Ranges"). */
+static int get_flops(ydoc *d, const yaml_node_t *n, const char *what, double *out)
+{
+	if (get_num(d, n, what, YSRC_POSITIVE, out) < 0)
+		return -1;
+	if (!ir_range_ok(*out, IR_MIN_FLOPS, IR_MAX_FLOPS)) {
+		diag_error(at(d, n), "%s must be in %g .. %g FLOP/s, got %s", what, IR_MIN_FLOPS,
+		           IR_MAX_FLOPS, ysrc_shown(d->a, (const char *)n->data.scalar.value));
+		return -1;
+	}
+	return 0;
 }
 
 /* bytes := integer | number suffix (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB) */
@@ -574,6 +594,11 @@ static int get_duration(ydoc *d, const yaml_node_t *n, const char *what, double 
 		return -1;
 	if (!isfinite(v) || v < 0) {
 		diag_error(at(d, n), "%s must be a finite duration of at least 0, got '%s'", what,
+		           ysrc_shown(d->a, s));
+		return -1;
+	}
+	if (v > IR_MAX_US) {
+		diag_error(at(d, n), "%s must be at most %gus (11.6 days), got '%s'", what, IR_MAX_US,
 		           ysrc_shown(d->a, s));
 		return -1;
 	}
@@ -804,7 +829,7 @@ static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int dept
 	    (v[CL_PER_NODE] &&
 	     get_int(d, v[CL_PER_NODE], "'devices_per_node'", 1, 65536, &c->per_node) < 0) ||
 	    (v[CL_MEMORY] && get_memory(d, v[CL_MEMORY], "'memory'", &c->mem) < 0) ||
-	    (v[CL_FLOPS] && get_num(d, v[CL_FLOPS], "'peak_flops'", YSRC_POSITIVE, &c->flops) < 0) ||
+	    (v[CL_FLOPS] && get_flops(d, v[CL_FLOPS], "'peak_flops'", &c->flops) < 0) ||
 	    (v[CL_MEMBW] &&
 	     get_rate(d, v[CL_MEMBW], "'memory_bandwidth'", &c->membw) < 0) ||
 	    (v[CL_INTRA] && read_link(d, v[CL_INTRA], "intra", base, &c->intra) < 0) ||

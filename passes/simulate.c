@@ -400,42 +400,47 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 {
 	sim_device *sd = &r->dev[d];
 	const ir_device *dev = &m->devices[d];
+	/* Every sum here is a part of the step's bytes, which sim_run has
+	 * checked against IR_MAX_STEP_BYTES: saturating adds all the same. */
 	for (int s = 0; s < m->nstages; s++)
 		if (m->stages[s].device == d)
 			for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
-				sd->resident += m->layers[l].cost.resident;
-	int64_t cur = 0, peak = 0;
+				sd->resident = ir_sat_add(sd->resident, m->layers[l].cost.resident);
+	uint64_t cur = 0, peak = 0;
 	int inflight = 0;
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
 		if (op->comm != IR_COMM_NONE)
 			continue;
 		const ir_stage *st = &m->stages[op->stage];
-		int64_t act = 0, ws = 0;
+		uint64_t act = 0, ws = 0;
 		for (int l = st->first; l <= st->last; l++)
-			act += (int64_t)m->layers[l].cost.act, ws += (int64_t)m->layers[l].cost.wstash;
+			act = ir_sat_add(act, m->layers[l].cost.act),
+			ws = ir_sat_add(ws, m->layers[l].cost.wstash);
+		/* Verified programs run each F before its B and each B before its
+		 * W, so what is taken off was put on: never below 0. */
 		if (op->kind == IR_OP_F) {
-			cur += act, inflight++;
+			cur = ir_sat_add(cur, act), inflight++;
 		} else if (op->kind == IR_OP_B) {
 			/* B reads the stash while it writes the W stash: both at once. */
-			cur += ws;
+			cur = ir_sat_add(cur, ws);
 			if (cur > peak)
 				peak = cur;
-			cur -= act, inflight--;
+			cur = cur >= act ? cur - act : 0, inflight--;
 		} else {
-			cur -= ws;
+			cur = cur >= ws ? cur - ws : 0;
 		}
 		if (cur > peak)
 			peak = cur;
 		if (inflight > sd->peak_inflight)
 			sd->peak_inflight = inflight;
 	}
-	sd->peak_act = (uint64_t)peak;
+	sd->peak_act = peak;
 	/* memplan: the arena holds every buffer of the step, laid out; it is
 	 * what codegen allocates, so it is the peak (docs/memplan.md). */
 	if (m->memplan)
 		sd->peak_act = m->memplan[d].arena;
-	sd->peak_mem = sd->resident + sd->peak_act;
+	sd->peak_mem = ir_sat_add(sd->resident, sd->peak_act);
 }
 
 /* Index the lowered programs: each value's send and receive; on nccl the
@@ -509,6 +514,11 @@ sim_result *sim_run(const ir_module *m)
 		}
 	if (!m->ndevices || !m->nstages) {
 		diag_error(where, "simulate: the module has no programs; run 'schedule' first");
+		return NULL;
+	}
+	int over = ir_step_bytes_overflow(m);
+	if (over >= 0) {
+		ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over] : (ir_loc){0}, where));
 		return NULL;
 	}
 	arena *ar = arena_new();
@@ -643,6 +653,14 @@ sim_result *sim_run(const ir_module *m)
 	for (int l = 0; l < m->nlayers; l++)
 		flops += m->layers[l].cost.flops;
 	flops *= (double)s.M;
+	/* The readers keep every time and rate in range (docs/ir.md, "Ranges"),
+	 * so the step is finite; a module made some other way is refused. */
+	if (!isfinite(r->makespan)) {
+		diag_error(where, "simulate: the step takes longer than a double can count (a time or "
+		                  "bandwidth out of the ranges of docs/ir.md)");
+		sim_free(r);
+		return NULL;
+	}
 	double secs = r->makespan * 1e-6;
 	if (secs > 0) {
 		r->bubble_ratio = idle / (r->makespan * r->ndev);
