@@ -1378,6 +1378,8 @@ static int read_training(fe *f, yaml_node_t *map)
 	t->optimizer = opt;
 	t->data = data;
 	t->seed = (uint64_t)seed;
+	if (v[TR_MB])
+		f->m->microbatches_loc = at(d, v[TR_MB]);
 	if (data == IR_DATA_TEXT && !v[TR_TEXT]) {
 		diag_error(at(d, v[TR_DATA]), "'data: text' needs 'text_file'");
 		return -1;
@@ -1520,12 +1522,13 @@ static int check_placement(fe *f)
 }
 
 /* A numeric flag, when given (not 0), into *field if it is within lo..hi. */
-static int override_num(const char *flag, int64_t v, int64_t lo, int64_t hi, int64_t *field)
+static int override_num(const char *flag, int64_t v, int64_t lo, int64_t hi, int64_t *field,
+                        ir_loc at)
 {
 	if (!v)
 		return 0;
 	if (v < lo || v > hi) {
-		range_error(no_loc, flag, v, lo, hi);
+		range_error(at, flag, v, lo, hi);
 		return -1;
 	}
 	*field = v;
@@ -1552,9 +1555,14 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	ir_module *m = f->m;
 	if (ov->cluster && fe_load_cluster(m->arena, ov->cluster, &m->cluster) < 0)
 		return -1;
-	if (override_num("'--devices'", ov->devices, 1, 65536, &m->cluster.devices) < 0 ||
-	    override_num("'--microbatches'", ov->microbatches, 1, 1 << 20, &m->train.microbatches) < 0)
+	if (ov->cluster && ov->cluster_at.src) /* the cluster's errors name the flag */
+		m->cluster_loc = ov->cluster_at;
+	if (override_num("'--devices'", ov->devices, 1, 65536, &m->cluster.devices, ov->devices_at) < 0 ||
+	    override_num("'--microbatches'", ov->microbatches, 1, 1 << 20, &m->train.microbatches,
+	                 ov->microbatches_at) < 0)
 		return -1;
+	if (ov->microbatches)
+		m->microbatches_loc = ov->microbatches_at;
 	int sched = (int)m->plan.schedule, backend = (int)m->plan.backend, dtype = (int)m->model.dtype;
 	if (override_enum(m->arena, "dtype", ov->dtype, ir_dtype_names, IR_NDTYPES, &dtype) < 0)
 		return -1;
@@ -1563,7 +1571,7 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	                  &sched) < 0)
 		return -1;
 	m->plan.schedule = (ir_schedule)sched;
-	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks) < 0)
+	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks, ov->chunks_at) < 0)
 		return -1;
 	if (ov->partition) {
 		int p = ir_lookup(ir_partition_names, IR_NPARTITIONS, ov->partition);

@@ -359,6 +359,7 @@ typedef struct ir_module {
 	 * module's value, so ir_equal ignores them. */
 	ir_loc loc;
 	ir_loc model_loc, train_loc, cluster_loc, plan_loc; /* their sections */
+	ir_loc microbatches_loc; /* the field or flag that set it, when known */
 	ir_loc *layer_loc;
 	ir_loc *stage_loc;
 	ir_loc **op_loc;    /* op_loc[d][i], NULL when unknown */

@@ -75,6 +75,16 @@ expect 0 "faster than the best baseline that fits" plan $m --devices 4
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
 expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget 0
 expect 0 "tuned" plan $m --tune-budget 0.5
+# one reader for every numeric flag: no blank, sign, hex or inf that strtod would take
+expect 1 "--tune-budget must be a number of seconds in (0, 1e+06], got ' 4'" plan $m --tune-budget=" 4"
+expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget=0x10
+expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget=inf
+expect 1 "--devices must be an integer in 1..65536, got ' 4'" plan $m --devices=" 4"
+expect 1 "--microbatches must be an integer in 1..1048576, got '+4'" plan $m --microbatches=+4
+# an error about a flag's value shows the command line and the flag
+expect 1 "<command line>:1:" plan models/tiny-dense.yaml --devices 2 --schedule i1f1b --chunks 2 --microbatches 3
+# profile builds in TMPDIR
+TMPDIR=/nonexistent-tmp expect 1 "cannot make a build directory in /nonexistent-tmp" profile models/tiny-dense.yaml -o "$tmp/p.yaml"
 expect 0 "model tiny-hybrid: 12 layers" plan $m
 expect 0 "cost,partition,place,schedule,tune" plan --print-pipeline
 expect 0 "partition" plan $m --passes=partition --print-pipeline
@@ -121,6 +131,12 @@ expect 0 "" sim $c --trace "$tmp/t.json" --svg "$tmp/t.svg"
 if head -c 5 "$tmp/t.svg" | grep -q '<svg' && grep -q '"traceEvents"' "$tmp/t.json"; then
   pass=$((pass + 1)); else echo "FAIL sim --trace/--svg wrote no trace or picture"; fail=$((fail + 1)); fi
 expect 1 "cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
+# no inf, NaN or wrapped sum reaches the output: the inputs are refused
+expect 1 "time-huge.opir:9:1: error: layer L2: f=1e+308us is out of range" sim tests/bad-ir/time-huge.opir
+expect 1 "bandwidth-tiny.opir:5:1: error: cluster 'cpu-local': intra-node bandwidth 1e-300 is out of range" sim tests/bad-ir/bandwidth-tiny.opir
+expect 1 "resident-overflow.opir:7:1: error: layer L0: the step's bytes pass 2^60" sim tests/bad-ir/resident-overflow.opir
+expect 1 "act-max.opir:7:1: error: layer L0: the step's bytes pass 2^60" sim tests/bad-ir/act-max.opir
+expect 1 "act-max.opir:7:1: error: layer L0: the step's bytes pass 2^60" opt tests/bad-ir/act-max.opir --passes=memplan
 expect 1 "unknown option '--svg'" opt $c --svg x.svg
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

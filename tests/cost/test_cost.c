@@ -714,7 +714,7 @@ static const struct { const char *text, *error; } bad_profiles[] = {
 	{"units: ms\nkinds: {mlp: {f: 1e400, b: 1, w: 1}}\n",
 	 "p.yaml:2:18: error: 'f' must be finite, got '1e400'"},
 	{"units: s\nkinds: {mlp: {f: 1e303, b: 1, w: 1}}\n",
-	 "p.yaml:2:18: error: 'f' is too large: 1e+303 s is beyond any time"},
+	 "p.yaml:2:18: error: 'f' is too large: 1e+303 s is beyond 1e+12us (11.6 days; docs/profile.md)"},
 	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1, act_bytes: 1.5}}\n",
 	 "p.yaml:2:44: error: expected a non-negative integer (bytes) for 'act_bytes', got '1.5'"},
 	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1, wstash_bytes: 99999999999999999999999}}\n",
