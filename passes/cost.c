@@ -345,6 +345,11 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
 	ir_cost c = {.known = true, .f = cost_round_us(a.us[IR_OP_F]),
 	             .b = cost_round_us(a.us[IR_OP_B]), .w = cost_round_us(a.us[IR_OP_W])};
 	c.flops = a.flops[IR_OP_F] + a.flops[IR_OP_B] + a.flops[IR_OP_W];
+	if (fits(m, layer, "the activation stash in bytes", a.act, &c.act) < 0 ||
+	    fits(m, layer, "the W stash in bytes", a.wstash, &c.wstash) < 0 ||
+	    fits(m, layer, "the parameter count", a.params, &c.params) < 0 ||
+	    fits(m, layer, "the resident bytes", a.params * per_param, &c.resident) < 0)
+		return -1;
 	ir_loc lloc = ir_loc_or(m->layer_loc ? m->layer_loc[layer] : (ir_loc){0}, m->loc);
 	if (!(c.f <= IR_MAX_US && c.b <= IR_MAX_US && c.w <= IR_MAX_US)) {
 		/* The term that made it: compute (FLOPs / peak) or memory traffic. */
@@ -360,11 +365,6 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
 		           ir_layer_kind_names[l->kind], c.flops, IR_MAX_LAYER_FLOPS);
 		return -1;
 	}
-	if (fits(m, layer, "the activation stash in bytes", a.act, &c.act) < 0 ||
-	    fits(m, layer, "the W stash in bytes", a.wstash, &c.wstash) < 0 ||
-	    fits(m, layer, "the parameter count", a.params, &c.params) < 0 ||
-	    fits(m, layer, "the resident bytes", a.params * per_param, &c.resident) < 0)
-		return -1;
 	*out = c;
 	if (flops)
 		for (int p = 0; p < IR_NOPS; p++)

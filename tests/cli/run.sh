@@ -84,7 +84,8 @@ expect 1 "--microbatches must be an integer in 1..1048576, got '+4'" plan $m --m
 # an error about a flag's value shows the command line and the flag
 expect 1 "<command line>:1:" plan models/tiny-dense.yaml --devices 2 --schedule i1f1b --chunks 2 --microbatches 3
 # profile builds in TMPDIR
-TMPDIR=/nonexistent-tmp expect 1 "cannot make a build directory in /nonexistent-tmp" profile models/tiny-dense.yaml -o "$tmp/p.yaml"
+touch "$tmp/notadir"
+TMPDIR="$tmp/notadir" expect 1 "cannot make a build directory in $tmp/notadir: Not a directory" profile models/tiny-dense.yaml -o "$tmp/p.yaml"
 expect 0 "model tiny-hybrid: 12 layers" plan $m
 expect 0 "cost,partition,place,schedule,tune" plan --print-pipeline
 expect 0 "partition" plan $m --passes=partition --print-pipeline
