@@ -753,8 +753,12 @@ const char *fe_models_dir(void)
 
 /* ---- cluster ------------------------------------------------------------------- */
 
+typedef struct cluster_locs {
+	ir_loc devices, mem;
+} cluster_locs;
+
 static int load_cluster_ref(arena *a, const char *ref, ir_loc loc, const char *dir, int depth,
-                            ir_cluster *c);
+                            ir_cluster *c, cluster_locs *cl);
 
 static int cmp_str(const void *x, const void *y)
 {
@@ -804,7 +808,8 @@ enum { CL_PRESET, CL_DEVICES, CL_PER_NODE, CL_MEMORY, CL_FLOPS, CL_MEMBW, CL_INT
 
 /* cluster-map := {preset?: name, devices, devices_per_node, memory,
  *                 peak_flops, memory_bandwidth, intra: link, inter: link} */
-static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int depth, ir_cluster *c)
+static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int depth, ir_cluster *c,
+                            cluster_locs *cl)
 {
 	static const char *const keys[] = {"preset", "devices", "devices_per_node", "memory",
 	                                   "peak_flops", "memory_bandwidth", "intra", "inter"};
@@ -816,7 +821,7 @@ static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int dept
 	if (base) {
 		const char *name;
 		if (get_str(d, v[CL_PRESET], "'preset'", &name) < 0 ||
-		    load_cluster_ref(d->a, name, at(d, v[CL_PRESET]), dir, depth + 1, c) < 0)
+		    load_cluster_ref(d->a, name, at(d, v[CL_PRESET]), dir, depth + 1, c, cl) < 0)
 			return -1;
 	} else {
 		memset(c, 0, sizeof *c);
@@ -835,14 +840,21 @@ static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int dept
 	    (v[CL_INTRA] && read_link(d, v[CL_INTRA], "intra", base, &c->intra) < 0) ||
 	    (v[CL_INTER] && read_link(d, v[CL_INTER], "inter", base, &c->inter) < 0))
 		return -1;
+	/* Where the values the passes may blame were written (a preset's
+	 * fields first, then this mapping's). */
+	if (v[CL_DEVICES])
+		cl->devices = at(d, v[CL_DEVICES]);
+	if (v[CL_MEMORY])
+		cl->mem = at(d, v[CL_MEMORY]);
 	return 0;
 }
 
 /* cluster := preset-name | file-path | cluster-map */
-static int read_cluster(ydoc *d, yaml_node_t *n, const char *dir, int depth, ir_cluster *c)
+static int read_cluster(ydoc *d, yaml_node_t *n, const char *dir, int depth, ir_cluster *c,
+                        cluster_locs *cl)
 {
 	if (n->type == YAML_MAPPING_NODE)
-		return read_cluster_map(d, n, dir, depth, c);
+		return read_cluster_map(d, n, dir, depth, c, cl);
 	if (n->type != YAML_SCALAR_NODE) {
 		diag_error(at(d, n), "expected a preset name, a file or a mapping for 'cluster', got %s",
 		           describe(d, n));
@@ -851,12 +863,12 @@ static int read_cluster(ydoc *d, yaml_node_t *n, const char *dir, int depth, ir_
 	const char *ref;
 	if (get_str(d, n, "'cluster'", &ref) < 0)
 		return -1;
-	return load_cluster_ref(d->a, ref, at(d, n), dir, depth, c);
+	return load_cluster_ref(d->a, ref, at(d, n), dir, depth, c, cl);
 }
 
 /* cluster-file := {cluster: cluster} */
 static int load_cluster_file(arena *a, const char *path, const char *name, int depth,
-                             ir_cluster *c)
+                             ir_cluster *c, cluster_locs *cl)
 {
 	src_file *src = src_read(a, path);
 	if (!src)
@@ -874,7 +886,7 @@ static int load_cluster_file(arena *a, const char *path, const char *name, int d
 		missing(&d, root, "cluster", "in cluster file");
 		goto out;
 	}
-	if (read_cluster(&d, v, dir_of(a, path), depth, c) < 0)
+	if (read_cluster(&d, v, dir_of(a, path), depth, c, cl) < 0)
 		goto out;
 	c->name = name;
 	rc = 0;
@@ -887,7 +899,7 @@ out:
  * relative file names are relative to `dir`.  Errors about the reference
  * itself go to `loc`, errors inside the file into the file. */
 static int load_cluster_ref(arena *a, const char *ref, ir_loc loc, const char *dir, int depth,
-                            ir_cluster *c)
+                            ir_cluster *c, cluster_locs *cl)
 {
 	if (depth > MAX_PRESET_DEPTH) {
 		diag_error(loc, "cluster presets nested more than %d deep; do they name each other?",
@@ -904,19 +916,32 @@ static int load_cluster_ref(arena *a, const char *ref, ir_loc loc, const char *d
 		const char *base = strrchr(ref, '/') ? strrchr(ref, '/') + 1 : ref;
 		size_t n = strlen(base);
 		n -= ends_with(base, ".yaml") ? 5 : ends_with(base, ".yml") ? 4 : 0;
-		return load_cluster_file(a, path, arena_strndup(a, base, n), depth, c);
+		return load_cluster_file(a, path, arena_strndup(a, base, n), depth, c, cl);
 	}
 	const char *path = arena_printf(a, "%s/clusters/%s.yaml", fe_models_dir(), ref);
 	if (!*ref || access(path, R_OK) != 0) {
 		unknown_preset(a, loc, ref);
 		return -1;
 	}
-	return load_cluster_file(a, path, arena_strdup(a, ref), depth, c);
+	return load_cluster_file(a, path, arena_strdup(a, ref), depth, c, cl);
 }
 
 int fe_load_cluster(arena *a, const char *name_or_path, ir_cluster *out)
 {
-	return load_cluster_ref(a, name_or_path, no_loc, NULL, 0, out);
+	cluster_locs cl = {{0}};
+	return load_cluster_ref(a, name_or_path, no_loc, NULL, 0, out, &cl);
+}
+
+/* The module's cluster from a preset or file named at `loc` (a flag),
+ * with the locations of its fields. */
+static int load_module_cluster(ir_module *m, const char *ref, ir_loc loc)
+{
+	cluster_locs cl = {{0}};
+	if (load_cluster_ref(m->arena, ref, loc, NULL, 0, &m->cluster, &cl) < 0)
+		return -1;
+	m->cluster_at.devices = cl.devices;
+	m->cluster_at.mem = cl.mem;
+	return 0;
 }
 
 /* ---- layers ---------------------------------------------------------------- */
@@ -1553,7 +1578,7 @@ static int override_enum(arena *a, const char *what, const char *v, const char *
 static int apply_overrides(fe *f, const fe_overrides *ov)
 {
 	ir_module *m = f->m;
-	if (ov->cluster && fe_load_cluster(m->arena, ov->cluster, &m->cluster) < 0)
+	if (ov->cluster && load_module_cluster(m, ov->cluster, ov->cluster_at) < 0)
 		return -1;
 	if (ov->cluster && ov->cluster_at.src) /* the cluster's errors name the flag */
 		m->cluster_loc = ov->cluster_at;
@@ -1563,6 +1588,8 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 		return -1;
 	if (ov->microbatches)
 		m->microbatches_loc = ov->microbatches_at;
+	if (ov->devices)
+		m->cluster_at.devices = ov->devices_at;
 	int sched = (int)m->plan.schedule, backend = (int)m->plan.backend, dtype = (int)m->model.dtype;
 	if (override_enum(m->arena, "dtype", ov->dtype, ir_dtype_names, IR_NDTYPES, &dtype) < 0)
 		return -1;
@@ -1652,11 +1679,14 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 		goto out;
 	if (v[TOP_TRAINING] && read_training(&f, v[TOP_TRAINING]) < 0)
 		goto out;
+	cluster_locs cl = {{0}};
 	if (v[TOP_CLUSTER]) {
 		if (check_tag(&d, v[TOP_CLUSTER], "'cluster'") < 0 ||
-		    read_cluster(&d, v[TOP_CLUSTER], dir_of(m->arena, src->name), 0, &m->cluster) < 0)
+		    read_cluster(&d, v[TOP_CLUSTER], dir_of(m->arena, src->name), 0, &m->cluster, &cl) < 0)
 			goto out;
-	} else if (!ov->cluster && fe_load_cluster(m->arena, "cpu-local", &m->cluster) < 0) {
+		m->cluster_at.devices = cl.devices;
+		m->cluster_at.mem = cl.mem;
+	} else if (!ov->cluster && load_module_cluster(m, "cpu-local", no_loc) < 0) {
 		goto out;
 	}
 	if (v[TOP_PLAN] && read_plan(&f, v[TOP_PLAN]) < 0)

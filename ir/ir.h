@@ -360,6 +360,9 @@ typedef struct ir_module {
 	ir_loc loc;
 	ir_loc model_loc, train_loc, cluster_loc, plan_loc; /* their sections */
 	ir_loc microbatches_loc; /* the field or flag that set it, when known */
+	struct {
+		ir_loc devices, mem;   /* the cluster field (a preset's too) or flag */
+	} cluster_at;
 	ir_loc *layer_loc;
 	ir_loc *stage_loc;
 	ir_loc **op_loc;    /* op_loc[d][i], NULL when unknown */

@@ -965,7 +965,7 @@ int pass_tune(ir_module *m)
 	ir_fmt_size(need_s, sizeof need_s, tight.tight_need);
 	ir_fmt_size(mem_s, sizeof mem_s, mem);
 	if (tight.tight_dev >= 0)
-		diag_error(ir_loc_or(m->cluster_loc, where),
+		diag_error(ir_loc_or(m->cluster_at.mem, ir_loc_or(m->cluster_loc, where)),
 		           "the model does not fit: in the best plan found, device D%d needs %s "
 		           "(weights, gradients, optimizer state and activations) and has %s",
 		           tight.tight_dev, need_s, mem_s);

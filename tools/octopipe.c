@@ -941,7 +941,7 @@ static int cmd_profile(const args *a)
 	const char *tmpdir = getenv("TMPDIR");
 	if (!tmpdir || !*tmpdir)
 		tmpdir = "/tmp";
-	char dir[4096];
+	char dir[1024];
 	if (strlen(tmpdir) > sizeof dir - 32 || strchr(tmpdir, '\''))
 		return cli_error(a->cmd->name, "TMPDIR '%.100s' is too long or holds a quote", tmpdir);
 	snprintf(dir, sizeof dir, "%s/octopipe-profile-XXXXXX", tmpdir);

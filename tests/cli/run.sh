@@ -93,7 +93,8 @@ expect 0 "; *** IR Dump After partition ***" plan models/nemotron-h-8b.yaml --pr
 expect 0 "; *** IR Dump After schedule ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
 expect 0 "; *** IR Dump Before place ***" plan $m --print-ir-before=place
 expect 0 "cluster h100-sxm: 16 devices" plan models/llama-3-8b.yaml --devices 16
-expect 1 "cannot cut 12 layers into 16 stages" plan $m --devices 16
+expect 1 "<command line>:1:39: error: cannot cut 12 layers into 16 stages" plan $m --devices 16
+expect 1 "<command line>:1:39: error: cannot open cluster file 'nowhere/x.yaml'" plan $m --cluster nowhere/x.yaml
 expect 0 "\"ops_per_device\": [" plan $m --json --devices 4
 # a dump is IR text that opt, verify and the golden files accept
 "$bin" plan $m --devices 4 --schedule 1f1b -o "$tmp/p.opir" >/dev/null 2>&1
