@@ -424,6 +424,14 @@ static int apply(prof *pr)
 		if (hit[i])
 			m->layers[i].cost = cost[i];
 	}
+	if (ir_no_time(m)) {
+		for (int i = 0; i < m->nlayers; i++)
+			m->layers[i].cost = old[i];
+		const entry *e = pr->layer[0].set ? &pr->layer[0] : &pr->kind[m->layers[0].kind];
+		diag_error(e->loc, "every layer's f, b and w are 0: the step would take no time, and "
+		                   "no plan can be compared with another");
+		return -1;
+	}
 	int over = ir_step_bytes_overflow(m);
 	if (over >= 0) {
 		const entry *e = pr->layer[over].set ? &pr->layer[over] : &pr->kind[m->layers[over].kind];

@@ -484,6 +484,10 @@ static inline uint64_t ir_sat_mul(uint64_t a, uint64_t b)
 	return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+/* Every layer's cost is known and every time in it is 0: a step that
+ * takes no time, whose plans cannot be compared (the ratios would be 0/0). */
+bool ir_no_time(const ir_module *m);
+
 /* The first layer at which the known costs' step bytes (above) pass
  * IR_MAX_STEP_BYTES, or -1 when they fit. */
 int ir_step_bytes_overflow(const ir_module *m);

@@ -160,10 +160,26 @@ static int verify_layers(const ir_module *m)
 			}
 		}
 	}
+	if (!errs && ir_no_time(m)) {
+		diag_error(loc_or(m->layer_loc, 0, m->loc), "every layer's F, B and W take 0 us: the step would take no time, "
+		                   "and no plan can be compared with another");
+		errs++;
+	}
 	int over = errs ? -1 : ir_step_bytes_overflow(m);
 	if (over >= 0)
 		errs++, ir_step_bytes_error(m, over, loc_or(m->layer_loc, over, m->loc));
 	return errs;
+}
+
+bool ir_no_time(const ir_module *m)
+{
+	for (int i = 0; i < m->nlayers; i++) {
+		const ir_cost *c = &m->layers[i].cost;
+		if (!c->known || c->f > 0 || c->b > 0 || c->w > 0 || c->f_cold > 0 || c->b_cold > 0 ||
+		    c->w_cold > 0)
+			return false;
+	}
+	return m->nlayers > 0;
 }
 
 int ir_step_bytes_overflow(const ir_module *m)

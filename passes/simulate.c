@@ -572,7 +572,7 @@ sim_result *sim_run(const ir_module *m)
 		try_device(&s, d);
 	}
 
-	int done = 0;
+	int done = 0, nstarted = 0;
 	while (s.h.n) {
 		event e = pop(&s.h);
 		if (e.kind == 0) {
@@ -582,7 +582,8 @@ sim_result *sim_run(const ir_module *m)
 				continue;
 			}
 			sim_xfer *x = &r->xfers[e.id];
-			x->start = st;
+			x->start = st; /* == e.t: events are taken in time order */
+			x->seq = nstarted++;
 			x->end = st + sim_link_time(m, x->src, x->dst, x->bytes);
 			s.send_free[x->src] = s.recv_free[x->dst] = x->end;
 			s.arrive[s.consumer[e.id]] = x->end;

@@ -111,6 +111,11 @@ fi
 # profiles replace the analytic costs
 expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/profile.yaml --schedule 1f1b
 expect 1 "nope.yaml:1:1: error: cannot open file" plan $m --profile nope.yaml
+# ops and transfers of no time: the transfers are ordered causally (every schedule, both backends)
+for s in tuned gpipe 1f1b zbh1 zbh2; do for b in nccl mpi; do
+  expect 0 "simulated step ($s, 8 micro-batches): makespan" plan models/tiny-dense.yaml --profile tests/cli/zero-times.prof --cluster ideal --devices 4 --schedule $s --backend $b --tune-budget 0.5
+done; done
+expect 0 "simulated step (i1f1b, 8 micro-batches): makespan" plan models/tiny-hybrid.yaml --profile tests/cli/zero-times.prof --cluster ideal --devices 2 --schedule i1f1b --chunks 2
 # features not built yet say so and exit 2
 # (--target cuda is built with the CUDA toolkit: tests/cuda covers it)
 if timeout 20 "$bin" compile $m --target cuda --gpu-arch x -o "$tmp/out" 2>&1 | grep -q "not built yet"; then
