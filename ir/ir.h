@@ -454,7 +454,8 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 #define IR_MAX_FLOPS 1e21
 #define IR_MAX_LAYER_FLOPS 1e24 /* FLOPs of one layer's F + B + W */
 /* The bytes of one step: every layer's resident bytes plus micro-batches
- * x (activation stash + W stash), at most 2^60 (1 EiB).  Every memory sum
+ * x (activation stash + W stash + twice ir_boundary_bytes: the activation
+ * it passes on and its gradient), at most 2^60 (1 EiB).  Every memory sum
  * of the passes (a device's stages, its stashes in flight, its arena) is a
  * part of it plus boundary buffers, so it fits in 64 bits with room. */
 #define IR_MAX_STEP_BYTES (1ull << 60)
@@ -487,6 +488,11 @@ static inline uint64_t ir_sat_mul(uint64_t a, uint64_t b)
 /* Every layer's cost is known and every time in it is 0: a step that
  * takes no time, whose plans cannot be compared (the ratios would be 0/0). */
 bool ir_no_time(const ir_module *m);
+
+/* Bytes of the activation (or its gradient) one micro-batch passes across a
+ * stage boundary: micro-batch size x sequence x hidden x dtype size,
+ * saturating (UINT64_MAX: beyond 64 bits). */
+uint64_t ir_boundary_bytes(const ir_module *m);
 
 /* The first layer at which the known costs' step bytes (above) pass
  * IR_MAX_STEP_BYTES, or -1 when they fit. */

@@ -182,15 +182,30 @@ bool ir_no_time(const ir_module *m)
 	return m->nlayers > 0;
 }
 
+uint64_t ir_boundary_bytes(const ir_module *m)
+{
+	uint64_t dims[] = {(uint64_t)(m->train.mbs > 0 ? m->train.mbs : 0),
+	                   (uint64_t)(m->model.seq > 0 ? m->model.seq : 0),
+	                   (uint64_t)(m->model.hidden > 0 ? m->model.hidden : 0),
+	                   (uint64_t)ir_dtype_bytes[m->model.dtype]};
+	uint64_t b = 1;
+	for (int i = 0; i < 4; i++)
+		b = ir_sat_mul(b, dims[i]);
+	return b;
+}
+
 int ir_step_bytes_overflow(const ir_module *m)
 {
 	uint64_t total = 0, mb = m->train.microbatches > 0 ? (uint64_t)m->train.microbatches : 1;
+	/* The activation a layer passes on and its gradient: what a stage
+	 * boundary sends, receives and holds. */
+	uint64_t passed = ir_sat_mul(2, ir_boundary_bytes(m));
 	for (int i = 0; i < m->nlayers; i++) {
 		const ir_cost *c = &m->layers[i].cost;
 		if (!c->known)
 			continue;
 		total = ir_sat_add(total, c->resident);
-		total = ir_sat_add(total, ir_sat_mul(mb, ir_sat_add(c->act, c->wstash)));
+		total = ir_sat_add(total, ir_sat_mul(mb, ir_sat_add(ir_sat_add(c->act, c->wstash), passed)));
 		if (total > IR_MAX_STEP_BYTES)
 			return i;
 	}
@@ -200,8 +215,8 @@ int ir_step_bytes_overflow(const ir_module *m)
 int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc)
 {
 	diag_error(loc, "layer L%d: the step's bytes pass 2^60 (1 EiB) here (every layer's "
-	           "resident bytes plus %lld micro-batches x its activation and W stashes): a "
-	           "size this large cannot be planned",
+	           "resident bytes plus %lld micro-batches x its activation and W stashes and the "
+	           "activation and gradient it passes on): a size this large cannot be planned",
 	           layer, (long long)m->train.microbatches);
 	return -1;
 }

@@ -73,8 +73,7 @@ static event pop(heap *h)
 
 uint64_t sim_boundary_bytes(const ir_module *m)
 {
-	return (uint64_t)m->train.mbs * (uint64_t)m->model.seq * (uint64_t)m->model.hidden *
-	       (uint64_t)ir_dtype_bytes[m->model.dtype];
+	return ir_boundary_bytes(m); /* sim_run has checked it against the step's limit */
 }
 
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
