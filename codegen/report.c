@@ -17,9 +17,9 @@ static const char *ms(char *buf, size_t n, double us)
 	return buf;
 }
 
-static const char *mib(char *buf, size_t n, uint64_t b)
+static const char *size_of(char *buf, size_t n, uint64_t b)
 {
-	snprintf(buf, n, "%.2f MiB", (double)b / (1 << 20));
+	ir_fmt_size(buf, n, b); /* the one size formatter: a unit that shows the number */
 	return buf;
 }
 
@@ -81,7 +81,7 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 				continue;
 			}
 			fprintf(f, "| %s | %s | %.1f %% | %s | %.2fx%s |\n", row->name, ms(t, sizeof t, row->makespan),
-			        100 * row->bubble, mib(u, sizeof u, row->peak_mem), row->makespan / r->makespan,
+			        100 * row->bubble, size_of(u, sizeof u, row->peak_mem), row->makespan / r->makespan,
 			        row->fits ? "" : " (exceeds memory)");
 		}
 		uint64_t peak = 0;
@@ -89,7 +89,7 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 			peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
 		fprintf(f, "| **this plan (%s)** | **%s** | %.1f %% | %s | 1.00x |\n",
 		        ir_schedule_names[m->plan.schedule], ms(t, sizeof t, r->makespan),
-		        100 * r->bubble_ratio, mib(u, sizeof u, peak));
+		        100 * r->bubble_ratio, size_of(u, sizeof u, peak));
 		fprintf(f, "| lower bound | %s | | | %.2fx |\n", ms(t, sizeof t, lb), lb / r->makespan);
 		fprintf(f, "\nThis plan is %.1f %% above the lower bound.\n", 100 * (r->makespan / lb - 1));
 	}
@@ -110,8 +110,8 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 			if (m->stages[s].device == d)
 				fprintf(f, "%sS%d", held++ ? ", " : "", s);
 		fprintf(f, "%s | %d | %d | %d | %s%s | %s |\n", held ? "" : "—", k->nlayers, k->nops, k->nbufs,
-		        mib(t, sizeof t, k->buf_bytes), k->replanned ? " (re-planned)" : "",
-		        k->ir_arena ? mib(u, sizeof u, k->ir_arena) : "—");
+		        size_of(t, sizeof t, k->buf_bytes), k->replanned ? " (re-planned)" : "",
+		        k->ir_arena ? size_of(u, sizeof u, k->ir_arena) : "—");
 	}
 	if (fclose(f) != 0) {
 		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));

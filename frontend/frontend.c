@@ -523,7 +523,27 @@ static int get_rate(ydoc *d, const yaml_node_t *n, const char *what, double *out
 			return 0;
 		}
 	}
-	return get_num(d, n, what, YSRC_POSITIVE, out);
+	if (get_num(d, n, what, YSRC_POSITIVE, out) < 0)
+		return -1;
+	if (!ir_rate_ok(*out)) {
+		diag_error(at(d, n), "%s must be in %g .. %g bytes/s (or inf), got %s", what, IR_MIN_RATE,
+		           IR_MAX_RATE, ysrc_shown(d->a, (const char *)n->data.scalar.value));
+		return -1;
+	}
+	return 0;
+}
+
+/* flops := number in IR_MIN_FLOPS .. IR_MAX_FLOPS (docs/ir.md, "Ranges"). */
+static int get_flops(ydoc *d, const yaml_node_t *n, const char *what, double *out)
+{
+	if (get_num(d, n, what, YSRC_POSITIVE, out) < 0)
+		return -1;
+	if (!ir_range_ok(*out, IR_MIN_FLOPS, IR_MAX_FLOPS)) {
+		diag_error(at(d, n), "%s must be in %g .. %g FLOP/s, got %s", what, IR_MIN_FLOPS,
+		           IR_MAX_FLOPS, ysrc_shown(d->a, (const char *)n->data.scalar.value));
+		return -1;
+	}
+	return 0;
 }
 
 /* bytes := integer | number suffix (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB) */
@@ -574,6 +594,11 @@ static int get_duration(ydoc *d, const yaml_node_t *n, const char *what, double 
 		return -1;
 	if (!isfinite(v) || v < 0) {
 		diag_error(at(d, n), "%s must be a finite duration of at least 0, got '%s'", what,
+		           ysrc_shown(d->a, s));
+		return -1;
+	}
+	if (v > IR_MAX_US) {
+		diag_error(at(d, n), "%s must be at most %gus (11.6 days), got '%s'", what, IR_MAX_US,
 		           ysrc_shown(d->a, s));
 		return -1;
 	}
@@ -728,8 +753,12 @@ const char *fe_models_dir(void)
 
 /* ---- cluster ------------------------------------------------------------------- */
 
+typedef struct cluster_locs {
+	ir_loc devices, mem;
+} cluster_locs;
+
 static int load_cluster_ref(arena *a, const char *ref, ir_loc loc, const char *dir, int depth,
-                            ir_cluster *c);
+                            ir_cluster *c, cluster_locs *cl);
 
 static int cmp_str(const void *x, const void *y)
 {
@@ -779,7 +808,8 @@ enum { CL_PRESET, CL_DEVICES, CL_PER_NODE, CL_MEMORY, CL_FLOPS, CL_MEMBW, CL_INT
 
 /* cluster-map := {preset?: name, devices, devices_per_node, memory,
  *                 peak_flops, memory_bandwidth, intra: link, inter: link} */
-static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int depth, ir_cluster *c)
+static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int depth, ir_cluster *c,
+                            cluster_locs *cl)
 {
 	static const char *const keys[] = {"preset", "devices", "devices_per_node", "memory",
 	                                   "peak_flops", "memory_bandwidth", "intra", "inter"};
@@ -791,7 +821,7 @@ static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int dept
 	if (base) {
 		const char *name;
 		if (get_str(d, v[CL_PRESET], "'preset'", &name) < 0 ||
-		    load_cluster_ref(d->a, name, at(d, v[CL_PRESET]), dir, depth + 1, c) < 0)
+		    load_cluster_ref(d->a, name, at(d, v[CL_PRESET]), dir, depth + 1, c, cl) < 0)
 			return -1;
 	} else {
 		memset(c, 0, sizeof *c);
@@ -804,20 +834,27 @@ static int read_cluster_map(ydoc *d, yaml_node_t *map, const char *dir, int dept
 	    (v[CL_PER_NODE] &&
 	     get_int(d, v[CL_PER_NODE], "'devices_per_node'", 1, 65536, &c->per_node) < 0) ||
 	    (v[CL_MEMORY] && get_memory(d, v[CL_MEMORY], "'memory'", &c->mem) < 0) ||
-	    (v[CL_FLOPS] && get_num(d, v[CL_FLOPS], "'peak_flops'", YSRC_POSITIVE, &c->flops) < 0) ||
+	    (v[CL_FLOPS] && get_flops(d, v[CL_FLOPS], "'peak_flops'", &c->flops) < 0) ||
 	    (v[CL_MEMBW] &&
 	     get_rate(d, v[CL_MEMBW], "'memory_bandwidth'", &c->membw) < 0) ||
 	    (v[CL_INTRA] && read_link(d, v[CL_INTRA], "intra", base, &c->intra) < 0) ||
 	    (v[CL_INTER] && read_link(d, v[CL_INTER], "inter", base, &c->inter) < 0))
 		return -1;
+	/* Where the values the passes may blame were written (a preset's
+	 * fields first, then this mapping's). */
+	if (v[CL_DEVICES])
+		cl->devices = at(d, v[CL_DEVICES]);
+	if (v[CL_MEMORY])
+		cl->mem = at(d, v[CL_MEMORY]);
 	return 0;
 }
 
 /* cluster := preset-name | file-path | cluster-map */
-static int read_cluster(ydoc *d, yaml_node_t *n, const char *dir, int depth, ir_cluster *c)
+static int read_cluster(ydoc *d, yaml_node_t *n, const char *dir, int depth, ir_cluster *c,
+                        cluster_locs *cl)
 {
 	if (n->type == YAML_MAPPING_NODE)
-		return read_cluster_map(d, n, dir, depth, c);
+		return read_cluster_map(d, n, dir, depth, c, cl);
 	if (n->type != YAML_SCALAR_NODE) {
 		diag_error(at(d, n), "expected a preset name, a file or a mapping for 'cluster', got %s",
 		           describe(d, n));
@@ -826,12 +863,12 @@ static int read_cluster(ydoc *d, yaml_node_t *n, const char *dir, int depth, ir_
 	const char *ref;
 	if (get_str(d, n, "'cluster'", &ref) < 0)
 		return -1;
-	return load_cluster_ref(d->a, ref, at(d, n), dir, depth, c);
+	return load_cluster_ref(d->a, ref, at(d, n), dir, depth, c, cl);
 }
 
 /* cluster-file := {cluster: cluster} */
 static int load_cluster_file(arena *a, const char *path, const char *name, int depth,
-                             ir_cluster *c)
+                             ir_cluster *c, cluster_locs *cl)
 {
 	src_file *src = src_read(a, path);
 	if (!src)
@@ -849,7 +886,7 @@ static int load_cluster_file(arena *a, const char *path, const char *name, int d
 		missing(&d, root, "cluster", "in cluster file");
 		goto out;
 	}
-	if (read_cluster(&d, v, dir_of(a, path), depth, c) < 0)
+	if (read_cluster(&d, v, dir_of(a, path), depth, c, cl) < 0)
 		goto out;
 	c->name = name;
 	rc = 0;
@@ -862,7 +899,7 @@ out:
  * relative file names are relative to `dir`.  Errors about the reference
  * itself go to `loc`, errors inside the file into the file. */
 static int load_cluster_ref(arena *a, const char *ref, ir_loc loc, const char *dir, int depth,
-                            ir_cluster *c)
+                            ir_cluster *c, cluster_locs *cl)
 {
 	if (depth > MAX_PRESET_DEPTH) {
 		diag_error(loc, "cluster presets nested more than %d deep; do they name each other?",
@@ -879,19 +916,32 @@ static int load_cluster_ref(arena *a, const char *ref, ir_loc loc, const char *d
 		const char *base = strrchr(ref, '/') ? strrchr(ref, '/') + 1 : ref;
 		size_t n = strlen(base);
 		n -= ends_with(base, ".yaml") ? 5 : ends_with(base, ".yml") ? 4 : 0;
-		return load_cluster_file(a, path, arena_strndup(a, base, n), depth, c);
+		return load_cluster_file(a, path, arena_strndup(a, base, n), depth, c, cl);
 	}
 	const char *path = arena_printf(a, "%s/clusters/%s.yaml", fe_models_dir(), ref);
 	if (!*ref || access(path, R_OK) != 0) {
 		unknown_preset(a, loc, ref);
 		return -1;
 	}
-	return load_cluster_file(a, path, arena_strdup(a, ref), depth, c);
+	return load_cluster_file(a, path, arena_strdup(a, ref), depth, c, cl);
 }
 
 int fe_load_cluster(arena *a, const char *name_or_path, ir_cluster *out)
 {
-	return load_cluster_ref(a, name_or_path, no_loc, NULL, 0, out);
+	cluster_locs cl = {{0}};
+	return load_cluster_ref(a, name_or_path, no_loc, NULL, 0, out, &cl);
+}
+
+/* The module's cluster from a preset or file named at `loc` (a flag),
+ * with the locations of its fields. */
+static int load_module_cluster(ir_module *m, const char *ref, ir_loc loc)
+{
+	cluster_locs cl = {{0}};
+	if (load_cluster_ref(m->arena, ref, loc, NULL, 0, &m->cluster, &cl) < 0)
+		return -1;
+	m->cluster_at.devices = cl.devices;
+	m->cluster_at.mem = cl.mem;
+	return 0;
 }
 
 /* ---- layers ---------------------------------------------------------------- */
@@ -1368,6 +1418,8 @@ static int read_training(fe *f, yaml_node_t *map)
 	                  [IR_TRAIN_WD] = v[TR_WD] ? at(d, v[TR_WD]) : at(d, map)}};
 	if (ir_check_train(t, train_where, &tl, at(d, map)))
 		return -1;
+	if (v[TR_MB])
+		f->m->microbatches_loc = at(d, v[TR_MB]);
 	if (data == IR_DATA_TEXT && !v[TR_TEXT]) {
 		diag_error(at(d, v[TR_DATA]), "'data: text' needs 'text_file'");
 		return -1;
@@ -1510,12 +1562,13 @@ static int check_placement(fe *f)
 }
 
 /* A numeric flag, when given (not 0), into *field if it is within lo..hi. */
-static int override_num(const char *flag, int64_t v, int64_t lo, int64_t hi, int64_t *field)
+static int override_num(const char *flag, int64_t v, int64_t lo, int64_t hi, int64_t *field,
+                        ir_loc at)
 {
 	if (!v)
 		return 0;
 	if (v < lo || v > hi) {
-		range_error(no_loc, flag, v, lo, hi);
+		range_error(at, flag, v, lo, hi);
 		return -1;
 	}
 	*field = v;
@@ -1540,11 +1593,18 @@ static int override_enum(arena *a, const char *what, const char *v, const char *
 static int apply_overrides(fe *f, const fe_overrides *ov)
 {
 	ir_module *m = f->m;
-	if (ov->cluster && fe_load_cluster(m->arena, ov->cluster, &m->cluster) < 0)
+	if (ov->cluster && load_module_cluster(m, ov->cluster, ov->cluster_at) < 0)
 		return -1;
-	if (override_num("'--devices'", ov->devices, 1, 65536, &m->cluster.devices) < 0 ||
-	    override_num("'--microbatches'", ov->microbatches, 1, 1 << 20, &m->train.microbatches) < 0)
+	if (ov->cluster && ov->cluster_at.src) /* the cluster's errors name the flag */
+		m->cluster_loc = ov->cluster_at;
+	if (override_num("'--devices'", ov->devices, 1, 65536, &m->cluster.devices, ov->devices_at) < 0 ||
+	    override_num("'--microbatches'", ov->microbatches, 1, 1 << 20, &m->train.microbatches,
+	                 ov->microbatches_at) < 0)
 		return -1;
+	if (ov->microbatches)
+		m->microbatches_loc = ov->microbatches_at;
+	if (ov->devices)
+		m->cluster_at.devices = ov->devices_at;
 	int sched = (int)m->plan.schedule, backend = (int)m->plan.backend, dtype = (int)m->model.dtype;
 	if (override_enum(m->arena, "dtype", ov->dtype, ir_dtype_names, IR_NDTYPES, &dtype) < 0)
 		return -1;
@@ -1553,7 +1613,7 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	                  &sched) < 0)
 		return -1;
 	m->plan.schedule = (ir_schedule)sched;
-	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks) < 0)
+	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks, ov->chunks_at) < 0)
 		return -1;
 	if (ov->partition) {
 		int p = ir_lookup(ir_partition_names, IR_NPARTITIONS, ov->partition);
@@ -1634,11 +1694,14 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 		goto out;
 	if (v[TOP_TRAINING] && read_training(&f, v[TOP_TRAINING]) < 0)
 		goto out;
+	cluster_locs cl = {{0}};
 	if (v[TOP_CLUSTER]) {
 		if (check_tag(&d, v[TOP_CLUSTER], "'cluster'") < 0 ||
-		    read_cluster(&d, v[TOP_CLUSTER], dir_of(m->arena, src->name), 0, &m->cluster) < 0)
+		    read_cluster(&d, v[TOP_CLUSTER], dir_of(m->arena, src->name), 0, &m->cluster, &cl) < 0)
 			goto out;
-	} else if (!ov->cluster && fe_load_cluster(m->arena, "cpu-local", &m->cluster) < 0) {
+		m->cluster_at.devices = cl.devices;
+		m->cluster_at.mem = cl.mem;
+	} else if (!ov->cluster && load_module_cluster(m, "cpu-local", no_loc) < 0) {
 		goto out;
 	}
 	if (v[TOP_PLAN] && read_plan(&f, v[TOP_PLAN]) < 0)

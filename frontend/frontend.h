@@ -19,6 +19,10 @@ typedef struct fe_overrides {
 	const char *partition; /* --partition NAME (not "given") */
 	const char *backend;   /* --backend nccl|mpi */
 	const char *dtype;     /* --dtype f32|bf16|f16 */
+	/* Where the numeric flags and --cluster were written (a source made of
+	 * the command line, so that errors about them show the flag); unset:
+	 * unknown. */
+	ir_loc devices_at, microbatches_at, chunks_at, cluster_at;
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

@@ -51,6 +51,7 @@ typedef struct entry {
 	ir_loc tloc[6];
 	bool has[E_NKEYS];
 	uint64_t act, wstash;
+	ir_loc act_loc, wstash_loc;
 } entry;
 
 typedef struct prof {
@@ -108,10 +109,12 @@ static int parse_index(const prof *pr, uint64_t *out)
 }
 
 /* bytes := non-negative integer (the next event). */
-static int read_bytes(prof *pr, const char *key, uint64_t *out)
+static int read_bytes(prof *pr, const char *key, uint64_t *out, ir_loc *loc)
 {
 	if (yev_next(&pr->r) < 0)
 		return -1;
+	if (loc)
+		*loc = yev_here(&pr->r);
 	int rc = parse_index(pr, out);
 	if (rc == 0)
 		diag_error(yev_here(&pr->r), "expected a non-negative integer (bytes) for '%s', got %s",
@@ -139,8 +142,8 @@ static int read_entry(prof *pr, const char *what, entry *e)
 		if (k < 0)
 			return -1;
 		if ((k <= E_W_COLD && read_time(pr, entry_keys[k], &e->t[k], &e->tloc[k]) < 0) ||
-		    (k == E_ACT && read_bytes(pr, entry_keys[k], &e->act) < 0) ||
-		    (k == E_WSTASH && read_bytes(pr, entry_keys[k], &e->wstash) < 0))
+		    (k == E_ACT && read_bytes(pr, entry_keys[k], &e->act, &e->act_loc) < 0) ||
+		    (k == E_WSTASH && read_bytes(pr, entry_keys[k], &e->wstash, &e->wstash_loc) < 0))
 			return -1;
 	}
 	if (rc < 0)
@@ -233,7 +236,7 @@ static int read_measured(prof *pr)
 		if (k < 0)
 			return -1;
 		if (k > M_DTYPE) {
-			if (read_bytes(pr, measured_keys[k], &pr->mint[k]) < 0)
+			if (read_bytes(pr, measured_keys[k], &pr->mint[k], NULL) < 0)
 				return -1;
 			continue;
 		}
@@ -267,8 +270,14 @@ static int read_link(prof *pr)
 		int k = yev_key_index(&pr->r, "key", "in 'link'", link_keys, L_NKEYS, seen, first);
 		if (k < 0 || read_time(pr, link_keys[k], &pr->link[k], &at) < 0)
 			return -1;
-		if (k == L_BANDWIDTH && !(pr->link[k] > 0)) {
-			diag_error(at, "'bandwidth' must be positive (bytes per second)");
+		if (k == L_BANDWIDTH && !ir_rate_ok(pr->link[k])) {
+			diag_error(at, "'bandwidth' must be in %g .. %g bytes per second, got %g", IR_MIN_RATE,
+			           IR_MAX_RATE, pr->link[k]);
+			return -1;
+		}
+		if (k != L_BANDWIDTH && pr->link[k] > IR_MAX_US) {
+			diag_error(at, "'%s' must be at most %gus (11.6 days), got %g", link_keys[k],
+			           IR_MAX_US, pr->link[k]);
 			return -1;
 		}
 	}
@@ -311,7 +320,7 @@ static int read_profile(prof *pr)
 		else if (k == T_LINK)
 			rc = read_link(pr);
 		else if (k == T_CACHE)
-			pr->has_cache = (rc = read_bytes(pr, top_keys[k], &pr->cache)) == 0;
+			pr->has_cache = (rc = read_bytes(pr, top_keys[k], &pr->cache, NULL)) == 0;
 		else if (yev_next(&pr->r) < 0)
 			rc = -1;
 		else if (pr->r.ev.type != YAML_SCALAR_EVENT) {
@@ -394,9 +403,10 @@ static int apply(prof *pr)
 		                &cost[i].f_cold, &cost[i].b_cold, &cost[i].w_cold};
 		for (int k = 0; k < (cost[i].cold ? 6 : 3); k++) {
 			*t[k] = cost_round_us(e->t[k] * scale);
-			if (!isfinite(*t[k])) {
-				diag_error(e->tloc[k], "'%s' is too large: %g %s is beyond any time", entry_keys[k],
-				           e->t[k], unit_names[pr->unit]);
+			if (!(*t[k] <= IR_MAX_US)) {
+				diag_error(e->tloc[k], "'%s' is too large: %g %s is beyond %gus (11.6 days; "
+				           "docs/profile.md)", entry_keys[k], e->t[k], unit_names[pr->unit],
+				           IR_MAX_US);
 				return -1;
 			}
 		}
@@ -406,9 +416,33 @@ static int apply(prof *pr)
 			cost[i].wstash = e->wstash;
 		hit[i] = true;
 	}
-	for (int i = 0; i < m->nlayers; i++)
+	/* The step's bytes must fit (docs/ir.md, "Ranges"): blame the stash
+	 * size of the profile that passes the limit; nothing is applied then. */
+	ir_cost *old = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *old);
+	for (int i = 0; i < m->nlayers; i++) {
+		old[i] = m->layers[i].cost;
 		if (hit[i])
 			m->layers[i].cost = cost[i];
+	}
+	if (ir_no_time(m)) {
+		for (int i = 0; i < m->nlayers; i++)
+			m->layers[i].cost = old[i];
+		const entry *e = pr->layer[0].set ? &pr->layer[0] : &pr->kind[m->layers[0].kind];
+		diag_error(e->loc, "every layer's f, b and w are 0: the step would take no time, and "
+		                   "no plan can be compared with another");
+		return -1;
+	}
+	int over = ir_step_bytes_overflow(m);
+	if (over >= 0) {
+		const entry *e = pr->layer[over].set ? &pr->layer[over] : &pr->kind[m->layers[over].kind];
+		ir_loc loc = m->layer_loc ? m->layer_loc[over] : m->loc;
+		if (hit[over])
+			loc = e->has[E_WSTASH] && (!e->has[E_ACT] || e->wstash >= e->act) ? e->wstash_loc
+			    : e->has[E_ACT] ? e->act_loc : e->loc;
+		for (int i = 0; i < m->nlayers; i++)
+			m->layers[i].cost = old[i];
+		return ir_step_bytes_error(m, over, loc);
+	}
 	return 0;
 }
 

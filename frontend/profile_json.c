@@ -296,9 +296,9 @@ static int check(pj *j, int *kinds)
 		}
 		for (k = K_F; k <= K_W; k++) {
 			const table *t = &j->t[k - K_F];
-			if (!isfinite(cost_round_us(t->ms[c] * 1e3))) {
-				diag_error(t->at[c], "'%s' in '%s' is too large: %g ms is beyond any time",
-				           char_names[c], top_keys[k], t->ms[c]);
+			if (!(cost_round_us(t->ms[c] * 1e3) <= IR_MAX_US)) {
+				diag_error(t->at[c], "'%s' in '%s' is too large: %g ms is beyond %gus (11.6 "
+				           "days; docs/profile.md)", char_names[c], top_keys[k], t->ms[c], IR_MAX_US);
 				return -1;
 			}
 		}

@@ -9,6 +9,7 @@
 #define OCTO_IR_H
 
 #include <stdbool.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "support.h"
@@ -358,6 +359,10 @@ typedef struct ir_module {
 	 * module's value, so ir_equal ignores them. */
 	ir_loc loc;
 	ir_loc model_loc, train_loc, cluster_loc, plan_loc; /* their sections */
+	ir_loc microbatches_loc; /* the field or flag that set it, when known */
+	struct {
+		ir_loc devices, mem;   /* the cluster field (a preset's too) or flag */
+	} cluster_at;
 	ir_loc *layer_loc;
 	ir_loc *stage_loc;
 	ir_loc **op_loc;    /* op_loc[d][i], NULL when unknown */
@@ -421,6 +426,10 @@ bool ir_equal(const ir_module *a, const ir_module *b);
 
 /* Byte count with the largest exact binary suffix: 3GiB, 1536KiB, 7B. */
 void ir_fmt_bytes(char *buf, size_t n, uint64_t v);
+/* Bytes for people, in the unit that shows the number with three
+ * significant digits ("512 B", "1.50 KiB", "6.23 MiB", "80.0 GiB"); the
+ * one formatter of sizes in messages. */
+void ir_fmt_size(char *buf, size_t n, uint64_t v);
 
 void ir_print(FILE *out, const ir_module *m);
 char *ir_print_string(const ir_module *m); /* malloc'd */
@@ -451,6 +460,65 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 typedef enum ir_train_field { IR_TRAIN_LR, IR_TRAIN_WD } ir_train_field;
 typedef ir_loc (*ir_train_loc_fn)(void *ctx, ir_train_field f);
 int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc fallback);
+
+/* ---- ranges (docs/ir.md, "Ranges") ----------------------------------
+ * What every reader (the model and cluster YAML, profiles, IR text)
+ * accepts, so that every time the passes add up stays finite and every
+ * byte sum fits in 64 bits: a wrong value is refused where it is written,
+ * not found as an inf, a NaN or a wrapped sum later. */
+#define IR_MAX_US 1e12        /* a time (op, latency, post): 0 .. 1e12 us (11.6 days) */
+#define IR_MIN_RATE 1.0       /* a bandwidth: 1 .. 1e18 bytes/s, or infinite (free) */
+#define IR_MAX_RATE 1e18
+#define IR_MIN_FLOPS 1e3      /* peak FLOP/s of a device: 1e3 .. 1e21 */
+#define IR_MAX_FLOPS 1e21
+#define IR_MAX_LAYER_FLOPS 1e24 /* FLOPs of one layer's F + B + W */
+/* The bytes of one step: every layer's resident bytes plus micro-batches
+ * x (activation stash + W stash + twice ir_boundary_bytes: the activation
+ * it passes on and its gradient), at most 2^60 (1 EiB).  Every memory sum
+ * of the passes (a device's stages, its stashes in flight, its arena) is a
+ * part of it plus boundary buffers, so it fits in 64 bits with room. */
+#define IR_MAX_STEP_BYTES (1ull << 60)
+
+static inline bool ir_range_ok(double v, double lo, double hi)
+{
+	return v >= lo && v <= hi;
+}
+
+/* A bandwidth in range: IR_MIN_RATE .. IR_MAX_RATE, or +inf. */
+static inline bool ir_rate_ok(double bw)
+{
+	return ir_range_ok(bw, IR_MIN_RATE, IR_MAX_RATE) || bw == INFINITY;
+}
+
+/* Saturating sums and products of byte counts: UINT64_MAX stands for "too
+ * many", which no limit accepts. */
+static inline uint64_t ir_sat_add(uint64_t a, uint64_t b)
+{
+	uint64_t r;
+	return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static inline uint64_t ir_sat_mul(uint64_t a, uint64_t b)
+{
+	uint64_t r;
+	return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* Every layer's cost is known and every time in it is 0: a step that
+ * takes no time, whose plans cannot be compared (the ratios would be 0/0). */
+bool ir_no_time(const ir_module *m);
+
+/* Bytes of the activation (or its gradient) one micro-batch passes across a
+ * stage boundary: micro-batch size x sequence x hidden x dtype size,
+ * saturating (UINT64_MAX: beyond 64 bits). */
+uint64_t ir_boundary_bytes(const ir_module *m);
+
+/* The first layer at which the known costs' step bytes (above) pass
+ * IR_MAX_STEP_BYTES, or -1 when they fit. */
+int ir_step_bytes_overflow(const ir_module *m);
+
+/* The error for it, at loc: names the layer and the limit.  Returns -1. */
+int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc);
 
 /* Sum of layers by kind etc. for summaries. */
 void ir_print_summary(FILE *out, const ir_module *m);

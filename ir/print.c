@@ -22,6 +22,25 @@ void ir_fmt_bytes(char *buf, size_t n, uint64_t v)
 	snprintf(buf, n, "%llu%s", (unsigned long long)v, sfx[i]);
 }
 
+void ir_fmt_size(char *buf, size_t n, uint64_t v)
+{
+	static const char *const sfx[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	if (v == UINT64_MAX) {
+		snprintf(buf, n, "unlimited");
+		return;
+	}
+	if (v < 1024) {
+		snprintf(buf, n, "%llu B", (unsigned long long)v);
+		return;
+	}
+	double x = (double)v / 1024;
+	int i = 0;
+	while (i < 5 && x >= 1000) /* 1000 KiB .. 1023 KiB: 0.98 MiB */
+		x /= 1024, i++;
+	/* Three significant digits: 1.50 KiB, 12.3 MiB, 456 GiB. */
+	snprintf(buf, n, x < 10 ? "%.2f %s" : x < 100 ? "%.1f %s" : "%.0f %s", x, sfx[i]);
+}
+
 static void print_str(FILE *out, const char *s)
 {
 	fputc('"', out);

@@ -2,9 +2,12 @@
 #include "support.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- arena ------------------------------------------------------------ */
 
@@ -108,38 +111,83 @@ src_file *src_from_string(arena *a, const char *name, const char *text)
 	return s;
 }
 
+/* What a file that is not a regular one is, for the message. */
+static const char *file_kind(mode_t mode)
+{
+	return S_ISDIR(mode) ? "a directory" : S_ISCHR(mode) ? "a character device"
+	     : S_ISBLK(mode) ? "a block device" : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+	     : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
 src_file *src_read(arena *a, const char *path)
 {
 	src_file *s = arena_alloc(a, sizeof *s);
 	s->name = arena_strdup(a, path);
 	ir_loc loc = {s, 1, 1};
-	FILE *f = fopen(path, "rb");
-	if (!f) {
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer; it is
+	 * refused below like every file that is not a regular one (a device
+	 * such as /dev/zero never ends). */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
 		diag_error(loc, "cannot open file: %s", strerror(errno));
 		return NULL;
 	}
-	size_t cap = 4096, len = 0;
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		diag_error(loc, "cannot read file: %s", strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		diag_error(loc, "cannot read file: it is %s, not a regular file", file_kind(st.st_mode));
+		close(fd);
+		return NULL;
+	}
+	if (st.st_size > SRC_MAX_BYTES) {
+		diag_error(loc, "file too large: %lld bytes; the limit is %d MiB", (long long)st.st_size,
+		           SRC_MAX_BYTES >> 20);
+		close(fd);
+		return NULL;
+	}
+	/* Read up to the limit and one byte more: a file that grows while it
+	 * is read is caught too. */
+	size_t cap = (size_t)st.st_size + 2, len = 0;
+	if (cap > (size_t)SRC_MAX_BYTES + 2)
+		cap = (size_t)SRC_MAX_BYTES + 2;
 	char *buf = malloc(cap);
 	if (!buf)
 		oom();
+	int err = 0;
 	for (;;) {
-		if (cap - len < 4096) {
-			cap *= 2;
-			char *nb = realloc(buf, cap);
+		if (len == cap - 1) {
+			if (len > (size_t)SRC_MAX_BYTES)
+				break;
+			size_t ncap = cap * 2 > (size_t)SRC_MAX_BYTES + 2 ? (size_t)SRC_MAX_BYTES + 2 : cap * 2;
+			char *nb = realloc(buf, ncap);
 			if (!nb)
 				oom();
-			buf = nb;
+			buf = nb, cap = ncap;
 		}
-		size_t got = fread(buf + len, 1, cap - len - 1, f);
-		len += got;
+		ssize_t got = read(fd, buf + len, cap - 1 - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			err = errno;
+			break;
+		}
 		if (got == 0)
 			break;
+		len += (size_t)got;
 	}
-	int err = ferror(f);
-	fclose(f);
+	close(fd);
 	if (err) {
 		free(buf);
-		diag_error(loc, "cannot read file (is it a directory?)");
+		diag_error(loc, "cannot read file: %s", strerror(err));
+		return NULL;
+	}
+	if (len > (size_t)SRC_MAX_BYTES) {
+		free(buf);
+		diag_error(loc, "file too large: more than %d MiB (the limit)", SRC_MAX_BYTES >> 20);
 		return NULL;
 	}
 	if (len == 0) {

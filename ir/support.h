@@ -52,9 +52,17 @@ typedef struct ir_loc {
 /* A source made from a string in memory (tests, generated text). */
 src_file *src_from_string(arena *a, const char *name, const char *text);
 
-/* Read a whole file.  Reports (and returns NULL for) a missing or unreadable
- * file, an empty file and a binary file (one holding a NUL byte), each as
- * "name:1:1: error: ...". */
+/* The most bytes src_read takes from one file (docs/cli.md, "Input
+ * files"): far above any model, cluster, profile or plan the compiler
+ * writes, and a bound on the memory a wrong file can take. */
+#define SRC_MAX_BYTES (256 << 20)
+
+/* Read a whole file: every reader of the compiler (model, cluster, profile,
+ * IR text, traces) goes through here.  Reports (and returns NULL for) a
+ * missing or unreadable file, one that is not a regular file (a directory,
+ * a device such as /dev/zero, a FIFO, a socket: named in the message), one
+ * over SRC_MAX_BYTES, an empty file and a binary file (one holding a NUL
+ * byte), each as "name:1:1: error: ...". */
 src_file *src_read(arena *a, const char *path);
 
 /* ---- diagnostics ----------------------------------------------------- */

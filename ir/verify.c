@@ -143,8 +143,31 @@ static int verify_layers(const ir_module *m)
 		                  c->b_cold >= 0 && isfinite(c->w_cold) && c->w_cold >= 0)) {
 			diag_error(loc, "layer L%d: costs must be finite and non-negative", i);
 			errs++;
+		} else if (c->known) {
+			const double t[] = {c->f, c->b, c->w, c->f_cold, c->b_cold, c->w_cold};
+			static const char *const tn[] = {"f", "b", "w", "f_cold", "b_cold", "w_cold"};
+			for (int k = 0; k < 6; k++)
+				if (t[k] > IR_MAX_US) {
+					diag_error(loc, "layer L%d: %s=%gus is out of range (at most %gus)", i,
+					           tn[k], t[k], IR_MAX_US);
+					errs++;
+					break;
+				}
+			if (c->flops > IR_MAX_LAYER_FLOPS) {
+				diag_error(loc, "layer L%d: flops=%g is out of range (at most %g)", i, c->flops,
+				           IR_MAX_LAYER_FLOPS);
+				errs++;
+			}
 		}
 	}
+	if (!errs && ir_no_time(m)) {
+		diag_error(loc_or(m->layer_loc, 0, m->loc), "every layer's F, B and W take 0 us: the step would take no time, "
+		                   "and no plan can be compared with another");
+		errs++;
+	}
+	int over = errs ? -1 : ir_step_bytes_overflow(m);
+	if (over >= 0)
+		errs++, ir_step_bytes_error(m, over, loc_or(m->layer_loc, over, m->loc));
 	return errs;
 }
 
@@ -193,6 +216,86 @@ int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc f
 		errs++;
 	}
 	return errs;
+}
+
+bool ir_no_time(const ir_module *m)
+{
+	for (int i = 0; i < m->nlayers; i++) {
+		const ir_cost *c = &m->layers[i].cost;
+		if (!c->known || c->f > 0 || c->b > 0 || c->w > 0 || c->f_cold > 0 || c->b_cold > 0 ||
+		    c->w_cold > 0)
+			return false;
+	}
+	return m->nlayers > 0;
+}
+
+uint64_t ir_boundary_bytes(const ir_module *m)
+{
+	uint64_t dims[] = {(uint64_t)(m->train.mbs > 0 ? m->train.mbs : 0),
+	                   (uint64_t)(m->model.seq > 0 ? m->model.seq : 0),
+	                   (uint64_t)(m->model.hidden > 0 ? m->model.hidden : 0),
+	                   (uint64_t)ir_dtype_bytes[m->model.dtype]};
+	uint64_t b = 1;
+	for (int i = 0; i < 4; i++)
+		b = ir_sat_mul(b, dims[i]);
+	return b;
+}
+
+int ir_step_bytes_overflow(const ir_module *m)
+{
+	uint64_t total = 0, mb = m->train.microbatches > 0 ? (uint64_t)m->train.microbatches : 1;
+	/* The activation a layer passes on and its gradient: what a stage
+	 * boundary sends, receives and holds. */
+	uint64_t passed = ir_sat_mul(2, ir_boundary_bytes(m));
+	for (int i = 0; i < m->nlayers; i++) {
+		const ir_cost *c = &m->layers[i].cost;
+		if (!c->known)
+			continue;
+		total = ir_sat_add(total, c->resident);
+		total = ir_sat_add(total, ir_sat_mul(mb, ir_sat_add(ir_sat_add(c->act, c->wstash), passed)));
+		if (total > IR_MAX_STEP_BYTES)
+			return i;
+	}
+	return -1;
+}
+
+int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc)
+{
+	diag_error(loc, "layer L%d: the step's bytes pass 2^60 (1 EiB) here (every layer's "
+	           "resident bytes plus %lld micro-batches x its activation and W stashes and the "
+	           "activation and gradient it passes on): a size this large cannot be planned",
+	           layer, (long long)m->train.microbatches);
+	return -1;
+}
+
+/* The cluster's numbers within docs/ir.md's ranges: every time finite. */
+static int verify_cluster(const ir_module *m)
+{
+	const ir_cluster *c = &m->cluster;
+	ir_loc loc = ir_loc_or(m->cluster_loc, m->loc);
+	const char *name = c->name ? c->name : "";
+	const struct {
+		const char *what;
+		double v;
+		int kind; /* 0 a rate, 1 a time, 2 FLOP/s */
+	} f[] = {
+		{"memory bandwidth", c->membw, 0}, {"intra-node bandwidth", c->intra.bw, 0},
+		{"inter-node bandwidth", c->inter.bw, 0}, {"intra-node latency", c->intra.lat, 1},
+		{"inter-node latency", c->inter.lat, 1}, {"send post time", c->send_post, 1},
+		{"receive post time", c->recv_post, 1}, {"peak FLOP/s", c->flops, 2},
+	};
+	for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+		bool ok = f[i].kind == 0 ? ir_rate_ok(f[i].v)
+		        : f[i].kind == 1 ? ir_range_ok(f[i].v, 0, IR_MAX_US)
+		                         : ir_range_ok(f[i].v, IR_MIN_FLOPS, IR_MAX_FLOPS);
+		if (!ok) {
+			diag_error(loc, "cluster '%s': %s %g is out of range (%s)", name, f[i].what, f[i].v,
+			           f[i].kind == 0 ? "1 .. 1e18 bytes/s, or inf"
+			           : f[i].kind == 1 ? "0 .. 1e12 us" : "1e3 .. 1e21");
+			return 1;
+		}
+	}
+	return 0;
 }
 
 static int verify_header(const ir_module *m)
@@ -659,7 +762,10 @@ static int verify_memplan(const ir_module *m)
 
 int ir_verify(const ir_module *m)
 {
-	int errs = verify_header(m) + verify_layers(m);
+	int errs = verify_header(m);
+	if (!errs)
+		errs = verify_cluster(m);
+	errs += verify_layers(m);
 	if (errs)
 		return errs;
 	errs = verify_stages(m);

@@ -208,19 +208,21 @@ static void lower_device(ir_module *m, int d, const ir_op *prog, int n, uint64_t
  * precedes its consumer. */
 typedef struct xfer_order {
 	double start;
+	int seq; /* sim_xfer.seq: ties in start broken causally */
 	int kind, stage, mb;
 } xfer_order;
 
+/* Ties must follow cause and effect, not the value's name: with ops or
+ * transfers that take no time (a profile's zero times, an infinite
+ * bandwidth), a transfer can start at the very time of one it depends on,
+ * and naming order could put it first.  The simulator fixed the starts in
+ * an order that respects every dependency. */
 static int by_start(const void *a, const void *b)
 {
 	const xfer_order *x = a, *y = b;
 	if (x->start != y->start)
 		return x->start < y->start ? -1 : 1;
-	if (x->stage != y->stage)
-		return x->stage - y->stage;
-	if (x->mb != y->mb)
-		return x->mb - y->mb;
-	return x->kind - y->kind;
+	return x->seq - y->seq;
 }
 
 static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
@@ -231,7 +233,8 @@ static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
 	int P = m->ndevices, M = (int)m->train.microbatches;
 	xfer_order *xs = xcalloc((size_t)r->nxfers, sizeof *xs);
 	for (int i = 0; i < r->nxfers; i++)
-		xs[i] = (xfer_order){r->xfers[i].start, r->xfers[i].kind, r->xfers[i].stage, r->xfers[i].mb};
+		xs[i] = (xfer_order){r->xfers[i].start, r->xfers[i].seq, r->xfers[i].kind,
+		                     r->xfers[i].stage, r->xfers[i].mb};
 	int nx = r->nxfers;
 	sim_free(r);
 	qsort(xs, (size_t)nx, sizeof *xs, by_start);

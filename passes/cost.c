@@ -57,6 +57,8 @@ typedef struct acc {
 	double s;                    /* bytes per element of the dtype */
 	double us[IR_NOPS], flops[IR_NOPS];
 	double act, wstash, params;  /* bytes, bytes, count */
+	double compute_s, memory_s;  /* the ops' compute and memory terms: which
+	                              * field to blame for a time out of range */
 } acc;
 
 static void op(acc *a, ir_op_kind k, op_class oc, double flops, double bytes)
@@ -65,6 +67,7 @@ static void op(acc *a, ir_op_kind k, op_class oc, double flops, double bytes)
 	double memory = bytes / a->c->membw; /* 0 when the bandwidth is infinite */
 	a->us[k] += 1e6 * fmax(compute, memory) + OP_US;
 	a->flops[k] += flops;
+	a->compute_s += compute, a->memory_s += memory;
 }
 
 /* Y[rows x n] = X[rows x k] W[k x n], with `mats` weight matrices of k x n
@@ -342,18 +345,26 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
 	ir_cost c = {.known = true, .f = cost_round_us(a.us[IR_OP_F]),
 	             .b = cost_round_us(a.us[IR_OP_B]), .w = cost_round_us(a.us[IR_OP_W])};
 	c.flops = a.flops[IR_OP_F] + a.flops[IR_OP_B] + a.flops[IR_OP_W];
-	if (!(isfinite(c.f) && isfinite(c.b) && isfinite(c.w) && isfinite(c.flops))) {
-		diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[layer] : (ir_loc){0}, m->loc),
-		           "layer L%d (%s): its time on cluster '%s' is not finite; is 'peak_flops' "
-		           "too small?",
-		           layer, ir_layer_kind_names[l->kind], m->cluster.name ? m->cluster.name : "");
-		return -1;
-	}
 	if (fits(m, layer, "the activation stash in bytes", a.act, &c.act) < 0 ||
 	    fits(m, layer, "the W stash in bytes", a.wstash, &c.wstash) < 0 ||
 	    fits(m, layer, "the parameter count", a.params, &c.params) < 0 ||
 	    fits(m, layer, "the resident bytes", a.params * per_param, &c.resident) < 0)
 		return -1;
+	ir_loc lloc = ir_loc_or(m->layer_loc ? m->layer_loc[layer] : (ir_loc){0}, m->loc);
+	if (!(c.f <= IR_MAX_US && c.b <= IR_MAX_US && c.w <= IR_MAX_US)) {
+		/* The term that made it: compute (FLOPs / peak) or memory traffic. */
+		bool mem = !(a.compute_s >= a.memory_s);
+		diag_error(lloc, "layer L%d (%s): its time on cluster '%s' is beyond %gus (docs/ir.md, "
+		           "\"Ranges\"); is '%s' too small?",
+		           layer, ir_layer_kind_names[l->kind], m->cluster.name ? m->cluster.name : "",
+		           IR_MAX_US, mem ? "memory_bandwidth" : "peak_flops");
+		return -1;
+	}
+	if (!(c.flops <= IR_MAX_LAYER_FLOPS)) {
+		diag_error(lloc, "layer L%d (%s): %.4g FLOPs per micro-batch is beyond %g", layer,
+		           ir_layer_kind_names[l->kind], c.flops, IR_MAX_LAYER_FLOPS);
+		return -1;
+	}
 	*out = c;
 	if (flops)
 		for (int p = 0; p < IR_NOPS; p++)
@@ -371,5 +382,10 @@ int pass_cost(ir_module *m)
 	for (int i = 0; i < m->nlayers; i++)
 		if (!m->layers[i].cost.known && cost_layer(m, i, &m->layers[i].cost) < 0)
 			return -1;
+	/* Each layer's bytes fit in 64 bits; the step's sum must fit too. */
+	int over = ir_step_bytes_overflow(m);
+	if (over >= 0)
+		return ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over]
+		                                                           : (ir_loc){0}, m->loc));
 	return 0;
 }

@@ -215,6 +215,12 @@ int pass_memplan(ir_module *m)
 			diag_error(where, "memplan: layer L%d has no cost; run the 'cost' pass first", l);
 			return -1;
 		}
+	/* Every buffer is a part of the step's bytes: when they fit in 2^60,
+	 * no offset + size below can wrap. */
+	int over = ir_step_bytes_overflow(m);
+	if (over >= 0)
+		return ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over]
+		                                                           : (ir_loc){0}, where));
 	ir_alloc_memplan(m);
 	for (int d = 0; d < m->ndevices; d++) {
 		ir_buf *b;

@@ -171,7 +171,8 @@ int pass_partition(ir_module *m)
 	}
 	int64_t nstages = m->cluster.devices * chunks;
 	if (nstages > m->nlayers) {
-		diag_error(plan_loc(m), "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
+		diag_error(ir_loc_or(m->cluster_at.devices, plan_loc(m)),
+		           "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
 		           m->nlayers, (long long)nstages, (long long)m->cluster.devices,
 		           (long long)chunks);
 		return -1;

@@ -248,7 +248,7 @@ static int schedule_i1f1b(ir_module *m)
 		return schedule_1f1b(m, false);
 	int p = (int)m->cluster.devices, M = (int)m->train.microbatches;
 	if (M % p) {
-		diag_error(plan_loc(m), "schedule i1f1b (Megatron-LM's interleaved 1F1B) runs micro-batches in groups of the pipeline depth: m=%d is not a multiple of p=%d",
+		diag_error(ir_loc_or(m->microbatches_loc, plan_loc(m)), "schedule i1f1b (Megatron-LM's interleaved 1F1B) runs micro-batches in groups of the pipeline depth: m=%d is not a multiple of p=%d",
 		           M, p);
 		return -1;
 	}

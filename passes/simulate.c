@@ -73,8 +73,7 @@ static event pop(heap *h)
 
 uint64_t sim_boundary_bytes(const ir_module *m)
 {
-	return (uint64_t)m->train.mbs * (uint64_t)m->model.seq * (uint64_t)m->model.hidden *
-	       (uint64_t)ir_dtype_bytes[m->model.dtype];
+	return ir_boundary_bytes(m); /* sim_run has checked it against the step's limit */
 }
 
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
@@ -400,42 +399,47 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 {
 	sim_device *sd = &r->dev[d];
 	const ir_device *dev = &m->devices[d];
+	/* Every sum here is a part of the step's bytes, which sim_run has
+	 * checked against IR_MAX_STEP_BYTES: saturating adds all the same. */
 	for (int s = 0; s < m->nstages; s++)
 		if (m->stages[s].device == d)
 			for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
-				sd->resident += m->layers[l].cost.resident;
-	int64_t cur = 0, peak = 0;
+				sd->resident = ir_sat_add(sd->resident, m->layers[l].cost.resident);
+	uint64_t cur = 0, peak = 0;
 	int inflight = 0;
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
 		if (op->comm != IR_COMM_NONE)
 			continue;
 		const ir_stage *st = &m->stages[op->stage];
-		int64_t act = 0, ws = 0;
+		uint64_t act = 0, ws = 0;
 		for (int l = st->first; l <= st->last; l++)
-			act += (int64_t)m->layers[l].cost.act, ws += (int64_t)m->layers[l].cost.wstash;
+			act = ir_sat_add(act, m->layers[l].cost.act),
+			ws = ir_sat_add(ws, m->layers[l].cost.wstash);
+		/* Verified programs run each F before its B and each B before its
+		 * W, so what is taken off was put on: never below 0. */
 		if (op->kind == IR_OP_F) {
-			cur += act, inflight++;
+			cur = ir_sat_add(cur, act), inflight++;
 		} else if (op->kind == IR_OP_B) {
 			/* B reads the stash while it writes the W stash: both at once. */
-			cur += ws;
+			cur = ir_sat_add(cur, ws);
 			if (cur > peak)
 				peak = cur;
-			cur -= act, inflight--;
+			cur = cur >= act ? cur - act : 0, inflight--;
 		} else {
-			cur -= ws;
+			cur = cur >= ws ? cur - ws : 0;
 		}
 		if (cur > peak)
 			peak = cur;
 		if (inflight > sd->peak_inflight)
 			sd->peak_inflight = inflight;
 	}
-	sd->peak_act = (uint64_t)peak;
+	sd->peak_act = peak;
 	/* memplan: the arena holds every buffer of the step, laid out; it is
 	 * what codegen allocates, so it is the peak (docs/memplan.md). */
 	if (m->memplan)
 		sd->peak_act = m->memplan[d].arena;
-	sd->peak_mem = sd->resident + sd->peak_act;
+	sd->peak_mem = ir_sat_add(sd->resident, sd->peak_act);
 }
 
 /* Index the lowered programs: each value's send and receive; on nccl the
@@ -511,6 +515,11 @@ sim_result *sim_run(const ir_module *m)
 		diag_error(where, "simulate: the module has no programs; run 'schedule' first");
 		return NULL;
 	}
+	int over = ir_step_bytes_overflow(m);
+	if (over >= 0) {
+		ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over] : (ir_loc){0}, where));
+		return NULL;
+	}
 	arena *ar = arena_new();
 	sim_result *r = arena_alloc(ar, sizeof *r);
 	r->arena = ar;
@@ -562,7 +571,7 @@ sim_result *sim_run(const ir_module *m)
 		try_device(&s, d);
 	}
 
-	int done = 0;
+	int done = 0, nstarted = 0;
 	while (s.h.n) {
 		event e = pop(&s.h);
 		if (e.kind == 0) {
@@ -572,7 +581,8 @@ sim_result *sim_run(const ir_module *m)
 				continue;
 			}
 			sim_xfer *x = &r->xfers[e.id];
-			x->start = st;
+			x->start = st; /* == e.t: events are taken in time order */
+			x->seq = nstarted++;
 			x->end = st + sim_link_time(m, x->src, x->dst, x->bytes);
 			s.send_free[x->src] = s.recv_free[x->dst] = x->end;
 			s.arrive[s.consumer[e.id]] = x->end;
@@ -643,6 +653,14 @@ sim_result *sim_run(const ir_module *m)
 	for (int l = 0; l < m->nlayers; l++)
 		flops += m->layers[l].cost.flops;
 	flops *= (double)s.M;
+	/* The readers keep every time and rate in range (docs/ir.md, "Ranges"),
+	 * so the step is finite; a module made some other way is refused. */
+	if (!isfinite(r->makespan)) {
+		diag_error(where, "simulate: the step takes longer than a double can count (a time or "
+		                  "bandwidth out of the ranges of docs/ir.md)");
+		sim_free(r);
+		return NULL;
+	}
 	double secs = r->makespan * 1e-6;
 	if (secs > 0) {
 		r->bubble_ratio = idle / (r->makespan * r->ndev);

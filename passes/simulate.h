@@ -22,6 +22,10 @@ typedef struct sim_xfer {
 	int stage, mb;       /* the producing op */
 	uint64_t bytes;
 	double start, end;   /* microseconds */
+	int seq;             /* its rank among the transfers by start, ties in the order the
+	                      * simulation fixed them: causal, so a transfer that depends on
+	                      * another (even through ops and transfers of no duration)
+	                      * comes after it */
 } sim_xfer;
 
 typedef struct sim_device {

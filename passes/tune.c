@@ -961,12 +961,14 @@ int pass_tune(ir_module *m)
 			break;
 	}
 	/* Nothing fits anywhere: name the tightest device. */
+	char need_s[32], mem_s[32];
+	ir_fmt_size(need_s, sizeof need_s, tight.tight_need);
+	ir_fmt_size(mem_s, sizeof mem_s, mem);
 	if (tight.tight_dev >= 0)
-		diag_error(ir_loc_or(m->cluster_loc, where),
-		           "the model does not fit: in the best plan found, device D%d needs %.1f GiB "
-		           "(weights, gradients, optimizer state and activations) and has %.1f GiB",
-		           tight.tight_dev, (double)tight.tight_need / (1ull << 30),
-		           (double)mem / (1ull << 30));
+		diag_error(ir_loc_or(m->cluster_at.mem, ir_loc_or(m->cluster_loc, where)),
+		           "the model does not fit: in the best plan found, device D%d needs %s "
+		           "(weights, gradients, optimizer state and activations) and has %s",
+		           tight.tight_dev, need_s, mem_s);
 	else
 		diag_error(where, "tune: no plan found for %d layers on %lld devices", m->nlayers,
 		           (long long)m->cluster.devices);

@@ -150,9 +150,16 @@ int rt_cli_finish(rt_cli *cli, rt_ctx *ctx)
 		printf("summary: %lld steps, mean step %.2f ms%s, %.0f tokens/s, final loss %.6f",
 		       (long long)cli->done, mean * 1e3, cli->done > 1 ? " after the first" : "",
 		       (double)p->tokens / mean, cli->last_loss);
-		if (p->predicted_us > 0)
-			printf("; predicted %.2f ms (measured/predicted %.2f)", p->predicted_us * 1e-3,
+		if (p->predicted_us > 0) {
+			printf("; predicted %.2f ms (measured/predicted %.2f", p->predicted_us * 1e-3,
 			       mean * 1e6 / p->predicted_us);
+			/* The prediction assumes a core per rank: say when they share. */
+			long cores = sysconf(_SC_NPROCESSORS_ONLN);
+			if (cores > 0 && rt_world_size(ctx) > cores)
+				printf("; %d ranks share %ld cores, and the prediction assumes one per rank",
+				       rt_world_size(ctx), cores);
+			printf(")");
+		}
 		printf("\n");
 	}
 	if (rt_rank(ctx) == 0)

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every input of a corpus directory through one octopipe command and
 # checks that it fails cleanly: exit status 1, the first line of stderr equal
-# to the .err file beside the input, no sanitizer report, no hang.
+# to the .err file beside the input, no sanitizer report, no hang.  An input
+# may have a .args file beside it: options put after the input (one line,
+# split at blanks; paths relative to the repository, special files such as
+# /dev/zero allowed), for errors that only flags or other files reach.
 #   expect-errors.sh OCTOPIPE REPO_ROOT DIR COMMAND EXT
 set -u
 bin=$1 root=$2 dir=$3 cmd=$4 ext=$5
@@ -12,7 +15,10 @@ for input in "$dir"/*."$ext"; do
   if [ ! -f "$want_file" ]; then
     echo "FAIL $input: no $want_file"; fail=$((fail + 1)); continue
   fi
-  err=$(timeout 120 "$bin" "$cmd" "$input" 2>&1 >/dev/null)
+  extra=()
+  args_file=${input%.*}.args
+  if [ -f "$args_file" ]; then read -r -a extra < "$args_file"; fi
+  err=$(timeout 120 "$bin" "$cmd" "$input" "${extra[@]}" 2>&1 >/dev/null)
   rc=$?
   first=$(printf '%s\n' "$err" | head -n 1)
   want=$(head -n 1 "$want_file")

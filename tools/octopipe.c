@@ -101,7 +101,39 @@ typedef struct args {
 	const char *input;
 	const char *val[O_COUNT];
 	bool set[O_COUNT];
+	int argi[O_COUNT]; /* where in argv each option was written */
+	int argc;
+	char **argv;
 } args;
+
+/* The command line as a source, so that an error about a flag is printed
+ * by diag_error like any other: "<command line>:1:COL: error: ...", the
+ * line, and a caret under the flag. */
+static arena *cmdline_arena;
+
+static void free_cmdline(void)
+{
+	arena_free(cmdline_arena);
+}
+
+static ir_loc flag_loc(const args *a, opt_id id)
+{
+	static const src_file *src;
+	if (!a->set[id] || !a->argv)
+		return (ir_loc){0};
+	if (!src) {
+		cmdline_arena = arena_new();
+		atexit(free_cmdline);
+		char *text = arena_strdup(cmdline_arena, "octopipe");
+		for (int i = 1; i < a->argc; i++)
+			text = arena_printf(cmdline_arena, "%s %s", text, a->argv[i]);
+		src = src_from_string(cmdline_arena, "<command line>", text);
+	}
+	size_t col = 1 + strlen("octopipe ");
+	for (int i = 1; i < a->argi[id]; i++)
+		col += strlen(a->argv[i]) + 1;
+	return (ir_loc){src, 1, col > 100000 ? 100000 : (int)col};
+}
 
 static void usage(FILE *out)
 {
@@ -202,6 +234,7 @@ static int parse_args(int argc, char **argv, args *a)
 		if (a->set[id])
 			return cli_error(a->cmd->name, "option '%s' given twice", opts[id].flag);
 		a->set[id] = true;
+		a->argi[id] = i;
 		if (!opts[id].value) {
 			if (eq)
 				return cli_error(a->cmd->name, "option '%s' takes no value", opts[id].flag);
@@ -224,16 +257,39 @@ static int parse_args(int argc, char **argv, args *a)
 	return 0;
 }
 
-static int parse_count(const args *a, opt_id id, int64_t max, int64_t *out)
+/* The one reader of numeric flags: plain digits (and, for a real number,
+ * a fraction and an exponent) from the first character to the last -- no
+ * blank, sign, hex or "inf" that strtod would also take -- in lo..hi
+ * (a real number: above lo). */
+static bool flag_number(const char *s, bool integer, double lo, double hi, double *out)
 {
-	const char *s = a->val[id];
+	size_t n = strspn(s, integer ? "0123456789" : "0123456789.eE+-");
+	if (!*s || s[n] || !(*s >= '0' && *s <= '9'))
+		return false;
 	char *end;
 	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (*end || errno || v < 1 || v > max || (*s < '0' || *s > '9'))
-		return cli_error(a->cmd->name, "%s must be an integer in 1..%lld, got '%s'",
-		                 opts[id].flag, (long long)max, s);
+	double v = integer ? (double)strtoll(s, &end, 10) : strtod(s, &end);
+	if (*end || errno || !isfinite(v) || (integer ? v < lo : !(v > lo)) || v > hi)
+		return false;
 	*out = v;
+	return true;
+}
+
+static int parse_count(const args *a, opt_id id, int64_t max, int64_t *out)
+{
+	double v;
+	if (!flag_number(a->val[id], true, 1, (double)max, &v))
+		return cli_error(a->cmd->name, "%s must be an integer in 1..%lld, got '%s'",
+		                 opts[id].flag, (long long)max, a->val[id]);
+	*out = (int64_t)v;
+	return 0;
+}
+
+static int parse_seconds(const args *a, opt_id id, double max, double *out)
+{
+	if (!flag_number(a->val[id], false, 0, max, out))
+		return cli_error(a->cmd->name, "%s must be a number of seconds in (0, %g], got '%s'",
+		                 opts[id].flag, max, a->val[id]);
 	return 0;
 }
 
@@ -288,6 +344,10 @@ static ir_module *load_model(const args *a)
 		return NULL;
 	if (a->set[O_CHUNKS] && parse_count(a, O_CHUNKS, 1024, &ov.chunks))
 		return NULL;
+	ov.devices_at = flag_loc(a, O_DEVICES);
+	ov.microbatches_at = flag_loc(a, O_MICROBATCHES);
+	ov.chunks_at = flag_loc(a, O_CHUNKS);
+	ov.cluster_at = flag_loc(a, O_CLUSTER);
 	ov.partition = a->val[O_PARTITION];
 	ov.backend = a->val[O_BACKEND];
 	ov.cluster = a->val[O_CLUSTER];
@@ -877,9 +937,17 @@ static int cmd_profile(const args *a)
 		return cli_error(a->cmd->name, "give the profile file with -o FILE");
 	if (is_ir_file(a->input))
 		return cli_error(a->cmd->name, "profile measures a model: give MODEL.yaml, not a plan");
-	char dir[] = "/tmp/octopipe-profile-XXXXXX";
+	/* The scratch build goes under $TMPDIR (else /tmp), as mkdtemp users do. */
+	const char *tmpdir = getenv("TMPDIR");
+	if (!tmpdir || !*tmpdir)
+		tmpdir = "/tmp";
+	char dir[1024];
+	if (strlen(tmpdir) > sizeof dir - 32 || strchr(tmpdir, '\''))
+		return cli_error(a->cmd->name, "TMPDIR '%.100s' is too long or holds a quote", tmpdir);
+	snprintf(dir, sizeof dir, "%s/octopipe-profile-XXXXXX", tmpdir);
 	if (!mkdtemp(dir))
-		return cli_error(a->cmd->name, "cannot make a build directory: %s", strerror(errno));
+		return cli_error(a->cmd->name, "cannot make a build directory in %s: %s", tmpdir,
+		                 strerror(errno));
 	args b = *a;
 	b.val[O_BACKEND] = cuda ? "nccl" : "mpi";
 	b.val[O_DEVICES] = "2";
@@ -938,17 +1006,14 @@ int main(int argc, char **argv)
 		printf("octopipe 0.1 (IR version %d)\n", IR_VERSION);
 		return 0;
 	}
-	args a = {0};
+	args a = {.argc = argc, .argv = argv};
 	int rc = parse_args(argc, argv, &a);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if (a.set[O_TUNE_BUDGET]) {
-		char *end;
-		errno = 0;
-		double s = strtod(a.val[O_TUNE_BUDGET], &end);
-		if (*end || errno || !(s > 0) || s > 1e6)
-			return cli_error(a.cmd->name, "--tune-budget must be a number of seconds in (0, 1e6], got '%s'",
-			                 a.val[O_TUNE_BUDGET]);
+		double s;
+		if (parse_seconds(&a, O_TUNE_BUDGET, 1e6, &s))
+			return 1;
 		tune_set_budget(s);
 	}
 	switch (a.cmd->bit) {

@@ -52,7 +52,20 @@ expect 1 "unknown pass 'plac'; did you mean 'place'?" plan $m --passes=partition
 expect 1 "unknown pass 'sched' in --print-ir-after" plan $m --print-ir-after=sched
 # files
 expect 1 "missing.yaml:1:1: error: cannot open file" plan missing.yaml
-expect 1 "tests:1:1: error: cannot read file" plan tests
+expect 1 "tests:1:1: error: cannot read file: it is a directory, not a regular file" plan tests
+# special files are refused, not read until memory runs out (or a writer comes)
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device, not a regular file" plan /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" verify /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" sim /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" plan $m --profile /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" plan --profile /dev/zero
+expect 1 "/dev/zero:1:1: error: cannot read file: it is a character device" plan $m --cluster /dev/zero
+mkfifo "$tmp/fifo"
+expect 1 "fifo:1:1: error: cannot read file: it is a FIFO (named pipe), not a regular file" verify "$tmp/fifo"
+expect 1 "fifo:1:1: error: cannot read file: it is a FIFO (named pipe)" plan $m --cluster "$tmp/fifo"
+# and a regular file has a size limit (a sparse file: no disk used)
+truncate -s 300M "$tmp/big.yaml"
+expect 1 "big.yaml:1:1: error: file too large: 314572800 bytes; the limit is 256 MiB" plan "$tmp/big.yaml"
 expect 1 "cannot write '/nonexistent/x.opir'" plan $m -o /nonexistent/x.opir
 # plan
 expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4 --schedule 1f1b
@@ -62,6 +75,17 @@ expect 0 "faster than the best baseline that fits" plan $m --devices 4
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
 expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget 0
 expect 0 "tuned" plan $m --tune-budget 0.5
+# one reader for every numeric flag: no blank, sign, hex or inf that strtod would take
+expect 1 "--tune-budget must be a number of seconds in (0, 1e+06], got ' 4'" plan $m --tune-budget=" 4"
+expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget=0x10
+expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget=inf
+expect 1 "--devices must be an integer in 1..65536, got ' 4'" plan $m --devices=" 4"
+expect 1 "--microbatches must be an integer in 1..1048576, got '+4'" plan $m --microbatches=+4
+# an error about a flag's value shows the command line and the flag
+expect 1 "<command line>:1:" plan models/tiny-dense.yaml --devices 2 --schedule i1f1b --chunks 2 --microbatches 3
+# profile builds in TMPDIR
+touch "$tmp/notadir"
+TMPDIR="$tmp/notadir" expect 1 "cannot make a build directory in $tmp/notadir: Not a directory" profile models/tiny-dense.yaml -o "$tmp/p.yaml"
 expect 0 "model tiny-hybrid: 12 layers" plan $m
 expect 0 "cost,partition,place,schedule,tune" plan --print-pipeline
 expect 0 "partition" plan $m --passes=partition --print-pipeline
@@ -69,7 +93,8 @@ expect 0 "; *** IR Dump After partition ***" plan models/nemotron-h-8b.yaml --pr
 expect 0 "; *** IR Dump After schedule ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
 expect 0 "; *** IR Dump Before place ***" plan $m --print-ir-before=place
 expect 0 "cluster h100-sxm: 16 devices" plan models/llama-3-8b.yaml --devices 16
-expect 1 "cannot cut 12 layers into 16 stages" plan $m --devices 16
+expect 1 "<command line>:1:39: error: cannot cut 12 layers into 16 stages" plan $m --devices 16
+expect 1 "<command line>:1:39: error: cannot open cluster file 'nowhere/x.yaml'" plan $m --cluster nowhere/x.yaml
 expect 0 "\"ops_per_device\": [" plan $m --json --devices 4
 # a dump is IR text that opt, verify and the golden files accept
 "$bin" plan $m --devices 4 --schedule 1f1b -o "$tmp/p.opir" >/dev/null 2>&1
@@ -86,6 +111,11 @@ fi
 # profiles replace the analytic costs
 expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/profile.yaml --schedule 1f1b
 expect 1 "nope.yaml:1:1: error: cannot open file" plan $m --profile nope.yaml
+# ops and transfers of no time: the transfers are ordered causally (every schedule, both backends)
+for s in tuned gpipe 1f1b zbh1 zbh2; do for b in nccl mpi; do
+  expect 0 "simulated step ($s, 8 micro-batches): makespan" plan models/tiny-dense.yaml --profile tests/cli/zero-times.prof --cluster ideal --devices 4 --schedule $s --backend $b --tune-budget 0.5
+done; done
+expect 0 "simulated step (i1f1b, 8 micro-batches): makespan" plan models/tiny-hybrid.yaml --profile tests/cli/zero-times.prof --cluster ideal --devices 2 --schedule i1f1b --chunks 2
 # features not built yet say so and exit 2
 # (--target cuda is built with the CUDA toolkit: tests/cuda covers it)
 if timeout 300 "$bin" compile $m --target cuda --gpu-arch x -o "$tmp/out" 2>&1 | grep -q "not built yet"; then
@@ -108,6 +138,12 @@ expect 0 "" sim $c --trace "$tmp/t.json" --svg "$tmp/t.svg"
 if head -c 5 "$tmp/t.svg" | grep -q '<svg' && grep -q '"traceEvents"' "$tmp/t.json"; then
   pass=$((pass + 1)); else echo "FAIL sim --trace/--svg wrote no trace or picture"; fail=$((fail + 1)); fi
 expect 1 "cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
+# no inf, NaN or wrapped sum reaches the output: the inputs are refused
+expect 1 "time-huge.opir:9:1: error: layer L2: f=1e+308us is out of range" sim tests/bad-ir/time-huge.opir
+expect 1 "bandwidth-tiny.opir:5:1: error: cluster 'cpu-local': intra-node bandwidth 1e-300 is out of range" sim tests/bad-ir/bandwidth-tiny.opir
+expect 1 "resident-overflow.opir:7:1: error: layer L0: the step's bytes pass 2^60" sim tests/bad-ir/resident-overflow.opir
+expect 1 "act-max.opir:7:1: error: layer L0: the step's bytes pass 2^60" sim tests/bad-ir/act-max.opir
+expect 1 "act-max.opir:7:1: error: layer L0: the step's bytes pass 2^60" opt tests/bad-ir/act-max.opir --passes=memplan
 expect 1 "unknown option '--svg'" opt $c --svg x.svg
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

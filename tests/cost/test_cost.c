@@ -427,14 +427,23 @@ START_TEST(test_overflow_is_a_diagnostic)
 	                  strstr(msg, "does not fit in 64 bits"),
 	              "%s", msg);
 	free(msg);
-	/* a vanishing compute rate gives times that are not finite */
+	/* a vanishing compute rate gives times beyond the range */
 	ir_module *n = one(IR_LAYER_MLP, 64, 32, 1, IR_DTYPE_F32);
 	attr(n)[IR_ATTR_FFN] = 64;
 	n->cluster.flops = 1e-320;
 	tu_capture();
 	ck_assert_int_eq(pass_cost(n), -1);
 	msg = tu_release_first_line();
-	ck_assert_ptr_nonnull(strstr(msg, "is not finite"));
+	ck_assert_msg(strstr(msg, "is beyond 1e+12us") && strstr(msg, "is 'peak_flops' too small?"),
+	              "%s", msg);
+	free(msg);
+	/* a vanishing memory bandwidth: blamed on it, not on peak_flops */
+	n->cluster.flops = 1e14;
+	n->cluster.membw = 1e-300;
+	tu_capture();
+	ck_assert_int_eq(pass_cost(n), -1);
+	msg = tu_release_first_line();
+	ck_assert_msg(strstr(msg, "is 'memory_bandwidth' too small?"), "%s", msg);
 	free(msg);
 	ir_free(m);
 	ir_free(n);
@@ -714,7 +723,7 @@ static const struct { const char *text, *error; } bad_profiles[] = {
 	{"units: ms\nkinds: {mlp: {f: 1e400, b: 1, w: 1}}\n",
 	 "p.yaml:2:18: error: 'f' must be finite, got '1e400'"},
 	{"units: s\nkinds: {mlp: {f: 1e303, b: 1, w: 1}}\n",
-	 "p.yaml:2:18: error: 'f' is too large: 1e+303 s is beyond any time"},
+	 "p.yaml:2:18: error: 'f' is too large: 1e+303 s is beyond 1e+12us (11.6 days; docs/profile.md)"},
 	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1, act_bytes: 1.5}}\n",
 	 "p.yaml:2:44: error: expected a non-negative integer (bytes) for 'act_bytes', got '1.5'"},
 	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1, wstash_bytes: 99999999999999999999999}}\n",

@@ -77,6 +77,15 @@ d=$tmp/moved
 expect "the moved directory trains (text found next to the programs)" 0 "^summary: 2 steps" "$d/launch" --steps 2
 grep -q '^step 2 loss .* tokens/s .* ms$' "$tmp/out" && grep -q '^model hash 0x' "$tmp/out" &&
 	ok "each step: loss, tokens/s, step time; a summary and the model hash" || bad "step lines" "$tmp/out"
+# The prediction assumes a core per rank: the ratio says when 4 ranks share fewer.
+cores=$(getconf _NPROCESSORS_ONLN)
+if [ "$cores" -lt 4 ]; then
+	grep -q "(measured/predicted [0-9.]*; 4 ranks share $cores cores, and the prediction assumes one per rank)" "$tmp/out" &&
+		ok "measured/predicted: 4 ranks on $cores cores, said beside the ratio" || bad "no ranks-share-cores note" "$tmp/out"
+else
+	grep -q "(measured/predicted [0-9.]*)$" "$tmp/out" &&
+		ok "measured/predicted: a core per rank, no note" || bad "a ranks-share-cores note on $cores cores" "$tmp/out"
+fi
 expect "rank1 run as rank 0 of 1 is refused, naming both (exit 3: RT_EARG)" 3 "this is the program of rank 1 of 4, but it runs as rank 0 of 1" \
 	mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 1 "$d/rank1" --steps 1
 

@@ -313,7 +313,7 @@ static const struct bad {
 	 "t.json:1:48: error: expected a number (milliseconds) for 'M' in 'forward_ms', got the "
 	 "string \"1.5\""},
 	{"{\"pattern\": \"EML\", \"forward_ms\": {\"E\": 1, \"M\": 1e306, \"L\": 1}, " B_ ", " W_ "}",
-	 "t.json:1:48: error: 'M' in 'forward_ms' is too large: 1e+306 ms is beyond any time"},
+	 "t.json:1:48: error: 'M' in 'forward_ms' is too large: 1e+306 ms is beyond 1e+12us (11.6 days; docs/profile.md)"},
 	{"{\"pattern\": \"EML\", \"weight_ms\": {\"X\": 1}}",
 	 "t.json:1:34: error: unknown pattern character 'X' in 'weight_ms'; known: E (embedding), L "
 	 "(head), M (mamba), * (attention), - (MLP), # (MoE), T (transformer layer)"},
