@@ -88,7 +88,7 @@ static const field prog_fields[] = {
     FLD(rt_prog_info, about, T_PTR),  FLD(rt_prog_info, data, T_PTR),
     FLD(rt_prog_info, steps, T_I64),  FLD(rt_prog_info, tokens, T_I64),
     FLD(rt_prog_info, predicted_us, T_F64), FLD(rt_prog_info, rank, T_I32),
-    FLD(rt_prog_info, nranks, T_I32),
+    FLD(rt_prog_info, nranks, T_I32), FLD(rt_prog_info, compile, T_I64),
 };
 static const field cli_fields[] = {
     FLD(rt_cli, prog, T_PTR),     FLD(rt_cli, steps, T_I64),     FLD(rt_cli, data, T_PTR),
@@ -288,7 +288,7 @@ static void declare_runtime(hb *h, externs *x)
 	               LLVMPointerType(c, 0));
 	x->abort = DECL("rt_abort", i32, c, i32);
 	x->finalize = DECL("rt_finalize", i32, c);
-	x->model_bytes = DECL("rt_model_bytes", i32, ptrain, i32, pspec, LLVMPointerType(i64, 0));
+	x->model_bytes = DECL("rt_model_bytes", i32, c, ptrain, i32, pspec, LLVMPointerType(i64, 0));
 	x->arena_init = DECL("rt_arena_init", i32, c, i64);
 	x->model_init = DECL("rt_model_init", i32, c, ptrain, i32, pspec);
 	x->arena_alloc = DECL("rt_arena_alloc", i32, c, i64, h->pp8);
@@ -515,7 +515,7 @@ static void build_main(hb *h, const cg_rank *r)
 	LLVMBuildStore(h->b, data, field_ptr(h, h->train, train, TRAIN_TEXT, ""));
 	LLVMValueRef layers = LLVMConstPointerCast(t.layers, LLVMPointerType(h->spec, 0));
 	LLVMValueRef nl = i32c(h, r->nlayers);
-	check(h, CALL(x.model_bytes, train, nl, layers, model_bytes));
+	check(h, CALL(x.model_bytes, ctx, train, nl, layers, model_bytes));
 	/* Room for the model, the buffer block (aligned) and profiling; on a
 	 * device rank the buffer block is device memory. */
 	if (r->dev) {

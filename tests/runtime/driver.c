@@ -9,7 +9,8 @@
  *                    rounded (the head's rank)
  *   OUT/hash.txt     rt_model_hash of every parameter and AdamW state (rank 0)
  *
- * and has the switches the failure tests need (inject a NaN, stall a rank,
+ * and has the switches the failure tests need (inject a NaN -- before a
+ * step, or after the last one, before the save --, stall a rank,
  * exchange messages in an order that relies on buffering, write pids).
  * tests/runtime/run.sh drives it under mpirun. */
 #include <errno.h>
@@ -303,7 +304,7 @@ int main(int argc, char **argv)
 	 * gradient buffer and each layer's activation stash, and one W stash
 	 * per layer (W follows B at once); plus room for profiling. */
 	size_t model_bytes, bytes, tok = (size_t)t.mbs * t.seq * 64 * sizeof(float);
-	if ((rc = rt_model_bytes(&t, n, spec, &model_bytes)))
+	if ((rc = rt_model_bytes(ctx, &t, n, spec, &model_bytes)))
 		return rt_abort(ctx, rc), 1;
 	bytes = model_bytes + 2 * (size_t)M * rup(tok);
 	size_t prof = 0;
@@ -321,6 +322,8 @@ int main(int argc, char **argv)
 	if ((rc = rt_arena_init(ctx, bytes)) || (rc = rt_model_init(ctx, &t, n, spec)))
 		return rt_abort(ctx, rc), 1;
 	if (o.load && (rc = rt_ckpt_load(ctx, o.load)))
+		return rt_abort(ctx, rc), 1;
+	if (o.save && (rc = rt_ckpt_check(ctx, o.save))) /* before the first step */
 		return rt_abort(ctx, rc), 1;
 	if (o.profile) {
 		if ((rc = rt_profile(ctx, 2, 5, o.profile)))
@@ -408,12 +411,15 @@ int main(int argc, char **argv)
 		int have;
 		if ((rc = rt_waitall(ctx, ns, sends)) || (rc = rt_step_end(ctx, &loss, &have)))
 			return rt_abort(ctx, rc), 1;
-		if (have) {
-			printf("step %lld loss %.6f\n", (long long)step, loss);
+		if (have) { /* counted from 1, as the generated programs and the runtime's messages count */
+			printf("step %lld loss %.6f\n", (long long)rt_step_count(ctx), loss);
 			if (losses)
-				fprintf(losses, "%lld %a %.6f\n", (long long)step, loss, loss);
+				fprintf(losses, "%lld %a %.6f\n", (long long)rt_step_count(ctx), loss, loss);
 		}
 	}
+	/* --inject-nan at the last step count: a NaN weight the save must refuse. */
+	if (rt_step_count(ctx) == o.inject_nan && last)
+		info[n - 1].params[0] = NAN;
 	if (losses && fclose(losses)) {
 		fprintf(stderr, "rt_driver: error: losses.txt: write error\n");
 		return rt_abort(ctx, RT_EIO), 1;

@@ -56,7 +56,7 @@ static rt_ctx *tiny_model(const rt_options *o, rt_train t, bufs *b)
 	size_t bytes;
 	tiny_layers(L);
 	rt_ctx *c = open_ctx(o);
-	ck_assert_int_eq(rt_model_bytes(&t, 3, L, &bytes), RT_OK);
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &bytes), RT_OK);
 	ck_assert_int_eq(rt_arena_init(c, bytes + (1 << 20)), RT_OK);
 	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_OK);
 	for (int m = 0; m < 2; m++) {
@@ -131,7 +131,7 @@ START_TEST(test_model_bytes_exact)
 	rt_train t = tiny_train();
 	size_t bytes;
 	tiny_layers(L);
-	ck_assert_int_eq(rt_model_bytes(&t, 3, L, &bytes), RT_OK);
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &bytes), RT_OK);
 
 	rt_ctx *c = open_ctx(NULL);
 	ck_assert_int_eq(rt_arena_init(c, bytes - RT_ALIGN), RT_OK);
@@ -336,7 +336,27 @@ START_TEST(test_data_text)
 	c = open_ctx(NULL);
 	ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
 	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EIO);
-	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "4 bytes, fewer than seq + 1 = 5"));
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "4 bytes, fewer than one sequence (seq + 1 = 5"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+
+	/* Not a regular file: a directory, /dev/zero (which would never end). */
+	const char *special[] = {tmpdir, "/dev/zero"};
+	for (int i = 0; i < 2; i++) {
+		t.text_file = special[i];
+		c = open_ctx(NULL);
+		ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
+		ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EIO);
+		ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "not a regular file"));
+		ck_assert_int_eq(rt_finalize(c), RT_OK);
+	}
+
+	/* Text data on a vocabulary below 256: named, also by rt_model_bytes. */
+	t.text_file = path;
+	t.vocab = 100;
+	size_t need;
+	c = open_ctx(NULL);
+	ck_assert_int_eq(rt_model_bytes(c, &t, 3, L, &need), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "needs a vocabulary of at least 256"));
 	ck_assert_int_eq(rt_finalize(c), RT_OK);
 }
 END_TEST
