@@ -400,6 +400,12 @@ static void diagnose(rt_ctx *ctx, int peer)
 		free(seen);
 		return;
 	}
+	if (peer == ctx->rank) {
+		snprintf(ctx->err + len, sizeof ctx->err - len, ": rank %d waits for itself (the matching "
+		         "operation is its own and not posted)", peer);
+		free(seen);
+		return;
+	}
 	double g = grace(ctx);
 	at = (size_t)snprintf(chain, sizeof chain, "rank %d waits for rank %d", ctx->rank, peer);
 	seen[ctx->rank] = true;

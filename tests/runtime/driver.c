@@ -32,7 +32,7 @@ enum { MAX_LAYERS = 64, MAX_MB = 256 };
 typedef struct opts {
 	const char *model, *text, *schedule, *cuts, *load, *save, *out, *profile, *pid_dir,
 		*exchange;
-	int steps, microbatches, stall_rank, ffn;
+	int steps, microbatches, stall_rank, stall_step, ffn;
 	long long inject_nan, arena;
 	unsigned long long seed;
 	double lr, wd;
@@ -44,14 +44,14 @@ static void usage(void)
 	        "usage: rt_driver [--model dense|hybrid] [--steps N] [--microbatches M] [--seed S]\n"
 	        "                 [--text FILE | --synthetic] [--schedule gpipe|1f1b] [--cuts A,B,...]\n"
 	        "                 [--lr X] [--wd X] [--load DIR] [--save DIR] [--out DIR]\n"
-	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R]\n"
+	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R] [--stall-step S]\n"
 	        "                 [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
 	*o = (opts){.model = "dense", .schedule = "gpipe", .steps = 3, .microbatches = 8, .seed = 1,
-	            .lr = 1e-3, .wd = 0.1, .inject_nan = -1, .stall_rank = -1, .ffn = 128};
+	            .lr = 1e-3, .wd = 0.1, .inject_nan = -1, .stall_rank = -1, .stall_step = 1, .ffn = 128};
 	const char *e = getenv("OCTO_INJECT_NAN");
 	if (e && *e)
 		o->inject_nan = atoll(e);
@@ -75,6 +75,7 @@ static int parse(int argc, char **argv, opts *o)
 		else if (ARG("--profile")) o->profile = v;
 		else if (ARG("--inject-nan")) o->inject_nan = atoll(v);
 		else if (ARG("--stall-rank")) o->stall_rank = atoi(v);
+		else if (ARG("--stall-step")) o->stall_step = atoi(v);
 		else if (ARG("--exchange")) o->exchange = v;
 		else if (ARG("--pid-dir")) o->pid_dir = v;
 		else if (ARG("--arena")) o->arena = atoll(v);
@@ -362,7 +363,7 @@ int main(int argc, char **argv)
 		int rx[MAX_MB], rg[MAX_MB], sends[2 * MAX_MB], ns = 0;
 		if (step == o.inject_nan && last)
 			info[n - 1].params[0] = NAN; /* the head's norm scale: every logit NaN */
-		if (step == 1 && rank == o.stall_rank)
+		if (step == o.stall_step && rank == o.stall_rank)
 			for (;;)
 				pause(); /* a hung rank: the others must time out */
 		if ((rc = rt_step_begin(ctx)))
@@ -417,6 +418,10 @@ int main(int argc, char **argv)
 				fprintf(losses, "%lld %a %.6f\n", (long long)rt_step_count(ctx), loss, loss);
 		}
 	}
+	/* --stall-step at the last step count: hung before the model hash (a collective). */
+	if (rt_step_count(ctx) == o.stall_step && rank == o.stall_rank)
+		for (;;)
+			pause();
 	/* --inject-nan at the last step count: a NaN weight the save must refuse. */
 	if (rt_step_count(ctx) == o.inject_nan && last)
 		info[n - 1].params[0] = NAN;

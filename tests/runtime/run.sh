@@ -274,6 +274,9 @@ stall)
 	*"rank 1 stopped answering"*) ok "the first error names rank 1: ${first:0:200}" ;;
 	*) bad "the first error: $first" ;;
 	esac
+	# The same in a collective: rank 1 hangs before the model hash.
+	OCTO_COMM_TIMEOUT=4 fails 4 "octopipe rank [0-9]: error: rt_model_hash: timed out after 4 s in an operation of all ranks: rank 1 stopped answering" \
+		"rank 1 hangs before a collective: the others name it" --steps 2 --stall-rank 1 --stall-step 2
 	;;
 
 sync)
@@ -284,8 +287,8 @@ sync)
 	OCTO_COMM_SYNC=1 train sync2 2 --model dense --steps 2 && ok "OCTO_COMM_SYNC=1: 2 ranks, GPipe, trained to completion"
 	run 2 --exchange unsafe
 	[ "$rc" = 0 ] && ok "send-wait-then-recv completes when sends are buffered" || bad "buffered exchange: exit $rc"
-	OCTO_COMM_SYNC=1 OCTO_COMM_TIMEOUT=2 fails 2 "octopipe rank [01]: error: timed out after 2 s waiting for: send to rank [01]" \
-		"send-wait-then-recv under synchronous sends: caught" --exchange unsafe
+	OCTO_COMM_SYNC=1 OCTO_COMM_TIMEOUT=2 fails 2 "octopipe rank [01]: error: timed out after 2 s waiting for: send to rank [01] .*: the ranks wait for each other \(rank ([01]) waits for rank [01], which waits for rank \1" \
+		"send-wait-then-recv under synchronous sends: caught, the cycle named" --exchange unsafe
 	OCTO_COMM_SYNC=1 OCTO_COMM_TIMEOUT=2 run 2 --exchange safe
 	[ "$rc" = 0 ] && ok "the same exchange as one group completes under synchronous sends" || bad "grouped exchange: exit $rc"
 	;;
