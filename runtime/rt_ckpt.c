@@ -450,10 +450,10 @@ static int commit(rt_ctx *ctx, const char *dir, long long gen)
 	return rc ? rc : sync_dir(ctx, dir);
 }
 
-/* The outcome of one phase of a save on every rank (collective): RT_OK
- * when every rank's rc is; else this rank's own rc and message when it
- * failed, or RT_ECKPT naming the lowest rank that did. */
-static int agree(rt_ctx *ctx, int rc, const char *dir, const char *what)
+/* The outcome of one phase of a save (or of the check before one) on every
+ * rank (collective): RT_OK when every rank's rc is; else this rank's own rc
+ * and message when it failed, or RT_ECKPT naming the lowest rank that did. */
+static int agree(rt_ctx *ctx, int rc, const char *dir, bool saving, const char *what)
 {
 	MPI_Request req;
 	int mine = rc ? ctx->rank : ctx->world, first = ctx->world;
@@ -468,8 +468,9 @@ static int agree(rt_ctx *ctx, int rc, const char *dir, const char *what)
 	if (crc)
 		return crc;
 	if (first < ctx->world)
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: not saved: rank %d could not %s (the last "
-		                "committed save, if any, is untouched)", dir, first, what);
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %srank %d could not %s%s", dir,
+		                saving ? "not saved: " : "", first, what,
+		                saving ? " (the last committed save, if any, is untouched)" : "");
 	return RT_OK;
 }
 
@@ -485,7 +486,7 @@ int rt_ckpt_check(rt_ctx *ctx, const char *dir)
 	if (ctx->rank == 0 && mkdir(dir, 0755) && errno != EEXIST)
 		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: cannot create the directory: %s", dir,
 		              strerror(errno));
-	if ((rc = agree(ctx, rc, dir, "create the directory")))
+	if ((rc = agree(ctx, rc, dir, false, "create the directory")))
 		return rc;
 	/* Every rank writes a file there, as a save will. */
 	snprintf(path, sizeof path, "%s/.probe-rank%d", dir, ctx->rank);
@@ -498,7 +499,7 @@ int rt_ckpt_check(rt_ctx *ctx, const char *dir)
 		close(fd);
 		unlink(path);
 	}
-	return agree(ctx, rc, dir, "write to the directory");
+	return agree(ctx, rc, dir, false, "write to the directory");
 }
 
 int rt_ckpt_save(rt_ctx *ctx, const char *dir)
@@ -522,7 +523,7 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 	/* The new generation, beside the committed one. */
 	if (ctx->rank == 0)
 		rc = make_gen(ctx, dir, &gen);
-	if ((rc = agree(ctx, rc, dir, "make the new save's directory")))
+	if ((rc = agree(ctx, rc, dir, true, "make the new save's directory")))
 		return rc;
 	if ((rc = rt__coll(ctx, MPI_Ibcast(&gen, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &req), &req,
 	                   "checkpoint")))
@@ -534,14 +535,14 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 		rc = save_layer(ctx, gdir, &ctx->lay[i]);
 	if (!rc)
 		rc = sync_dir(ctx, gdir);
-	if ((rc = agree(ctx, rc, dir, "write its layers")))
+	if ((rc = agree(ctx, rc, dir, true, "write its layers")))
 		return rc;
 
 	/* The manifest, then the commit: one rename on rank 0. */
 	rc = save_manifest(ctx, gdir);
 	if (!rc && ctx->rank == 0)
 		rc = commit(ctx, dir, gen);
-	if ((rc = agree(ctx, rc, dir, "write the manifest or commit the save")))
+	if ((rc = agree(ctx, rc, dir, true, "write the manifest or commit the save")))
 		return rc;
 	if (ctx->rank == 0)
 		remove_old(dir, gen);
