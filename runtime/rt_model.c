@@ -170,12 +170,29 @@ static int layout(rt_ctx *ctx, bool take, const rt_train *t, int n, const rt_lay
 	return RT_OK;
 }
 
+/* The training configuration with its defaults filled in (0 betas and
+ * eps: AdamW's usual ones), as rt_model_bytes and rt_model_init see it. */
+static rt_train with_defaults(const rt_train *t)
+{
+	rt_train tt = *t;
+	if (!tt.beta1)
+		tt.beta1 = 0.9f;
+	if (!tt.beta2)
+		tt.beta2 = 0.999f;
+	if (!tt.eps)
+		tt.eps = 1e-8f;
+	return tt;
+}
+
 int rt_model_bytes(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *layers,
                    size_t *bytes)
 {
 	if (!bytes)
 		return rt__fail(ctx, RT_EARG, "rt_model_bytes: no result pointer");
-	return layout(ctx, false, t, n, layers, bytes);
+	if (!t)
+		return rt__fail(ctx, RT_EARG, "model: no training configuration");
+	rt_train tt = with_defaults(t);
+	return layout(ctx, false, &tt, n, layers, bytes);
 }
 
 /* The text file's bytes: a regular file of at least seq + 1 bytes, read
@@ -236,13 +253,7 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 		return rt__fail(ctx, RT_ESTATE, "rt_model_init: rt_arena_init has not been called");
 	if (!t)
 		return rt__fail(ctx, RT_EARG, "model: no training configuration");
-	rt_train tt = *t;
-	if (!tt.beta1)
-		tt.beta1 = 0.9f;
-	if (!tt.beta2)
-		tt.beta2 = 0.999f;
-	if (!tt.eps)
-		tt.eps = 1e-8f;
+	rt_train tt = with_defaults(t);
 	if ((rc = layout(ctx, false, &tt, n, layers, &bytes)))
 		return rc;
 	if (bytes > ctx->arena_size - ctx->arena_top)

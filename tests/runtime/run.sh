@@ -29,7 +29,7 @@
 #   stop                     SIGSTOP one rank: the others name it ("rank 2 stopped answering")
 #   programs                 compiled ranks (OCTOPIPE): ranks of another model, seed or
 #                            plan refused at start, naming both; --checkpoint checked
-#                            before step 1; --data /dev/zero and text on vocab < 256 named
+#                            before step 1; --data /dev/zero, text on vocab < 256, lr 1e39 named
 #   sync                     OCTO_COMM_SYNC=1 (synchronous sends) trains to completion;
 #                            a program relying on buffering times out there
 #   arena                    an arena too small: a clear error, non-zero exit
@@ -485,6 +485,18 @@ programs)
 	expect_prog "--data on a model of vocabulary 128: named" \
 		"text data (one token per byte) needs a vocabulary of at least 256, the model's is 128" \
 		"$tmp/v128/launch" --steps 1 --data "$src/models/data/corpus.txt"
+	# lr 1e39 is inf as a float: named by the ranks (or refused by compile,
+	# where the value is read), not "invalid argument".
+	sed 's/^  lr: 1e-3$/  lr: 1e39/' "$tmp/p55.yaml" >"$tmp/lr.yaml"
+	if "$octopipe" compile "$tmp/lr.yaml" --devices 2 -o "$tmp/lr" --schedule 1f1b >"$tmp/compile.log" 2>&1; then
+		expect_prog "lr 1e39: the ranks name it" "model: bad optimizer settings (lr inf, weight decay 0, betas 0.9 0.999" \
+			"$tmp/lr/launch" --steps 1
+	elif grep -q "lr" "$tmp/compile.log"; then
+		ok "lr 1e39: refused by compile: $(head -1 "$tmp/compile.log")"
+	else
+		bad "lr 1e39: compile failed without naming lr"
+		sed 's/^/  | /' "$tmp/compile.log" | tail -5
+	fi
 	;;
 
 arena)
