@@ -410,32 +410,55 @@ static int make_gen(rt_ctx *ctx, const char *dir, long long *gen)
 	return RT_OK;
 }
 
-/* Rank 0, after the commit: every generation but the committed one goes
- * (old saves, and what failed saves left).  Best effort: whatever stays
- * is removed by the next save, and no load reads it. */
-static void remove_old(const char *dir, long long keep)
+/* Removes generation gen of DIR and its files.  Best effort: whatever
+ * stays is removed by the next save, and no load reads it. */
+static void remove_gen(const char *dir, long long gen)
 {
 	char path[4096], file[4400];
+	gen_path(path, sizeof path, dir, gen);
+	DIR *gd = opendir(path);
+	if (gd) {
+		for (struct dirent *f; (f = readdir(gd));)
+			if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..")) {
+				snprintf(file, sizeof file, "%s/%s", path, f->d_name);
+				unlink(file);
+			}
+		closedir(gd);
+	}
+	rmdir(path);
+}
+
+/* Rank 0, after the commit: every generation but the committed one goes
+ * (old saves, and what failed saves left). */
+static void remove_old(const char *dir, long long keep)
+{
 	DIR *d = opendir(dir);
 	if (!d)
 		return;
 	for (struct dirent *e; (e = readdir(d));) {
 		long long g = gen_number(e->d_name);
-		if (g < 0 || g == keep)
-			continue;
-		gen_path(path, sizeof path, dir, g);
-		DIR *gd = opendir(path);
-		if (gd) {
-			for (struct dirent *f; (f = readdir(gd));)
-				if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..")) {
-					snprintf(file, sizeof file, "%s/%s", path, f->d_name);
-					unlink(file);
-				}
-			closedir(gd);
-		}
-		rmdir(path);
+		if (g >= 0 && g != keep)
+			remove_gen(dir, g);
 	}
 	closedir(d);
+}
+
+/* A save that failed on some rank (every rank returns rc, with its own
+ * message): rank 0 removes its generation, so that a full disk is not
+ * fuller for the next try -- unless the commit's rename happened and only
+ * what came after it failed --, and no rank returns before that (the
+ * first to return ends the job).  Collective. */
+static int failed(rt_ctx *ctx, const char *dir, long long gen, int rc)
+{
+	MPI_Request req;
+	char why[sizeof ctx->err];
+	long long cur;
+	snprintf(why, sizeof why, "%s", ctx->err);
+	if (ctx->rank == 0 && !read_current(ctx, dir, &cur) && cur != gen)
+		remove_gen(dir, gen);
+	rt__coll(ctx, MPI_Ibarrier(MPI_COMM_WORLD, &req), &req, "checkpoint");
+	snprintf(ctx->err, sizeof ctx->err, "%s", why);
+	return rc;
 }
 
 /* Rank 0: the commit, DIR/current naming generation gen, atomically. */
@@ -536,14 +559,14 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 	if (!rc)
 		rc = sync_dir(ctx, gdir);
 	if ((rc = agree(ctx, rc, dir, true, "write its layers")))
-		return rc;
+		return failed(ctx, dir, gen, rc);
 
 	/* The manifest, then the commit: one rename on rank 0. */
 	rc = save_manifest(ctx, gdir);
 	if (!rc && ctx->rank == 0)
 		rc = commit(ctx, dir, gen);
 	if ((rc = agree(ctx, rc, dir, true, "write the manifest or commit the save")))
-		return rc;
+		return failed(ctx, dir, gen, rc);
 	if (ctx->rank == 0)
 		remove_old(dir, gen);
 	rt__trace(ctx, "ckpt", t0, -1, -1, -1, 0);
