@@ -475,7 +475,9 @@ static int commit(rt_ctx *ctx, const char *dir, long long gen)
 
 /* The outcome of one phase of a save (or of the check before one) on every
  * rank (collective): RT_OK when every rank's rc is; else this rank's own rc
- * and message when it failed, or RT_ECKPT naming the lowest rank that did. */
+ * and message when it failed, or RT_ECKPT naming the lowest rank that did,
+ * with that rank's message (whichever rank ends the job first, its message
+ * says what went wrong). */
 static int agree(rt_ctx *ctx, int rc, const char *dir, bool saving, const char *what)
 {
 	MPI_Request req;
@@ -484,16 +486,22 @@ static int agree(rt_ctx *ctx, int rc, const char *dir, bool saving, const char *
 	snprintf(why, sizeof why, "%s", ctx->err);
 	int crc = rt__coll(ctx, MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req),
 	                   &req, "checkpoint");
+	if (!crc && first < ctx->world)
+		crc = rt__coll(ctx, MPI_Ibcast(why, (int)sizeof why, MPI_CHAR, first, MPI_COMM_WORLD, &req),
+		               &req, "checkpoint");
 	if (rc) {
-		snprintf(ctx->err, sizeof ctx->err, "%s", why);
+		if (ctx->rank == first)
+			snprintf(ctx->err, sizeof ctx->err, "%s", why);
 		return rc;
 	}
 	if (crc)
 		return crc;
-	if (first < ctx->world)
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %srank %d could not %s%s", dir,
+	if (first < ctx->world) {
+		why[sizeof why - 1] = 0;
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %srank %d could not %s%s: %s", dir,
 		                saving ? "not saved: " : "", first, what,
-		                saving ? " (the last committed save, if any, is untouched)" : "");
+		                saving ? " (the last committed save, if any, is untouched)" : "", why);
+	}
 	return RT_OK;
 }
 
