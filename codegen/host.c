@@ -88,7 +88,7 @@ static const field prog_fields[] = {
     FLD(rt_prog_info, about, T_PTR),  FLD(rt_prog_info, data, T_PTR),
     FLD(rt_prog_info, steps, T_I64),  FLD(rt_prog_info, tokens, T_I64),
     FLD(rt_prog_info, predicted_us, T_F64), FLD(rt_prog_info, rank, T_I32),
-    FLD(rt_prog_info, nranks, T_I32),
+    FLD(rt_prog_info, nranks, T_I32), FLD(rt_prog_info, compile, T_I64),
 };
 static const field cli_fields[] = {
     FLD(rt_cli, prog, T_PTR),     FLD(rt_cli, steps, T_I64),     FLD(rt_cli, data, T_PTR),

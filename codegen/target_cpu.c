@@ -97,17 +97,37 @@ out:
 	return rc;
 }
 
+/* The compile's hash, baked into every rank (rt_prog_info.compile) and
+ * compared between the ranks at start (rt_cli_start): FNV-1a of the
+ * printed module -- model, seed, training settings, plan, every device's
+ * program -- and of the target, so a rank of another compile is refused
+ * instead of training with the others or hanging. */
+static uint64_t compile_hash(const ir_module *m, int dev)
+{
+	char *text = ir_print_string(m);
+	uint64_t h = 0xcbf29ce484222325ull;
+	if (!text)
+		ir_bug("out of memory");
+	for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	free(text);
+	return (h ^ (uint64_t)dev) * 0x100000001b3ull;
+}
+
 int cg_build_ranks(const ir_module *m, const cg_rank *ranks, char ***mods, const cg_options *o)
 {
 	arena *a = arena_new();
 	int N = m->ndevices, rc = -1;
+	uint64_t hash = compile_hash(m, ranks[0].dev);
 	char **obj = arena_alloc(a, (size_t)N * sizeof *obj), **exe = arena_alloc(a, (size_t)N * sizeof *exe);
 	for (int d = 0; d < N; d++) {
 		char *name = arena_printf(a, "rank%d", d);
 		obj[d] = arena_printf(a, "%s/%s.o", o->dir, name);
 		exe[d] = arena_printf(a, "%s/%s", o->dir, name);
 		char *ll = o->emit_llvm ? arena_printf(a, "%s/%s.ll", o->dir, name) : NULL;
-		if (cg_emit_object(&ranks[d], name, obj[d], ll))
+		cg_rank rk = ranks[d];
+		rk.prog.compile = hash;
+		if (cg_emit_object(&rk, name, obj[d], ll))
 			goto out;
 	}
 	if (ranks[0].dev ? cg_link_device(N, obj, mods, exe, (cg_dev)ranks[0].dev) : cg_link_all(N, obj, exe))

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -1447,6 +1448,27 @@ static int read_training(fe *f, yaml_node_t *map)
 		if (access(t->text_file, R_OK) != 0) {
 			diag_error(at(d, v[TR_TEXT]), "cannot read text file '%s': %s",
 			           ysrc_shown(d->a, t->text_file), strerror(errno));
+			return -1;
+		}
+		/* What the ranks will read at start (runtime/rt_model.c): a
+		 * regular file with at least one sequence, seq + 1 bytes. */
+		struct stat st;
+		if (stat(t->text_file, &st) != 0) {
+			diag_error(at(d, v[TR_TEXT]), "cannot read text file '%s': %s",
+			           ysrc_shown(d->a, t->text_file), strerror(errno));
+			return -1;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			diag_error(at(d, v[TR_TEXT]), "text file '%s' is not a regular file (%s)",
+			           ysrc_shown(d->a, t->text_file),
+			           S_ISDIR(st.st_mode) ? "a directory" : "a device, pipe or socket");
+			return -1;
+		}
+		int64_t need = f->m->model.seq + 1;
+		if (st.st_size < need) {
+			diag_error(at(d, v[TR_TEXT]),
+			           "text file '%s' has %lld bytes, fewer than one sequence ('seq' + 1 = %lld)",
+			           ysrc_shown(d->a, t->text_file), (long long)st.st_size, (long long)need);
 			return -1;
 		}
 	}

@@ -1,15 +1,29 @@
-/* rt_ckpt.c: checkpoints.  One file per global layer (DIR/layer-NNNN.ckpt:
- * header, parameters, AdamW moments) and a text manifest (DIR/manifest:
- * step, data position, seed, data source, every layer's kind, shape hash
- * and size), each written to a temporary file, fsynced and renamed into
- * place, so a crash leaves either the old file or the new one.  Files are
- * keyed by the global layer index, not the rank, so a checkpoint loads
- * under any partition and any number of ranks.  Every header and payload
- * carries a checksum, and every field that decides the meaning of the
- * numbers is compared with the model before anything is used: a damaged
- * or mismatched checkpoint is RT_ECKPT naming the file and the field. */
+/* rt_ckpt.c: checkpoints.  A save is one generation directory,
+ * DIR/gen-NNNNNN, holding one file per global layer (layer-NNNN.ckpt:
+ * header, parameters, AdamW moments) and a text manifest (step, data
+ * position, seed, data source, every layer's kind, shape hash and size).
+ * DIR/current names the committed generation; a load reads that one.
+ *
+ * A save is atomic for the whole job: rank 0 makes a new generation
+ * beside the committed one, every rank writes and fsyncs its layers there,
+ * the ranks agree (an all-reduce) that all of them did, rank 0 writes the
+ * manifest, and then the one commit: DIR/current written to a temporary
+ * file, fsynced and renamed over the old one by rank 0.  Until that rename
+ * the committed save is untouched, so a rank that cannot write (a full
+ * disk) or a crash anywhere leaves the previous save loadable; the old
+ * generations are removed only after the commit.
+ *
+ * Files are keyed by the global layer index, not the rank, so a checkpoint
+ * loads under any partition and any number of ranks.  Every header and
+ * payload carries a checksum, every field that decides the meaning of the
+ * numbers is compared with the model before anything is used, and every
+ * number loaded or saved must be finite (and the second moments not
+ * negative): a damaged, mismatched or poisoned checkpoint is RT_ECKPT
+ * naming the file, the field or the layer and tensor. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +31,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "layers.h" /* RT_MAX_TENSORS */
 #include "rt_internal.h"
 
 #define CKPT_MAGIC "OCTOCKPT"
 #define CKPT_VERSION 1
 #define MANIFEST_MAGIC "octopipe-checkpoint"
+#define GEN_PREFIX "gen-"
+#define GEN_DIGITS 6
+/* A checkpoint directory's path, with room under the file paths (4096)
+ * for a generation and a file name. */
+#define DIR_MAX 3968
 
 /* The layer file header, little-endian as written by the machine. */
 typedef struct ckpt_hdr {
@@ -123,6 +143,46 @@ static int sync_dir(rt_ctx *ctx, const char *dir)
 	return RT_OK;
 }
 
+/* Every number of layer l must be finite, and the second moments not
+ * negative (their square root divides the update): else RT_ECKPT naming
+ * the file, the layer, the tensor, the array and the element.  Checked on
+ * what is saved and on what is loaded, so a NaN enters neither a save nor
+ * a run. */
+static int check_numbers(rt_ctx *ctx, const char *path, const rt_lay *l, const char *after)
+{
+	static const char *const what[3] = {"the parameters", "the AdamW first moment (m)",
+	                                    "the AdamW second moment (v)"};
+	const float *arr[3] = {l->p, l->m, l->v};
+	for (int a = 0; a < 3; a++)
+		for (int64_t i = 0; i < l->sz.params; i++) {
+			float x = arr[a][i];
+			if (isfinite(x) && !(a == 2 && x < 0))
+				continue;
+			const char *name = "?";
+			int64_t at = i;
+			int n = 0;
+			rt_layer_ntensors(&l->desc, &n);
+			for (int k = 0; k < n; k++) {
+				rt_tensor_info ti;
+				int64_t sz = 1;
+				if (rt_layer_tensor(&l->desc, k, &ti))
+					continue;
+				for (int d = 0; d < ti.ndim; d++)
+					sz *= ti.dim[d];
+				if (i >= ti.offset && i < ti.offset + sz) {
+					name = ti.name;
+					at = i - ti.offset;
+				}
+			}
+			return rt__fail(ctx, RT_ECKPT,
+			                "checkpoint %s: layer %lld (%s), tensor %s: element %lld of %s is %s%s",
+			                path, (long long)l->index, rt__kind_name(l->desc.kind), name,
+			                (long long)at, what[a],
+			                isnan(x) ? "NaN" : isinf(x) ? "infinite" : "negative", after);
+		}
+	return RT_OK;
+}
+
 static int save_layer(rt_ctx *ctx, const char *dir, const rt_lay *l)
 {
 	char path[4096];
@@ -141,6 +201,9 @@ static int save_layer(rt_ctx *ctx, const char *dir, const rt_lay *l)
 	h.payload_sum = rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), l->m, pb), l->v, pb);
 	h.header_sum = rt__fnv(RT_FNV_INIT, &h, offsetof(ckpt_hdr, header_sum));
 	layer_path(path, sizeof path, dir, l->index);
+	int rc = check_numbers(ctx, path, l, " (not saved)");
+	if (rc)
+		return rc;
 	const void *parts[4] = {&h, l->p, l->m, l->v};
 	size_t sizes[4] = {sizeof h, pb, pb, pb};
 	return write_atomic(ctx, path, 4, parts, sizes);
@@ -263,57 +326,257 @@ out:
 	return rc;
 }
 
+/* ---- generations and the commit ---------------------------------------------- */
+
+static void gen_path(char *buf, size_t len, const char *dir, long long gen)
+{
+	snprintf(buf, len, "%s/" GEN_PREFIX "%0*lld", dir, GEN_DIGITS, gen);
+}
+
+/* A directory path the file paths have room for. */
+static int check_dir_arg(rt_ctx *ctx, const char *dir)
+{
+	if (strlen(dir) >= DIR_MAX - 32)
+		return rt__fail(ctx, RT_EARG, "checkpoint: a directory path of %zu bytes (at most %d)",
+		                strlen(dir), DIR_MAX - 33);
+	return RT_OK;
+}
+
+/* The generation a directory entry names, or -1: "gen-" and digits only. */
+static long long gen_number(const char *name)
+{
+	if (strncmp(name, GEN_PREFIX, strlen(GEN_PREFIX)))
+		return -1;
+	const char *d = name + strlen(GEN_PREFIX);
+	long long n = 0;
+	if (strlen(d) < GEN_DIGITS || strlen(d) > 15)
+		return -1;
+	for (; *d; d++) {
+		if (*d < '0' || *d > '9')
+			return -1;
+		n = 10 * n + (*d - '0');
+	}
+	return n;
+}
+
+/* The committed generation: DIR/current holds its name and a newline, and
+ * nothing else.  *gen = -1 when there is no DIR/current. */
+static int read_current(rt_ctx *ctx, const char *dir, long long *gen)
+{
+	char path[4096], buf[64];
+	*gen = -1;
+	snprintf(path, sizeof path, "%s/current", dir);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return RT_OK;
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(errno));
+	}
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n > 1 && buf[n - 1] == '\n') {
+		buf[n - 1] = 0;
+		if (!strchr(buf, '\n') && (*gen = gen_number(buf)) >= 0)
+			return RT_OK;
+	}
+	*gen = -1;
+	return rt__fail(ctx, RT_ECKPT,
+	                "checkpoint %s: damaged: expected the name of a generation (" GEN_PREFIX
+	                "NNNNNN) and a newline", path);
+}
+
+/* Rank 0: the new generation's directory, numbered above every one in
+ * DIR (committed or left by a failed save), so nothing existing is
+ * touched.  Creates DIR if missing. */
+static int make_gen(rt_ctx *ctx, const char *dir, long long *gen)
+{
+	char path[4096];
+	long long top = 0;
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return rt__fail(ctx, RT_EIO, "checkpoint %s: mkdir: %s", dir, strerror(errno));
+	DIR *d = opendir(dir);
+	if (!d)
+		return rt__fail(ctx, RT_EIO, "checkpoint %s: %s", dir, strerror(errno));
+	for (struct dirent *e; (e = readdir(d));) {
+		long long g = gen_number(e->d_name);
+		if (g > top)
+			top = g;
+	}
+	closedir(d);
+	*gen = top + 1;
+	gen_path(path, sizeof path, dir, *gen);
+	if (mkdir(path, 0755))
+		return rt__fail(ctx, RT_EIO, "checkpoint %s: mkdir: %s", path, strerror(errno));
+	return RT_OK;
+}
+
+/* Removes generation gen of DIR and its files.  Best effort: whatever
+ * stays is removed by the next save, and no load reads it. */
+static void remove_gen(const char *dir, long long gen)
+{
+	char path[4096], file[4400];
+	gen_path(path, sizeof path, dir, gen);
+	DIR *gd = opendir(path);
+	if (gd) {
+		for (struct dirent *f; (f = readdir(gd));)
+			if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..")) {
+				snprintf(file, sizeof file, "%s/%s", path, f->d_name);
+				unlink(file);
+			}
+		closedir(gd);
+	}
+	rmdir(path);
+}
+
+/* Rank 0, after the commit: every generation but the committed one goes
+ * (old saves, and what failed saves left). */
+static void remove_old(const char *dir, long long keep)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	for (struct dirent *e; (e = readdir(d));) {
+		long long g = gen_number(e->d_name);
+		if (g >= 0 && g != keep)
+			remove_gen(dir, g);
+	}
+	closedir(d);
+}
+
+/* A save that failed on some rank (every rank returns rc, with its own
+ * message): rank 0 removes its generation, so that a full disk is not
+ * fuller for the next try -- unless the commit's rename happened and only
+ * what came after it failed --, and no rank returns before that (the
+ * first to return ends the job).  Collective. */
+static int failed(rt_ctx *ctx, const char *dir, long long gen, int rc)
+{
+	MPI_Request req;
+	char why[sizeof ctx->err];
+	long long cur;
+	snprintf(why, sizeof why, "%s", ctx->err);
+	if (ctx->rank == 0 && !read_current(ctx, dir, &cur) && cur != gen)
+		remove_gen(dir, gen);
+	rt__coll(ctx, MPI_Ibarrier(MPI_COMM_WORLD, &req), &req, "checkpoint");
+	snprintf(ctx->err, sizeof ctx->err, "%s", why);
+	return rc;
+}
+
+/* Rank 0: the commit, DIR/current naming generation gen, atomically. */
+static int commit(rt_ctx *ctx, const char *dir, long long gen)
+{
+	char path[4096], name[64];
+	int len = snprintf(name, sizeof name, GEN_PREFIX "%0*lld\n", GEN_DIGITS, gen);
+	snprintf(path, sizeof path, "%s/current", dir);
+	const void *parts[1] = {name};
+	size_t sizes[1] = {(size_t)len};
+	int rc = write_atomic(ctx, path, 1, parts, sizes);
+	return rc ? rc : sync_dir(ctx, dir);
+}
+
+/* The outcome of one phase of a save (or of the check before one) on every
+ * rank (collective): RT_OK when every rank's rc is; else this rank's own rc
+ * and message when it failed, or RT_ECKPT naming the lowest rank that did,
+ * with that rank's message (whichever rank ends the job first, its message
+ * says what went wrong). */
+static int agree(rt_ctx *ctx, int rc, const char *dir, bool saving, const char *what)
+{
+	MPI_Request req;
+	int mine = rc ? ctx->rank : ctx->world, first = ctx->world;
+	char why[sizeof ctx->err];
+	snprintf(why, sizeof why, "%s", ctx->err);
+	int crc = rt__coll(ctx, MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req),
+	                   &req, "checkpoint");
+	if (!crc && first < ctx->world)
+		crc = rt__coll(ctx, MPI_Ibcast(why, (int)sizeof why, MPI_CHAR, first, MPI_COMM_WORLD, &req),
+		               &req, "checkpoint");
+	if (rc) {
+		if (ctx->rank == first)
+			snprintf(ctx->err, sizeof ctx->err, "%s", why);
+		return rc;
+	}
+	if (crc)
+		return crc;
+	if (first < ctx->world) {
+		why[sizeof why - 1] = 0;
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %srank %d could not %s%s: %s", dir,
+		                saving ? "not saved: " : "", first, what,
+		                saving ? " (the last committed save, if any, is untouched)" : "", why);
+	}
+	return RT_OK;
+}
+
+int rt_ckpt_check(rt_ctx *ctx, const char *dir)
+{
+	char path[4096];
+	struct stat st;
+	int rc = RT_OK;
+	if (!ctx || !dir)
+		return RT_EARG;
+	if ((rc = check_dir_arg(ctx, dir)))
+		return rc;
+	if (ctx->rank == 0 && mkdir(dir, 0755) && errno != EEXIST)
+		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: cannot create the directory: %s", dir,
+		              strerror(errno));
+	if ((rc = agree(ctx, rc, dir, false, "create the directory")))
+		return rc;
+	/* Every rank writes a file there, as a save will. */
+	snprintf(path, sizeof path, "%s/.probe-rank%d", dir, ctx->rank);
+	int fd = -1;
+	if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: not a directory", dir);
+	else if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0 || write_all(fd, "", 1))
+		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: cannot write there: %s", dir, strerror(errno));
+	if (fd >= 0) {
+		close(fd);
+		unlink(path);
+	}
+	return agree(ctx, rc, dir, false, "write to the directory");
+}
+
 int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 {
 	MPI_Request req;
-	int rc = RT_OK, any;
+	char gdir[DIR_MAX];
+	long long gen = 0;
+	int rc = RT_OK;
 	if (!ctx || !dir)
 		return RT_EARG;
 	if (!ctx->have_model)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: rt_model_init has not been called");
 	if (ctx->in_step)
-		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", (long long)ctx->step);
+		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", rt__step_no(ctx));
+	if ((rc = check_dir_arg(ctx, dir)))
+		return rc;
 	if (ctx->dev && (rc = rt__dev_pull(ctx)))
 		return rc;
 	int64_t t0 = rt__now_ns();
-	if (mkdir(dir, 0755) && errno != EEXIST)
-		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: mkdir: %s", dir, strerror(errno));
+
+	/* The new generation, beside the committed one. */
+	if (ctx->rank == 0)
+		rc = make_gen(ctx, dir, &gen);
+	if ((rc = agree(ctx, rc, dir, true, "make the new save's directory")))
+		return rc;
+	if ((rc = rt__coll(ctx, MPI_Ibcast(&gen, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &req), &req,
+	                   "checkpoint")))
+		return rc;
+	gen_path(gdir, sizeof gdir, dir, gen);
+
+	/* Every rank's layers, synced; then every rank knows they all are. */
 	for (int i = 0; !rc && i < ctx->nlay; i++)
-		rc = save_layer(ctx, dir, &ctx->lay[i]);
+		rc = save_layer(ctx, gdir, &ctx->lay[i]);
 	if (!rc)
-		rc = sync_dir(ctx, dir);
-	/* The manifest goes last, and only once every rank's layers are safe. */
-	int mine = rc;
-	if (rc) {
-		/* Keep this rank's message; still take part in the collective. */
-		char why[sizeof ctx->err];
-		snprintf(why, sizeof why, "%s", ctx->err);
-		rt__coll(ctx, MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req), &req,
-		         "checkpoint");
-		snprintf(ctx->err, sizeof ctx->err, "%s", why);
-		return rc;
-	}
-	if ((rc = rt__coll(ctx, MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req),
-	                   &req, "checkpoint")))
-		return rc;
-	if (rc)
-		return rc;
-	if (any)
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: not complete: another rank could not "
-		                "write its layers", dir);
-	rc = save_manifest(ctx, dir);
-	int rc0 = rc;
-	if (rc) {
-		char why[sizeof ctx->err];
-		snprintf(why, sizeof why, "%s", ctx->err);
-		rt__coll(ctx, MPI_Ibcast(&rc0, 1, MPI_INT, 0, MPI_COMM_WORLD, &req), &req, "checkpoint");
-		snprintf(ctx->err, sizeof ctx->err, "%s", why);
-		return rc;
-	}
-	if ((rc = rt__coll(ctx, MPI_Ibcast(&rc0, 1, MPI_INT, 0, MPI_COMM_WORLD, &req), &req, "checkpoint")))
-		return rc;
-	if (rc0)
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: rank 0 could not write the manifest", dir);
+		rc = sync_dir(ctx, gdir);
+	if ((rc = agree(ctx, rc, dir, true, "write its layers")))
+		return failed(ctx, dir, gen, rc);
+
+	/* The manifest, then the commit: one rename on rank 0. */
+	rc = save_manifest(ctx, gdir);
+	if (!rc && ctx->rank == 0)
+		rc = commit(ctx, dir, gen);
+	if ((rc = agree(ctx, rc, dir, true, "write the manifest or commit the save")))
+		return failed(ctx, dir, gen, rc);
+	if (ctx->rank == 0)
+		remove_old(dir, gen);
 	rt__trace(ctx, "ckpt", t0, -1, -1, -1, 0);
 	return RT_OK;
 }
@@ -542,23 +805,58 @@ static int load_layer(rt_ctx *ctx, const char *dir, const manifest *m, rt_lay *l
 	}
 	if (rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), l->m, pb), l->v, pb) != h.payload_sum)
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: checksum mismatch: the file is damaged", path);
+	else
+		rc = check_numbers(ctx, path, l, "");
 out:
 	close(fd);
 	return rc;
 }
 
-int rt_ckpt_load(rt_ctx *ctx, const char *dir)
+/* The directory of the committed save: the generation DIR/current names.
+ * A DIR without `current` but with a manifest holds a save of an earlier
+ * runtime (one generation, in place). */
+static int committed_dir(rt_ctx *ctx, const char *dir, char *out, size_t len)
+{
+	struct stat st;
+	long long gen;
+	int rc = read_current(ctx, dir, &gen);
+	if (rc)
+		return rc;
+	if (gen >= 0) {
+		gen_path(out, len, dir, gen);
+		if (stat(out, &st) || !S_ISDIR(st.st_mode))
+			return rt__fail(ctx, RT_ECKPT, "checkpoint %s/current names %s, which is missing",
+			                dir, out);
+		return RT_OK;
+	}
+	snprintf(out, len, "%s/manifest", dir);
+	if (stat(out, &st) == 0) {
+		snprintf(out, len, "%s", dir);
+		return RT_OK;
+	}
+	if (stat(dir, &st))
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", dir, strerror(errno));
+	return rt__fail(ctx, RT_ECKPT, "checkpoint %s: no committed save there (no %s/current)", dir,
+	                dir);
+}
+
+int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 {
 	manifest m;
+	char dir[DIR_MAX];
 	int rc;
-	if (!ctx || !dir)
+	if (!ctx || !dir_arg)
 		return RT_EARG;
 	if (!ctx->have_model)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_load: rt_model_init has not been called");
 	if (ctx->in_step)
-		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_load: inside step %lld", (long long)ctx->step);
+		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_load: inside step %lld", rt__step_no(ctx));
+	if ((rc = check_dir_arg(ctx, dir_arg)))
+		return rc;
 	int64_t t0 = rt__now_ns();
 	memset(&m, 0, sizeof m);
+	if ((rc = committed_dir(ctx, dir_arg, dir, sizeof dir)))
+		return rc;
 	if ((rc = read_manifest(ctx, dir, &m)) || (rc = check_manifest(ctx, dir, &m)))
 		goto out;
 	for (int i = 0; i < ctx->nlay; i++)

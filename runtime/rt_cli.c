@@ -72,7 +72,8 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			printf("%s\n%s", prog->about, usage_text);
+			printf("%s\ncompile hash 0x%016llx\n%s", prog->about,
+			       (unsigned long long)prog->compile, usage_text);
 			return 1;
 		}
 		int k = -1;
@@ -100,14 +101,50 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 	return RT_OK;
 }
 
+/* Every rank's compile hash, all-gathered once: the ranks of one job must
+ * come from one compile (docs/codegen.md), else a rank of another model or
+ * seed would train with the others and one of another plan would wait for
+ * messages nobody sends.  The first rank that differs from rank 0 is named,
+ * with both hashes, by every rank. */
+static int same_compile(rt_ctx *ctx, uint64_t mine)
+{
+	MPI_Request req;
+	uint64_t *all = malloc((size_t)ctx->world * sizeof *all);
+	int rc;
+	if (!all)
+		return rt__fail(ctx, RT_ENOMEM, "start: out of memory");
+	if ((rc = rt__coll(ctx, MPI_Iallgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T,
+	                                       MPI_COMM_WORLD, &req),
+	                   &req, "start: exchanging the compile hashes")))
+		goto out;
+	for (int r = 1; r < ctx->world; r++)
+		if (all[r] != all[0]) {
+			rc = rt__fail(ctx, RT_EARG,
+			              "rank %d and rank 0 are programs of different compiles (compile hash "
+			              "0x%016llx on rank %d, 0x%016llx on rank 0: another model, seed or "
+			              "plan): start every rank from one 'octopipe compile' directory",
+			              r, (unsigned long long)all[r], r, (unsigned long long)all[0]);
+			goto out;
+		}
+out:
+	free(all);
+	return rc;
+}
+
 int rt_cli_start(rt_cli *cli, rt_ctx *ctx)
 {
 	const rt_prog_info *p = cli->prog;
+	int rc;
 	if (rt_rank(ctx) != p->rank || rt_world_size(ctx) != p->nranks)
 		return rt__fail(ctx, RT_EARG,
 		                "this is the program of rank %d of %d, but it runs as rank %d of %d "
 		                "(start the ranks with the 'launch' script next to it)",
 		                (int)p->rank, (int)p->nranks, rt_rank(ctx), rt_world_size(ctx));
+	if ((rc = same_compile(ctx, p->compile)))
+		return rc;
+	/* A checkpoint that cannot be written is found now, not after training. */
+	if (cli->checkpoint && !cli->profile && (rc = rt_ckpt_check(ctx, cli->checkpoint)))
+		return rc;
 	return RT_OK;
 }
 

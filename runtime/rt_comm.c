@@ -14,6 +14,14 @@
  * under rendezvous semantics, so a program that works only because small
  * sends are buffered hangs there, and the timeout makes that visible.
  *
+ * A wait that times out asks who is stuck before it fails: every rank
+ * answers, whenever it polls (in a wait, in a collective, around each
+ * kernel), what it waits for, over a communicator of its own; the rank
+ * that timed out follows that wait-for chain from the peer it waits for
+ * until a rank does not answer (stopped, or stuck outside the runtime),
+ * the chain closes on itself (ranks waiting for each other), or a rank is
+ * not waiting (slow, not stuck), and its message says which.
+ *
  * A device rank (rt_device.c) passes device buffers.  With the device's
  * own communicator (NCCL) the operations go to it, in the groups the
  * program opens (a lone operation is a group of one), and a wait polls
@@ -268,6 +276,213 @@ int rt_group_end(rt_ctx *ctx, int *req)
 	return RT_OK;
 }
 
+/* ---- the wait-for chain ------------------------------------------------------ */
+
+enum { TAG_ASK = 1, TAG_TELL = 2 };
+#define WS_WORDS ((int)(sizeof(rt_waitstate) / sizeof(int64_t)))
+
+static void nap(void);
+
+int rt__ctl_init(rt_ctx *ctx)
+{
+	MPI_Request req;
+	MPI_Comm c = MPI_COMM_NULL;
+	char mpimsg[MPI_MAX_ERROR_STRING];
+	int rc = rt__coll(ctx, MPI_Comm_idup(MPI_COMM_WORLD, &c, &req), &req, "rt_init");
+	if (rc)
+		return rc;
+	MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+	for (int i = 0; i < RT_NTELL; i++)
+		ctx->tell[i].req = MPI_REQUEST_NULL;
+	if ((rc = MPI_Irecv(&ctx->ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, TAG_ASK, c, &ctx->ask)) !=
+	    MPI_SUCCESS) {
+		MPI_Comm_free(&c);
+		return rt__fail(ctx, RT_EMPI, "rt_init: %s", rt__mpierr(rc, mpimsg));
+	}
+	ctx->ctl = c;
+	return RT_OK;
+}
+
+void rt__ctl_free(rt_ctx *ctx)
+{
+	if (ctx->ctl == MPI_COMM_NULL)
+		return;
+	if (ctx->ask != MPI_REQUEST_NULL) {
+		MPI_Cancel(&ctx->ask);
+		MPI_Wait(&ctx->ask, MPI_STATUS_IGNORE);
+	}
+	for (int i = 0; i < RT_NTELL; i++)
+		if (ctx->tell[i].req != MPI_REQUEST_NULL)
+			MPI_Request_free(&ctx->tell[i].req);
+	MPI_Comm_free(&ctx->ctl);
+	ctx->ctl = MPI_COMM_NULL;
+}
+
+/* Answers a question, if one came: what this rank waits for. */
+static void serve(rt_ctx *ctx)
+{
+	MPI_Status st;
+	int flag = 0;
+	if (ctx->ctl == MPI_COMM_NULL || ctx->ask == MPI_REQUEST_NULL ||
+	    MPI_Test(&ctx->ask, &flag, &st) != MPI_SUCCESS || !flag)
+		return;
+	for (int k = 0; k < RT_NTELL; k++) {
+		int i = (ctx->next_tell + k) % RT_NTELL, free_ = 1;
+		if (ctx->tell[i].req != MPI_REQUEST_NULL)
+			MPI_Test(&ctx->tell[i].req, &free_, MPI_STATUS_IGNORE);
+		if (!free_)
+			continue;
+		ctx->tell[i].ws = ctx->waiting;
+		MPI_Isend(&ctx->tell[i].ws, WS_WORDS, MPI_INT64_T, st.MPI_SOURCE, TAG_TELL, ctx->ctl,
+		          &ctx->tell[i].req);
+		ctx->next_tell = (i + 1) % RT_NTELL;
+		break;
+	}
+	MPI_Irecv(&ctx->ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, TAG_ASK, ctx->ctl, &ctx->ask);
+}
+
+/* Asks ranks[0..n-1] at once what they wait for, answering questions
+ * meanwhile; answered[i] says who did within grace_s seconds. */
+static int ask(rt_ctx *ctx, int n, const int *ranks, rt_waitstate *ws, bool *answered,
+               double grace_s)
+{
+	MPI_Request *rr = malloc((size_t)n * 2 * sizeof *rr);
+	if (!rr)
+		return RT_ENOMEM;
+	MPI_Request *sr = rr + n;
+	for (int i = 0; i < n; i++) {
+		answered[i] = false;
+		rr[i] = sr[i] = MPI_REQUEST_NULL;
+		if (MPI_Irecv(&ws[i], WS_WORDS, MPI_INT64_T, ranks[i], TAG_TELL, ctx->ctl, &rr[i]) ==
+		    MPI_SUCCESS)
+			MPI_Isend(&ctx->rank, 1, MPI_INT, ranks[i], TAG_ASK, ctx->ctl, &sr[i]);
+	}
+	int64_t end = rt__now_ns() + (int64_t)(grace_s * 1e9);
+	for (long spin = 0;; spin++) {
+		int left = 0;
+		for (int i = 0; i < n; i++) {
+			int done = 0;
+			if (!answered[i] && rr[i] != MPI_REQUEST_NULL &&
+			    MPI_Test(&rr[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+				answered[i] = true;
+			left += !answered[i];
+		}
+		serve(ctx);
+		if (!left || rt__now_ns() > end)
+			break;
+		if (spin > 64)
+			nap();
+	}
+	for (int i = 0; i < n; i++) {
+		if (rr[i] != MPI_REQUEST_NULL) {
+			MPI_Cancel(&rr[i]);
+			MPI_Wait(&rr[i], MPI_STATUS_IGNORE);
+		}
+		if (sr[i] != MPI_REQUEST_NULL)
+			MPI_Request_free(&sr[i]); /* the question is ctx->rank: it stays */
+	}
+	free(rr);
+	return RT_OK;
+}
+
+static double grace(const rt_ctx *ctx)
+{
+	return ctx->timeout_s / 2 > 1 ? ctx->timeout_s / 2 : 1;
+}
+
+/* Appends to ctx->err what the wait-for chain from `peer` finds. */
+static void diagnose(rt_ctx *ctx, int peer)
+{
+	char chain[512];
+	size_t at, len = strlen(ctx->err);
+	bool *seen = calloc((size_t)ctx->world, sizeof *seen);
+	if (ctx->ctl == MPI_COMM_NULL || peer < 0 || peer >= ctx->world || !seen) {
+		free(seen);
+		return;
+	}
+	if (peer == ctx->rank) {
+		snprintf(ctx->err + len, sizeof ctx->err - len, ": rank %d waits for itself (the matching "
+		         "operation is its own and not posted)", peer);
+		free(seen);
+		return;
+	}
+	double g = grace(ctx);
+	at = (size_t)snprintf(chain, sizeof chain, "rank %d waits for rank %d", ctx->rank, peer);
+	seen[ctx->rank] = true;
+	for (int cur = peer;;) {
+		rt_waitstate ws;
+		bool answered;
+		seen[cur] = true;
+		if (ask(ctx, 1, &cur, &ws, &answered, g))
+			break;
+		char *e = ctx->err + len;
+		size_t room = sizeof ctx->err - len;
+		if (!answered) {
+			snprintf(e, room, ": rank %d stopped answering (%s, which has not answered for %g s: "
+			         "stopped, or stuck outside the runtime)", cur, chain, g);
+		} else if ((ws.state == RT_WS_SEND || ws.state == RT_WS_RECV) && ws.peer >= 0 &&
+		           ws.peer < ctx->world) {
+			if (at < sizeof chain)
+				at += (size_t)snprintf(chain + at, sizeof chain - at, ", which waits for rank %lld",
+				                       (long long)ws.peer);
+			if (!seen[ws.peer]) {
+				cur = (int)ws.peer;
+				continue;
+			}
+			snprintf(e, room, ": the ranks wait for each other (%s: a deadlock, or sends and "
+			         "receives that do not match)", chain);
+		} else if (ws.state == RT_WS_COLL) {
+			snprintf(e, room, " (%s, which waits in an operation of all ranks)", chain);
+		} else {
+			snprintf(e, room, " (%s, which answers and is not waiting: slow, not stuck)", chain);
+		}
+		break;
+	}
+	free(seen);
+}
+
+/* After a collective timed out: which ranks do not answer, or are not in it. */
+static void diagnose_all(rt_ctx *ctx)
+{
+	int n = ctx->world - 1, *ranks = malloc((size_t)(n ? n : 1) * sizeof *ranks);
+	rt_waitstate *ws = malloc((size_t)(n ? n : 1) * sizeof *ws);
+	bool *answered = malloc((size_t)(n ? n : 1) * sizeof *answered);
+	if (ctx->ctl == MPI_COMM_NULL || !ranks || !ws || !answered || !n)
+		goto out;
+	for (int i = 0, r = 0; r < ctx->world; r++)
+		if (r != ctx->rank)
+			ranks[i++] = r;
+	if (ask(ctx, n, ranks, ws, answered, grace(ctx)))
+		goto out;
+	size_t len = strlen(ctx->err);
+	int shown = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < n && shown < 8 && len < sizeof ctx->err; i++) {
+			if (pass == 0 && !answered[i])
+				len += (size_t)snprintf(ctx->err + len, sizeof ctx->err - len,
+				                        "%s rank %d stopped answering", shown++ ? ";" : ":",
+				                        ranks[i]);
+			else if (pass == 1 && answered[i] && ws[i].state == RT_WS_RUNNING)
+				len += (size_t)snprintf(ctx->err + len, sizeof ctx->err - len,
+				                        "%s rank %d is not in it (running)", shown++ ? ";" : ":",
+				                        ranks[i]);
+			else if (pass == 1 && answered[i] && ws[i].state != RT_WS_COLL)
+				len += (size_t)snprintf(ctx->err + len, sizeof ctx->err - len,
+				                        "%s rank %d is not in it (it waits for rank %lld)",
+				                        shown++ ? ";" : ":", ranks[i], (long long)ws[i].peer);
+		}
+out:
+	free(answered);
+	free(ws);
+	free(ranks);
+}
+
+static void set_waiting(rt_ctx *ctx, const rt_op *o)
+{
+	ctx->waiting = (rt_waitstate){o->send ? RT_WS_SEND : RT_WS_RECV, o->peer, o->tag.stage,
+	                              o->tag.mb, (int64_t)o->tag.kind, (int64_t)o->bytes};
+}
+
 static void nap(void)
 {
 	struct timespec ts = {0, 20000};
@@ -349,13 +564,17 @@ static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
 			return rt__fail(ctx, rc, "%s", c->error(c->self));
 		if (complete)
 			break;
+		if (r->n)
+			set_waiting(ctx, &r->ops[0]);
+		serve(ctx);
 		if (rt__now_ns() > deadline) {
 			what[0] = 0;
 			for (int j = 0; j < r->n && at < sizeof what; j++)
 				at += (size_t)describe(&r->ops[j], what + at, sizeof what - at);
-			return rt__fail(ctx, RT_ETIMEOUT,
-			                "timed out after %g s waiting for the device's group: %s (a peer is "
-			                "dead or stuck)", ctx->timeout_s, what);
+			rt__fail(ctx, RT_ETIMEOUT, "timed out after %g s waiting for the device's group: %s",
+			         ctx->timeout_s, what);
+			diagnose(ctx, r->n ? r->ops[0].peer : -1);
+			return RT_ETIMEOUT;
 		}
 		if (spin > 64)
 			nap();
@@ -365,7 +584,18 @@ static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
 	return RT_OK;
 }
 
+static int waitall(rt_ctx *ctx, int n, const int *hs);
+
 int rt_waitall(rt_ctx *ctx, int n, const int *hs)
+{
+	if (!ctx)
+		return RT_EARG;
+	int rc = waitall(ctx, n, hs);
+	ctx->waiting = (rt_waitstate){RT_WS_RUNNING, -1, 0, 0, 0, 0};
+	return rc;
+}
+
+static int waitall(rt_ctx *ctx, int n, const int *hs)
 {
 	char mpimsg[MPI_MAX_ERROR_STRING];
 	if (!ctx || n < 0 || (n && !hs))
@@ -384,6 +614,7 @@ int rt_waitall(rt_ctx *ctx, int n, const int *hs)
 			int done = 0;
 			if (r->ops[j].done)
 				continue;
+			set_waiting(ctx, &r->ops[j]);
 			for (long spin = 0;; spin++) {
 				int rc = MPI_Test(&r->mr[j], &done, &st);
 				if (rc != MPI_SUCCESS) {
@@ -393,13 +624,14 @@ int rt_waitall(rt_ctx *ctx, int n, const int *hs)
 				}
 				if (done)
 					break;
+				serve(ctx);
 				if (rt__now_ns() > deadline) {
-					char what[700];
+					char what[400];
 					pending(ctx, n, hs, what, sizeof what);
-					return rt__fail(ctx, RT_ETIMEOUT,
-					                "timed out after %g s waiting for: %s (a peer is dead or stuck, "
-					                "or the sends and receives do not match)",
-					                ctx->timeout_s, what);
+					rt__fail(ctx, RT_ETIMEOUT, "timed out after %g s waiting for: %s",
+					         ctx->timeout_s, what);
+					diagnose(ctx, r->ops[j].peer);
+					return RT_ETIMEOUT;
 				}
 				/* Ranks may share cores: spin briefly, then sleep. */
 				if (spin > 64)
@@ -440,23 +672,36 @@ int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what)
 	int64_t deadline = rt__now_ns() + (int64_t)(ctx->timeout_s * 1e9);
 	if (posted != MPI_SUCCESS)
 		return rt__fail(ctx, RT_EMPI, "%s: %s", what, rt__mpierr(posted, mpimsg));
+	rt_waitstate was = ctx->waiting;
+	ctx->waiting = (rt_waitstate){RT_WS_COLL, -1, 0, 0, 0, 0};
+	int rc;
 	for (long spin = 0;; spin++) {
-		int done = 0, rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
-		if (rc != MPI_SUCCESS)
-			return rt__fail(ctx, RT_EMPI, "%s: %s", what, rt__mpierr(rc, mpimsg));
-		if (done)
-			return RT_OK;
-		if (rt__now_ns() > deadline)
-			return rt__fail(ctx, RT_ETIMEOUT,
-			                "%s: timed out after %g s in an operation of all ranks (a rank is "
-			                "stuck or dead)", what, ctx->timeout_s);
+		int done = 0;
+		if ((rc = MPI_Test(r, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+			rc = rt__fail(ctx, RT_EMPI, "%s: %s", what, rt__mpierr(rc, mpimsg));
+			break;
+		}
+		if (done) {
+			rc = RT_OK;
+			break;
+		}
+		serve(ctx);
+		if (rt__now_ns() > deadline) {
+			rc = rt__fail(ctx, RT_ETIMEOUT, "%s: timed out after %g s in an operation of all ranks",
+			              what, ctx->timeout_s);
+			diagnose_all(ctx);
+			break;
+		}
 		if (spin > 64)
 			nap();
 	}
+	ctx->waiting = was;
+	return rc;
 }
 
 void rt__progress(rt_ctx *ctx)
 {
+	serve(ctx);
 	/* Any MPI call drives Open MPI's progress engine: a rendezvous send
 	 * posted before a long computation moves on while the kernels run
 	 * between calls, instead of waiting for this rank's next wait. */

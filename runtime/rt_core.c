@@ -99,6 +99,9 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 		return early_fail(RT_ENOMEM, "rt_init", 0);
 	c->mpi_owned = !inited;
 	c->group = -1;
+	c->ctl = MPI_COMM_NULL;
+	c->ask = MPI_REQUEST_NULL;
+	c->waiting.state = RT_WS_RUNNING;
 	c->head = -1;
 	MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &c->world);
@@ -133,6 +136,10 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 		goto out_ctx;
 	}
 	c->origin_ns = rt__now_ns();
+	if ((code = rt__ctl_init(c))) {
+		fprintf(stderr, "octopipe rank %d: error: %s\n", c->rank, c->err);
+		goto out_ctx;
+	}
 	*out = c;
 	return RT_OK;
 
@@ -152,6 +159,7 @@ int rt_finalize(rt_ctx *ctx)
 	if (ctx->trace_dir)
 		rc = rt_trace_write(ctx, ctx->trace_dir);
 	rt__comm_free_all(ctx);
+	rt__ctl_free(ctx);
 	rt__dev_free_comm(ctx);
 	rt__dev_free(ctx);
 	free(ctx->text);

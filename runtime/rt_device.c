@@ -318,7 +318,7 @@ int rt__dev_optimize(rt_ctx *ctx)
 			rc = d->ops->zero(d, L->g, (size_t)L->nparams * sizeof(float));
 		if (rc)
 			return rt__fail(ctx, rc, "step %lld: the optimizer of layer %lld on the device: %s",
-			                (long long)ctx->step, (long long)ctx->lay[i].index, d->err);
+			                rt__step_no(ctx), (long long)ctx->lay[i].index, d->err);
 	}
 	ctx->dev_stale = true;
 	return RT_OK;

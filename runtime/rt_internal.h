@@ -63,6 +63,16 @@ typedef struct rt_event {
 	char name[8];  /* F B W send recv wait step ckpt ... */
 } rt_event;
 
+/* What a rank is doing, as it tells a rank that asks (rt_comm.c: the
+ * wait-for chain a timeout follows to the rank that is stuck). */
+enum { RT_WS_RUNNING, RT_WS_SEND, RT_WS_RECV, RT_WS_COLL };
+typedef struct rt_waitstate {
+	int64_t state; /* RT_WS_... */
+	int64_t peer, stage, mb, kind, bytes; /* RT_WS_SEND, RT_WS_RECV: the operation */
+} rt_waitstate;
+
+#define RT_NTELL 8 /* answers in flight at once */
+
 struct rt_ctx {
 	int rank, world;
 	bool mpi_owned; /* rt_init initialised MPI */
@@ -79,6 +89,18 @@ struct rt_ctx {
 	rt_req *reqs;
 	int nreqs;
 	int group; /* the open group's handle, or -1 */
+
+	/* the wait-for chain: a communicator of its own, a question always
+	 * posted, and what this rank is waiting for */
+	MPI_Comm ctl;          /* MPI_COMM_NULL until set up */
+	MPI_Request ask;       /* the posted receive of a question */
+	int ask_buf;
+	rt_waitstate waiting;
+	struct {
+		rt_waitstate ws;
+		MPI_Request req;
+	} tell[RT_NTELL];
+	int next_tell;
 
 	/* model */
 	bool have_model;
@@ -127,6 +149,14 @@ int rt__fail(rt_ctx *ctx, int code, const char *fmt, ...)
 const char *rt__mpierr(int rc, char *buf);
 
 int64_t rt__now_ns(void);
+
+/* The number of the step a message names: the one running, or the one
+ * rt_step_end is ending, counted from 1 as the progress lines count
+ * (rt_step_count after that step). */
+static inline long long rt__step_no(const rt_ctx *ctx)
+{
+	return (long long)ctx->step + 1;
+}
 /* Adds a trace event (when tracing) from t0 to now. */
 void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
                int64_t bytes);
@@ -139,6 +169,10 @@ uint64_t rt__fnv(uint64_t h, const void *p, size_t n);
 const char *rt__kind_name(rt_kind k);
 
 int rt__comm_free_all(rt_ctx *ctx);
+/* The wait-for chain's communicator and its posted question (rt_init),
+ * and their end (rt_finalize). */
+int rt__ctl_init(rt_ctx *ctx);
+void rt__ctl_free(rt_ctx *ctx);
 /* Completes a non-blocking collective (posted: the MPI code of posting it)
  * against the context's deadline, so a stuck rank cannot hang the others
  * in a collective either.  RT_OK, or RT_EMPI / RT_ETIMEOUT with "WHAT: ...". */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "layers.h" /* RT_MAX_TENSORS */
 #include "rt_internal.h"
@@ -110,8 +111,9 @@ static int check_train(rt_ctx *ctx, const rt_train *t)
 		                "1 - lr x weight_decay is not a finite float",
 		                (double)t->lr, (double)t->weight_decay);
 	if (t->text_file && t->vocab < 256)
-		return rt__fail(ctx, RT_EARG, "model: text data needs a vocabulary of at least 256, not %lld",
-		                (long long)t->vocab);
+		return rt__fail(ctx, RT_EARG,
+		                "model: text file %s: text data (one token per byte) needs a vocabulary of "
+		                "at least 256, the model's is %lld", t->text_file, (long long)t->vocab);
 	return RT_OK;
 }
 
@@ -207,43 +209,48 @@ int rt_model_bytes(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *l
                    size_t *bytes)
 {
 	if (!bytes)
-		return rt__fail(ctx, RT_EARG, "rt_model_bytes: no place for the result");
+		return rt__fail(ctx, RT_EARG, "rt_model_bytes: no result pointer");
 	if (!t)
 		return rt__fail(ctx, RT_EARG, "model: no training configuration");
 	rt_train tt = with_defaults(t);
 	return layout(ctx, false, &tt, n, layers, bytes);
 }
 
+/* The text file's bytes: a regular file of at least seq + 1 bytes, read
+ * to its size (a device, a pipe or a directory has no size to read to, and
+ * /dev/zero would never end). */
 static int read_text(rt_ctx *ctx, const char *path)
 {
-	FILE *f = fopen(path, "rb");
+	struct stat st;
 	unsigned char *buf = NULL;
-	size_t len = 0, cap = 0;
 	int rc = RT_OK;
+	FILE *f = fopen(path, "rb");
 	if (!f)
 		return rt__fail(ctx, RT_EIO, "text file %s: %s", path, strerror(errno));
-	for (;;) {
-		if (len == cap) {
-			cap = cap ? 2 * cap : 1 << 16;
-			unsigned char *b = realloc(buf, cap);
-			if (!b) {
-				rc = rt__fail(ctx, RT_ENOMEM, "text file %s: out of memory", path);
-				goto out;
-			}
-			buf = b;
-		}
-		size_t got = fread(buf + len, 1, cap - len, f);
-		len += got;
-		if (got == 0)
-			break;
-	}
-	if (ferror(f)) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: read error", path);
+	if (fstat(fileno(f), &st)) {
+		rc = rt__fail(ctx, RT_EIO, "text file %s: %s", path, strerror(errno));
 		goto out;
 	}
-	if (len < (size_t)ctx->train.seq + 1) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: %zu bytes, fewer than seq + 1 = %lld", path, len,
-		              (long long)ctx->train.seq + 1);
+	if (!S_ISREG(st.st_mode)) {
+		rc = rt__fail(ctx, RT_EIO, "text file %s: not a regular file (%s)", path,
+		              S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+		              : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a pipe"
+		              : "a special file");
+		goto out;
+	}
+	size_t len = (size_t)st.st_size;
+	if (st.st_size < ctx->train.seq + 1) {
+		rc = rt__fail(ctx, RT_EIO, "text file %s: %lld bytes, fewer than one sequence (seq + 1 = "
+		              "%lld bytes)", path, (long long)st.st_size, (long long)ctx->train.seq + 1);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > SIZE_MAX / 2 || !(buf = malloc(len))) {
+		rc = rt__fail(ctx, RT_ENOMEM, "text file %s: %lld bytes: out of memory", path,
+		              (long long)st.st_size);
+		goto out;
+	}
+	if (fread(buf, 1, len, f) != len) {
+		rc = rt__fail(ctx, RT_EIO, "text file %s: read error (the file shrank?)", path);
 		goto out;
 	}
 	ctx->text = buf;
@@ -419,7 +426,7 @@ static int check_op(rt_ctx *ctx, const char *fn, int h, int64_t mb)
 static int kernel_fail(rt_ctx *ctx, int rc, const char *phase, const rt_lay *l, int64_t mb)
 {
 	return rt__fail(ctx, rc, "step %lld: %s of layer %lld (%s), micro-batch %lld: %s",
-	                (long long)ctx->step, phase, (long long)l->index, rt__kind_name(l->desc.kind),
+	                rt__step_no(ctx), phase, (long long)l->index, rt__kind_name(l->desc.kind),
 	                (long long)mb, rt_strerror(rc));
 }
 
@@ -429,7 +436,7 @@ static int kernel_fail_dev(rt_ctx *ctx, int rc, const char *phase, const rt_lay 
 	char why[sizeof ctx->err];
 	snprintf(why, sizeof why, "%s", ctx->err);
 	return rt__fail(ctx, rc, "step %lld: %s of layer %lld (%s), micro-batch %lld, on the "
-	                "device: %s", (long long)ctx->step, phase, (long long)l->index,
+	                "device: %s", rt__step_no(ctx), phase, (long long)l->index,
 	                rt__kind_name(l->desc.kind), (long long)mb, why);
 }
 
@@ -440,7 +447,7 @@ int rt_step_begin(rt_ctx *ctx)
 		return rc;
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_step_begin: step %lld has not ended",
-		                (long long)ctx->step);
+		                rt__step_no(ctx));
 	for (int i = 0; i < ctx->nlay; i++)
 		ctx->lay[i].next_w = 0;
 	for (int64_t m = 0; m < ctx->train.microbatches; m++) {
@@ -513,7 +520,7 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 		return rt__fail(ctx, RT_ESTATE,
 		                "step %lld: W of layer %lld on micro-batch %lld, but micro-batch %lld is "
 		                "next: W runs in micro-batch order (the gradient sum depends on it)",
-		                (long long)ctx->step, (long long)l->index, (long long)mb,
+		                rt__step_no(ctx), (long long)l->index, (long long)mb,
 		                (long long)l->next_w);
 	rt__progress(ctx);
 	int64_t t0 = rt__now_ns();
@@ -595,7 +602,7 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 		if (ctx->lay[i].next_w != t->microbatches)
 			return rt__fail(ctx, RT_ESTATE,
 			                "step %lld: layer %lld ran W on %lld of %lld micro-batches",
-			                (long long)ctx->step, (long long)ctx->lay[i].index,
+			                rt__step_no(ctx), (long long)ctx->lay[i].index,
 			                (long long)ctx->lay[i].next_w, (long long)t->microbatches);
 	if (ctx->dev && (rc = rt__dev_collect(ctx)))
 		return rc;
@@ -605,13 +612,13 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 		for (int64_t m = 0; m < t->microbatches; m++) {
 			if (ctx->mb_count[m] < 0)
 				return rt__fail(ctx, RT_ESTATE, "step %lld: the head ran no F on micro-batch %lld",
-				                (long long)ctx->step, (long long)m);
+				                rt__step_no(ctx), (long long)m);
 			sum += ctx->mb_loss[m];
 			count += ctx->mb_count[m];
 		}
 		double loss = count ? sum / (double)count : 0;
 		if (!isfinite(loss))
-			return rt__fail(ctx, RT_ELOSS, "step %lld: loss is %s", (long long)ctx->step,
+			return rt__fail(ctx, RT_ELOSS, "step %lld: loss is %s", rt__step_no(ctx),
 			                isnan(loss) ? "NaN" : "infinite");
 		if (loss_out)
 			*loss_out = loss;
@@ -628,7 +635,7 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 		bool dec[RT_MAX_TENSORS];
 		int n;
 		if ((rc = rt__decays(&l->desc, off, len, dec, &n)))
-			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", (long long)ctx->step,
+			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
 			                (long long)l->index, rt_strerror(rc));
 		for (int k = 0; k < n; k++) {
 			rt_adamw_k c;

@@ -383,7 +383,7 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	if (!ctx->have_model)
 		return rt__fail(ctx, RT_ESTATE, "rt_profile: rt_model_init has not been called");
 	if (ctx->in_step)
-		return rt__fail(ctx, RT_ESTATE, "rt_profile: inside step %lld", (long long)ctx->step);
+		return rt__fail(ctx, RT_ESTATE, "rt_profile: inside step %lld", rt__step_no(ctx));
 	if (warmup < 0 || repeats < 1 || repeats > 1000000)
 		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
 	mine = ROW * ctx->nlay;

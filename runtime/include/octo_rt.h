@@ -209,13 +209,27 @@ int rt_waitall(rt_ctx *ctx, int n, const int *reqs);
 
 /* ---- checkpoints ---------------------------------------------------------- */
 
-/* Writes DIR/layer-NNNN.ckpt for every local layer and, once all ranks have,
- * DIR/manifest (rank 0); every file atomically.  Collective. */
+/* Saves the model and optimizer state as a new generation DIR/gen-NNNNNN
+ * (DIR/layer-NNNN.ckpt for every layer, from the rank that holds it, and
+ * DIR/manifest from rank 0) and commits it once every rank has written and
+ * synced its files: rank 0 renames DIR/current over the old one.  Before
+ * the commit the previous save is untouched: a rank that cannot write fails
+ * the save on every rank (the others' message names it) and the previous
+ * save still loads.  Older generations are removed after the commit.
+ * Refuses (RT_ECKPT, naming the layer and tensor) to save a number that is
+ * not finite.  Collective. */
 int rt_ckpt_save(rt_ctx *ctx, const char *dir);
 
-/* Reads the manifest and this rank's layer files: parameters, AdamW state,
- * step and data position.  Any damage or mismatch with the model is
- * RT_ECKPT with a message naming the file and what is wrong.  The files are
+/* Before training: that rt_ckpt_save(ctx, dir) can write there.  Rank 0
+ * creates DIR if it is missing; every rank writes and removes a file in it.
+ * RT_EIO (this rank) or RT_ECKPT (naming the rank that failed).  Collective. */
+int rt_ckpt_check(rt_ctx *ctx, const char *dir);
+
+/* Reads the committed save of DIR (the generation DIR/current names): the
+ * manifest and this rank's layer files: parameters, AdamW state, step and
+ * data position.  Any damage or mismatch with the model, and any number
+ * that is not finite, is RT_ECKPT with a message naming the file and what
+ * is wrong.  The files are
  * per global layer, so any partition and any number of ranks can load them. */
 int rt_ckpt_load(rt_ctx *ctx, const char *dir);
 
@@ -268,6 +282,8 @@ typedef struct rt_prog_info {
 	double predicted_us; /* the simulator's step time; 0: none */
 	int32_t rank;        /* the rank this program must run as */
 	int32_t nranks;      /* and the job's size */
+	uint64_t compile;    /* the compile's hash (plan, model, seed): the same in
+	                        every rank of one compile */
 } rt_prog_info;
 
 /* The parsed command line, and the step clock of the report. */
@@ -293,7 +309,11 @@ typedef struct rt_cli {
 int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli);
 
 /* After rt_init: checks that the job is the one the program was compiled
- * for (rank and size), else RT_EARG with a message for rt_abort. */
+ * for: rank and size, and every rank's compile hash the same (one
+ * all-gather; a mismatch names both ranks and both hashes); and, with
+ * --checkpoint, that the directory can be written (rt_ckpt_check), before
+ * any step runs.  Else an RT_ code with a message for rt_abort.
+ * Collective. */
 int rt_cli_start(rt_cli *cli, rt_ctx *ctx);
 
 /* Around each training step (rt_step_begin .. rt_step_end): the rank that

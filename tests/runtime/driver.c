@@ -9,7 +9,8 @@
  *                    rounded (the head's rank)
  *   OUT/hash.txt     rt_model_hash of every parameter and AdamW state (rank 0)
  *
- * and has the switches the failure tests need (inject a NaN, stall a rank,
+ * and has the switches the failure tests need (inject a NaN -- before a
+ * step, or after the last one, before the save --, stall a rank,
  * exchange messages in an order that relies on buffering, write pids).
  * tests/runtime/run.sh drives it under mpirun. */
 #include <errno.h>
@@ -31,7 +32,7 @@ enum { MAX_LAYERS = 64, MAX_MB = 256 };
 typedef struct opts {
 	const char *model, *text, *schedule, *cuts, *load, *save, *out, *profile, *pid_dir,
 		*exchange;
-	int steps, microbatches, stall_rank, ffn;
+	int steps, microbatches, stall_rank, stall_step, ffn;
 	long long inject_nan, arena;
 	unsigned long long seed;
 	double lr, wd;
@@ -43,14 +44,14 @@ static void usage(void)
 	        "usage: rt_driver [--model dense|hybrid] [--steps N] [--microbatches M] [--seed S]\n"
 	        "                 [--text FILE | --synthetic] [--schedule gpipe|1f1b] [--cuts A,B,...]\n"
 	        "                 [--lr X] [--wd X] [--load DIR] [--save DIR] [--out DIR]\n"
-	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R]\n"
+	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R] [--stall-step S]\n"
 	        "                 [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
 	*o = (opts){.model = "dense", .schedule = "gpipe", .steps = 3, .microbatches = 8, .seed = 1,
-	            .lr = 1e-3, .wd = 0.1, .inject_nan = -1, .stall_rank = -1, .ffn = 128};
+	            .lr = 1e-3, .wd = 0.1, .inject_nan = -1, .stall_rank = -1, .stall_step = 1, .ffn = 128};
 	const char *e = getenv("OCTO_INJECT_NAN");
 	if (e && *e)
 		o->inject_nan = atoll(e);
@@ -74,6 +75,7 @@ static int parse(int argc, char **argv, opts *o)
 		else if (ARG("--profile")) o->profile = v;
 		else if (ARG("--inject-nan")) o->inject_nan = atoll(v);
 		else if (ARG("--stall-rank")) o->stall_rank = atoi(v);
+		else if (ARG("--stall-step")) o->stall_step = atoi(v);
 		else if (ARG("--exchange")) o->exchange = v;
 		else if (ARG("--pid-dir")) o->pid_dir = v;
 		else if (ARG("--arena")) o->arena = atoll(v);
@@ -322,6 +324,8 @@ int main(int argc, char **argv)
 		return rt_abort(ctx, rc), 1;
 	if (o.load && (rc = rt_ckpt_load(ctx, o.load)))
 		return rt_abort(ctx, rc), 1;
+	if (o.save && (rc = rt_ckpt_check(ctx, o.save))) /* before the first step */
+		return rt_abort(ctx, rc), 1;
 	if (o.profile) {
 		if ((rc = rt_profile(ctx, 2, 5, o.profile)))
 			return rt_abort(ctx, rc), 1;
@@ -359,7 +363,7 @@ int main(int argc, char **argv)
 		int rx[MAX_MB], rg[MAX_MB], sends[2 * MAX_MB], ns = 0;
 		if (step == o.inject_nan && last)
 			info[n - 1].params[0] = NAN; /* the head's norm scale: every logit NaN */
-		if (step == 1 && rank == o.stall_rank)
+		if (step == o.stall_step && rank == o.stall_rank)
 			for (;;)
 				pause(); /* a hung rank: the others must time out */
 		if ((rc = rt_step_begin(ctx)))
@@ -408,12 +412,19 @@ int main(int argc, char **argv)
 		int have;
 		if ((rc = rt_waitall(ctx, ns, sends)) || (rc = rt_step_end(ctx, &loss, &have)))
 			return rt_abort(ctx, rc), 1;
-		if (have) {
-			printf("step %lld loss %.6f\n", (long long)step, loss);
+		if (have) { /* counted from 1, as the generated programs and the runtime's messages count */
+			printf("step %lld loss %.6f\n", (long long)rt_step_count(ctx), loss);
 			if (losses)
-				fprintf(losses, "%lld %a %.6f\n", (long long)step, loss, loss);
+				fprintf(losses, "%lld %a %.6f\n", (long long)rt_step_count(ctx), loss, loss);
 		}
 	}
+	/* --stall-step at the last step count: hung before the model hash (a collective). */
+	if (rt_step_count(ctx) == o.stall_step && rank == o.stall_rank)
+		for (;;)
+			pause();
+	/* --inject-nan at the last step count: a NaN weight the save must refuse. */
+	if (rt_step_count(ctx) == o.inject_nan && last)
+		info[n - 1].params[0] = NAN;
 	if (losses && fclose(losses)) {
 		fprintf(stderr, "rt_driver: error: losses.txt: write error\n");
 		return rt_abort(ctx, RT_EIO), 1;

@@ -407,7 +407,27 @@ START_TEST(test_data_text)
 	c = open_ctx(NULL);
 	ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
 	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EIO);
-	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "4 bytes, fewer than seq + 1 = 5"));
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "4 bytes, fewer than one sequence (seq + 1 = 5"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+
+	/* Not a regular file: a directory, /dev/zero (which would never end). */
+	const char *special[] = {tmpdir, "/dev/zero"};
+	for (int i = 0; i < 2; i++) {
+		t.text_file = special[i];
+		c = open_ctx(NULL);
+		ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
+		ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EIO);
+		ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "not a regular file"));
+		ck_assert_int_eq(rt_finalize(c), RT_OK);
+	}
+
+	/* Text data on a vocabulary below 256: named, also by rt_model_bytes. */
+	t.text_file = path;
+	t.vocab = 100;
+	size_t need;
+	c = open_ctx(NULL);
+	ck_assert_int_eq(rt_model_bytes(c, &t, 3, L, &need), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "needs a vocabulary of at least 256"));
 	ck_assert_int_eq(rt_finalize(c), RT_OK);
 }
 END_TEST
@@ -464,7 +484,8 @@ START_TEST(test_comm_timeout)
 	ck_assert_int_eq(rt_recv(c, 0, never, sizeof never, (rt_tag){7, 9, RT_MSG_GRAD}, &r), RT_OK);
 	ck_assert_int_eq(rt_wait(c, r), RT_ETIMEOUT);
 	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "timed out after 0.2 s waiting for: recv from rank 0 "
-	                                           "(stage 7, micro-batch 9, grad, 16 bytes)"));
+	                                           "(stage 7, micro-batch 9, grad, 16 bytes): rank 0 "
+	                                           "waits for itself"));
 	/* The receive stays posted; satisfy it so nothing is left behind. */
 	int s;
 	ck_assert_int_eq(rt_send(c, 0, never, sizeof never, (rt_tag){7, 9, RT_MSG_GRAD}, &s), RT_OK);
