@@ -80,10 +80,11 @@ typedef enum ir_partition {
 
 /* Schedules of the `schedule` pass.  X(enum, text, split): a split
  * schedule sends a stage's input gradient as soon as its B ends (the
- * zero-bubble family); the others run the backward as one piece, B then W,
+ * zero-bubble family, and gpipe, whose W's wait for the stage's last B so
+ * that they run in micro-batch order); the others run the backward as one piece, B then W,
  * and the gradient leaves when W ends. */
 #define IR_SCHEDULES(X)                                                        \
-	X(1F1B, "1f1b", false) X(GPIPE, "gpipe", false) X(I1F1B, "i1f1b", false)   \
+	X(1F1B, "1f1b", false) X(GPIPE, "gpipe", true) X(I1F1B, "i1f1b", false)    \
 	X(ZBH1, "zbh1", true) X(ZBH2, "zbh2", true) X(ZBV, "zbv", true)            \
 	X(TUNED, "tuned", true)
 typedef enum ir_schedule {

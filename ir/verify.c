@@ -311,6 +311,37 @@ static int verify_programs(const ir_module *m)
 	return errs;
 }
 
+/* A stage's W's run in micro-batch order: the runtime adds weight
+ * gradients in that order, which is what makes every plan give the same
+ * weights (DESIGN.md, plan independence).  Run after verify_programs found
+ * every op in place, so that one counter per stage suffices. */
+static int verify_w_order(const ir_module *m)
+{
+	int *next = calloc((size_t)m->nstages, sizeof *next), errs = 0;
+	if (!next)
+		ir_bug("out of memory");
+	for (int d = 0; d < m->ndevices && errs < 20; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops && errs < 20; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (op->comm != IR_COMM_NONE || op->kind != IR_OP_W)
+				continue;
+			if (op->mb != next[op->stage]) {
+				ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
+				diag_error(loc, "D%d: W S%d m%d runs before W S%d m%d: a stage's W's run in "
+				                "micro-batch order (weight gradients add up in that order, so "
+				                "that every plan gives the same weights)",
+				           d, op->stage, op->mb, op->stage, next[op->stage]);
+				errs++;
+				break; /* the first per device: the rest follows from it */
+			}
+			next[op->stage]++;
+		}
+	}
+	free(next);
+	return errs;
+}
+
 /* The device that consumes value (kind, stage): F's activation goes to the
  * next stage, B's gradient to the previous one; -1 when none does. */
 static int consumer_stage(const ir_module *m, ir_op_kind k, int stage)
@@ -597,6 +628,8 @@ int ir_verify(const ir_module *m)
 	if (errs)
 		return errs;
 	errs = verify_programs(m);
+	if (!errs)
+		errs = verify_w_order(m);
 	if (!errs && ir_lowered(m))
 		errs = verify_comm(m);
 	if (!errs && m->memplan)
