@@ -525,6 +525,31 @@ static const char *buf_desc(char *s, size_t n, const ir_buf *b)
  * program needs (ir_live_buffers: kinds, values, live ranges and sizes, in
  * that order); each sits at an aligned offset and fits in its arena; and
  * no two live at the same op share a byte. */
+static const ir_buf *by_last_bufs; /* qsort has no context argument */
+
+static int by_last(const void *x, const void *y)
+{
+	int i = *(const int *)x, j = *(const int *)y;
+	int a = by_last_bufs[i].last, b = by_last_bufs[j].last;
+	return a != b ? (a < b ? -1 : 1) : i - j;
+}
+
+/* Where buffer i goes in `live` (indices into bufs, by offset, then
+ * index): the first that is not below it. */
+static int live_at(const ir_buf *bufs, const int *live, int nlive, int i)
+{
+	int lo = 0, hi = nlive;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		const ir_buf *a = &bufs[live[mid]];
+		if (a->off < bufs[i].off || (a->off == bufs[i].off && live[mid] < i))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static int verify_memplan(const ir_module *m)
 {
 	if (!m->proof.proven) {
@@ -574,10 +599,19 @@ static int verify_memplan(const ir_module *m)
 		}
 		free(want);
 		/* The buffers now come in order of their first op: sweep, keeping
-		 * those still live. */
+		 * those still live sorted by offset.  They do not overlap one
+		 * another (or that was reported), so a new buffer overlaps one of
+		 * them iff it overlaps its neighbour below or above.  They leave
+		 * in order of their last op. */
 		int *live = malloc(((size_t)p->nbufs + 1) * sizeof *live), nlive = 0;
-		if (!live)
+		int *dying = malloc(((size_t)p->nbufs + 1) * sizeof *dying), k = 0;
+		bool *in = calloc((size_t)p->nbufs + 1, sizeof *in);
+		if (!live || !dying || !in)
 			ir_bug("out of memory");
+		for (i = 0; i < p->nbufs; i++)
+			dying[i] = i;
+		by_last_bufs = p->bufs;
+		qsort(dying, (size_t)p->nbufs, sizeof *dying, by_last);
 		for (i = 0; i < p->nbufs && errs < 20; i++) {
 			const ir_buf *b = &p->bufs[i];
 			ir_loc loc = loc_or(p->buf_loc, i, m->loc);
@@ -595,12 +629,18 @@ static int verify_memplan(const ir_module *m)
 				errs++;
 				continue;
 			}
-			int k = 0;
-			for (int j = 0; j < nlive; j++)
-				if (p->bufs[live[j]].last >= b->first)
-					live[k++] = live[j];
-			nlive = k;
-			for (int j = 0; j < nlive && errs < 20; j++) {
+			for (; k < p->nbufs && p->bufs[dying[k]].last < b->first; k++)
+				if (in[dying[k]]) {
+					int at = live_at(p->bufs, live, nlive, dying[k]);
+					memmove(&live[at], &live[at + 1], (size_t)(nlive - at - 1) * sizeof *live);
+					nlive--;
+				}
+			if (!b->size)
+				continue;
+			int at = live_at(p->bufs, live, nlive, i);
+			for (int j = at - 1; j <= at && errs < 20; j++) {
+				if (j < 0 || j >= nlive)
+					continue;
 				const ir_buf *a = &p->bufs[live[j]];
 				uint64_t lo = a->off > b->off ? a->off : b->off;
 				uint64_t hi = a->off + a->size < b->off + b->size ? a->off + a->size : b->off + b->size;
@@ -612,8 +652,13 @@ static int verify_memplan(const ir_module *m)
 					errs++;
 				}
 			}
-			live[nlive++] = i;
+			memmove(&live[at + 1], &live[at], (size_t)(nlive - at) * sizeof *live);
+			live[at] = i;
+			nlive++;
+			in[i] = true;
 		}
+		free(dying);
+		free(in);
 		free(live);
 	}
 	return errs;
