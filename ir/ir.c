@@ -366,6 +366,8 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 
 int64_t ir_plan_chunks(const ir_plan_opts *p)
 {
+	if (p->schedule == IR_SCHED_I1F1B)
+		return p->chunks == 1 ? 2 : p->chunks;
 	if (p->schedule != IR_SCHED_ZBV)
 		return p->chunks;
 	return p->chunks == 1 || p->chunks == 2 ? 2 : 0;

@@ -403,7 +403,9 @@ ir_buf *ir_add_buf(ir_module *m, int dev, const ir_buf *b, ir_loc loc);
 int ir_live_buffers(const ir_module *m, int d, ir_buf **out);
 
 /* Stages per device the plan options ask for: chunks, except that zbv
- * always runs two (a V); 0 when zbv is given any other chunk count. */
+ * always runs two (a V; 0 when zbv is given any other chunk count) and
+ * i1f1b at least two (one chunk, the default, means two: interleaving one
+ * would be 1f1b). */
 int64_t ir_plan_chunks(const ir_plan_opts *p);
 
 /* Field-for-field equality of two modules (locations ignored). */

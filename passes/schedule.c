@@ -25,7 +25,8 @@
  *            stage's W's after its last B (the backward split).
  *     1f1b   PipeDream-flush, Megatron-LM's default: the stage at pipeline
  *            position s warms up with min(S-1-s, M) forwards.
- *     i1f1b  Megatron-LM's interleaved 1F1B: V chunks per device, micro-
+ *     i1f1b  Megatron-LM's interleaved 1F1B: V >= 2 chunks per device
+ *            (chunks=1, the default, means 2: ir_plan_chunks), micro-
  *            batches in groups of p, the warm-up of Megatron's code.
  *     zbh1   ZB-H1: 1F1B's order with B and W split; the stage at position
  *            s keeps its s most recent W's back, which fills its cool-down.
@@ -253,9 +254,12 @@ static int schedule_i1f1b(ir_module *m)
 	int V = interleaved_chunks(m);
 	if (!V)
 		return -1;
-	if (V == 1)
-		return schedule_1f1b(m, false);
 	int p = (int)m->cluster.devices, M = (int)m->train.microbatches;
+	if (V == 1) {
+		diag_error(plan_loc(m), "schedule i1f1b interleaves 2 or more chunks per device, but the plan has %d stages on %d devices, one each (that is 1f1b)",
+		           m->nstages, p);
+		return -1;
+	}
 	if (M % p) {
 		diag_error(plan_loc(m), "schedule i1f1b (Megatron-LM's interleaved 1F1B) runs micro-batches in groups of the pipeline depth: m=%d is not a multiple of p=%d",
 		           M, p);

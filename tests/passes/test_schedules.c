@@ -61,6 +61,8 @@ static int plan(ir_module *m)
 /* Stages the plan cuts for a schedule on p devices with `chunks`. */
 static int stages_of(ir_schedule s, int p, int chunks)
 {
+	if (s == IR_SCHED_I1F1B && chunks == 1)
+		chunks = 2; /* chunks=1, the default, means 2 */
 	return s == IR_SCHED_ZBV ? 2 * p : p * chunks;
 }
 
@@ -117,14 +119,15 @@ START_TEST(test_grid_valid)
 					bool chunked = s == IR_SCHED_GPIPE || s == IR_SCHED_I1F1B;
 					if (V > 1 && !chunked)
 						continue;
-					if (s == IR_SCHED_I1F1B && V > 1 && M % p)
+					if (s == IR_SCHED_I1F1B && M % p)
 						continue;
 					ir_module *m = planned((ir_schedule)s, p, M, V, 2, 3, 1);
 					ck_assert_int_eq(ir_verify(m), 0);
 					int peak[8];
 					tu_execute(m, NULL, peak);
 					for (int d = 0; d < p; d++) {
-						int want = inflight_bound((ir_schedule)s, p, M, V, d);
+						int want = inflight_bound((ir_schedule)s, p, M,
+						                          s == IR_SCHED_I1F1B && V == 1 ? 2 : V, d);
 						ck_assert_msg(peak[d] == want,
 						              "%s p=%d m=%d V=%d: D%d holds %d in flight, want %d",
 						              sname((ir_schedule)s), p, M, V, d, peak[d], want);
@@ -444,9 +447,10 @@ START_TEST(test_orders)
 	expect_program(m, 1, "F1.0 F2.0 F1.1 F2.1 B2.0 W2.0 F1.2 B1.0 W1.0 F2.2 B2.1 W2.1 F1.3 "
 	                     "B1.1 W1.1 F2.3 B2.2 B1.2 B2.3 B1.3 W2.2 W1.2 W2.3 W1.3");
 	ir_free(m);
-	/* i1f1b with one chunk is 1f1b. */
-	ir_module *a = planned(IR_SCHED_I1F1B, 4, 6, 1, 1, 1, 1);
-	ir_module *b = planned(IR_SCHED_1F1B, 4, 6, 1, 1, 1, 1);
+	/* i1f1b with chunks=1 (the default) interleaves 2, not 1f1b. */
+	ir_module *a = planned(IR_SCHED_I1F1B, 4, 8, 1, 1, 1, 1);
+	ir_module *b = planned(IR_SCHED_I1F1B, 4, 8, 2, 1, 1, 1);
+	ck_assert_int_eq(a->nstages, 8);
 	for (int d = 0; d < 4; d++) {
 		ck_assert_int_eq(a->devices[d].nops, b->devices[d].nops);
 		ck_assert(!memcmp(a->devices[d].ops, b->devices[d].ops,
@@ -527,6 +531,12 @@ START_TEST(test_errors)
 	m = model(4, 2, 4, IR_SCHED_I1F1B, 1, 1, 1, 1);
 	m->plan.partition = IR_PART_GIVEN, m->plan.given = given3, m->plan.ngiven = 3;
 	expect_error(m, "schedule i1f1b interleaves chunks over the 2 devices, but the plan has 3 stages");
+	/* One stage per device (a given partition) is 1f1b, not interleaving. */
+	static int64_t given2[] = {3, 3};
+	m = model(4, 2, 4, IR_SCHED_I1F1B, 1, 1, 1, 1);
+	m->plan.partition = IR_PART_GIVEN, m->plan.given = given2, m->plan.ngiven = 2;
+	expect_error(m, "schedule i1f1b interleaves 2 or more chunks per device, but the plan has 2 "
+	                "stages on 2 devices, one each (that is 1f1b)");
 
 	/* Balanced needs costs. */
 	m = model(6, 2, 4, IR_SCHED_1F1B, 1, 1, 1, 1);
