@@ -21,7 +21,10 @@
  * take at most T, the one whose later stages are as full as possible
  * (1F1B-like schedules stash the most micro-batches on the first stages,
  * so ties go to lighter early stages).
- * given: the layer counts of plan.given, in order. */
+ * given: the layer counts of plan.given, in order.
+ *
+ * A plan of more than PASS_MAX_PAIRS (stage, micro-batch) pairs is refused
+ * here, before any pass builds its programs. */
 #include "pass.h"
 
 #include <stdlib.h>
@@ -155,13 +158,29 @@ static int partition_balanced(ir_module *m, int S)
 	return 0;
 }
 
+/* Refuse, before any program is built, a plan of more (stage, micro-batch)
+ * pairs than PASS_MAX_PAIRS. */
+static int check_size(const ir_module *m, int64_t nstages)
+{
+	int64_t M = m->train.microbatches;
+	if (nstages * M <= PASS_MAX_PAIRS)
+		return 0;
+	diag_error(ir_loc_or(m->train_loc, m->loc),
+	           "%lld micro-batches on %lld stages make %lld (stage, micro-batch) pairs; a plan holds "
+	           "at most %d (about 3 KiB of planner memory each): use at most %lld micro-batches "
+	           "here",
+	           (long long)M, (long long)nstages, (long long)(nstages * M), PASS_MAX_PAIRS,
+	           (long long)(PASS_MAX_PAIRS / nstages));
+	return -1;
+}
+
 int pass_partition(ir_module *m)
 {
 	const ir_plan_opts *p = &m->plan;
 	ir_clear_devices(m);
 	ir_clear_stages(m);
 	if (p->partition == IR_PART_GIVEN)
-		return partition_given(m);
+		return check_size(m, p->ngiven) ? -1 : partition_given(m);
 
 	int64_t chunks = ir_plan_chunks(p);
 	if (chunks == 0) {
@@ -176,6 +195,8 @@ int pass_partition(ir_module *m)
 		           (long long)chunks);
 		return -1;
 	}
+	if (check_size(m, nstages))
+		return -1;
 	if (p->partition == IR_PART_BALANCED)
 		return partition_balanced(m, (int)nstages);
 	partition_uniform(m, (int)nstages);

@@ -11,6 +11,13 @@
 
 typedef int (*pass_fn)(ir_module *m);
 
+/* The most (stage, micro-batch) pairs a plan may hold: planning takes
+ * about 3 KiB of memory for each (the programs, their lowering, the memory
+ * plan, the simulator's tables), so about 3 GiB at this cap.  `partition`
+ * refuses a larger plan up front; `tune` skips stage counts above it
+ * (docs/cli.md). */
+#define PASS_MAX_PAIRS (1 << 20)
+
 /* X(name, one-line synopsis) */
 #define PASS_LIST(X)                                                           \
 	X(cost, "F/B/W time, FLOPs, stashes and resident bytes of every layer")    \

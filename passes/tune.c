@@ -859,12 +859,13 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 	/* 1. The baselines' plans, their orders run with the backward split
 	 * (the gradient leaves when B ends, as in every tuned plan): never
 	 * slower than the baseline itself.  Past the deadline only until one
-	 * is judged: a plan that fits, or one that says what is missing. */
+	 * fits; all of them when none does (what the least needs is the
+	 * error), so a tight budget never turns a plan that fits into none. */
 	ir_module *fallback = NULL;
 	verdict fv = {.makespan = INFINITY}, least = {.tight_dev = -1};
 	double unit = -1;
-	for (int i = 0; i < TUNE_NBASELINES && !((fallback || least.tight_dev >= 0) && now() >= t.deadline);
-	     i++) {
+	for (int n = 0; n < TUNE_NBASELINES && !(fallback && now() >= t.deadline); n++) {
+		int i = (n + 1) % TUNE_NBASELINES; /* 1f1b first, gpipe (the most memory) last */
 		double t1 = now();
 		ir_module *c = baseline(m, i, NULL, 0);
 		progress(&t);
@@ -939,7 +940,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			/* Each stage count twice: the partition pass's balanced cut
 			 * (least largest stage), then the even one (also least
 			 * squares); the search needs both starting points. */
-			if (now() >= t.deadline)
+			if (now() >= t.deadline || (int64_t)S * m->train.microbatches > PASS_MAX_PAIRS)
 				break;
 			if (S < 1 || !(even ? balanced_bounds(m, S, bound, t.deadline) : minmax_bounds(m, S, bound)))
 				continue;
