@@ -364,6 +364,16 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 	return nb;
 }
 
+bool ir_times_only(const ir_module *m)
+{
+	for (int l = 0; l < m->nlayers; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		if (!c->known || c->flops != 0 || c->act || c->wstash || c->resident)
+			return false;
+	}
+	return m->nlayers > 0;
+}
+
 int64_t ir_plan_chunks(const ir_plan_opts *p)
 {
 	if (p->schedule == IR_SCHED_I1F1B)

@@ -436,7 +436,13 @@ typedef ir_loc (*ir_attr_loc_fn)(void *ctx, ir_attr a);
 int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
                    ir_attr_loc_fn where, void *ctx, ir_loc fallback);
 
-/* Sum of layers by kind etc. for summaries. */
-void ir_print_summary(FILE *out, const ir_module *m);
+/* The model, cluster, training and plan lines of a summary; partition:
+ * what the stages are (pass_partition_label). */
+void ir_print_summary(FILE *out, const ir_module *m, const char *partition);
+
+/* Every layer's cost is known and holds times only (no FLOPs, stashes or
+ * resident bytes): a published timing profile, whose shapes are
+ * placeholders (docs/profile.md). */
+bool ir_times_only(const ir_module *m);
 
 #endif

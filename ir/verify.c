@@ -682,7 +682,7 @@ int ir_verify(const ir_module *m)
 	return errs;
 }
 
-void ir_print_summary(FILE *out, const ir_module *m)
+void ir_print_summary(FILE *out, const ir_module *m, const char *partition)
 {
 	int count[IR_NLAYER_KINDS] = {0};
 	for (int i = 0; i < m->nlayers; i++)
@@ -694,8 +694,12 @@ void ir_print_summary(FILE *out, const ir_module *m)
 			fprintf(out, "%s%d %s", sep ? ", " : "", count[k], ir_layer_kind_names[k]);
 			sep = true;
 		}
-	fprintf(out, "), hidden %lld, vocab %lld, seq %lld, %s\n", (long long)m->model.hidden,
-	        (long long)m->model.vocab, (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
+	if (ir_times_only(m)) /* a published timing profile: its shapes are placeholders */
+		fprintf(out, "), times only (hidden, vocab and memory not known), seq %lld, %s\n",
+		        (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
+	else
+		fprintf(out, "), hidden %lld, vocab %lld, seq %lld, %s\n", (long long)m->model.hidden,
+		        (long long)m->model.vocab, (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
 	char mem[32];
 	ir_fmt_bytes(mem, sizeof mem, m->cluster.mem);
 	fprintf(out, "cluster %s: %lld devices, %lld per node, %s each\n", m->cluster.name,
@@ -705,6 +709,5 @@ void ir_print_summary(FILE *out, const ir_module *m)
 	        (long long)m->train.steps, ir_optimizer_names[m->train.optimizer]);
 	if (m->nstages)
 		fprintf(out, "plan: %d stages on %lld devices, partition %s, schedule %s\n", m->nstages,
-		        (long long)m->cluster.devices, ir_partition_names[m->plan.partition],
-		        ir_schedule_names[m->plan.schedule]);
+		        (long long)m->cluster.devices, partition, ir_schedule_names[m->plan.schedule]);
 }

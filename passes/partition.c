@@ -56,24 +56,42 @@ static int partition_given(ir_module *m)
 	return 0;
 }
 
+/* Layers of stage s in the uniform cut of L layers into S stages. */
+static int uniform_count(int L, int S, int s)
+{
+	int body = L - 2, skip = 1;
+	if (body < S) /* too few: count every layer */
+		body = L, skip = 0;
+	int n = S == 1 ? body : body / S + (s >= 1 && s <= body % S);
+	if (skip && s == 0)
+		n += 1; /* the embedding */
+	if (skip && s == S - 1)
+		n += 1; /* the head */
+	return n;
+}
+
 static void partition_uniform(ir_module *m, int S)
 {
-	int body = m->nlayers - 2, skip = 1;
-	if (body < S) /* too few: count every layer */
-		body = m->nlayers, skip = 0;
-	int base = body / S, extra = body % S, first = 0;
+	int first = 0;
 	for (int s = 0; s < S; s++) {
-		int n = base + (s >= 1 && s <= extra);
-		if (S == 1)
-			n = body;
-		if (skip && s == 0)
-			n += 1; /* the embedding */
-		if (skip && s == S - 1)
-			n += 1; /* the head */
+		int n = uniform_count(m->nlayers, S, s);
 		ir_add_stage(m, first, first + n - 1, -1, (ir_loc){0});
 		first += n;
 	}
 	ir_assert(first == m->nlayers);
+}
+
+const char *pass_partition_label(const ir_module *m)
+{
+	if (!m->nstages || m->plan.partition == IR_PART_GIVEN || m->plan.schedule != IR_SCHED_TUNED)
+		return ir_partition_names[m->plan.partition];
+	for (int s = 0, first = 0; s < m->nstages; s++) {
+		int n = uniform_count(m->nlayers, m->nstages, s);
+		if (m->stages[s].first != first || m->stages[s].last != first + n - 1)
+			return "tuned";
+		first += n;
+	}
+	return "uniform";
 }
 
 /* Can the layers be cut into at most S stages of time <= T each?  Stage

@@ -76,4 +76,9 @@ int pass_comm(ir_module *m);
 int pass_verify(ir_module *m);
 int pass_memplan(ir_module *m);
 
+/* What m's stages are, for the plan's printout: the plan's partition when
+ * the partition pass cut them; under the tuner "uniform" when they are
+ * the uniform cut, else "tuned" (its own cut; partition.c). */
+const char *pass_partition_label(const ir_module *m);
+
 #endif

@@ -256,7 +256,7 @@ static int schedule_i1f1b(ir_module *m)
 		return -1;
 	int p = (int)m->cluster.devices, M = (int)m->train.microbatches;
 	if (V == 1) {
-		diag_error(plan_loc(m), "schedule i1f1b interleaves 2 or more chunks per device, but the plan has %d stages on %d devices, one each (that is 1f1b)",
+		diag_error(plan_loc(m), "schedule i1f1b needs 2 or more chunks per device; %d stages on %d devices is 1f1b",
 		           m->nstages, p);
 		return -1;
 	}

@@ -535,8 +535,7 @@ START_TEST(test_errors)
 	static int64_t given2[] = {3, 3};
 	m = model(4, 2, 4, IR_SCHED_I1F1B, 1, 1, 1, 1);
 	m->plan.partition = IR_PART_GIVEN, m->plan.given = given2, m->plan.ngiven = 2;
-	expect_error(m, "schedule i1f1b interleaves 2 or more chunks per device, but the plan has 2 "
-	                "stages on 2 devices, one each (that is 1f1b)");
+	expect_error(m, "schedule i1f1b needs 2 or more chunks per device; 2 stages on 2 devices is 1f1b");
 
 	/* Balanced needs costs. */
 	m = model(6, 2, 4, IR_SCHED_1F1B, 1, 1, 1, 1);
