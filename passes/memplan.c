@@ -34,7 +34,7 @@
 
 enum {
 	ROUNDS = 32,          /* promotions per order */
-	WORK = 1 << 24,       /* placed buffers scanned per device, all layouts together */
+	WORK = 1 << 22,       /* placed buffers scanned per device, all layouts together */
 };
 
 static void *xmalloc(size_t n)

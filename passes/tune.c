@@ -839,12 +839,12 @@ static void copy_plan(ir_module *m, const ir_module *x)
 		}
 }
 
-/* Seconds that what follows the search takes, in units of one baseline
- * planned and judged: the final plan's check (lowering, proof, memory
- * plan) in pass_tune and again in the pipeline, and the comparison table
- * (every baseline planned, lowered and memory-planned).  Measured in
- * docs/tuner.md. */
-#define AFTER_SEARCH (3 * (TUNE_NBASELINES + 2))
+/* What follows the search, in units of one baseline planned, judged,
+ * lowered and memory-planned (the first one's time): the final plan's
+ * check in pass_tune and again in the pipeline, and the comparison table
+ * (a unit a row), with one unit to spare.  docs/tuner.md has how close
+ * it comes. */
+#define AFTER_SEARCH (TUNE_NBASELINES + 3)
 
 /* One search with a memory reserve: the best plan found, as a scratch
  * module with stages and programs, or NULL after filling *tight (the
@@ -874,13 +874,12 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 		c->plan.schedule = IR_SCHED_TUNED;
 		verdict v = judge(c, reserve);
 		t.evals++;
-		if (unit < 0) {
-			unit = now() - t1;
-			t.deadline = deadline - AFTER_SEARCH * unit;
-		}
-		if (v.ok && !v.fits && v.makespan < fv.makespan && m->cluster.mem != UINT64_MAX) {
+		bool first = unit < 0;
+		if (v.ok && (first || (!v.fits && v.makespan < fv.makespan && m->cluster.mem != UINT64_MAX))) {
 			/* Over the reserve: what counts is whether its real memory
-			 * plan fits; check on a copy (lowering is in place). */
+			 * plan fits; check on a copy (lowering is in place).  The
+			 * first is checked anyway: its time is the unit of what
+			 * follows the search. */
 			ir_module *low = scratch(m);
 			for (int s = 0; s < c->nstages; s++)
 				ir_add_stage(low, c->stages[s].first, c->stages[s].last, c->stages[s].device,
@@ -895,6 +894,10 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			if (over >= 0)
 				v.tight_dev = over, v.tight_need = need;
 			ir_free(low);
+		}
+		if (first) {
+			unit = now() - t1;
+			t.deadline = deadline - AFTER_SEARCH * unit;
 		}
 		if (v.ok && !v.fits && v.tight_need > m->cluster.mem &&
 		    (least.tight_dev < 0 || v.tight_need < least.tight_need))
