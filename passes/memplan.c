@@ -22,9 +22,10 @@
  * move to the front of the order and the layout is made again.  The
  * smallest arena wins.  The search stops at the lower bound (the most
  * bytes live at any one op, sizes rounded up to the alignment), or once a
- * fixed amount of work per device is spent: it is deterministic, and one
- * layout is at worst quadratic in a device's buffers.  docs/memplan.md
- * has the numbers. */
+ * fixed amount of work per device is spent; a layout that would scan more
+ * than that is not made, and the program-order layout, made in one sweep
+ * over a free list (place_sweep), is then the plan: O(n log n) in a
+ * device's buffers.  Deterministic.  docs/memplan.md has the numbers. */
 #include "memplan.h"
 
 #include <stdlib.h>
