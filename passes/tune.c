@@ -51,7 +51,7 @@ static double last_progress;
 void tune_set_budget(double seconds)
 {
 	budget_s = seconds > 0 ? seconds : 20;
-	armed_t0 = now();
+	armed_t0 = seconds > 0 ? now() : 0; /* the default counts from the tune pass */
 }
 
 /* One line to stderr a second, from the first second of the plan on:
