@@ -849,8 +849,10 @@ static void copy_plan(ir_module *m, const ir_module *x)
 /* One search with a memory reserve: the best plan found, as a scratch
  * module with stages and programs, or NULL after filling *tight (the
  * plan found that needs the least memory, when one was found).  It ends
- * by `deadline`, less the time what follows it takes. */
-static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdict *tight)
+ * by `deadline`, less the time what follows it takes.  *planned: the plan
+ * returned is a baseline whose memory plan was made and fits. */
+static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdict *tight,
+                         bool *planned)
 {
 	int P = (int)m->cluster.devices;
 	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve, .deadline = deadline,
@@ -864,6 +866,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 	ir_module *fallback = NULL;
 	verdict fv = {.makespan = INFINITY}, least = {.tight_dev = -1};
 	double unit = -1;
+	bool fv_planned = false; /* the fallback's memory plan was made, and fits */
 	for (int n = 0; n < TUNE_NBASELINES && !(fallback && now() >= t.deadline); n++) {
 		int i = (n + 1) % TUNE_NBASELINES; /* 1f1b first, gpipe (the most memory) last */
 		double t1 = now();
@@ -874,7 +877,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 		c->plan.schedule = IR_SCHED_TUNED;
 		verdict v = judge(c, reserve);
 		t.evals++;
-		bool first = unit < 0;
+		bool first = unit < 0, checked = false;
 		if (v.ok && (first || (!v.fits && v.makespan < fv.makespan && m->cluster.mem != UINT64_MAX))) {
 			/* Over the reserve: what counts is whether its real memory
 			 * plan fits; check on a copy (lowering is in place).  The
@@ -891,6 +894,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			uint64_t need = 0;
 			int over = over_after_memplan(m, low, &need);
 			v.fits = over < 0;
+			checked = true;
 			if (over >= 0)
 				v.tight_dev = over, v.tight_need = need;
 			ir_free(low);
@@ -904,7 +908,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			least = v;
 		if (v.ok && v.fits && v.makespan < fv.makespan) {
 			ir_free(fallback);
-			fallback = c, fv = v;
+			fallback = c, fv = v, fv_planned = checked;
 		} else {
 			ir_free(c);
 		}
@@ -988,8 +992,10 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 	/* The best of the tuned plan and the baselines' plans. */
 	bool tuned_ok = t.have_best && t.best.v.fits;
 	ir_module *x = NULL;
+	*planned = false;
 	if (fallback && (!tuned_ok || fv.makespan <= t.best.v.makespan)) {
 		x = fallback, fallback = NULL;
+		*planned = fv_planned;
 	} else if (tuned_ok) {
 		x = build(&t, &t.best);
 		ir_assert(x != NULL);
@@ -1030,11 +1036,12 @@ int pass_tune(ir_module *m)
 	int over = -1;
 	for (size_t i = 0; i < sizeof reserve_div / sizeof *reserve_div; i++) {
 		uint64_t reserve = mem == UINT64_MAX ? 0 : mem / (uint64_t)reserve_div[i];
-		ir_module *x = search(m, reserve, deadline, &tight);
+		bool planned;
+		ir_module *x = search(m, reserve, deadline, &tight, &planned);
 		if (!x)
 			break;
 		need = 0;
-		over = mem == UINT64_MAX ? -1 : over_after_memplan(m, x, &need);
+		over = mem == UINT64_MAX || planned ? -1 : over_after_memplan(m, x, &need);
 		if (over < 0) {
 			/* x was lowered to check it: m takes only the ordered plan; the
 			 * pipeline lowers m itself. */
