@@ -5,8 +5,11 @@
  * schedule: the pass does nothing).  Writes the stages, their devices and
  * every device's program: the best plan found that fits every device's
  * memory.  Guarantees a plan no slower than the best baseline that fits,
- * and a diagnostic naming the device, what it needs and what it has when
- * nothing fits at all.
+ * whose W's run in micro-batch order on every stage (ir_verify's rule:
+ * the list scheduler runs a stage's B's in order and a device's pending
+ * W's first in, first out; the baselines keep it too), and a diagnostic
+ * naming the device, what it needs and what it has when nothing fits at
+ * all, whatever the budget.
  *
  * The search, in the order OctoPipe's bubble-aware tuner works:
  * 1. start from every baseline (partitions uniform and balanced);
