@@ -3,6 +3,7 @@
  * verifier share) and field-for-field equality. */
 #include "ir.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,18 +337,46 @@ static uint64_t stage_bytes(const ir_module *m, int stage, bool wstash)
  * it returns after the send has completed.  An MPI send completes unseen
  * (each post is a step of its own).  This is the event graph of
  * passes/verify.c; codegen completes every send by the end of the step. */
-static int send_release(const ir_module *m, const ir_device *dev, int j, const int *rcv)
+static int wait_recv(const ir_module *m, const ir_op *w, const int *rcv)
 {
-	int g = dev->ops[j].group, M = (int)m->train.microbatches;
-	for (int i = j + 1; m->plan.backend == IR_BACKEND_NCCL && i < dev->nops; i++) {
-		const ir_op *w = &dev->ops[i];
-		if (w->comm != IR_COMM_WAIT)
-			continue;
-		int r = rcv[((size_t)w->stage * M + w->mb) * 2 + w->kind];
-		if (r >= 0 && (r > j || (g && dev->ops[r].group == g)))
-			return i;
+	return rcv[((size_t)w->stage * (size_t)m->train.microbatches + (size_t)w->mb) * 2 + w->kind];
+}
+
+/* after[j]: the first wait whose receive was posted after op j (one whose
+ * receive comes after j comes after j itself), INT_MAX if none; from one
+ * sweep down the program. */
+static int *waits_after(const ir_module *m, const ir_device *dev, const int *rcv)
+{
+	int n = dev->nops, *after = xmalloc(((size_t)n + 1) * sizeof *after);
+	int *by_recv = xmalloc(((size_t)n + 1) * sizeof *by_recv); /* per receive: its first wait */
+	for (int i = 0; i <= n; i++)
+		by_recv[i] = INT_MAX;
+	for (int i = 0; i < n; i++) {
+		int r = dev->ops[i].comm == IR_COMM_WAIT ? wait_recv(m, &dev->ops[i], rcv) : -1;
+		if (r >= 0 && i < by_recv[r])
+			by_recv[r] = i;
 	}
-	return dev->nops - 1;
+	for (int j = n - 1, best = INT_MAX; j >= 0; j--) {
+		after[j] = best; /* the waits of receives at j + 1 and later */
+		best = by_recv[j] < best ? by_recv[j] : best;
+	}
+	free(by_recv);
+	return after;
+}
+
+static int send_release(const ir_module *m, const ir_device *dev, int j, const int *rcv,
+                        const int *after)
+{
+	if (m->plan.backend != IR_BACKEND_NCCL)
+		return dev->nops - 1;
+	int g = dev->ops[j].group, best = after[j];
+	for (int i = j + 1; g && i < dev->nops && i < best; i++) { /* hand-written groups */
+		const ir_op *w = &dev->ops[i];
+		int r = w->comm == IR_COMM_WAIT ? wait_recv(m, w, rcv) : -1;
+		if (r >= 0 && dev->ops[r].group == g)
+			best = i;
+	}
+	return best < dev->nops ? best : dev->nops - 1;
 }
 
 int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
@@ -376,6 +405,10 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 	}
 	uint64_t value_bytes = (uint64_t)m->train.mbs * (uint64_t)m->model.seq *
 	                       (uint64_t)m->model.hidden * (uint64_t)ir_dtype_bytes[m->model.dtype];
+	int *after = waits_after(m, dev, rcv);
+	uint64_t *sbytes = xmalloc(((size_t)S + 1) * 2 * sizeof *sbytes); /* per stage: act, wstash */
+	for (int s = 0; s < S; s++)
+		sbytes[2 * s] = stage_bytes(m, s, false), sbytes[2 * s + 1] = stage_bytes(m, s, true);
 	int nb = 0, cap = 2 * n + 1;
 	ir_buf *b = xmalloc((size_t)cap * sizeof *b);
 	for (int i = 0; i < n; i++) {
@@ -392,7 +425,7 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		/* F stashes until B; B keeps the W stash until W. */
 		bool f = op->kind == IR_OP_F;
 		b[nb++] = (ir_buf){f ? IR_BUF_ACT : IR_BUF_WSTASH, IR_OP_F, s, mb, i,
-		                   POS(s, mb, f ? IR_OP_B : IR_OP_W), 0, stage_bytes(m, s, !f)};
+		                   POS(s, mb, f ? IR_OP_B : IR_OP_W), 0, sbytes[2 * s + !f]};
 		/* The value it makes for the next stage (F) or the previous one (B):
 		 * the last stage's F feeds its own B through the stash, and the
 		 * first stage's B makes no input gradient. */
@@ -404,7 +437,7 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		} else {
 			int j = snd[VAL(s, mb, op->kind)];
 			ir_assert(j >= 0); /* the programs verify */
-			b[nb++] = (ir_buf){IR_BUF_SEND, op->kind, s, mb, i, send_release(m, dev, j, rcv), 0,
+			b[nb++] = (ir_buf){IR_BUF_SEND, op->kind, s, mb, i, send_release(m, dev, j, rcv, after), 0,
 			                   dev->ops[j].bytes};
 		}
 	}
@@ -413,12 +446,26 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 	free(pos);
 	free(snd);
 	free(rcv);
+	free(after);
+	free(sbytes);
 	*out = b;
 	return nb;
 }
 
+bool ir_times_only(const ir_module *m)
+{
+	for (int l = 0; l < m->nlayers; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		if (!c->known || c->flops != 0 || c->act || c->wstash || c->resident)
+			return false;
+	}
+	return m->nlayers > 0;
+}
+
 int64_t ir_plan_chunks(const ir_plan_opts *p)
 {
+	if (p->schedule == IR_SCHED_I1F1B)
+		return p->chunks == 1 ? 2 : p->chunks;
 	if (p->schedule != IR_SCHED_ZBV)
 		return p->chunks;
 	return p->chunks == 1 || p->chunks == 2 ? 2 : 0;

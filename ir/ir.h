@@ -81,10 +81,11 @@ typedef enum ir_partition {
 
 /* Schedules of the `schedule` pass.  X(enum, text, split): a split
  * schedule sends a stage's input gradient as soon as its B ends (the
- * zero-bubble family); the others run the backward as one piece, B then W,
+ * zero-bubble family, and gpipe, whose W's wait for the stage's last B so
+ * that they run in micro-batch order); the others run the backward as one piece, B then W,
  * and the gradient leaves when W ends. */
 #define IR_SCHEDULES(X)                                                        \
-	X(1F1B, "1f1b", false) X(GPIPE, "gpipe", false) X(I1F1B, "i1f1b", false)   \
+	X(1F1B, "1f1b", false) X(GPIPE, "gpipe", true) X(I1F1B, "i1f1b", false)    \
 	X(ZBH1, "zbh1", true) X(ZBH2, "zbh2", true) X(ZBV, "zbv", true)            \
 	X(TUNED, "tuned", true)
 typedef enum ir_schedule {
@@ -416,7 +417,9 @@ ir_buf *ir_add_buf(ir_module *m, int dev, const ir_buf *b, ir_loc loc);
 int ir_live_buffers(const ir_module *m, int d, ir_buf **out);
 
 /* Stages per device the plan options ask for: chunks, except that zbv
- * always runs two (a V); 0 when zbv is given any other chunk count. */
+ * always runs two (a V; 0 when zbv is given any other chunk count) and
+ * i1f1b at least two (one chunk, the default, means two: interleaving one
+ * would be 1f1b). */
 int64_t ir_plan_chunks(const ir_plan_opts *p);
 
 /* Field-for-field equality of two modules (locations ignored). */
@@ -520,7 +523,13 @@ int ir_step_bytes_overflow(const ir_module *m);
 /* The error for it, at loc: names the layer and the limit.  Returns -1. */
 int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc);
 
-/* Sum of layers by kind etc. for summaries. */
-void ir_print_summary(FILE *out, const ir_module *m);
+/* The model, cluster, training and plan lines of a summary; partition:
+ * what the stages are (pass_partition_label). */
+void ir_print_summary(FILE *out, const ir_module *m, const char *partition);
+
+/* Every layer's cost is known and holds times only (no FLOPs, stashes or
+ * resident bytes): a published timing profile, whose shapes are
+ * placeholders (docs/profile.md). */
+bool ir_times_only(const ir_module *m);
 
 #endif

@@ -483,6 +483,37 @@ static int verify_programs(const ir_module *m)
 	return errs;
 }
 
+/* A stage's W's run in micro-batch order: the runtime adds weight
+ * gradients in that order, which is what makes every plan give the same
+ * weights (DESIGN.md, plan independence).  Run after verify_programs found
+ * every op in place, so that one counter per stage suffices. */
+static int verify_w_order(const ir_module *m)
+{
+	int *next = calloc((size_t)m->nstages, sizeof *next), errs = 0;
+	if (!next)
+		ir_bug("out of memory");
+	for (int d = 0; d < m->ndevices && errs < 20; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops && errs < 20; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (op->comm != IR_COMM_NONE || op->kind != IR_OP_W)
+				continue;
+			if (op->mb != next[op->stage]) {
+				ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
+				diag_error(loc, "D%d: W S%d m%d runs before W S%d m%d: a stage's W's run in "
+				                "micro-batch order (weight gradients add up in that order, so "
+				                "that every plan gives the same weights)",
+				           d, op->stage, op->mb, op->stage, next[op->stage]);
+				errs++;
+				break; /* the first per device: the rest follows from it */
+			}
+			next[op->stage]++;
+		}
+	}
+	free(next);
+	return errs;
+}
+
 /* The device that consumes value (kind, stage): F's activation goes to the
  * next stage, B's gradient to the previous one; -1 when none does. */
 static int consumer_stage(const ir_module *m, ir_op_kind k, int stage)
@@ -666,6 +697,31 @@ static const char *buf_desc(char *s, size_t n, const ir_buf *b)
  * program needs (ir_live_buffers: kinds, values, live ranges and sizes, in
  * that order); each sits at an aligned offset and fits in its arena; and
  * no two live at the same op share a byte. */
+static const ir_buf *by_last_bufs; /* qsort has no context argument */
+
+static int by_last(const void *x, const void *y)
+{
+	int i = *(const int *)x, j = *(const int *)y;
+	int a = by_last_bufs[i].last, b = by_last_bufs[j].last;
+	return a != b ? (a < b ? -1 : 1) : i - j;
+}
+
+/* Where buffer i goes in `live` (indices into bufs, by offset, then
+ * index): the first that is not below it. */
+static int live_at(const ir_buf *bufs, const int *live, int nlive, int i)
+{
+	int lo = 0, hi = nlive;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		const ir_buf *a = &bufs[live[mid]];
+		if (a->off < bufs[i].off || (a->off == bufs[i].off && live[mid] < i))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static int verify_memplan(const ir_module *m)
 {
 	if (!m->proof.proven) {
@@ -715,10 +771,19 @@ static int verify_memplan(const ir_module *m)
 		}
 		free(want);
 		/* The buffers now come in order of their first op: sweep, keeping
-		 * those still live. */
+		 * those still live sorted by offset.  They do not overlap one
+		 * another (or that was reported), so a new buffer overlaps one of
+		 * them iff it overlaps its neighbour below or above.  They leave
+		 * in order of their last op. */
 		int *live = malloc(((size_t)p->nbufs + 1) * sizeof *live), nlive = 0;
-		if (!live)
+		int *dying = malloc(((size_t)p->nbufs + 1) * sizeof *dying), k = 0;
+		bool *in = calloc((size_t)p->nbufs + 1, sizeof *in);
+		if (!live || !dying || !in)
 			ir_bug("out of memory");
+		for (i = 0; i < p->nbufs; i++)
+			dying[i] = i;
+		by_last_bufs = p->bufs;
+		qsort(dying, (size_t)p->nbufs, sizeof *dying, by_last);
 		for (i = 0; i < p->nbufs && errs < 20; i++) {
 			const ir_buf *b = &p->bufs[i];
 			ir_loc loc = loc_or(p->buf_loc, i, m->loc);
@@ -736,12 +801,18 @@ static int verify_memplan(const ir_module *m)
 				errs++;
 				continue;
 			}
-			int k = 0;
-			for (int j = 0; j < nlive; j++)
-				if (p->bufs[live[j]].last >= b->first)
-					live[k++] = live[j];
-			nlive = k;
-			for (int j = 0; j < nlive && errs < 20; j++) {
+			for (; k < p->nbufs && p->bufs[dying[k]].last < b->first; k++)
+				if (in[dying[k]]) {
+					int at = live_at(p->bufs, live, nlive, dying[k]);
+					memmove(&live[at], &live[at + 1], (size_t)(nlive - at - 1) * sizeof *live);
+					nlive--;
+				}
+			if (!b->size)
+				continue;
+			int at = live_at(p->bufs, live, nlive, i);
+			for (int j = at - 1; j <= at && errs < 20; j++) {
+				if (j < 0 || j >= nlive)
+					continue;
 				const ir_buf *a = &p->bufs[live[j]];
 				uint64_t lo = a->off > b->off ? a->off : b->off;
 				uint64_t hi = a->off + a->size < b->off + b->size ? a->off + a->size : b->off + b->size;
@@ -753,8 +824,13 @@ static int verify_memplan(const ir_module *m)
 					errs++;
 				}
 			}
-			live[nlive++] = i;
+			memmove(&live[at + 1], &live[at], (size_t)(nlive - at) * sizeof *live);
+			live[at] = i;
+			nlive++;
+			in[i] = true;
 		}
+		free(dying);
+		free(in);
 		free(live);
 	}
 	return errs;
@@ -772,6 +848,8 @@ int ir_verify(const ir_module *m)
 	if (errs)
 		return errs;
 	errs = verify_programs(m);
+	if (!errs)
+		errs = verify_w_order(m);
 	if (!errs && ir_lowered(m))
 		errs = verify_comm(m);
 	if (!errs && m->memplan)
@@ -779,7 +857,7 @@ int ir_verify(const ir_module *m)
 	return errs;
 }
 
-void ir_print_summary(FILE *out, const ir_module *m)
+void ir_print_summary(FILE *out, const ir_module *m, const char *partition)
 {
 	int count[IR_NLAYER_KINDS] = {0};
 	for (int i = 0; i < m->nlayers; i++)
@@ -791,8 +869,12 @@ void ir_print_summary(FILE *out, const ir_module *m)
 			fprintf(out, "%s%d %s", sep ? ", " : "", count[k], ir_layer_kind_names[k]);
 			sep = true;
 		}
-	fprintf(out, "), hidden %lld, vocab %lld, seq %lld, %s\n", (long long)m->model.hidden,
-	        (long long)m->model.vocab, (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
+	if (ir_times_only(m)) /* a published timing profile: its shapes are placeholders */
+		fprintf(out, "), times only (hidden, vocab and memory not known), seq %lld, %s\n",
+		        (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
+	else
+		fprintf(out, "), hidden %lld, vocab %lld, seq %lld, %s\n", (long long)m->model.hidden,
+		        (long long)m->model.vocab, (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
 	char mem[32];
 	ir_fmt_bytes(mem, sizeof mem, m->cluster.mem);
 	fprintf(out, "cluster %s: %lld devices, %lld per node, %s each\n", m->cluster.name,
@@ -802,6 +884,5 @@ void ir_print_summary(FILE *out, const ir_module *m)
 	        (long long)m->train.steps, ir_optimizer_names[m->train.optimizer]);
 	if (m->nstages)
 		fprintf(out, "plan: %d stages on %lld devices, partition %s, schedule %s\n", m->nstages,
-		        (long long)m->cluster.devices, ir_partition_names[m->plan.partition],
-		        ir_schedule_names[m->plan.schedule]);
+		        (long long)m->cluster.devices, partition, ir_schedule_names[m->plan.schedule]);
 }

@@ -22,9 +22,10 @@
  * move to the front of the order and the layout is made again.  The
  * smallest arena wins.  The search stops at the lower bound (the most
  * bytes live at any one op, sizes rounded up to the alignment), or once a
- * fixed amount of work per device is spent: it is deterministic, and one
- * layout is at worst quadratic in a device's buffers.  docs/memplan.md
- * has the numbers. */
+ * fixed amount of work per device is spent; a layout that would scan more
+ * than that is not made, and the program-order layout, made in one sweep
+ * over a free list (place_sweep), is then the plan: O(n log n) in a
+ * device's buffers.  Deterministic.  docs/memplan.md has the numbers. */
 #include "memplan.h"
 
 #include <stdlib.h>
@@ -34,7 +35,7 @@
 
 enum {
 	ROUNDS = 32,          /* promotions per order */
-	WORK = 1 << 24,       /* placed buffers scanned per device, all layouts together */
+	WORK = 1 << 22,       /* placed buffers scanned per device, all layouts together */
 };
 
 static void *xmalloc(size_t n)
@@ -114,6 +115,184 @@ static uint64_t place(alloc *a, const int *order)
 	return top;
 }
 
+/* ---- program order in one sweep ------------------------------------------
+ *
+ * In program order the buffers placed and live with x are exactly those
+ * not yet dead at x.first, so the gaps they leave are the free ranges of
+ * an allocator that frees each buffer after its last op: place() in that
+ * order, in O(n log n).  The free ranges are a treap twice over, by offset
+ * (to merge a freed range with its neighbours) and by (size, offset) (best
+ * fit: the smallest that fits, the lowest of equal ones); the range above
+ * every live buffer is one of them, of size UINT64_MAX - off. */
+
+typedef struct gap {
+	uint64_t off, end;
+	int kid[2][2];  /* per tree: left, right */
+	uint32_t pri;
+} gap;
+
+typedef struct gaps {
+	gap *g;
+	int n, root[2], spare; /* spare: a freed node, chained through kid[0][0] */
+} gaps;
+
+/* Tree 0 orders by offset, tree 1 by (size, offset). */
+static bool gless(const gaps *G, int t, int x, uint64_t size, uint64_t off)
+{
+	const gap *a = &G->g[x];
+	uint64_t as = a->end - a->off;
+	return t ? as < size || (as == size && a->off < off) : a->off < off;
+}
+
+/* Split tree t at key (size, off): the nodes below it go to *lo, the rest
+ * to *hi. */
+static void gsplit(gaps *G, int t, int x, uint64_t size, uint64_t off, int *lo, int *hi)
+{
+	if (x < 0) {
+		*lo = *hi = -1;
+		return;
+	}
+	if (gless(G, t, x, size, off)) {
+		gsplit(G, t, G->g[x].kid[t][1], size, off, &G->g[x].kid[t][1], hi);
+		*lo = x;
+	} else {
+		gsplit(G, t, G->g[x].kid[t][0], size, off, lo, &G->g[x].kid[t][0]);
+		*hi = x;
+	}
+}
+
+static int gmerge(gaps *G, int t, int a, int b)
+{
+	if (a < 0 || b < 0)
+		return a < 0 ? b : a;
+	if (G->g[a].pri > G->g[b].pri) {
+		G->g[a].kid[t][1] = gmerge(G, t, G->g[a].kid[t][1], b);
+		return a;
+	}
+	G->g[b].kid[t][0] = gmerge(G, t, a, G->g[b].kid[t][0]);
+	return b;
+}
+
+static uint64_t gkey_size(const gaps *G, int x)
+{
+	return G->g[x].end - G->g[x].off;
+}
+
+static void gput(gaps *G, uint64_t off, uint64_t end)
+{
+	int x = G->spare;
+	G->spare = G->g[x].kid[0][0];
+	uint32_t h = (uint32_t)x + 0x9e3779b9u; /* deterministic priorities: a hash of the node */
+	h = (h ^ (h >> 16)) * 0x85ebca6bu;
+	h = (h ^ (h >> 13)) * 0xc2b2ae35u;
+	G->g[x] = (gap){off, end, {{-1, -1}, {-1, -1}}, h ^ (h >> 16)};
+	for (int t = 0; t < 2; t++) {
+		int lo, hi;
+		gsplit(G, t, G->root[t], gkey_size(G, x), off, &lo, &hi);
+		G->root[t] = gmerge(G, t, gmerge(G, t, lo, x), hi);
+	}
+}
+
+static void gdrop(gaps *G, int x)
+{
+	uint64_t size = gkey_size(G, x), off = G->g[x].off;
+	for (int t = 0; t < 2; t++) {
+		int lo, mid, hi;
+		gsplit(G, t, G->root[t], size, off, &lo, &mid);
+		gsplit(G, t, mid, size, off + 1, &mid, &hi); /* mid: x alone (offsets are unique) */
+		ir_assert(mid == x);
+		G->root[t] = gmerge(G, t, lo, hi);
+	}
+	G->g[x].kid[0][0] = G->spare;
+	G->spare = x;
+}
+
+/* The first node of tree t at or above key (size, off), or -1. */
+static int gceil(const gaps *G, int t, uint64_t size, uint64_t off)
+{
+	int best = -1;
+	for (int x = G->root[t]; x >= 0;)
+		if (gless(G, t, x, size, off)) {
+			x = G->g[x].kid[t][1];
+		} else {
+			best = x;
+			x = G->g[x].kid[t][0];
+		}
+	return best;
+}
+
+/* The last node of tree 0 below offset off, or -1. */
+static int gbelow(const gaps *G, uint64_t off)
+{
+	int best = -1;
+	for (int x = G->root[0]; x >= 0;)
+		if (G->g[x].off < off) {
+			best = x;
+			x = G->g[x].kid[0][1];
+		} else {
+			x = G->g[x].kid[0][0];
+		}
+	return best;
+}
+
+static alloc *sweep_ctx;
+
+static int by_last(const void *x, const void *y)
+{
+	int i = *(const int *)x, j = *(const int *)y;
+	const ir_buf *b = sweep_ctx->b;
+	return b[i].last != b[j].last ? (b[i].last < b[j].last ? -1 : 1) : i - j;
+}
+
+/* place() for `order`, which must be program order (first op, then list
+ * order), in one sweep. */
+static uint64_t place_sweep(alloc *a, const int *order)
+{
+	ir_buf *b = a->b;
+	int n = a->n, *dying = xmalloc((size_t)n * sizeof *dying), nd = 0;
+	for (int i = 0; i < n; i++)
+		if (a->psz[i])
+			dying[nd++] = i;
+		else
+			b[i].off = 0;
+	sweep_ctx = a;
+	qsort(dying, (size_t)nd, sizeof *dying, by_last);
+	gaps G = {.g = xmalloc(((size_t)nd + 2) * sizeof *G.g), .root = {-1, -1}, .spare = 0};
+	for (int i = 0; i < nd + 2; i++)
+		G.g[i].kid[0][0] = i + 1 < nd + 2 ? i + 1 : -1;
+	gput(&G, 0, UINT64_MAX);
+	uint64_t top = 0;
+	for (int i = 0, k = 0; i < n; i++) {
+		ir_buf *x = &b[order[i]];
+		uint64_t size = a->psz[order[i]];
+		if (!size)
+			continue;
+		for (; k < nd && b[dying[k]].last < x->first; k++) { /* free the dead */
+			uint64_t lo = b[dying[k]].off, hi = lo + a->psz[dying[k]];
+			int below = gbelow(&G, lo), above = gceil(&G, 0, 0, hi);
+			if (below >= 0 && G.g[below].end == lo) {
+				lo = G.g[below].off;
+				gdrop(&G, below);
+			}
+			if (above >= 0 && G.g[above].off == hi) {
+				hi = G.g[above].end;
+				gdrop(&G, above);
+			}
+			gput(&G, lo, hi);
+		}
+		int g = gceil(&G, 1, size, 0); /* the range above everything always fits */
+		uint64_t off = G.g[g].off, end = G.g[g].end;
+		gdrop(&G, g);
+		if (end - off > size)
+			gput(&G, off + size, end);
+		x->off = off;
+		top = off + size > top ? off + size : top;
+	}
+	free(G.g);
+	free(dying);
+	return top;
+}
+
 uint64_t memplan_assign(ir_buf *b, int n)
 {
 	if (n == 0)
@@ -147,8 +326,15 @@ uint64_t memplan_assign(ir_buf *b, int n)
 		if (at[p] > lower)
 			lower = at[p];
 	}
+	/* A layout by place() scans up to k(k-1)/2 placed buffers (k of them
+	 * not empty); it runs only when that fits in WORK, so that a device of
+	 * many buffers gets the program-order layout alone, in one sweep. */
+	long full = 0;
+	for (int i = 0; i < n; i++)
+		full += a.psz[i] != 0;
+	bool general = full * (full - 1) / 2 <= WORK;
 	uint64_t ptop = UINT64_MAX;
-	for (int o = 0; o < 3 && ptop > lower; o++) {
+	for (int o = general ? 0 : 2; o < 3 && ptop > lower; o++) {
 		/* 0: hottest, then largest; 1: largest; 2: program order. */
 		for (int i = 0; i < n; i++) {
 			uint64_t hot = 0;
@@ -160,8 +346,8 @@ uint64_t memplan_assign(ir_buf *b, int n)
 		}
 		sort_ctx = &a;
 		qsort(order, (size_t)n, sizeof *order, by_key);
-		for (int r = 0; r <= ROUNDS && a.work < WORK; r++) {
-			uint64_t top = place(&a, order);
+		for (int r = 0; r <= ROUNDS && ((o == 2 && r == 0) || (general && a.work < WORK)); r++) {
+			uint64_t top = o == 2 && r == 0 ? place_sweep(&a, order) : place(&a, order);
 			if (top < ptop) {
 				ptop = top;
 				for (int i = 0; i < n; i++)

@@ -21,7 +21,10 @@
  * take at most T, the one whose later stages are as full as possible
  * (1F1B-like schedules stash the most micro-batches on the first stages,
  * so ties go to lighter early stages).
- * given: the layer counts of plan.given, in order. */
+ * given: the layer counts of plan.given, in order.
+ *
+ * A plan of more than PASS_MAX_PAIRS (stage, micro-batch) pairs is refused
+ * here, before any pass builds its programs. */
 #include "pass.h"
 
 #include <stdlib.h>
@@ -53,24 +56,42 @@ static int partition_given(ir_module *m)
 	return 0;
 }
 
+/* Layers of stage s in the uniform cut of L layers into S stages. */
+static int uniform_count(int L, int S, int s)
+{
+	int body = L - 2, skip = 1;
+	if (body < S) /* too few: count every layer */
+		body = L, skip = 0;
+	int n = S == 1 ? body : body / S + (s >= 1 && s <= body % S);
+	if (skip && s == 0)
+		n += 1; /* the embedding */
+	if (skip && s == S - 1)
+		n += 1; /* the head */
+	return n;
+}
+
 static void partition_uniform(ir_module *m, int S)
 {
-	int body = m->nlayers - 2, skip = 1;
-	if (body < S) /* too few: count every layer */
-		body = m->nlayers, skip = 0;
-	int base = body / S, extra = body % S, first = 0;
+	int first = 0;
 	for (int s = 0; s < S; s++) {
-		int n = base + (s >= 1 && s <= extra);
-		if (S == 1)
-			n = body;
-		if (skip && s == 0)
-			n += 1; /* the embedding */
-		if (skip && s == S - 1)
-			n += 1; /* the head */
+		int n = uniform_count(m->nlayers, S, s);
 		ir_add_stage(m, first, first + n - 1, -1, (ir_loc){0});
 		first += n;
 	}
 	ir_assert(first == m->nlayers);
+}
+
+const char *pass_partition_label(const ir_module *m)
+{
+	if (!m->nstages || m->plan.partition == IR_PART_GIVEN || m->plan.schedule != IR_SCHED_TUNED)
+		return ir_partition_names[m->plan.partition];
+	for (int s = 0, first = 0; s < m->nstages; s++) {
+		int n = uniform_count(m->nlayers, m->nstages, s);
+		if (m->stages[s].first != first || m->stages[s].last != first + n - 1)
+			return "tuned";
+		first += n;
+	}
+	return "uniform";
 }
 
 /* Can the layers be cut into at most S stages of time <= T each?  Stage
@@ -155,13 +176,29 @@ static int partition_balanced(ir_module *m, int S)
 	return 0;
 }
 
+/* Refuse, before any program is built, a plan of more (stage, micro-batch)
+ * pairs than PASS_MAX_PAIRS. */
+static int check_size(const ir_module *m, int64_t nstages)
+{
+	int64_t M = m->train.microbatches;
+	if (nstages * M <= PASS_MAX_PAIRS)
+		return 0;
+	diag_error(ir_loc_or(m->train_loc, m->loc),
+	           "%lld micro-batches on %lld stages make %lld (stage, micro-batch) pairs; a plan holds "
+	           "at most %d (about 3 KiB of planner memory each): use at most %lld micro-batches "
+	           "here",
+	           (long long)M, (long long)nstages, (long long)(nstages * M), PASS_MAX_PAIRS,
+	           (long long)(PASS_MAX_PAIRS / nstages));
+	return -1;
+}
+
 int pass_partition(ir_module *m)
 {
 	const ir_plan_opts *p = &m->plan;
 	ir_clear_devices(m);
 	ir_clear_stages(m);
 	if (p->partition == IR_PART_GIVEN)
-		return partition_given(m);
+		return check_size(m, p->ngiven) ? -1 : partition_given(m);
 
 	int64_t chunks = ir_plan_chunks(p);
 	if (chunks == 0) {
@@ -177,6 +214,8 @@ int pass_partition(ir_module *m)
 		           (long long)chunks);
 		return -1;
 	}
+	if (check_size(m, nstages))
+		return -1;
 	if (p->partition == IR_PART_BALANCED)
 		return partition_balanced(m, (int)nstages);
 	partition_uniform(m, (int)nstages);

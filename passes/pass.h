@@ -11,6 +11,13 @@
 
 typedef int (*pass_fn)(ir_module *m);
 
+/* The most (stage, micro-batch) pairs a plan may hold: planning takes
+ * about 3 KiB of memory for each (the programs, their lowering, the memory
+ * plan, the simulator's tables), so about 3 GiB at this cap.  `partition`
+ * refuses a larger plan up front; `tune` skips stage counts above it
+ * (docs/cli.md). */
+#define PASS_MAX_PAIRS (1 << 20)
+
 /* X(name, one-line synopsis) */
 #define PASS_LIST(X)                                                           \
 	X(cost, "F/B/W time, FLOPs, stashes and resident bytes of every layer")    \
@@ -68,5 +75,10 @@ int pass_tune(ir_module *m);
 int pass_comm(ir_module *m);
 int pass_verify(ir_module *m);
 int pass_memplan(ir_module *m);
+
+/* What m's stages are, for the plan's printout: the plan's partition when
+ * the partition pass cut them; under the tuner "uniform" when they are
+ * the uniform cut, else "tuned" (its own cut; partition.c). */
+const char *pass_partition_label(const ir_module *m);
 
 #endif

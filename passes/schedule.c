@@ -12,15 +12,21 @@
  * The baselines order work as their authors do (docs/schedules.md has the
  * orders, their closed forms and why they hold).  Two shapes serve all six:
  *
+ * Every schedule runs a stage's W's in micro-batch order (ir_verify checks
+ * it): the runtime adds weight gradients in that order, so that every plan
+ * gives the same weights.
+ *
  * - phased: on every device, a forward order and a backward order, a
  *   warm-up count of forwards, then one forward and one backward at a time,
  *   then the remaining backwards; W follows its B at once or is held back
  *   in a FIFO of a fixed depth.
  *     gpipe  every forward first (each stage of the device in turn, its
- *            micro-batches in order), then every backward in reverse.
+ *            micro-batches in order), then every backward in reverse, a
+ *            stage's W's after its last B (the backward split).
  *     1f1b   PipeDream-flush, Megatron-LM's default: the stage at pipeline
  *            position s warms up with min(S-1-s, M) forwards.
- *     i1f1b  Megatron-LM's interleaved 1F1B: V chunks per device, micro-
+ *     i1f1b  Megatron-LM's interleaved 1F1B: V >= 2 chunks per device
+ *            (chunks=1, the default, means 2: ir_plan_chunks), micro-
  *            batches in groups of p, the warm-up of Megatron's code.
  *     zbh1   ZB-H1: 1F1B's order with B and W split; the stage at position
  *            s keeps its s most recent W's back, which fills its cool-down.
@@ -196,24 +202,28 @@ static int check_v_shape(const ir_module *m)
 
 /* ---- gpipe, 1f1b, zbh1, i1f1b -------------------------------------------- */
 
+/* Every forward, then every backward in reverse; a stage's W's follow its
+ * last B (that of m0), in micro-batch order, as every program must run
+ * them (ir_verify): W right after its B would add the gradients in
+ * reverse.  The makespan is the same, (M + p - 1)(F + B) + M W: each W
+ * fills the time the device would wait for the next gradient anyway. */
 static int schedule_gpipe(ir_module *m)
 {
 	int M = (int)m->train.microbatches;
-	work *fwd = xcalloc((size_t)m->nstages * M, sizeof *fwd);
-	work *bwd = xcalloc((size_t)m->nstages * M, sizeof *bwd);
 	ir_alloc_devices(m);
 	for (int d = 0; d < m->ndevices; d++) {
-		int n = 0;
 		for (int s = 0; s < m->nstages; s++)
-			if (m->stages[s].device == d)
-				for (int i = 0; i < M; i++)
-					fwd[n++] = (work){s, i};
-		for (int i = 0; i < n; i++)
-			bwd[i] = fwd[n - 1 - i];
-		emit_phased(m, d, &(phased){fwd, bwd, n, n, 0});
+			for (int i = 0; s < m->nstages && m->stages[s].device == d && i < M; i++)
+				ir_add_op(m, d, IR_OP_F, s, i, (ir_loc){0});
+		for (int s = m->nstages - 1; s >= 0; s--) {
+			if (m->stages[s].device != d)
+				continue;
+			for (int i = M - 1; i >= 0; i--)
+				ir_add_op(m, d, IR_OP_B, s, i, (ir_loc){0});
+			for (int i = 0; i < M; i++)
+				ir_add_op(m, d, IR_OP_W, s, i, (ir_loc){0});
+		}
 	}
-	free(fwd);
-	free(bwd);
 	return 0;
 }
 
@@ -244,9 +254,12 @@ static int schedule_i1f1b(ir_module *m)
 	int V = interleaved_chunks(m);
 	if (!V)
 		return -1;
-	if (V == 1)
-		return schedule_1f1b(m, false);
 	int p = (int)m->cluster.devices, M = (int)m->train.microbatches;
+	if (V == 1) {
+		diag_error(plan_loc(m), "schedule i1f1b needs 2 or more chunks per device; %d stages on %d devices is 1f1b",
+		           m->nstages, p);
+		return -1;
+	}
 	if (M % p) {
 		diag_error(ir_loc_or(m->microbatches_loc, plan_loc(m)), "schedule i1f1b (Megatron-LM's interleaved 1F1B) runs micro-batches in groups of the pipeline depth: m=%d is not a multiple of p=%d",
 		           M, p);

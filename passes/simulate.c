@@ -124,6 +124,7 @@ typedef struct sim {
 	double *posted;    /* mpi, per value: when the host posted the receive */
 	int **step_of;     /* nccl, per device and op: its step on the comm stream */
 	int **step_left;   /* nccl, per device and step: ops not started */
+	int **step_first;  /* nccl, per device and step: its first op (its ops follow it) */
 	double **step_end;
 	int *nsteps, *head;
 	double *head_since;
@@ -184,14 +185,14 @@ static void step_started(sim *s, int d, int step, double end)
 		s->head_since[d] = s->step_end[d][s->head[d]];
 		s->head[d]++;
 	}
-	for (int i = 0; i < dev->nops; i++) {
+	if (s->head[d] == s->nsteps[d])
+		return;
+	for (int i = s->step_first[d][s->head[d]]; i < dev->nops && s->step_of[d][i] == s->head[d];
+	     i++) {
 		const ir_op *op = &dev->ops[i];
-		if ((op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV) &&
-		    s->step_of[d][i] == s->head[d]) {
-			int x = s->vxfer[vidx(s, op->stage, op->mb, op->kind)];
-			if (x >= 0)
-				try_xfer(s, x);
-		}
+		int x = s->vxfer[vidx(s, op->stage, op->mb, op->kind)];
+		if (x >= 0)
+			try_xfer(s, x);
 	}
 }
 
@@ -455,12 +456,13 @@ static void setup_lowered(sim *s)
 	s->posted = malloc(nv * sizeof *s->posted);
 	s->step_of = calloc((size_t)P, sizeof *s->step_of);
 	s->step_left = calloc((size_t)P, sizeof *s->step_left);
+	s->step_first = calloc((size_t)P, sizeof *s->step_first);
 	s->step_end = calloc((size_t)P, sizeof *s->step_end);
 	s->nsteps = calloc((size_t)P, sizeof *s->nsteps);
 	s->head = calloc((size_t)P, sizeof *s->head);
 	s->head_since = calloc((size_t)P, sizeof *s->head_since);
 	if (!s->vxfer || !s->vsend || !s->vrecv || !s->posted || !s->step_of || !s->step_left ||
-	    !s->step_end || !s->nsteps || !s->head || !s->head_since)
+	    !s->step_first || !s->step_end || !s->nsteps || !s->head || !s->head_since)
 		ir_bug("out of memory");
 	for (size_t v = 0; v < nv; v++)
 		s->vxfer[v] = s->vsend[v] = s->vrecv[v] = -1, s->posted[v] = NAN;
@@ -468,8 +470,9 @@ static void setup_lowered(sim *s)
 		const ir_device *dev = &m->devices[d];
 		s->step_of[d] = malloc(((size_t)dev->nops + 1) * sizeof **s->step_of);
 		s->step_left[d] = calloc((size_t)dev->nops + 1, sizeof **s->step_left);
+		s->step_first[d] = calloc((size_t)dev->nops + 1, sizeof **s->step_first);
 		s->step_end[d] = calloc((size_t)dev->nops + 1, sizeof **s->step_end);
-		if (!s->step_of[d] || !s->step_left[d] || !s->step_end[d])
+		if (!s->step_of[d] || !s->step_left[d] || !s->step_first[d] || !s->step_end[d])
 			ir_bug("out of memory");
 		int n = 0;
 		for (int i = 0; i < dev->nops; i++) {
@@ -482,7 +485,7 @@ static void setup_lowered(sim *s)
 			bool joins = op->group && i > 0 && dev->ops[i - 1].group == op->group &&
 			             (dev->ops[i - 1].comm == IR_COMM_SEND || dev->ops[i - 1].comm == IR_COMM_RECV);
 			if (!joins)
-				n++;
+				s->step_first[d][n++] = i;
 			s->step_of[d][i] = n - 1;
 			s->step_left[d][n - 1]++;
 		}
@@ -495,10 +498,11 @@ static void free_lowered(sim *s)
 	for (int d = 0; d < s->m->ndevices; d++) {
 		free(s->step_of[d]);
 		free(s->step_left[d]);
+		free(s->step_first[d]);
 		free(s->step_end[d]);
 	}
 	void *bufs[] = {s->vxfer, s->vsend, s->vrecv, s->posted, s->step_of, s->step_left,
-	                s->step_end, s->nsteps, s->head, s->head_since};
+	                s->step_first, s->step_end, s->nsteps, s->head, s->head_since};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		free(bufs[i]);
 }

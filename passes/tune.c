@@ -5,8 +5,11 @@
  * schedule: the pass does nothing).  Writes the stages, their devices and
  * every device's program: the best plan found that fits every device's
  * memory.  Guarantees a plan no slower than the best baseline that fits,
- * and a diagnostic naming the device, what it needs and what it has when
- * nothing fits at all.
+ * whose W's run in micro-batch order on every stage (ir_verify's rule:
+ * the list scheduler runs a stage's B's in order and a device's pending
+ * W's first in, first out; the baselines keep it too), and a diagnostic
+ * naming the device, what it needs and what it has when nothing fits at
+ * all, whatever the budget.
  *
  * The search, in the order OctoPipe's bubble-aware tuner works:
  * 1. start from every baseline (partitions uniform and balanced);
@@ -31,18 +34,42 @@
 #include "pass.h"
 #include "simulate.h"
 
-static double budget_s = 20;
-
-void tune_set_budget(double seconds)
-{
-	budget_s = seconds > 0 ? seconds : 20;
-}
-
 static double now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The budget bounds the whole plan: its clock starts when the budget is
+ * set (the command line is read), else when the tune pass starts; the
+ * search leaves time for what follows it (lowering, the memory plan, the
+ * comparison table; see pass_tune), and tune_baselines stops at the same
+ * deadline. */
+static double budget_s = 20;
+static double armed_t0;                 /* tune_set_budget's clock, for the next plan */
+static double plan_t0, plan_end = INFINITY; /* the last plan's start and deadline */
+static double last_progress;
+
+void tune_set_budget(double seconds)
+{
+	budget_s = seconds > 0 ? seconds : 20;
+	armed_t0 = seconds > 0 ? now() : 0; /* the default counts from the tune pass */
+}
+
+/* One line to stderr a second, from the first second of the plan on:
+ * what the tuner is doing and the best step so far (best < 0: none). */
+static void progress_line(const char *doing, long evals, double best, double lb)
+{
+	double n = now();
+	if (n - plan_t0 < 1 || n - last_progress < 1)
+		return;
+	last_progress = n;
+	fprintf(stderr, "tune: %.1f s, %s, %ld plans judged", n - plan_t0, doing, evals);
+	if (best >= 0)
+		fprintf(stderr, ", best %.3f ms, %.1f %% above the lower bound", best * 1e-3,
+		        100 * (best / lb - 1));
+	fprintf(stderr, "\n");
 }
 
 static void *xcalloc(size_t n, size_t size)
@@ -193,6 +220,11 @@ void tune_baselines(const ir_module *m, tune_row *rows)
 		tune_row *r = &rows[i];
 		memset(r, 0, sizeof *r);
 		snprintf(r->name, sizeof r->name, "%s", baselines[i].name);
+		if (now() >= plan_end) {
+			snprintf(r->why, sizeof r->why, "not judged: the tune budget (--tune-budget) ran out");
+			continue;
+		}
+		progress_line("comparing with the baselines", i, -1, 0);
 		ir_module *c = baseline(m, i, r->why, sizeof r->why);
 		if (c) {
 			/* Timed and sized as the tuned plan is: lowered, with its memory
@@ -493,18 +525,13 @@ typedef struct tuner {
 	cand pool[POOL];    /* the best few layouts, each under its best policy */
 	int npool;
 	double lb;
-	double started, last_progress;
+	const char *doing;  /* for the progress line */
 } tuner;
 
 static void progress(tuner *t)
 {
-	double n = now();
-	if (n - t->started < 1 || n - t->last_progress < 1 || !t->have_best)
-		return;
-	t->last_progress = n;
-	fprintf(stderr, "tune: %.1f s, %ld plans judged, best %.3f ms, %.1f %% above the lower bound\n",
-	        n - t->started, t->evals, t->best.v.makespan * 1e-3,
-	        100 * (t->best.v.makespan / t->lb - 1));
+	progress_line(t->doing, t->evals, t->have_best && t->best.v.fits ? t->best.v.makespan : -1,
+	              t->lb);
 }
 
 /* Build the candidate into a scratch module (stages, devices, programs). */
@@ -583,58 +610,93 @@ static bool minmax_bounds(const ir_module *m, int S, int *bound)
 	return ok;
 }
 
+/* Row s of the least-squares cut (see balanced_bounds): for l in [lo, hi],
+ * the best first s stages over layers [0, l) given row s-1 (prev), the
+ * cheapest k from [klo, khi].  The cost of a stage, its squared time while
+ * within cap (else none), makes the matrix Monge, so the leftmost best k
+ * grows with l: divide and conquer, O(layers log layers) per row. */
+typedef struct sqrow {
+	const double *pre, *prev;
+	double *cur;
+	int *from;
+	const int *first; /* per l: the least k whose stage [k, l) is within cap */
+	double cap;
+} sqrow;
+
+static void sq_rows(const sqrow *r, int lo, int hi, int klo, int khi)
+{
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2, a = klo > r->first[mid] ? klo : r->first[mid];
+		int b = khi < mid - 1 ? khi : mid - 1, arg = -1;
+		double best = INFINITY;
+		for (int k = a; k <= b; k++) {
+			double w = r->pre[mid] - r->pre[k], v = r->prev[k] + w * w;
+			if (w <= r->cap && v < best)
+				best = v, arg = k;
+		}
+		r->cur[mid] = best;
+		r->from[mid] = arg;
+		/* A row without a stage within cap bounds the others by where
+		 * its window starts: the rows above it end before, those below
+		 * start after. */
+		int split = arg >= 0 ? arg : a < khi ? a : khi;
+		if (split < klo)
+			split = klo;
+		sq_rows(r, lo, mid - 1, klo, split);
+		lo = mid + 1, klo = split;
+	}
+}
+
 /* Balanced boundaries for S stages: first the least possible largest
- * stage (F + B + W), then, among the cuts within it, the least sum of
- * squared stage times, so that the stages other than the largest are even
- * too (a cut that only minimises the largest leaves the rest lopsided
- * whenever one heavy layer, such as a large LM head, sets the maximum).
- * Dynamic programming, O(S x layers^2). */
-static bool balanced_bounds(const ir_module *m, int S, int *bound)
+ * stage (F + B + W; the partition pass's cut), then, among the cuts
+ * within it, the least sum of squared stage times, so that the stages
+ * other than the largest are even too (a cut that only minimises the
+ * largest leaves the rest lopsided whenever one heavy layer, such as a
+ * large LM head, sets the maximum).  Dynamic programming over S rows,
+ * each O(layers log layers) (sq_rows); false when the deadline passes. */
+static bool balanced_bounds(const ir_module *m, int S, int *bound, double deadline)
 {
 	int L = m->nlayers;
-	if (S < 1 || S > L)
+	if (S < 1 || S > L || !minmax_bounds(m, S, bound))
 		return false;
 	double *pre = xcalloc((size_t)L + 1, sizeof *pre);
 	for (int l = 0; l < L; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		pre[l + 1] = pre[l] + c->f + c->b + c->w;
 	}
-	size_t n = (size_t)(S + 1) * (size_t)(L + 1);
-	double *mx = xcalloc(n, sizeof *mx), *sq = xcalloc(n, sizeof *sq);
-	int *from = xcalloc(n, sizeof *from);
-#define AT(s, l) ((size_t)(s) * (size_t)(L + 1) + (size_t)(l))
-	for (size_t i = 0; i < n; i++)
-		mx[i] = sq[i] = INFINITY;
-	mx[AT(0, 0)] = sq[AT(0, 0)] = 0;
-	for (int s = 1; s <= S; s++)
-		for (int l = s; l <= L - (S - s); l++)
-			for (int k = s - 1; k < l; k++) {
-				double w = pre[l] - pre[k], v = mx[AT(s - 1, k)];
-				v = w > v ? w : v;
-				if (v < mx[AT(s, l)])
-					mx[AT(s, l)] = v;
-			}
-	double cap = mx[AT(S, L)] * (1 + 1e-12);
-	for (int s = 1; s <= S; s++)
-		for (int l = s; l <= L - (S - s); l++)
-			for (int k = s - 1; k < l; k++) {
-				double w = pre[l] - pre[k];
-				if (w > cap || !isfinite(sq[AT(s - 1, k)]))
-					continue;
-				double v = sq[AT(s - 1, k)] + w * w;
-				if (v < sq[AT(s, l)])
-					sq[AT(s, l)] = v, from[AT(s, l)] = k;
-			}
-	bool ok = isfinite(sq[AT(S, L)]);
-	if (ok) {
+	double T = 0;
+	for (int s = 0; s < S; s++)
+		T = fmax(T, pre[bound[s + 1]] - pre[bound[s]]);
+	int *first = xcalloc((size_t)L + 1, sizeof *first);
+	for (int l = 0, k = 0; l <= L; l++) {
+		while (k < l && pre[l] - pre[k] > T * (1 + 1e-12))
+			k++;
+		first[l] = k;
+	}
+	double *prev = xcalloc((size_t)L + 1, sizeof *prev), *cur = xcalloc((size_t)L + 1, sizeof *cur);
+	int *from = xcalloc((size_t)(S + 1) * (size_t)(L + 1), sizeof *from);
+	for (int l = 0; l <= L; l++)
+		prev[l] = l ? INFINITY : 0;
+	bool ok = true;
+	for (int s = 1; s <= S && ok; s++) {
+		for (int l = 0; l <= L; l++)
+			cur[l] = INFINITY;
+		sqrow r = {pre, prev, cur, from + (size_t)s * (size_t)(L + 1), first, T * (1 + 1e-12)};
+		sq_rows(&r, s, L - (S - s), s - 1, L - 1);
+		double *x = prev;
+		prev = cur, cur = x;
+		ok = now() < deadline;
+	}
+	ok = ok && isfinite(prev[L]);
+	if (ok) { /* else the partition pass's cut stays */
 		bound[S] = L;
 		for (int s = S, l = L; s > 0; s--)
-			l = bound[s - 1] = from[AT(s, l)];
+			l = bound[s - 1] = from[(size_t)s * (size_t)(L + 1) + (size_t)l];
 	}
-#undef AT
 	free(pre);
-	free(mx);
-	free(sq);
+	free(first);
+	free(prev);
+	free(cur);
 	free(from);
 	return ok;
 }
@@ -643,7 +705,8 @@ static bool balanced_bounds(const ir_module *m, int S, int *bound)
  * (F + B + W of all their stages) for a fixed placement: steepest descent
  * on the sum of squared loads (then the largest), no simulation.  Cheap, so
  * it runs before the simulator judges the layout. */
-static void balance_devices(const ir_module *m, int S, int P, const int *dev, int *bound)
+static void balance_devices(const ir_module *m, int S, int P, const int *dev, int *bound,
+                            double deadline)
 {
 	double *pre = xcalloc((size_t)m->nlayers + 1, sizeof *pre); /* prefix sums of work */
 	for (int l = 0; l < m->nlayers; l++) {
@@ -651,7 +714,7 @@ static void balance_devices(const ir_module *m, int S, int P, const int *dev, in
 		pre[l + 1] = pre[l] + c->f + c->b + c->w;
 	}
 	double *load = xcalloc((size_t)P, sizeof *load);
-	for (;;) {
+	while (now() < deadline) {
 		double best_max = INFINITY, best_sq = INFINITY;
 		int best_i = -1, best_nb = 0;
 		for (int pass = -1; pass < 2 * S; pass++) {
@@ -779,31 +842,50 @@ static void copy_plan(ir_module *m, const ir_module *x)
 		}
 }
 
+/* What follows the search, in units of one baseline planned, judged,
+ * lowered and memory-planned (the first one's time): the final plan's
+ * check in pass_tune and again in the pipeline, and the comparison table
+ * (a unit a row), with one unit to spare.  docs/tuner.md has how close
+ * it comes. */
+#define AFTER_SEARCH (TUNE_NBASELINES + 3)
+
 /* One search with a memory reserve: the best plan found, as a scratch
- * module with stages and programs, or NULL after filling *tight (the best
- * plan's tightest device, when one was found). */
-static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdict *tight)
+ * module with stages and programs, or NULL after filling *tight (the
+ * plan found that needs the least memory, when one was found).  It ends
+ * by `deadline`, less the time what follows it takes.  *planned: the plan
+ * returned is a baseline whose memory plan was made and fits. */
+static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdict *tight,
+                         bool *planned)
 {
 	int P = (int)m->cluster.devices;
-	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve};
-	t.started = t.last_progress = now();
-	t.deadline = deadline;
+	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve, .deadline = deadline,
+	           .doing = "planning the baselines"};
 
 	/* 1. The baselines' plans, their orders run with the backward split
 	 * (the gradient leaves when B ends, as in every tuned plan): never
-	 * slower than the baseline itself. */
+	 * slower than the baseline itself.  Past the deadline only until one
+	 * fits; all of them when none does (what the least needs is the
+	 * error), so a tight budget never turns a plan that fits into none. */
 	ir_module *fallback = NULL;
-	verdict fv = {.makespan = INFINITY};
-	for (int i = 0; i < TUNE_NBASELINES; i++) {
+	verdict fv = {.makespan = INFINITY}, least = {.tight_dev = -1};
+	double unit = -1;
+	bool fv_planned = false; /* the fallback's memory plan was made, and fits */
+	for (int n = 0; n < TUNE_NBASELINES && !(fallback && now() >= t.deadline); n++) {
+		int i = (n + 1) % TUNE_NBASELINES; /* 1f1b first, gpipe (the most memory) last */
+		double t1 = now();
 		ir_module *c = baseline(m, i, NULL, 0);
+		progress(&t);
 		if (!c)
 			continue;
 		c->plan.schedule = IR_SCHED_TUNED;
 		verdict v = judge(c, reserve);
 		t.evals++;
-		if (v.ok && !v.fits && v.makespan < fv.makespan && m->cluster.mem != UINT64_MAX) {
+		bool first = unit < 0, checked = false;
+		if (v.ok && (first || (!v.fits && v.makespan < fv.makespan && m->cluster.mem != UINT64_MAX))) {
 			/* Over the reserve: what counts is whether its real memory
-			 * plan fits; check on a copy (lowering is in place). */
+			 * plan fits; check on a copy (lowering is in place).  The
+			 * first is checked anyway: its time is the unit of what
+			 * follows the search. */
 			ir_module *low = scratch(m);
 			for (int s = 0; s < c->nstages; s++)
 				ir_add_stage(low, c->stages[s].first, c->stages[s].last, c->stages[s].device,
@@ -813,16 +895,28 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 				for (int k = 0; k < c->devices[d].nops; k++)
 					ir_push_op(low, d, &c->devices[d].ops[k], (ir_loc){0});
 			uint64_t need = 0;
-			v.fits = over_after_memplan(m, low, &need) < 0;
+			int over = over_after_memplan(m, low, &need);
+			v.fits = over < 0;
+			checked = true;
+			if (over >= 0)
+				v.tight_dev = over, v.tight_need = need;
 			ir_free(low);
 		}
+		if (first) {
+			unit = now() - t1;
+			t.deadline = deadline - AFTER_SEARCH * unit;
+		}
+		if (v.ok && !v.fits && v.tight_need > m->cluster.mem &&
+		    (least.tight_dev < 0 || v.tight_need < least.tight_need))
+			least = v;
 		if (v.ok && v.fits && v.makespan < fv.makespan) {
 			ir_free(fallback);
-			fallback = c, fv = v;
+			fallback = c, fv = v, fv_planned = checked;
 		} else {
 			ir_free(c);
 		}
 	}
+	t.doing = "searching";
 
 	/* 2-4. Layouts x policies.  A given partition or placement is kept. */
 	const ir_plan_opts *po = &m->plan;
@@ -856,7 +950,9 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			/* Each stage count twice: the partition pass's balanced cut
 			 * (least largest stage), then the even one (also least
 			 * squares); the search needs both starting points. */
-			if (S < 1 || !(even ? balanced_bounds(m, S, bound) : minmax_bounds(m, S, bound)))
+			if (now() >= t.deadline || (int64_t)S * m->train.microbatches > PASS_MAX_PAIRS)
+				break;
+			if (S < 1 || !(even ? balanced_bounds(m, S, bound, t.deadline) : minmax_bounds(m, S, bound)))
 				continue;
 			for (placement_kind pk = PL_SEQ; pk <= PL_V; pk++) {
 				if ((pk == PL_SEQ) != (S == P) || (pk == PL_V && S != 2 * P))
@@ -871,7 +967,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 				/* The same placement with the devices' loads evened out. */
 				int *b2 = xcalloc((size_t)S + 1, sizeof *b2);
 				memcpy(b2, bound, (size_t)(S + 1) * sizeof *b2);
-				balance_devices(m, S, P, dev, b2);
+				balance_devices(m, S, P, dev, b2, t.deadline);
 				if (memcmp(b2, bound, (size_t)(S + 1) * sizeof *b2) != 0)
 					try_layout(&t, S, b2, dev);
 				free(b2);
@@ -899,13 +995,20 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 	/* The best of the tuned plan and the baselines' plans. */
 	bool tuned_ok = t.have_best && t.best.v.fits;
 	ir_module *x = NULL;
+	*planned = false;
 	if (fallback && (!tuned_ok || fv.makespan <= t.best.v.makespan)) {
 		x = fallback, fallback = NULL;
+		*planned = fv_planned;
 	} else if (tuned_ok) {
 		x = build(&t, &t.best);
 		ir_assert(x != NULL);
 	} else {
-		*tight = t.have_best ? t.best.v : (verdict){.tight_dev = -1};
+		/* Nothing fits: the plan that needs the least, by what it really
+		 * needs (above the memory, not only above the reserve). */
+		*tight = least;
+		if (t.have_best && t.best.v.tight_dev >= 0 && t.best.v.tight_need > m->cluster.mem &&
+		    (least.tight_dev < 0 || t.best.v.tight_need < least.tight_need))
+			*tight = t.best.v;
 	}
 	ir_free(fallback);
 	free(t.best.bound);
@@ -927,17 +1030,21 @@ int pass_tune(ir_module *m)
 	 * plan adds; if the plan found still does not fit once lowered and
 	 * planned, search again keeping 1/12, then 1/6. */
 	static const int reserve_div[] = {25, 12, 6};
-	double deadline = now() + budget_s;
+	plan_t0 = armed_t0 ? armed_t0 : now();
+	armed_t0 = 0;
+	last_progress = plan_t0;
+	double deadline = plan_end = plan_t0 + budget_s;
 	uint64_t mem = m->cluster.mem, need = 0;
 	verdict tight = {.tight_dev = -1};
 	int over = -1;
 	for (size_t i = 0; i < sizeof reserve_div / sizeof *reserve_div; i++) {
 		uint64_t reserve = mem == UINT64_MAX ? 0 : mem / (uint64_t)reserve_div[i];
-		ir_module *x = search(m, reserve, deadline, &tight);
+		bool planned;
+		ir_module *x = search(m, reserve, deadline, &tight, &planned);
 		if (!x)
 			break;
 		need = 0;
-		over = mem == UINT64_MAX ? -1 : over_after_memplan(m, x, &need);
+		over = mem == UINT64_MAX || planned ? -1 : over_after_memplan(m, x, &need);
 		if (over < 0) {
 			/* x was lowered to check it: m takes only the ordered plan; the
 			 * pipeline lowers m itself. */
@@ -957,8 +1064,6 @@ int pass_tune(ir_module *m)
 		}
 		ir_free(x);
 		tight = (verdict){.tight_dev = over, .tight_need = need};
-		if (deadline <= now())
-			break;
 	}
 	/* Nothing fits anywhere: name the tightest device. */
 	char need_s[32], mem_s[32];

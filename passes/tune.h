@@ -25,7 +25,9 @@ typedef struct tune_row {
 #define TUNE_NBASELINES 7 /* gpipe 1f1b i1f1b(v=2) zbh1 zbh2 zbv, + balanced zbh1 */
 
 /* Plan and simulate every baseline on a copy of m (its model, cluster and
- * costs; its own plan is not touched).  Fills rows[0..TUNE_NBASELINES). */
+ * costs; its own plan is not touched).  Fills rows[0..TUNE_NBASELINES); a
+ * row whose turn comes after the last tune pass's deadline is not judged
+ * (ok false, `why` says so). */
 void tune_baselines(const ir_module *m, tune_row *rows);
 
 /* LB = max(total work / devices, one micro-batch's critical path, the
@@ -35,7 +37,9 @@ void tune_baselines(const ir_module *m, tune_row *rows);
  * one device, so M x its f + b + w is a bound too.  Microseconds. */
 double tune_lower_bound(const ir_module *m);
 
-/* Bound the search (seconds of wall time); 0 restores the default. */
+/* Bound the next plan (seconds of wall time, counted from this call:
+ * the search, and tune_baselines after it, end by then; docs/tuner.md);
+ * 0 restores the default, 20 s counted from the start of the tune pass. */
 void tune_set_budget(double seconds);
 
 #endif

@@ -329,9 +329,9 @@ static axis nice_axis(double span)
 	return a;
 }
 
-/* Index of each stage among the stages of its device, and the most
- * stages any device holds. */
-static int *chunk_of_stages(const ir_module *m, int ndev, int *nchunks)
+/* Index of each stage among the stages of its device, and the most and
+ * the fewest stages a device holds. */
+static int *chunk_of_stages(const ir_module *m, int ndev, int *nchunks, int *fewest)
 {
 	int *chunk = calloc((size_t)m->nstages + 1, sizeof *chunk);
 	int *count = calloc((size_t)ndev + 1, sizeof *count);
@@ -346,6 +346,9 @@ static int *chunk_of_stages(const ir_module *m, int ndev, int *nchunks)
 		if (count[d] > *nchunks)
 			*nchunks = count[d];
 	}
+	*fewest = *nchunks;
+	for (int d = 0; d < ndev; d++)
+		*fewest = count[d] < *fewest ? count[d] : *fewest;
 	free(count);
 	return chunk;
 }
@@ -377,7 +380,7 @@ static void put_style(FILE *f, int nchunks, bool edges)
 	fputs("</style>\n", f);
 }
 
-static void put_legend(FILE *f, const bool *present, int nchunks)
+static void put_legend(FILE *f, const bool *present, int nchunks, bool even)
 {
 	double x = LEFT, y = 44, sw = 14;
 	fputs("<g class=\"legend\">\n", f);
@@ -400,7 +403,7 @@ static void put_legend(FILE *f, const bool *present, int nchunks)
 	x += sw + 50;
 	if (nchunks > 1)
 		fprintf(f, "<text class=\"note\" x=\"%.1f\" y=\"%.1f\">lighter shade: later chunk of a device"
-		           " (%d chunks)</text>\n", x, y + 11, nchunks);
+		           " (%s%d chunks)</text>\n", x, y + 11, even ? "" : "up to ", nchunks);
 	fputs("</g>\n", f);
 }
 
@@ -442,8 +445,8 @@ static int svg_panel(FILE *f, const ir_module *m, const sim_result *r, double sp
 	double axis_y = plot_bottom + 6;
 	int height = (int)ceil(axis_y + 46);
 
-	int nchunks;
-	int *chunk = chunk_of_stages(m, ndev, &nchunks);
+	int nchunks, fewest;
+	int *chunk = chunk_of_stages(m, ndev, &nchunks, &fewest);
 	/* Boxes at least 3 px wide on average get white edges, so that
 	 * neighbours stay apart; thinner ones would turn white. */
 	bool edges = most_ops == 0 || PLOT_W / (double)most_ops >= 3;
@@ -463,12 +466,14 @@ static int svg_panel(FILE *f, const ir_module *m, const sim_result *r, double sp
 		put_text(f, caption, ESC_XML);
 	put_text(f, m->model.name && *m->model.name ? m->model.name : "(unnamed model)", ESC_XML);
 	fprintf(f, " \xc2\xb7 %s \xc2\xb7 %d device%s", schedule_name(m), ndev, ndev == 1 ? "" : "s");
-	if (nchunks > 1)
+	if (nchunks > 1 && fewest == nchunks)
 		fprintf(f, " \xc3\x97 %d chunks", nchunks);
+	else if (nchunks > 1) /* devices hold different numbers of stages */
+		fprintf(f, " \xc2\xb7 %d stages, %d to %d a device", m->nstages, fewest, nchunks);
 	fprintf(f, " \xc2\xb7 %lld micro-batch%s \xc2\xb7 makespan %s \xc2\xb7 bubble %.1f%%</text>\n",
 	        (long long)m->train.microbatches, m->train.microbatches == 1 ? "" : "es", ms,
 	        100 * finite_or_zero(r->bubble_ratio));
-	put_legend(f, present, nchunks);
+	put_legend(f, present, nchunks, fewest == nchunks);
 
 	/* Rows: the idle background, device label and utilisation. */
 	for (int d = 0; d < ndev; d++) {

@@ -475,11 +475,14 @@ static double residual_s(const sim_device *d) { return d->residual * 1e-6; }
 static double peak_mem(const sim_device *d) { return (double)d->peak_mem; }
 
 /* The simulator's fields of the JSON object (docs/cli.md). */
-static void print_sim_json(const sim_result *r)
+static void print_sim_json(const sim_result *r, bool times_only)
 {
-	printf(", \"makespan_s\": %.9g, \"bubble_ratio\": %.6f, \"tokens_per_s\": %.6g, "
-	       "\"mfu\": %.6f", r->makespan * 1e-6, r->bubble_ratio, r->tokens_per_s, r->mfu);
-	print_array("peak_mem_bytes", r, peak_mem);
+	printf(", \"makespan_s\": %.9g, \"bubble_ratio\": %.6f, \"tokens_per_s\": %.6g",
+	       r->makespan * 1e-6, r->bubble_ratio, r->tokens_per_s);
+	if (times_only) /* a timing profile: no FLOPs, no memory */
+		printf(", \"mfu\": null, \"peak_mem_bytes\": null");
+	else
+		printf(", \"mfu\": %.6f", r->mfu), print_array("peak_mem_bytes", r, peak_mem);
 	print_array("busy_s", r, busy_s);
 	print_array("warmup_s", r, warmup_s);
 	print_array("cooldown_s", r, cooldown_s);
@@ -493,8 +496,8 @@ static void print_plan_json(const ir_module *m, const sim_result *r)
 	printf(", \"layers\": %d, \"devices\": %lld, \"microbatches\": %lld, \"schedule\": \"%s\", "
 	       "\"partition\": \"%s\", \"chunks\": %lld, \"stages\": [",
 	       m->nlayers, (long long)m->cluster.devices, (long long)m->train.microbatches,
-	       ir_schedule_names[m->plan.schedule], ir_partition_names[m->plan.partition],
-	       (long long)m->plan.chunks);
+	       ir_schedule_names[m->plan.schedule], pass_partition_label(m),
+	       (long long)ir_plan_chunks(&m->plan));
 	for (int s = 0; s < m->nstages; s++) {
 		char kinds[256];
 		stage_kinds(m, &m->stages[s], kinds, sizeof kinds);
@@ -506,18 +509,32 @@ static void print_plan_json(const ir_module *m, const sim_result *r)
 		printf("%s%d", d ? ", " : "", m->devices[d].nops);
 	printf("]");
 	if (r)
-		print_sim_json(r);
+		print_sim_json(r, ir_times_only(m));
 	printf("}\n");
+}
+
+/* Bytes as text, or "n/a" where the costs carry times only. */
+static const char *fmt_peak(char *buf, size_t n, const ir_module *m, uint64_t bytes)
+{
+	if (ir_times_only(m))
+		snprintf(buf, n, "n/a");
+	else
+		fmt_mem(buf, n, bytes);
+	return buf;
 }
 
 static void print_sim_table(const ir_module *m, const sim_result *r)
 {
-	char t[32], u[32], v[32], w[32], x[32];
+	char t[32], u[32], v[32], w[32], x[32], mfu[32];
+	bool times_only = ir_times_only(m);
+	if (times_only) /* a timing profile: no FLOPs */
+		snprintf(mfu, sizeof mfu, "n/a");
+	else
+		snprintf(mfu, sizeof mfu, "%.1f %%", 100 * r->mfu);
 	printf("\nsimulated step (%s, %lld micro-batches): makespan %s, bubble %.1f %%, "
-	       "%.0f tokens/s, MFU %.1f %%\n",
+	       "%.0f tokens/s, MFU %s\n",
 	       ir_schedule_names[m->plan.schedule], (long long)m->train.microbatches,
-	       fmt_time(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s,
-	       100 * r->mfu);
+	       fmt_time(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s, mfu);
 	printf("%-7s %12s %12s %12s %12s %12s\n", "device", "busy", "warm-up", "cool-down",
 	       "residual", "peak memory");
 	for (int d = 0; d < r->ndev; d++) {
@@ -525,7 +542,7 @@ static void print_sim_table(const ir_module *m, const sim_result *r)
 		bool over = sd->peak_mem > m->cluster.mem;
 		printf("D%-6d %12s %12s %12s %12s %12s%s\n", d, fmt_time(t, sizeof t, sd->busy),
 		       fmt_time(u, sizeof u, sd->warmup), fmt_time(v, sizeof v, sd->cooldown),
-		       fmt_time(w, sizeof w, sd->residual), fmt_mem(x, sizeof x, sd->peak_mem),
+		       fmt_time(w, sizeof w, sd->residual), fmt_peak(x, sizeof x, m, sd->peak_mem),
 		       over ? "  exceeds the device's memory" : "");
 	}
 }
@@ -548,14 +565,14 @@ static void print_comparison(const ir_module *m, const sim_result *r)
 			continue;
 		}
 		printf("%-14s %12s %7.1f%% %12s %9.2fx%s\n", row->name, fmt_time(t, sizeof t, row->makespan),
-		       100 * row->bubble, fmt_mem(mem, sizeof mem, row->peak_mem),
+		       100 * row->bubble, fmt_peak(mem, sizeof mem, m, row->peak_mem),
 		       row->makespan / r->makespan, row->fits ? "" : "  (exceeds memory)");
 	}
 	uint64_t peak = 0;
 	for (int d = 0; d < r->ndev; d++)
 		peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
 	printf("%-14s %12s %7.1f%% %12s\n", "tuned", fmt_time(t, sizeof t, r->makespan),
-	       100 * r->bubble_ratio, fmt_mem(mem, sizeof mem, peak));
+	       100 * r->bubble_ratio, fmt_peak(mem, sizeof mem, m, peak));
 	printf("%-14s %12s   (tuned is %.1f %% above it", "lower bound", fmt_time(t, sizeof t, lb),
 	       100 * (r->makespan / lb - 1));
 	if (isfinite(best))
@@ -589,7 +606,7 @@ static int write_pictures(const args *a, const ir_module *m, const sim_result *r
 
 static void print_plan_table(const ir_module *m)
 {
-	ir_print_summary(stdout, m);
+	ir_print_summary(stdout, m, pass_partition_label(m));
 	if (!m->nstages)
 		return;
 	printf("\n%-6s %-14s %-7s %s\n", "stage", "layers", "device", "kinds (e embedding, h head, "
@@ -608,15 +625,21 @@ static void print_plan_table(const ir_module *m)
 	if (!m->ndevices)
 		return;
 	printf("\n%-7s %-5s %s%s\n", "device", "ops", m->memplan ? "arena        " : "",
-	       "program (first ops)");
+	       "program (first ops: F/B/W stage.mb; send, recv, wait of an act or grad)");
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		printf("D%-6d %-5d", d, dev->nops);
 		char ab[32];
 		if (m->memplan) /* the memplan pass: what codegen allocates besides the resident bytes */
-			printf(" %-12s", fmt_mem(ab, sizeof ab, m->memplan[d].arena));
-		for (int i = 0; i < dev->nops && i < 8; i++)
-			printf(" %s%d.%d", ir_op_names[dev->ops[i].kind], dev->ops[i].stage, dev->ops[i].mb);
+			printf(" %-12s", fmt_peak(ab, sizeof ab, m, m->memplan[d].arena));
+		for (int i = 0; i < dev->nops && i < 8; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (op->comm == IR_COMM_NONE)
+				printf(" %s%d.%d", ir_op_names[op->kind], op->stage, op->mb);
+			else /* the value moved: F's activation or B's gradient */
+				printf(" %s:%s%d.%d", ir_comm_names[op->comm], ir_value_names[op->kind], op->stage,
+				       op->mb);
+		}
 		printf("%s\n", dev->nops > 8 ? " ..." : "");
 	}
 }
@@ -710,7 +733,7 @@ static int cmd_sim(const args *a)
 		if (a->set[O_JSON]) {
 			print_plan_json(m, r);
 		} else {
-			ir_print_summary(stdout, m);
+			ir_print_summary(stdout, m, pass_partition_label(m));
 			print_sim_table(m, r);
 		}
 		rc = write_pictures(a, m, r);

@@ -145,5 +145,22 @@ expect 1 "resident-overflow.opir:7:1: error: layer L0: the step's bytes pass 2^6
 expect 1 "act-max.opir:7:1: error: layer L0: the step's bytes pass 2^60" sim tests/bad-ir/act-max.opir
 expect 1 "act-max.opir:7:1: error: layer L0: the step's bytes pass 2^60" opt tests/bad-ir/act-max.opir --passes=memplan
 expect 1 "unknown option '--svg'" opt $c --svg x.svg
+# plan output says what the plan is (issue 14)
+expect 0 "plan: 7 stages on 2 devices, partition tuned, schedule tuned" plan models/tiny-dense.yaml --devices 2 --microbatches 4
+expect 0 '"partition": "tuned"' plan models/tiny-dense.yaml --devices 2 --microbatches 4 --json
+expect 0 "F0.0 send:act0.0 F0.1 send:act0.1" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
+expect 0 "recv:act0.0 recv:act0.1 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
+p=tests/cli/published.json
+expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2
+expect 0 "tokens/s, MFU n/a" plan --profile $p --devices 2
+expect 0 '"mfu": null, "peak_mem_bytes": null' plan --profile $p --devices 2 --json
+expect 0 "plan: 8 stages on 4 devices, partition uniform, schedule i1f1b" plan $m --devices 4 --schedule i1f1b
+expect 0 "i1f1b v=2      schedule i1f1b needs 2 or more chunks per device; 4 stages on 4 devices is 1f1b" plan tests/cli/given4.yaml
+expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4 --tune-budget 0.01
+expect 1 "1048576 micro-batches on 4 stages make 4194304 (stage, micro-batch) pairs; a plan holds at most 1048576" plan models/tiny-dense.yaml --microbatches 1048576
+# every schedule plan offers compiles (tests/passes/test_schedules.c has the grid)
+for sched in tuned gpipe; do
+  expect 0 "compiled tiny-dense for 1 CPU rank" compile models/tiny-dense.yaml --devices 1 --microbatches 3 --schedule $sched -o "$tmp/c-$sched"
+done
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

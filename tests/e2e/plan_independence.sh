@@ -147,8 +147,7 @@ for spec in "${irregular[@]}"; do
 	yaml=$tmp/$base.yaml
 	sed -e "s#data/corpus.txt#$src/models/data/corpus.txt#" "$src/models/tiny-$model.yaml" >"$yaml"
 	printf 'plan:\n  partition: given\n  stage_layers: [%s]\n  placement: [%s]\n' "$layers" "$place" >>"$yaml"
-	# Only the tuner (and gpipe, whose backward runs the micro-batches in
-	# reverse, which codegen refuses) take any placement.
+	# Only the tuner and gpipe take any placement.
 	for sched in tuned gpipe; do
 		name=$base-$sched
 		compile_or_skip "$name" "$yaml" --devices "$p" --schedule $sched || continue

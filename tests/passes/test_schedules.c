@@ -11,9 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cg.h"
+#include "frontend.h"
 #include "pass.h"
 #include "simulate.h"
 #include "testutil.h"
+#include "tune.h"
 
 static const char *sname(ir_schedule s)
 {
@@ -58,6 +61,8 @@ static int plan(ir_module *m)
 /* Stages the plan cuts for a schedule on p devices with `chunks`. */
 static int stages_of(ir_schedule s, int p, int chunks)
 {
+	if (s == IR_SCHED_I1F1B && chunks == 1)
+		chunks = 2; /* chunks=1, the default, means 2 */
 	return s == IR_SCHED_ZBV ? 2 * p : p * chunks;
 }
 
@@ -114,14 +119,15 @@ START_TEST(test_grid_valid)
 					bool chunked = s == IR_SCHED_GPIPE || s == IR_SCHED_I1F1B;
 					if (V > 1 && !chunked)
 						continue;
-					if (s == IR_SCHED_I1F1B && V > 1 && M % p)
+					if (s == IR_SCHED_I1F1B && M % p)
 						continue;
 					ir_module *m = planned((ir_schedule)s, p, M, V, 2, 3, 1);
 					ck_assert_int_eq(ir_verify(m), 0);
 					int peak[8];
 					tu_execute(m, NULL, peak);
 					for (int d = 0; d < p; d++) {
-						int want = inflight_bound((ir_schedule)s, p, M, V, d);
+						int want = inflight_bound((ir_schedule)s, p, M,
+						                          s == IR_SCHED_I1F1B && V == 1 ? 2 : V, d);
 						ck_assert_msg(peak[d] == want,
 						              "%s p=%d m=%d V=%d: D%d holds %d in flight, want %d",
 						              sname((ir_schedule)s), p, M, V, d, peak[d], want);
@@ -221,8 +227,9 @@ static double makespan(ir_module *m, int *peak0)
 #define EXACT(got, want, ...)                                                  \
 	ck_assert_msg((got) == (want), __VA_ARGS__)
 
-/* 2. gpipe and 1f1b: (m+p-1)(F+B+W), the backward in one piece; peak in
- * flight m (gpipe) and min(p, m) (1f1b) on device 0. */
+/* 2. 1f1b: (m+p-1)(F+B+W), the backward in one piece; gpipe, whose W's
+ * wait for the stage's last B: (m+p-1)(F+B) + mW, the backward split;
+ * peak in flight m (gpipe) and min(p, m) (1f1b) on device 0. */
 START_TEST(test_exact_gpipe_1f1b)
 {
 	static const double c[][3] = {{3, 5, 2}, {1, 1, 1}, {4, 2, 0}};
@@ -236,7 +243,8 @@ START_TEST(test_exact_gpipe_1f1b)
 				ir_schedule ss[] = {IR_SCHED_GPIPE, IR_SCHED_1F1B};
 				for (int k = 0; k < 2; k++) {
 					ir_module *m = planned(ss[k], p, M, 1, F, B, W);
-					double got = makespan(m, &peak), want = (M + p - 1) * (F + B + W);
+					double got = makespan(m, &peak),
+					       want = k == 0 ? (M + p - 1) * (F + B) + M * W : (M + p - 1) * (F + B + W);
 					EXACT(got, want, "%s p=%d m=%d F,B,W=%g,%g,%g: makespan %g, want %g",
 					      sname(ss[k]), p, M, F, B, W, got, want);
 					ck_assert_int_eq(peak, k == 0 ? M : imin(p, M));
@@ -402,13 +410,14 @@ static void expect_program(const ir_module *m, int d, const char *want)
 
 START_TEST(test_orders)
 {
-	/* GPipe: forwards in micro-batch order, backwards reversed. */
+	/* GPipe: forwards in micro-batch order, backwards reversed, a stage's
+	 * W's after its last B in micro-batch order. */
 	ir_module *m = planned(IR_SCHED_GPIPE, 2, 3, 1, 1, 1, 1);
-	expect_program(m, 1, "F1.0 F1.1 F1.2 B1.2 W1.2 B1.1 W1.1 B1.0 W1.0");
+	expect_program(m, 1, "F1.0 F1.1 F1.2 B1.2 B1.1 B1.0 W1.0 W1.1 W1.2");
 	ir_free(m);
 	/* GPipe with two stages a device: each stage in turn. */
 	m = planned(IR_SCHED_GPIPE, 2, 2, 2, 1, 1, 1);
-	expect_program(m, 0, "F0.0 F0.1 F2.0 F2.1 B2.1 W2.1 B2.0 W2.0 B0.1 W0.1 B0.0 W0.0");
+	expect_program(m, 0, "F0.0 F0.1 F2.0 F2.1 B2.1 B2.0 W2.0 W2.1 B0.1 B0.0 W0.0 W0.1");
 	ir_free(m);
 	/* Megatron's interleaving, p=2, V=2, m=4: D0 warms up with
 	 * (2-0-1)*2 + (2-1)*2 = 4 forwards: chunk 0 of m0, m1, chunk 1 of m0, m1. */
@@ -438,9 +447,10 @@ START_TEST(test_orders)
 	expect_program(m, 1, "F1.0 F2.0 F1.1 F2.1 B2.0 W2.0 F1.2 B1.0 W1.0 F2.2 B2.1 W2.1 F1.3 "
 	                     "B1.1 W1.1 F2.3 B2.2 B1.2 B2.3 B1.3 W2.2 W1.2 W2.3 W1.3");
 	ir_free(m);
-	/* i1f1b with one chunk is 1f1b. */
-	ir_module *a = planned(IR_SCHED_I1F1B, 4, 6, 1, 1, 1, 1);
-	ir_module *b = planned(IR_SCHED_1F1B, 4, 6, 1, 1, 1, 1);
+	/* i1f1b with chunks=1 (the default) interleaves 2, not 1f1b. */
+	ir_module *a = planned(IR_SCHED_I1F1B, 4, 8, 1, 1, 1, 1);
+	ir_module *b = planned(IR_SCHED_I1F1B, 4, 8, 2, 1, 1, 1);
+	ck_assert_int_eq(a->nstages, 8);
 	for (int d = 0; d < 4; d++) {
 		ck_assert_int_eq(a->devices[d].nops, b->devices[d].nops);
 		ck_assert(!memcmp(a->devices[d].ops, b->devices[d].ops,
@@ -521,6 +531,11 @@ START_TEST(test_errors)
 	m = model(4, 2, 4, IR_SCHED_I1F1B, 1, 1, 1, 1);
 	m->plan.partition = IR_PART_GIVEN, m->plan.given = given3, m->plan.ngiven = 3;
 	expect_error(m, "schedule i1f1b interleaves chunks over the 2 devices, but the plan has 3 stages");
+	/* One stage per device (a given partition) is 1f1b, not interleaving. */
+	static int64_t given2[] = {3, 3};
+	m = model(4, 2, 4, IR_SCHED_I1F1B, 1, 1, 1, 1);
+	m->plan.partition = IR_PART_GIVEN, m->plan.given = given2, m->plan.ngiven = 2;
+	expect_error(m, "schedule i1f1b needs 2 or more chunks per device; 2 stages on 2 devices is 1f1b");
 
 	/* Balanced needs costs. */
 	m = model(6, 2, 4, IR_SCHED_1F1B, 1, 1, 1, 1);
@@ -603,6 +618,57 @@ START_TEST(test_balanced_exact)
 }
 END_TEST
 
+/* Every plan `plan` offers compiles: for every schedule (tuned included),
+ * the tiny models on 1-4 devices with 1-12 micro-batches either plan and
+ * then pass codegen's program builder on every rank (W in micro-batch
+ * order, sizes the runtime's), or are refused by the planner with a
+ * diagnostic.  The schedules without constraints on M never refuse. */
+START_TEST(test_plans_compile)
+{
+	static const char *const models[] = {"tiny-dense", "tiny-hybrid"};
+	ir_schedule sched = (ir_schedule)_i;
+	bool free_m = sched == IR_SCHED_GPIPE || sched == IR_SCHED_1F1B || sched == IR_SCHED_ZBH1 ||
+	              sched == IR_SCHED_ZBH2 || sched == IR_SCHED_TUNED;
+	int compiled = 0;
+	tune_set_budget(2);
+	for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++)
+		for (int p = 1; p <= 4; p++)
+			for (int M = 1; M <= 12; M++) {
+				char path[512];
+				snprintf(path, sizeof path, "%s/%s.yaml", fe_models_dir(), models[mi]);
+				fe_overrides ov = {.devices = p, .microbatches = M, .schedule = sname(sched),
+				                   .backend = "mpi"};
+				ir_module *m = fe_load(path, &ov);
+				ck_assert_ptr_nonnull(m);
+				pass_opts o = {.verify_each = true};
+				tu_capture();
+				int rc = pass_run(m, pass_default_pipeline, pass_default_pipeline_len, &o);
+				char *why = tu_release_first_line();
+				ck_assert_msg(rc == 0 || *why, "%s %s p=%d m=%d: refused without a diagnostic",
+				              models[mi], sname(sched), p, M);
+				ck_assert_msg(rc == 0 || !free_m, "%s %s p=%d m=%d does not plan: %s", models[mi],
+				              sname(sched), p, M, why);
+				free(why);
+				if (rc == 0) {
+					arena *a = arena_new();
+					for (int d = 0; d < m->ndevices; d++) {
+						cg_rank rank;
+						tu_capture();
+						int lrc = cg_lower_rank(m, NULL, d, false, a, &rank);
+						char *err = tu_release_first_line();
+						ck_assert_msg(lrc == 0, "%s %s p=%d m=%d: codegen refuses D%d: %s",
+						              models[mi], sname(sched), p, M, d, err);
+						free(err);
+					}
+					arena_free(a);
+					compiled++;
+				}
+				ir_free(m);
+			}
+	ck_assert_int_gt(compiled, 0);
+}
+END_TEST
+
 static Suite *schedules_suite(void)
 {
 	Suite *s = suite_create("schedules");
@@ -620,6 +686,10 @@ static Suite *schedules_suite(void)
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_balanced_exact);
 	suite_add_tcase(s, tc);
+	TCase *cg = tcase_create("compiles");
+	tcase_set_timeout(cg, 300);
+	tcase_add_loop_test(cg, test_plans_compile, 0, IR_NSCHEDULES);
+	suite_add_tcase(s, cg);
 	return s;
 }
 

@@ -110,6 +110,54 @@ START_TEST(test_does_not_fit_names_the_device)
 }
 END_TEST
 
+/* Whatever the budget: a budget too small to judge anything still says
+ * that the model does not fit, not "no plan found". */
+START_TEST(test_does_not_fit_whatever_the_budget)
+{
+	ir_module *m = load("deepseek-v3", 4, 8, 0);
+	tune_set_budget(1e-6);
+	tu_capture();
+	ck_assert_int_eq(plan(m), -1);
+	const char *out = tu_captured();
+	ck_assert_msg(strstr(out, "error: the model does not fit: in the best plan found, device D"), "%s",
+	              out);
+	tu_release();
+	tune_set_budget(0);
+	ir_free(m);
+}
+END_TEST
+
+/* A huge model with a tiny budget still gets a plan that verifies: the
+ * balanced cuts (O(stages x layers log layers)) and every loop of the
+ * search heed the deadline.  20,000 layers: an O(stages x layers^2) cut
+ * alone would outlast the suite's timeout. */
+START_TEST(test_huge_model_small_budget)
+{
+	char path[] = "/tmp/octopipe-tune-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "model: {name: huge, hidden: 64, vocab: 256, seq: 16, dtype: f32}\n"
+	           "layers:\n  - kind: embedding\n  - repeat: 9999\n    layers:\n"
+	           "      - {kind: attention, heads: 4, kv_heads: 2}\n"
+	           "      - {kind: mlp, ffn: 128}\n  - kind: head\n"
+	           "training: {microbatches: 8}\ncluster: h200\n");
+	fclose(f);
+	fe_overrides ov = {.devices = 4, .schedule = "tuned"};
+	ir_module *m = fe_load(path, &ov);
+	remove(path);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->nlayers, 20000);
+	tune_set_budget(0.05);
+	ck_assert_int_eq(plan(m), 0);
+	tune_set_budget(0);
+	ck_assert_int_eq(ir_verify(m), 0);
+	ck_assert_int_ge(m->nstages, 4);
+	ir_free(m);
+}
+END_TEST
+
 START_TEST(test_deterministic)
 {
 	char *text[2];
@@ -199,6 +247,8 @@ static Suite *tune_suite(void)
 	tcase_add_loop_test(tc, test_never_worse_and_fits, 0, (int)(sizeof cases / sizeof *cases));
 	tcase_add_test(tc, test_tight_memory);
 	tcase_add_test(tc, test_does_not_fit_names_the_device);
+	tcase_add_test(tc, test_does_not_fit_whatever_the_budget);
+	tcase_add_test(tc, test_huge_model_small_budget);
 	tcase_add_test(tc, test_deterministic);
 	tcase_add_test(tc, test_keeps_given_plan);
 	tcase_add_test(tc, test_roundtrip_and_idempotent);

@@ -565,6 +565,47 @@ START_TEST(test_unwritable)
 }
 END_TEST
 
+/* Devices holding different numbers of stages (a tuned plan: D0 three,
+ * D1 one): the title says so, not "2 devices x 3 chunks". */
+START_TEST(test_svg_uneven_chunks)
+{
+	ir_module *m = ir_new();
+	m->model.name = "uneven";
+	m->train.microbatches = 1;
+	m->plan.schedule = IR_SCHED_TUNED;
+	m->plan.chunks = 1;
+	m->cluster.devices = 2;
+	for (int i = 0; i < 4; i++)
+		ir_add_layer(m, IR_LAYER_MLP, (ir_loc){0});
+	static const int dev[] = {0, 1, 0, 0};
+	for (int s = 0; s < 4; s++)
+		ir_add_stage(m, s, s, dev[s], (ir_loc){0});
+	ir_alloc_devices(m);
+	for (int s = 0; s < 4; s++)
+		ir_add_op(m, dev[s], IR_OP_F, s, 0, (ir_loc){0});
+	arena *a = arena_new();
+	sim_result r = {.arena = a, .ndev = 2, .makespan = 4000};
+	r.dev = arena_alloc(a, 2 * sizeof *r.dev);
+	for (int d = 0; d < 2; d++) {
+		r.dev[d].start = arena_alloc(a, 4 * sizeof(double));
+		r.dev[d].end = arena_alloc(a, 4 * sizeof(double));
+	}
+	for (int s = 0, n[2] = {0, 0}; s < 4; s++) {
+		int d = dev[s], i = n[d]++;
+		r.dev[d].start[i] = 1000 * s, r.dev[d].end[i] = 1000 * s + 1000;
+	}
+	const char *path = path_in_dir("u.svg");
+	ck_assert_int_eq(viz_svg(m, &r, path), 0);
+	char *svg = slurp(path);
+	ck_assert_ptr_null(strstr(svg, "\xc3\x97 3 chunks"));
+	ck_assert_ptr_nonnull(strstr(svg, "2 devices \xc2\xb7 4 stages, 1 to 3 a device"));
+	ck_assert_ptr_nonnull(strstr(svg, "later chunk of a device (up to 3 chunks)"));
+	free(svg);
+	arena_free(a);
+	ir_free(m);
+}
+END_TEST
+
 static Suite *viz_suite(void)
 {
 	Suite *s = suite_create("viz");
@@ -575,6 +616,7 @@ static Suite *viz_suite(void)
 	tcase_add_test(tc, test_trace_precision);
 	tcase_add_test(tc, test_svg);
 	tcase_add_test(tc, test_svg_chunks);
+	tcase_add_test(tc, test_svg_uneven_chunks);
 	tcase_add_test(tc, test_unwritable);
 	suite_add_tcase(s, tc);
 	return s;
