@@ -37,7 +37,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 #define OPTIONS(X)                                                                      \
 	X(HELP, "--help", NULL, ~0, "show this help")                                       \
 	X(DEVICES, "--devices", "N", C_MODEL, "number of devices (overrides the cluster's)") \
-	X(DTYPE, "--dtype", "f32|bf16", C_MODEL | C_PROFILE, "the model's dtype (overrides model.dtype): what the device stores activations and parameters in (CPU ranks train in f32)") \
+	X(DTYPE, "--dtype", "f32|bf16|f16", C_MODEL | C_PROFILE, "the model's dtype (overrides model.dtype): what the device stores activations and parameters in (CPU ranks train in f32)") \
 	X(MICROBATCHES, "--microbatches", "M", C_MODEL, "micro-batches per step")            \
 	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL, "cluster preset or cluster file")      \
 	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: tuned (default), gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
@@ -58,7 +58,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(TARGET, "--target", "cpu|cuda|cuda-emu", C_COMPILE | C_PROFILE, "what the executables run on: cpu (MPI ranks; the default), cuda (the layers on GPUs: NVRTC kernels, cuBLAS, NCCL; docs/cuda.md) or cuda-emu (the cuda ranks with their kernels compiled for the host and run by an emulator: the device path without a GPU, for testing)") \
 	X(GPU_ARCH, "--gpu-arch", "sm_XX", C_COMPILE | C_PROFILE, "cuda: the GPU architecture NVRTC compiles for (default sm_90)") \
 	X(EMIT, "--emit", "llvm,obj|cuda,ptx", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o); cuda: write the kernels' CUDA source (DIR/*.cu) or PTX (DIR/*.ptx)") \
-	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile: a directory) there")
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout), the executables (compile: a directory) or the profile (profile) there")
 
 typedef enum opt_id {
 #define X(e, f, v, m, h) O_##e,
@@ -303,7 +303,7 @@ static int setup_pipeline(const args *a, pipeline *pl)
 {
 	memset(pl, 0, sizeof *pl);
 	if (a->set[O_PASSES]) {
-		pl->n = pass_parse_list(a->val[O_PASSES], pl->ids, 64);
+		pl->n = pass_parse_list(a->val[O_PASSES], pl->ids, 64, flag_loc(a, O_PASSES));
 		if (pl->n < 0)
 			return 1;
 	} else {
@@ -668,6 +668,23 @@ static bool is_ir_file(const char *path)
 	return n > 5 && strcmp(path + n - 5, ".opir") == 0;
 }
 
+/* An IR file carries its own cluster, shape, plan options and costs: the
+ * options that change a model before planning would be dropped without a
+ * word, so they are refused (and so is --backend where nothing lowers). */
+static int model_flags_on_ir(const args *a, bool backend_too)
+{
+	static const opt_id model_only[] = {O_DEVICES, O_DTYPE, O_MICROBATCHES, O_CLUSTER, O_SCHEDULE,
+	                                    O_CHUNKS, O_PARTITION, O_PROFILE, O_BACKEND};
+	for (size_t i = 0; i < sizeof model_only / sizeof *model_only; i++) {
+		opt_id id = model_only[i];
+		if (a->set[id] && (id != O_BACKEND || backend_too))
+			return cli_error(a->cmd->name, "%s applies to a model, not to IR text: %s carries its "
+			                               "own (edit the 'model', 'train', 'cluster' and 'plan' lines, "
+			                               "or give the model)", opts[id].flag, a->input);
+	}
+	return 0;
+}
+
 /* sim: an IR file as it is (with the cost pass first when costs are
  * missing), or a model through the default pipeline. */
 static int cmd_sim(const args *a)
@@ -676,6 +693,13 @@ static int cmd_sim(const args *a)
 	ir_module *m;
 	int rc = 0;
 	if (a->input && is_ir_file(a->input)) {
+		if (model_flags_on_ir(a, true) ||
+		    (a->set[O_TUNE_BUDGET] &&
+		     cli_error(a->cmd->name, "--tune-budget is for a model: sim runs no tuner on IR text (%s)",
+		               a->input))) {
+			arena_free(ar);
+			return 1;
+		}
 		m = load_ir(a, ar);
 		bool costed = true;
 		for (int l = 0; m && l < m->nlayers; l++)
@@ -858,6 +882,10 @@ static int cmd_compile(const args *a)
 	arena *ar = arena_new();
 	ir_module *m;
 	if (a->input && is_ir_file(a->input)) {
+		if (model_flags_on_ir(a, false)) {
+			arena_free(ar);
+			return 1;
+		}
 		m = load_ir(a, ar);
 		if (m && ir_lowered(m) && m->plan.backend != want) {
 			diag_error(ir_loc_or(m->plan_loc, m->loc), "the programs are lowered for %s, but %s "

@@ -50,6 +50,12 @@ expect 1 "--chunks must be an integer in 1..1024" plan $m --chunks 0
 expect 1 "unknown cluster preset 'h100'" plan $m --cluster h100
 expect 1 "unknown pass 'plac'; did you mean 'place'?" plan $m --passes=partition,plac
 expect 1 "unknown pass 'sched' in --print-ir-after" plan $m --print-ir-after=sched
+expect 1 "<command line>:1:" opt tests/golden/place-given.opir --passes=plac
+# an IR file carries its own cluster and plan: a model's option is refused, not dropped
+expect 1 "--devices applies to a model, not to IR text" sim tests/golden/place-given.opir --devices 3
+expect 1 "--backend applies to a model, not to IR text" sim tests/deadlock/exchange-mpi.opir --backend nccl
+expect 1 "--tune-budget is for a model" sim tests/deadlock/exchange-mpi.opir --tune-budget 1
+expect 1 "--schedule applies to a model, not to IR text" compile tests/deadlock/exchange-mpi.opir --schedule zbv -o "$tmp/c"
 # files
 expect 1 "missing.yaml:1:1: error: cannot open file" plan missing.yaml
 expect 1 "tests:1:1: error: cannot read file: it is a directory, not a regular file" plan tests
