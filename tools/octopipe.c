@@ -724,7 +724,8 @@ static int cmd_sim(const args *a)
 	sim_result *r = NULL;
 	if (!rc) {
 		if (!m->ndevices) {
-			diag_error(m->loc, "sim: the plan has no device programs; run the 'schedule' pass first");
+			diag_error(ir_loc_or(m->plan_loc, m->loc),
+			           "sim: the plan has no device programs; run the 'schedule' pass first");
 			rc = 1;
 		} else if (!(r = sim_run(m))) {
 			rc = 1;

@@ -53,6 +53,7 @@ expect 1 "unknown pass 'sched' in --print-ir-after" plan $m --print-ir-after=sch
 expect 1 "<command line>:1:" opt tests/golden/place-given.opir --passes=plac
 # an IR file carries its own cluster and plan: a model's option is refused, not dropped
 expect 1 "--devices applies to a model, not to IR text" sim tests/golden/place-given.opir --devices 3
+expect 1 "place-given.opir:6:1: error: sim: the plan has no device programs" sim tests/golden/place-given.opir
 expect 1 "--backend applies to a model, not to IR text" sim tests/deadlock/exchange-mpi.opir --backend nccl
 expect 1 "--tune-budget is for a model" sim tests/deadlock/exchange-mpi.opir --tune-budget 1
 expect 1 "--schedule applies to a model, not to IR text" compile tests/deadlock/exchange-mpi.opir --schedule zbv -o "$tmp/c"
