@@ -1515,6 +1515,8 @@ static int read_plan(fe *f, yaml_node_t *map)
 		return -1;
 	p->schedule = sched;
 	p->partition = part;
+	if (v[PL_CHUNKS])
+		f->m->chunks_loc = at(d, v[PL_CHUNKS]);
 	if (part == IR_PART_GIVEN && !v[PL_STAGES]) {
 		diag_error(at(d, v[PL_PARTITION]), "'partition: given' needs 'stage_layers'");
 		return -1;
@@ -1637,6 +1639,8 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	m->plan.schedule = (ir_schedule)sched;
 	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks, ov->chunks_at) < 0)
 		return -1;
+	if (ov->chunks)
+		m->chunks_loc = ov->chunks_at;
 	if (ov->partition) {
 		int p = ir_lookup(ir_partition_names, IR_NPARTITIONS, ov->partition);
 		if (p < 0 || p == IR_PART_GIVEN) {

@@ -592,6 +592,9 @@ static void parse_plan(parser *ps)
 		return;
 	p->schedule = get_enum(ps, &fs, "schedule", ir_schedule_names, IR_NSCHEDULES, "plan");
 	get_i64(ps, &fs, "chunks", 1, 1024, &p->chunks, "plan");
+	field *at = get(ps, &fs, "chunks", false, "plan");
+	if (at)
+		ps->m->chunks_loc = at->kloc;
 	p->partition = get_enum(ps, &fs, "partition", ir_partition_names,
 	                        IR_NPARTITIONS, "plan");
 	get_list(ps, &fs, "given", &p->given, &p->ngiven);
