@@ -794,6 +794,10 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 	 * slower than the baseline itself. */
 	ir_module *fallback = NULL;
 	verdict fv = {.makespan = INFINITY};
+	/* The baseline least over memory: what "does not fit" names when the
+	 * budget ends before the search has judged a layout of its own (else
+	 * a small budget said "no plan found" of a model that does not fit). */
+	verdict over = {.tight_dev = -1};
 	for (int i = 0; i < TUNE_NBASELINES; i++) {
 		ir_module *c = baseline(m, i, NULL, 0);
 		if (!c)
@@ -816,6 +820,9 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			v.fits = over_after_memplan(m, low, &need) < 0;
 			ir_free(low);
 		}
+		if (v.ok && !v.fits && v.tight_dev >= 0 &&
+		    (over.tight_dev < 0 || v.tight_need < over.tight_need))
+			over = v;
 		if (v.ok && v.fits && v.makespan < fv.makespan) {
 			ir_free(fallback);
 			fallback = c, fv = v;
@@ -905,7 +912,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 		x = build(&t, &t.best);
 		ir_assert(x != NULL);
 	} else {
-		*tight = t.have_best ? t.best.v : (verdict){.tight_dev = -1};
+		*tight = t.have_best && t.best.v.tight_dev >= 0 ? t.best.v : over;
 	}
 	ir_free(fallback);
 	free(t.best.bound);

@@ -80,6 +80,8 @@ expect 0 "schedule tuned" plan $m --devices 4
 expect 0 "lower bound" plan $m --devices 4
 expect 0 "faster than the best baseline that fits" plan $m --devices 4
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
+# a budget that ends before the search judges a layout of its own: the baselines say it does not fit
+expect 1 "error: the model does not fit: in the best plan found, device D" plan models/llama-3-70b.yaml --devices 16 --tune-budget 0.001
 expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget 0
 expect 0 "tuned" plan $m --tune-budget 0.5
 # one reader for every numeric flag: no blank, sign, hex or inf that strtod would take
