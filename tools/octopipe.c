@@ -144,7 +144,8 @@ static void usage(FILE *out)
 	for (int i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  %-8s %-22s %s\n", commands[i].name, commands[i].args,
 		        commands[i].synopsis);
-	fputs("\n'octopipe COMMAND --help' lists the options of a command.\n"
+	fputs("\n'octopipe COMMAND --help' (or -h) lists the options of a command;\n"
+	      "'octopipe --version' prints the version.\n"
 	      "Exit status: 0 success, 1 an error in the input, 2 a feature not built yet.\n", out);
 }
 
@@ -207,6 +208,8 @@ static int parse_args(int argc, char **argv, args *a)
 			a->input = arg;
 			continue;
 		}
+		if (strcmp(arg, "-h") == 0) /* as at the top level */
+			arg = "--help";
 		const char *eq = strchr(arg, '=');
 		size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
 		int id = -1;

@@ -30,6 +30,7 @@ m=models/tiny-hybrid.yaml
 expect 1 "usage: octopipe COMMAND"
 expect 0 "usage: octopipe COMMAND" --help
 expect 0 "--microbatches M" plan --help
+expect 0 "--microbatches M" plan -h
 expect 0 "default pipeline: cost partition place schedule tune" opt --help
 expect 0 "octopipe 0.1" --version
 expect 1 "unknown command 'paln'; did you mean 'plan'?" paln $m
