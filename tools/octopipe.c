@@ -611,15 +611,24 @@ static void print_plan_table(const ir_module *m)
 	if (!m->ndevices)
 		return;
 	printf("\n%-7s %-5s %s%s\n", "device", "ops", m->memplan ? "arena        " : "",
-	       "program (first ops)");
+	       "program (first ops: F/B/W S.m; s/r/w: send/recv/wait of an act or grad, >/< the peer)");
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		printf("D%-6d %-5d", d, dev->nops);
 		char ab[32];
 		if (m->memplan) /* the memplan pass: what codegen allocates besides the resident bytes */
 			printf(" %-12s", fmt_mem(ab, sizeof ab, m->memplan[d].arena));
-		for (int i = 0; i < dev->nops && i < 8; i++)
-			printf(" %s%d.%d", ir_op_names[dev->ops[i].kind], dev->ops[i].stage, dev->ops[i].mb);
+		for (int i = 0; i < dev->nops && i < 8; i++) {
+			/* A send is not its producer's F: sa0.0>D1 is "send act S0 m0 D1". */
+			const ir_op *o = &dev->ops[i];
+			if (o->comm == IR_COMM_NONE)
+				printf(" %s%d.%d", ir_op_names[o->kind], o->stage, o->mb);
+			else if (o->comm == IR_COMM_WAIT)
+				printf(" w%c%d.%d", ir_value_names[o->kind][0], o->stage, o->mb);
+			else
+				printf(" %c%c%d.%d%s%d", ir_comm_names[o->comm][0], ir_value_names[o->kind][0],
+				       o->stage, o->mb, o->comm == IR_COMM_SEND ? ">D" : "<D", o->peer);
+		}
 		printf("%s\n", dev->nops > 8 ? " ..." : "");
 	}
 }
@@ -1042,6 +1051,9 @@ int main(int argc, char **argv)
 	int rc = parse_args(argc, argv, &a);
 	if (rc)
 		return rc < 0 ? 0 : rc;
+	static char program[64];
+	snprintf(program, sizeof program, "octopipe %s", a.cmd->name);
+	diag_program = program;
 	if (a.set[O_TUNE_BUDGET]) {
 		double s;
 		if (parse_seconds(&a, O_TUNE_BUDGET, 1e6, &s))

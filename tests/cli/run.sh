@@ -80,6 +80,7 @@ expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m
 expect 0 "schedule tuned" plan $m --devices 4
 expect 0 "lower bound" plan $m --devices 4
 expect 0 "faster than the best baseline that fits" plan $m --devices 4
+expect 0 "F0.0 sa0.0>D1 F0.1" plan models/tiny-dense.yaml --schedule 1f1b
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
 # a budget that ends before the search judges a layout of its own: the baselines say it does not fit
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/llama-3-70b.yaml --devices 16 --tune-budget 0.001
@@ -147,7 +148,7 @@ expect 0 "\"makespan_s\": " sim $c --json
 expect 0 "" sim $c --trace "$tmp/t.json" --svg "$tmp/t.svg"
 if head -c 5 "$tmp/t.svg" | grep -q '<svg' && grep -q '"traceEvents"' "$tmp/t.json"; then
   pass=$((pass + 1)); else echo "FAIL sim --trace/--svg wrote no trace or picture"; fail=$((fail + 1)); fi
-expect 1 "cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
+expect 1 "octopipe sim: error: cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
 # no inf, NaN or wrapped sum reaches the output: the inputs are refused
 expect 1 "time-huge.opir:9:1: error: layer L2: f=1e+308us is out of range" sim tests/bad-ir/time-huge.opir
 expect 1 "bandwidth-tiny.opir:5:1: error: cluster 'cpu-local': intra-node bandwidth 1e-300 is out of range" sim tests/bad-ir/bandwidth-tiny.opir
