@@ -707,7 +707,9 @@ static int verify_memplan(const ir_module *m)
 				break;
 		}
 		if (i < n || i < p->nbufs) {
-			ir_loc loc = i < p->nbufs ? loc_or(p->buf_loc, i, m->loc) : m->loc;
+			/* A buffer that is missing: at the last one the plan has. */
+			ir_loc loc = i < p->nbufs ? loc_or(p->buf_loc, i, m->loc)
+			             : p->nbufs ? loc_or(p->buf_loc, p->nbufs - 1, m->loc) : m->loc;
 			if (i < n && i < p->nbufs) {
 				ir_buf w = want[i];
 				w.off = p->bufs[i].off;
