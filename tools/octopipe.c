@@ -521,6 +521,12 @@ static void print_sim_table(const ir_module *m, const sim_result *r)
 	       ir_schedule_names[m->plan.schedule], (long long)m->train.microbatches,
 	       fmt_time(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s,
 	       100 * r->mfu);
+	/* Measured (or hand-written) times faster than the peak allows: the
+	 * number is not a utilisation, and is not printed as if it were one. */
+	if (r->mfu > 1)
+		printf("note: MFU above 100 %%: the layers' times are shorter than their FLOPs take at the "
+		       "cluster's peak_flops (%g FLOP/s); the peak, or the times, are not this machine's\n",
+		       m->cluster.flops);
 	printf("%-7s %12s %12s %12s %12s %12s\n", "device", "busy", "warm-up", "cool-down",
 	       "residual", "peak memory");
 	for (int d = 0; d < r->ndev; d++) {

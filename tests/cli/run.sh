@@ -81,6 +81,7 @@ expect 0 "schedule tuned" plan $m --devices 4
 expect 0 "lower bound" plan $m --devices 4
 expect 0 "faster than the best baseline that fits" plan $m --devices 4
 expect 0 "F0.0 sa0.0>D1 F0.1" plan models/tiny-dense.yaml --schedule 1f1b
+expect 0 "note: MFU above 100 %" plan models/tiny-dense.yaml --schedule 1f1b --profile tests/cli/profile-fast.yaml
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
 # a budget that ends before the search judges a layout of its own: the baselines say it does not fit
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/llama-3-70b.yaml --devices 16 --tune-budget 0.001
