@@ -1370,6 +1370,8 @@ static int read_model(fe *f, yaml_node_t *map)
 		return -1;
 	}
 	mi->dtype = dtype;
+	if (v[4])
+		f->m->dtype_loc = at(d, v[4]);
 	return 0;
 }
 
@@ -1633,6 +1635,8 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	if (override_enum(m->arena, "dtype", ov->dtype, ir_dtype_names, IR_NDTYPES, &dtype) < 0)
 		return -1;
 	m->model.dtype = (ir_dtype)dtype;
+	if (ov->dtype && ov->dtype_at.src)
+		m->dtype_loc = ov->dtype_at;
 	if (override_enum(m->arena, "schedule", ov->schedule, ir_schedule_names, IR_NSCHEDULES,
 	                  &sched) < 0)
 		return -1;

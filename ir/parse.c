@@ -516,6 +516,9 @@ static void parse_model(parser *ps)
 	get_i64(ps, &fs, "vocab", 1, 1 << 24, &mi->vocab, "model");
 	get_i64(ps, &fs, "seq", 1, 1 << 24, &mi->seq, "model");
 	mi->dtype = get_enum(ps, &fs, "dtype", ir_dtype_names, IR_NDTYPES, "model");
+	field *at = get(ps, &fs, "dtype", false, "model");
+	if (at)
+		ps->m->dtype_loc = at->kloc;
 	check_unused(ps, &fs, "model", model_keys, N(model_keys));
 	expect_eol(ps);
 }

@@ -351,6 +351,7 @@ static ir_module *load_model(const args *a)
 	ov.microbatches_at = flag_loc(a, O_MICROBATCHES);
 	ov.chunks_at = flag_loc(a, O_CHUNKS);
 	ov.cluster_at = flag_loc(a, O_CLUSTER);
+	ov.dtype_at = flag_loc(a, O_DTYPE);
 	ov.partition = a->val[O_PARTITION];
 	ov.backend = a->val[O_BACKEND];
 	ov.cluster = a->val[O_CLUSTER];

@@ -137,6 +137,8 @@ else
 fi
 expect 1 "unknown dtype 'f8'; known: f32, bf16, f16" plan $m --dtype f8
 expect 1 "the CPU runtime trains in f32, but the model's dtype is bf16" compile $m --dtype bf16 -o "$tmp/out"
+expect 1 "<command line>:1:" compile $m --dtype bf16 -o "$tmp/out"
+expect 1 "llama-3-8b.yaml:12:10: error: codegen: the CPU runtime trains in f32" compile models/llama-3-8b.yaml --schedule 1f1b --devices 2 -o "$tmp/out"
 expect 1 "the device stores activations and parameters as f32 or bf16, but the model's dtype is f16" compile $m --dtype f16 --target cuda-emu -o "$tmp/out"
 expect 1 "unknown target 'gpu' (cpu, cuda or cuda-emu)" compile $m --target gpu -o "$tmp/out"
 expect 1 "--gpu-arch is for --target cuda" compile $m --target cuda-emu --gpu-arch sm_90 -o "$tmp/out"
