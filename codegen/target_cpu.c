@@ -157,7 +157,7 @@ int cg_compile_cpu(const ir_module *m, const sim_result *r, const cg_options *o)
 		return -1;
 	}
 	if (m->model.dtype != IR_DTYPE_F32) {
-		diag_error(ir_loc_or(m->model_loc, m->loc),
+		diag_error(ir_loc_or(m->dtype_loc, ir_loc_or(m->model_loc, m->loc)),
 		           "codegen: the CPU runtime trains in f32, but the model's dtype is %s",
 		           ir_dtype_names[m->model.dtype]);
 		return -1;

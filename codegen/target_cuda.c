@@ -101,7 +101,7 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 		return -1;
 	}
 	if (m->model.dtype != IR_DTYPE_F32 && m->model.dtype != IR_DTYPE_BF16) {
-		diag_error(ir_loc_or(m->model_loc, m->loc),
+		diag_error(ir_loc_or(m->dtype_loc, ir_loc_or(m->model_loc, m->loc)),
 		           "codegen: the device stores activations and parameters as f32 or bf16, but the "
 		           "model's dtype is %s (--dtype overrides it)", ir_dtype_names[m->model.dtype]);
 		return -1;

@@ -1370,6 +1370,8 @@ static int read_model(fe *f, yaml_node_t *map)
 		return -1;
 	}
 	mi->dtype = dtype;
+	if (v[4])
+		f->m->dtype_loc = at(d, v[4]);
 	return 0;
 }
 
@@ -1515,6 +1517,8 @@ static int read_plan(fe *f, yaml_node_t *map)
 		return -1;
 	p->schedule = sched;
 	p->partition = part;
+	if (v[PL_CHUNKS])
+		f->m->chunks_loc = at(d, v[PL_CHUNKS]);
 	if (part == IR_PART_GIVEN && !v[PL_STAGES]) {
 		diag_error(at(d, v[PL_PARTITION]), "'partition: given' needs 'stage_layers'");
 		return -1;
@@ -1631,12 +1635,16 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	if (override_enum(m->arena, "dtype", ov->dtype, ir_dtype_names, IR_NDTYPES, &dtype) < 0)
 		return -1;
 	m->model.dtype = (ir_dtype)dtype;
+	if (ov->dtype && ov->dtype_at.src)
+		m->dtype_loc = ov->dtype_at;
 	if (override_enum(m->arena, "schedule", ov->schedule, ir_schedule_names, IR_NSCHEDULES,
 	                  &sched) < 0)
 		return -1;
 	m->plan.schedule = (ir_schedule)sched;
 	if (override_num("'--chunks'", ov->chunks, 1, 1024, &m->plan.chunks, ov->chunks_at) < 0)
 		return -1;
+	if (ov->chunks)
+		m->chunks_loc = ov->chunks_at;
 	if (ov->partition) {
 		int p = ir_lookup(ir_partition_names, IR_NPARTITIONS, ov->partition);
 		if (p < 0 || p == IR_PART_GIVEN) {

@@ -22,7 +22,7 @@ typedef struct fe_overrides {
 	/* Where the numeric flags and --cluster were written (a source made of
 	 * the command line, so that errors about them show the flag); unset:
 	 * unknown. */
-	ir_loc devices_at, microbatches_at, chunks_at, cluster_at;
+	ir_loc devices_at, microbatches_at, chunks_at, cluster_at, dtype_at;
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

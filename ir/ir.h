@@ -361,6 +361,8 @@ typedef struct ir_module {
 	ir_loc loc;
 	ir_loc model_loc, train_loc, cluster_loc, plan_loc; /* their sections */
 	ir_loc microbatches_loc; /* the field or flag that set it, when known */
+	ir_loc chunks_loc;       /* the same for plan.chunks */
+	ir_loc dtype_loc;        /* the same for model.dtype */
 	struct {
 		ir_loc devices, mem;   /* the cluster field (a preset's too) or flag */
 	} cluster_at;

@@ -516,6 +516,9 @@ static void parse_model(parser *ps)
 	get_i64(ps, &fs, "vocab", 1, 1 << 24, &mi->vocab, "model");
 	get_i64(ps, &fs, "seq", 1, 1 << 24, &mi->seq, "model");
 	mi->dtype = get_enum(ps, &fs, "dtype", ir_dtype_names, IR_NDTYPES, "model");
+	field *at = get(ps, &fs, "dtype", false, "model");
+	if (at)
+		ps->m->dtype_loc = at->kloc;
 	check_unused(ps, &fs, "model", model_keys, N(model_keys));
 	expect_eol(ps);
 }
@@ -529,6 +532,9 @@ static void parse_train(parser *ps)
 		return;
 	get_i64(ps, &fs, "mbs", 1, 1 << 20, &t->mbs, "train");
 	get_i64(ps, &fs, "microbatches", 1, 1 << 20, &t->microbatches, "train");
+	field *at = get(ps, &fs, "microbatches", false, "train");
+	if (at)
+		ps->m->microbatches_loc = at->kloc; /* errors about the count point here */
 	get_i64(ps, &fs, "steps", 1, INT32_MAX, &t->steps, "train");
 	t->optimizer = get_enum(ps, &fs, "optimizer", ir_optimizer_names,
 	                        IR_NOPTIMIZERS, "train");
@@ -558,6 +564,11 @@ static void parse_cluster(parser *ps)
 	get_i64(ps, &fs, "devices", 1, 65536, &c->devices, "cluster");
 	get_i64(ps, &fs, "per_node", 1, 65536, &c->per_node, "cluster");
 	get_bytes(ps, &fs, "mem", &c->mem, "cluster");
+	field *at = get(ps, &fs, "devices", false, "cluster");
+	if (at)
+		ps->m->cluster_at.devices = at->kloc;
+	if ((at = get(ps, &fs, "mem", false, "cluster")))
+		ps->m->cluster_at.mem = at->kloc;
 	get_f64(ps, &fs, "flops", "", &c->flops, "cluster");
 	field *bw = get(ps, &fs, "membw", true, "cluster");
 	if (bw && !parse_rate(bw->val, &c->membw))
@@ -584,6 +595,9 @@ static void parse_plan(parser *ps)
 		return;
 	p->schedule = get_enum(ps, &fs, "schedule", ir_schedule_names, IR_NSCHEDULES, "plan");
 	get_i64(ps, &fs, "chunks", 1, 1024, &p->chunks, "plan");
+	field *at = get(ps, &fs, "chunks", false, "plan");
+	if (at)
+		ps->m->chunks_loc = at->kloc;
 	p->partition = get_enum(ps, &fs, "partition", ir_partition_names,
 	                        IR_NPARTITIONS, "plan");
 	get_list(ps, &fs, "given", &p->given, &p->ngiven);

@@ -220,6 +220,7 @@ src_file *src_read(arena *a, const char *path)
 /* ---- diagnostics ------------------------------------------------------ */
 
 FILE *diag_stream;
+const char *diag_program = "octopipe";
 int diag_errors;
 
 __attribute__((constructor)) static void diag_init(void)
@@ -263,7 +264,7 @@ static void vreport(ir_loc loc, const char *what, const char *fmt, va_list ap)
 		fprintf(diag_stream, "%s:%d:%d: %s: ", loc.src->name, loc.line,
 		        loc.col, what);
 	else
-		fprintf(diag_stream, "octopipe: %s: ", what);
+		fprintf(diag_stream, "%s: %s: ", diag_program, what);
 	vfprintf(diag_stream, fmt, ap);
 	fputc('\n', diag_stream);
 	show_line(loc);

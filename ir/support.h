@@ -69,6 +69,9 @@ src_file *src_read(arena *a, const char *path);
 
 /* Where diagnostics go; stderr unless a test redirects it. */
 extern FILE *diag_stream;
+/* What an unlocated diagnostic starts with: "octopipe", or "octopipe
+ * COMMAND" once the driver knows the command (as its flag errors do). */
+extern const char *diag_program;
 
 /* "file:line:col: error: message", then the source line and a caret under
  * the column.  Counts into diag_errors. */

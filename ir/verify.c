@@ -113,11 +113,20 @@ static ir_loc loc_or(const ir_loc *locs, int i, ir_loc fallback)
 	return locs && locs[i].src ? locs[i] : fallback;
 }
 
+/* Where op i of device d was read, else fallback. */
+static ir_loc op_loc_or(const ir_module *m, int d, int i, ir_loc fallback)
+{
+	return m->op_loc && d >= 0 && d < m->ndevices && m->op_loc[d] && i >= 0 && i < m->devices[d].nops
+	           ? loc_or(m->op_loc[d], i, fallback)
+	           : fallback;
+}
+
 static int verify_layers(const ir_module *m)
 {
 	int errs = 0;
 	if (m->nlayers < 3) {
-		diag_error(m->loc, "a model needs an embedding, at least one layer and a head; got %d layer%s",
+		diag_error(m->nlayers ? loc_or(m->layer_loc, m->nlayers - 1, ir_loc_or(m->model_loc, m->loc))
+		                      : ir_loc_or(m->model_loc, m->loc), "a model needs an embedding, at least one layer and a head; got %d layer%s",
 		           m->nlayers, m->nlayers == 1 ? "" : "s");
 		return 1;
 	}
@@ -362,7 +371,7 @@ static int verify_stages(const ir_module *m)
 		}
 	}
 	if (m->nstages && next != m->nlayers) {
-		diag_error(m->loc, "stages end at L%d; layers L%d..L%d belong to no stage", next - 1,
+		diag_error(loc_or(m->stage_loc, m->nstages - 1, m->loc), "stages end at L%d; layers L%d..L%d belong to no stage", next - 1,
 		           next, m->nlayers - 1);
 		errs++;
 	}
@@ -374,12 +383,13 @@ static int verify_programs(const ir_module *m)
 	if (!m->ndevices)
 		return 0;
 	if (m->ndevices != m->cluster.devices) {
-		diag_error(m->loc, "%d device programs for a cluster of %lld devices", m->ndevices,
+		diag_error(ir_loc_or(m->cluster_at.devices, ir_loc_or(m->cluster_loc, m->loc)),
+		           "%d device programs for a cluster of %lld devices", m->ndevices,
 		           (long long)m->cluster.devices);
 		return 1;
 	}
 	if (!m->nstages) {
-		diag_error(m->loc, "device programs without stages");
+		diag_error(op_loc_or(m, 0, 0, m->loc), "device programs without stages");
 		return 1;
 	}
 	int64_t mbs = m->train.microbatches;
@@ -388,7 +398,8 @@ static int verify_programs(const ir_module *m)
 		for (int i = 0; i < m->devices[d].nops; i++)
 			have += m->devices[d].ops[i].comm == IR_COMM_NONE;
 	if (have != want) {
-		diag_error(m->loc, "the programs hold %lld ops; %d stages x %lld micro-batches need %lld (one F, B and W each)",
+		diag_error(ir_loc_or(m->microbatches_loc, ir_loc_or(m->train_loc, m->loc)),
+		           "the programs hold %lld ops; %d stages x %lld micro-batches need %lld (one F, B and W each)",
 		           (long long)have, m->nstages, (long long)mbs, (long long)want);
 		/* Go on only if the table below stays small enough. */
 		if (want > 4 * have + 1024)
@@ -475,7 +486,7 @@ static int verify_programs(const ir_module *m)
 	for (int64_t i = 0; i < want && errs < 20; i++)
 		if (pos[i] < 0) {
 			int64_t k = i % IR_NOPS, mb = (i / IR_NOPS) % mbs, s = i / IR_NOPS / mbs;
-			diag_error(m->loc, "no %s S%lld m%lld in any program", ir_op_names[k],
+			diag_error(loc_or(m->stage_loc, (int)s, m->loc), "no %s S%lld m%lld in any program", ir_op_names[k],
 			           (long long)s, (long long)mb);
 			errs++;
 		}
@@ -647,10 +658,10 @@ static int verify_comm(const ir_module *m)
 					           snd[v] < 0 ? "send" : rcv[v] < 0 ? "receive" : "wait");
 					errs++;
 				} else if (snd[v] < made) {
-					diag_error(m->loc, "D%d: send %s S%d m%d comes before the op that makes it", src, vn, s, mb);
+					diag_error(op_loc_or(m, src, snd[v], m->loc), "D%d: send %s S%d m%d comes before the op that makes it", src, vn, s, mb);
 					errs++;
 				} else if (wt[v] < rcv[v] || wt[v] > used) {
-					diag_error(m->loc, "D%d: wait %s S%d m%d must follow its receive and come before %s S%d m%d",
+					diag_error(op_loc_or(m, dst, wt[v], m->loc), "D%d: wait %s S%d m%d must follow its receive and come before %s S%d m%d",
 					           dst, vn, s, mb, ir_op_names[k == IR_OP_F ? IR_OP_F : IR_OP_B], cs, mb);
 					errs++;
 				}
@@ -752,7 +763,9 @@ static int verify_memplan(const ir_module *m)
 				break;
 		}
 		if (i < n || i < p->nbufs) {
-			ir_loc loc = i < p->nbufs ? loc_or(p->buf_loc, i, m->loc) : m->loc;
+			/* A buffer that is missing: at the last one the plan has. */
+			ir_loc loc = i < p->nbufs ? loc_or(p->buf_loc, i, m->loc)
+			             : p->nbufs ? loc_or(p->buf_loc, p->nbufs - 1, m->loc) : m->loc;
 			if (i < n && i < p->nbufs) {
 				ir_buf w = want[i];
 				w.off = p->bufs[i].off;

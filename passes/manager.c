@@ -35,7 +35,7 @@ int pass_lookup(const char *name)
 	return ir_lookup(pass_names, PASS_COUNT, name);
 }
 
-int pass_parse_list(const char *list, pass_id *ids, int max)
+int pass_parse_list(const char *list, pass_id *ids, int max, ir_loc at)
 {
 	int n = 0;
 	const char *p = list;
@@ -44,7 +44,7 @@ int pass_parse_list(const char *list, pass_id *ids, int max)
 		size_t len = comma ? (size_t)(comma - p) : strlen(p);
 		char name[64];
 		if (len == 0 || len >= sizeof name) {
-			diag_error((ir_loc){0}, "bad pass list '%s': expected names separated by commas", list);
+			diag_error(at, "bad pass list '%s': expected names separated by commas", list);
 			return -1;
 		}
 		memcpy(name, p, len);
@@ -53,13 +53,13 @@ int pass_parse_list(const char *list, pass_id *ids, int max)
 		if (id < 0) {
 			const char *near = diag_nearest(name, pass_names, PASS_COUNT);
 			if (near)
-				diag_error((ir_loc){0}, "unknown pass '%s'; did you mean '%s'?", name, near);
+				diag_error(at, "unknown pass '%s'; did you mean '%s'?", name, near);
 			else
-				diag_error((ir_loc){0}, "unknown pass '%s' (see --print-pipeline for the passes)", name);
+				diag_error(at, "unknown pass '%s' (see --print-pipeline for the passes)", name);
 			return -1;
 		}
 		if (n == max) {
-			diag_error((ir_loc){0}, "too many passes in '%s'", list);
+			diag_error(at, "too many passes in '%s'", list);
 			return -1;
 		}
 		ids[n++] = (pass_id)id;

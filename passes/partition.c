@@ -202,7 +202,8 @@ int pass_partition(ir_module *m)
 
 	int64_t chunks = ir_plan_chunks(p);
 	if (chunks == 0) {
-		diag_error(plan_loc(m), "schedule zbv runs 2 chunks per device (a V); chunks=%lld does not apply",
+		diag_error(ir_loc_or(m->chunks_loc, plan_loc(m)),
+		           "schedule zbv runs 2 chunks per device (a V); chunks=%lld does not apply",
 		           (long long)p->chunks);
 		return -1;
 	}

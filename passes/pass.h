@@ -61,9 +61,9 @@ typedef struct pass_opts {
 /* Run passes in order.  Returns 0, or -1 after a diagnostic. */
 int pass_run(ir_module *m, const pass_id *ids, int n, const pass_opts *o);
 
-/* Parse "a,b,c" into ids; diagnoses an unknown name (with a suggestion) and
- * returns -1, else the count. */
-int pass_parse_list(const char *list, pass_id *ids, int max);
+/* Parse "a,b,c" into ids; diagnoses an unknown name (with a suggestion) at
+ * `at` (the flag that gave the list) and returns -1, else the count. */
+int pass_parse_list(const char *list, pass_id *ids, int max, ir_loc at);
 int pass_lookup(const char *name);
 
 /* The passes themselves (one file each). */

@@ -136,7 +136,8 @@ static int check_one_stage_per_device(const ir_module *m)
 		int d = m->stages[s].device;
 		if (owner[d] >= 0) {
 			bool chunked = m->plan.chunks > 1 && m->plan.partition != IR_PART_GIVEN;
-			diag_error(plan_loc(m), "schedule %s runs one stage per device, but D%d holds S%d and S%d%s",
+			diag_error(chunked ? ir_loc_or(m->chunks_loc, plan_loc(m)) : plan_loc(m),
+			           "schedule %s runs one stage per device, but D%d holds S%d and S%d%s",
 			           ir_schedule_names[m->plan.schedule], d, owner[d], s,
 			           chunked ? " (chunks above 1 are for gpipe, i1f1b and zbv)" : "");
 			rc = -1;

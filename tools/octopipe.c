@@ -37,7 +37,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 #define OPTIONS(X)                                                                      \
 	X(HELP, "--help", NULL, ~0, "show this help")                                       \
 	X(DEVICES, "--devices", "N", C_MODEL, "number of devices (overrides the cluster's)") \
-	X(DTYPE, "--dtype", "f32|bf16", C_MODEL | C_PROFILE, "the model's dtype (overrides model.dtype): what the device stores activations and parameters in (CPU ranks train in f32)") \
+	X(DTYPE, "--dtype", "f32|bf16|f16", C_MODEL | C_PROFILE, "the model's dtype (overrides model.dtype): what the device stores activations and parameters in (CPU ranks train in f32)") \
 	X(MICROBATCHES, "--microbatches", "M", C_MODEL, "micro-batches per step")            \
 	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL, "cluster preset or cluster file")      \
 	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: tuned (default), gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
@@ -58,7 +58,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(TARGET, "--target", "cpu|cuda|cuda-emu", C_COMPILE | C_PROFILE, "what the executables run on: cpu (MPI ranks; the default), cuda (the layers on GPUs: NVRTC kernels, cuBLAS, NCCL; docs/cuda.md) or cuda-emu (the cuda ranks with their kernels compiled for the host and run by an emulator: the device path without a GPU, for testing)") \
 	X(GPU_ARCH, "--gpu-arch", "sm_XX", C_COMPILE | C_PROFILE, "cuda: the GPU architecture NVRTC compiles for (default sm_90)") \
 	X(EMIT, "--emit", "llvm,obj|cuda,ptx", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o); cuda: write the kernels' CUDA source (DIR/*.cu) or PTX (DIR/*.ptx)") \
-	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout) or the executables (compile: a directory) there")
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout), the executables (compile: a directory) or the profile (profile) there")
 
 typedef enum opt_id {
 #define X(e, f, v, m, h) O_##e,
@@ -144,7 +144,8 @@ static void usage(FILE *out)
 	for (int i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  %-8s %-22s %s\n", commands[i].name, commands[i].args,
 		        commands[i].synopsis);
-	fputs("\n'octopipe COMMAND --help' lists the options of a command.\n"
+	fputs("\n'octopipe COMMAND --help' (or -h) lists the options of a command;\n"
+	      "'octopipe --version' prints the version.\n"
 	      "Exit status: 0 success, 1 an error in the input, 2 a feature not built yet.\n", out);
 }
 
@@ -207,6 +208,8 @@ static int parse_args(int argc, char **argv, args *a)
 			a->input = arg;
 			continue;
 		}
+		if (strcmp(arg, "-h") == 0) /* as at the top level */
+			arg = "--help";
 		const char *eq = strchr(arg, '=');
 		size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
 		int id = -1;
@@ -303,7 +306,7 @@ static int setup_pipeline(const args *a, pipeline *pl)
 {
 	memset(pl, 0, sizeof *pl);
 	if (a->set[O_PASSES]) {
-		pl->n = pass_parse_list(a->val[O_PASSES], pl->ids, 64);
+		pl->n = pass_parse_list(a->val[O_PASSES], pl->ids, 64, flag_loc(a, O_PASSES));
 		if (pl->n < 0)
 			return 1;
 	} else {
@@ -348,6 +351,7 @@ static ir_module *load_model(const args *a)
 	ov.microbatches_at = flag_loc(a, O_MICROBATCHES);
 	ov.chunks_at = flag_loc(a, O_CHUNKS);
 	ov.cluster_at = flag_loc(a, O_CLUSTER);
+	ov.dtype_at = flag_loc(a, O_DTYPE);
 	ov.partition = a->val[O_PARTITION];
 	ov.backend = a->val[O_BACKEND];
 	ov.cluster = a->val[O_CLUSTER];
@@ -535,6 +539,12 @@ static void print_sim_table(const ir_module *m, const sim_result *r)
 	       "%.0f tokens/s, MFU %s\n",
 	       ir_schedule_names[m->plan.schedule], (long long)m->train.microbatches,
 	       fmt_time(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s, mfu);
+	/* Measured (or hand-written) times faster than the peak allows: the
+	 * number is not a utilisation, and is not printed as if it were one. */
+	if (!times_only && r->mfu > 1)
+		printf("note: MFU above 100 %%: the layers' times are shorter than their FLOPs take at the "
+		       "cluster's peak_flops (%g FLOP/s); the peak, or the times, are not this machine's\n",
+		       m->cluster.flops);
 	printf("%-7s %12s %12s %12s %12s %12s\n", "device", "busy", "warm-up", "cool-down",
 	       "residual", "peak memory");
 	for (int d = 0; d < r->ndev; d++) {
@@ -625,7 +635,7 @@ static void print_plan_table(const ir_module *m)
 	if (!m->ndevices)
 		return;
 	printf("\n%-7s %-5s %s%s\n", "device", "ops", m->memplan ? "arena        " : "",
-	       "program (first ops: F/B/W stage.mb; send, recv, wait of an act or grad)");
+	       "program (first ops: F/B/W stage.mb; send, recv, wait of an act or grad, >/< the peer)");
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		printf("D%-6d %-5d", d, dev->nops);
@@ -633,12 +643,15 @@ static void print_plan_table(const ir_module *m)
 		if (m->memplan) /* the memplan pass: what codegen allocates besides the resident bytes */
 			printf(" %-12s", fmt_peak(ab, sizeof ab, m, m->memplan[d].arena));
 		for (int i = 0; i < dev->nops && i < 8; i++) {
+			/* A send is not its producer's F: send:act0.0>D1 is "send act S0 m0 to D1". */
 			const ir_op *op = &dev->ops[i];
 			if (op->comm == IR_COMM_NONE)
 				printf(" %s%d.%d", ir_op_names[op->kind], op->stage, op->mb);
-			else /* the value moved: F's activation or B's gradient */
-				printf(" %s:%s%d.%d", ir_comm_names[op->comm], ir_value_names[op->kind], op->stage,
-				       op->mb);
+			else if (op->comm == IR_COMM_WAIT)
+				printf(" wait:%s%d.%d", ir_value_names[op->kind], op->stage, op->mb);
+			else
+				printf(" %s:%s%d.%d%sD%d", ir_comm_names[op->comm], ir_value_names[op->kind],
+				       op->stage, op->mb, op->comm == IR_COMM_SEND ? ">" : "<", op->peer);
 		}
 		printf("%s\n", dev->nops > 8 ? " ..." : "");
 	}
@@ -691,6 +704,23 @@ static bool is_ir_file(const char *path)
 	return n > 5 && strcmp(path + n - 5, ".opir") == 0;
 }
 
+/* An IR file carries its own cluster, shape, plan options and costs: the
+ * options that change a model before planning would be dropped without a
+ * word, so they are refused (and so is --backend where nothing lowers). */
+static int model_flags_on_ir(const args *a, bool backend_too)
+{
+	static const opt_id model_only[] = {O_DEVICES, O_DTYPE, O_MICROBATCHES, O_CLUSTER, O_SCHEDULE,
+	                                    O_CHUNKS, O_PARTITION, O_PROFILE, O_BACKEND};
+	for (size_t i = 0; i < sizeof model_only / sizeof *model_only; i++) {
+		opt_id id = model_only[i];
+		if (a->set[id] && (id != O_BACKEND || backend_too))
+			return cli_error(a->cmd->name, "%s applies to a model, not to IR text: %s carries its "
+			                               "own (edit the 'model', 'train', 'cluster' and 'plan' lines, "
+			                               "or give the model)", opts[id].flag, a->input);
+	}
+	return 0;
+}
+
 /* sim: an IR file as it is (with the cost pass first when costs are
  * missing), or a model through the default pipeline. */
 static int cmd_sim(const args *a)
@@ -699,6 +729,13 @@ static int cmd_sim(const args *a)
 	ir_module *m;
 	int rc = 0;
 	if (a->input && is_ir_file(a->input)) {
+		if (model_flags_on_ir(a, true) ||
+		    (a->set[O_TUNE_BUDGET] &&
+		     cli_error(a->cmd->name, "--tune-budget is for a model: sim runs no tuner on IR text (%s)",
+		               a->input))) {
+			arena_free(ar);
+			return 1;
+		}
 		m = load_ir(a, ar);
 		bool costed = true;
 		for (int l = 0; m && l < m->nlayers; l++)
@@ -723,7 +760,8 @@ static int cmd_sim(const args *a)
 	sim_result *r = NULL;
 	if (!rc) {
 		if (!m->ndevices) {
-			diag_error(m->loc, "sim: the plan has no device programs; run the 'schedule' pass first");
+			diag_error(ir_loc_or(m->plan_loc, m->loc),
+			           "sim: the plan has no device programs; run the 'schedule' pass first");
 			rc = 1;
 		} else if (!(r = sim_run(m))) {
 			rc = 1;
@@ -881,6 +919,10 @@ static int cmd_compile(const args *a)
 	arena *ar = arena_new();
 	ir_module *m;
 	if (a->input && is_ir_file(a->input)) {
+		if (model_flags_on_ir(a, false)) {
+			arena_free(ar);
+			return 1;
+		}
 		m = load_ir(a, ar);
 		if (m && ir_lowered(m) && m->plan.backend != want) {
 			diag_error(ir_loc_or(m->plan_loc, m->loc), "the programs are lowered for %s, but %s "
@@ -1033,6 +1075,9 @@ int main(int argc, char **argv)
 	int rc = parse_args(argc, argv, &a);
 	if (rc)
 		return rc < 0 ? 0 : rc;
+	static char program[64];
+	snprintf(program, sizeof program, "octopipe %s", a.cmd->name);
+	diag_program = program;
 	if (a.set[O_TUNE_BUDGET]) {
 		double s;
 		if (parse_seconds(&a, O_TUNE_BUDGET, 1e6, &s))

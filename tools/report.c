@@ -17,6 +17,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,14 +62,26 @@ static double median(double *v, int n)
 }
 
 /* A number after "key": in one event line of a libocto_rt trace. */
+/* A finite number after key (strtod also takes nan, inf and hex, which no
+ * trace holds; a NaN would pass every range check below and then index by
+ * (int)NaN). */
 static bool field(const char *line, const char *key, double *out)
 {
 	const char *p = strstr(line, key);
 	if (!p)
 		return false;
+	p += strlen(key);
+	if (!(*p == '-' || (*p >= '0' && *p <= '9')))
+		return false;
 	char *end;
-	*out = strtod(p + strlen(key), &end);
-	return end != p + strlen(key);
+	*out = strtod(p, &end);
+	return end != p && isfinite(*out);
+}
+
+/* The same, a whole number that fits an int. */
+static bool int_field(const char *line, const char *key, double *out)
+{
+	return field(line, key, out) && *out == floor(*out) && *out >= INT_MIN && *out <= INT_MAX;
 }
 
 typedef struct run {
@@ -102,10 +115,11 @@ static int read_rank(run *rn, int d, const char *path, const char *text, int *st
 		if (kind < 0)
 			continue;
 		double ts, dur, step, layer, mb, pid;
-		if (!field(ev, "\"ts\":", &ts) || !field(ev, "\"dur\":", &dur) || !field(ev, "\"step\":", &step) ||
-		    !field(ev, "\"layer\":", &layer) || !field(ev, "\"mb\":", &mb) || !field(ev, "\"pid\":", &pid))
-			return fail("%s: an event without ts, dur, step, layer, mb or pid: not a trace written by "
-			            "libocto_rt", path);
+		if (!field(ev, "\"ts\":", &ts) || !field(ev, "\"dur\":", &dur) || dur < 0 ||
+		    !int_field(ev, "\"step\":", &step) || !int_field(ev, "\"layer\":", &layer) ||
+		    !int_field(ev, "\"mb\":", &mb) || !int_field(ev, "\"pid\":", &pid))
+			return fail("%s: an event without ts, dur (finite, not negative), step, layer, mb or pid "
+			            "(whole numbers): not a trace written by libocto_rt", path);
 		if ((int)pid != d)
 			return fail("%s: an event of rank %d in rank %d's file", path, (int)pid, d);
 		if (layer < 0 || layer >= m->nlayers || mb < 0 || mb >= (double)M || step < 0 || step > 1e7)

@@ -30,6 +30,7 @@ m=models/tiny-hybrid.yaml
 expect 1 "usage: octopipe COMMAND"
 expect 0 "usage: octopipe COMMAND" --help
 expect 0 "--microbatches M" plan --help
+expect 0 "--microbatches M" plan -h
 expect 0 "default pipeline: cost partition place schedule tune" opt --help
 expect 0 "octopipe 0.1" --version
 expect 1 "unknown command 'paln'; did you mean 'plan'?" paln $m
@@ -50,6 +51,13 @@ expect 1 "--chunks must be an integer in 1..1024" plan $m --chunks 0
 expect 1 "unknown cluster preset 'h100'" plan $m --cluster h100
 expect 1 "unknown pass 'plac'; did you mean 'place'?" plan $m --passes=partition,plac
 expect 1 "unknown pass 'sched' in --print-ir-after" plan $m --print-ir-after=sched
+expect 1 "<command line>:1:" opt tests/golden/place-given.opir --passes=plac
+# an IR file carries its own cluster and plan: a model's option is refused, not dropped
+expect 1 "--devices applies to a model, not to IR text" sim tests/golden/place-given.opir --devices 3
+expect 1 "place-given.opir:6:1: error: sim: the plan has no device programs" sim tests/golden/place-given.opir
+expect 1 "--backend applies to a model, not to IR text" sim tests/deadlock/exchange-mpi.opir --backend nccl
+expect 1 "--tune-budget is for a model" sim tests/deadlock/exchange-mpi.opir --tune-budget 1
+expect 1 "--schedule applies to a model, not to IR text" compile tests/deadlock/exchange-mpi.opir --schedule zbv -o "$tmp/c"
 # files
 expect 1 "missing.yaml:1:1: error: cannot open file" plan missing.yaml
 expect 1 "tests:1:1: error: cannot read file: it is a directory, not a regular file" plan tests
@@ -72,7 +80,11 @@ expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m
 expect 0 "schedule tuned" plan $m --devices 4
 expect 0 "lower bound" plan $m --devices 4
 expect 0 "faster than the best baseline that fits" plan $m --devices 4
+expect 0 "F0.0 send:act0.0>D1 F0.1" plan models/tiny-dense.yaml --schedule 1f1b
+expect 0 "note: MFU above 100 %" plan models/tiny-dense.yaml --schedule 1f1b --profile tests/cli/profile-fast.yaml
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
+# a budget that ends before the search judges a layout of its own: the baselines say it does not fit
+expect 1 "error: the model does not fit: in the best plan found, device D" plan models/llama-3-70b.yaml --devices 16 --tune-budget 0.001
 expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget 0
 expect 0 "tuned" plan $m --tune-budget 0.5
 # one reader for every numeric flag: no blank, sign, hex or inf that strtod would take
@@ -125,6 +137,8 @@ else
 fi
 expect 1 "unknown dtype 'f8'; known: f32, bf16, f16" plan $m --dtype f8
 expect 1 "the CPU runtime trains in f32, but the model's dtype is bf16" compile $m --dtype bf16 -o "$tmp/out"
+expect 1 "<command line>:1:" compile $m --dtype bf16 -o "$tmp/out"
+expect 1 "llama-3-8b.yaml:12:10: error: codegen: the CPU runtime trains in f32" compile models/llama-3-8b.yaml --schedule 1f1b --devices 2 -o "$tmp/out"
 expect 1 "the device stores activations and parameters as f32 or bf16, but the model's dtype is f16" compile $m --dtype f16 --target cuda-emu -o "$tmp/out"
 expect 1 "unknown target 'gpu' (cpu, cuda or cuda-emu)" compile $m --target gpu -o "$tmp/out"
 expect 1 "--gpu-arch is for --target cuda" compile $m --target cuda-emu --gpu-arch sm_90 -o "$tmp/out"
@@ -137,7 +151,7 @@ expect 0 "\"makespan_s\": " sim $c --json
 expect 0 "" sim $c --trace "$tmp/t.json" --svg "$tmp/t.svg"
 if head -c 5 "$tmp/t.svg" | grep -q '<svg' && grep -q '"traceEvents"' "$tmp/t.json"; then
   pass=$((pass + 1)); else echo "FAIL sim --trace/--svg wrote no trace or picture"; fail=$((fail + 1)); fi
-expect 1 "cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
+expect 1 "octopipe sim: error: cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
 # no inf, NaN or wrapped sum reaches the output: the inputs are refused
 expect 1 "time-huge.opir:9:1: error: layer L2: f=1e+308us is out of range" sim tests/bad-ir/time-huge.opir
 expect 1 "bandwidth-tiny.opir:5:1: error: cluster 'cpu-local': intra-node bandwidth 1e-300 is out of range" sim tests/bad-ir/bandwidth-tiny.opir
@@ -148,8 +162,8 @@ expect 1 "unknown option '--svg'" opt $c --svg x.svg
 # plan output says what the plan is (issue 14)
 expect 0 "plan: 7 stages on 2 devices, partition tuned, schedule tuned" plan models/tiny-dense.yaml --devices 2 --microbatches 4
 expect 0 '"partition": "tuned"' plan models/tiny-dense.yaml --devices 2 --microbatches 4 --json
-expect 0 "F0.0 send:act0.0 F0.1 send:act0.1" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
-expect 0 "recv:act0.0 recv:act0.1 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
+expect 0 "F0.0 send:act0.0>D1 F0.1 send:act0.1>D1" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
+expect 0 "recv:act0.0<D0 recv:act0.1<D0 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0>D0" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
 p=tests/cli/published.json
 expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2
 expect 0 "tokens/s, MFU n/a" plan --profile $p --devices 2

@@ -45,4 +45,12 @@ grep -q 'no traces' "$work/bare.err" || { cat "$work/bare.err"; fail "no-trace m
 cp -r "$work/run/trace" "$work/bare/trace"
 if "$octopipe" report "$work/bare" 2>"$work/other.err"; then fail "report on another plan's traces"; fi
 grep -q 'another plan' "$work/other.err" || { cat "$work/other.err"; fail "another-plan message"; }
+
+# A step that is not a whole number (NaN passed every range check and then
+# indexed the table: a crash) is refused as a foreign trace.
+cp -r "$work/run" "$work/nan"
+sed -i '0,/"args":{"step":[0-9]*/s//"args":{"step":nan/' "$work/nan/trace/trace-rank0.json"
+rc=0; "$octopipe" report "$work/nan" >/dev/null 2>"$work/nan.err" || rc=$?
+[ $rc -eq 1 ] || { cat "$work/nan.err"; fail "report on a NaN step: exit status $rc"; }
+grep -q 'not a trace written by libocto_rt' "$work/nan.err" || { cat "$work/nan.err"; fail "NaN-step message"; }
 echo "ok"

@@ -141,14 +141,14 @@ END_TEST
 START_TEST(test_pass_list_parsing)
 {
 	pass_id ids[8];
-	ck_assert_int_eq(pass_parse_list("partition,place,schedule", ids, 8), 3);
+	ck_assert_int_eq(pass_parse_list("partition,place,schedule", ids, 8, (ir_loc){0}), 3);
 	ck_assert_int_eq(ids[2], PASS_schedule);
 	tu_capture();
-	ck_assert_int_eq(pass_parse_list("partition,plac", ids, 8), -1);
+	ck_assert_int_eq(pass_parse_list("partition,plac", ids, 8, (ir_loc){0}), -1);
 	ck_assert_ptr_nonnull(strstr(tu_captured(), "unknown pass 'plac'; did you mean 'place'?"));
 	tu_release();
 	tu_capture();
-	ck_assert_int_eq(pass_parse_list("partition,,place", ids, 8), -1);
+	ck_assert_int_eq(pass_parse_list("partition,,place", ids, 8, (ir_loc){0}), -1);
 	tu_release();
 }
 END_TEST
