@@ -4,11 +4,14 @@
  * and returned as an RT_ code; only rt_abort ends anything, and it ends the
  * whole job (MPI_Abort) so that no rank waits forever for a dead one. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -56,6 +59,55 @@ const char *rt__kind_name(rt_kind k)
 	static const char *const names[RT_NKINDS] = {"embedding", "attention", "mlp",
 	                                             "moe",       "mamba",     "head"};
 	return (unsigned)k < RT_NKINDS ? names[k] : "?";
+}
+
+int rt__open_regular(const char *path, struct stat *st)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, st)) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		return -2;
+	}
+	/* Regular files ignore O_NONBLOCK; cleared all the same. */
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
+FILE *rt__create_out(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return NULL;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		errno = e;
+	}
+	return f;
+}
+
+const char *rt__file_kind(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode)    ? "a directory"
+	       : S_ISCHR(st->st_mode)  ? "a character device"
+	       : S_ISBLK(st->st_mode)  ? "a block device"
+	       : S_ISFIFO(st->st_mode) ? "a pipe"
+	       : S_ISSOCK(st->st_mode) ? "a socket"
+	                               : "a special file";
 }
 
 /* Before a context exists, messages go straight to stderr. */

@@ -165,6 +165,18 @@ void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t
 #define RT_FNV_INIT 0xcbf29ce484222325ull
 uint64_t rt__fnv(uint64_t h, const void *p, size_t n);
 
+/* Opens an input file for reading without blocking on it (a FIFO with no
+ * writer would block open() and read() forever): the descriptor, with *st
+ * filled, or -1 with errno set.  -2 (st filled): not a regular file --
+ * rt__file_kind(st) says what it is (a directory, a pipe, a character
+ * device ...); a reader refuses it, since it has no size to read to. */
+struct stat;
+int rt__open_regular(const char *path, struct stat *st);
+const char *rt__file_kind(const struct stat *st);
+/* fopen(path, "w") that cannot block: a FIFO without a reader fails
+ * (ENXIO) instead of waiting for one. */
+FILE *rt__create_out(const char *path);
+
 /* The kind's name as the YAML spells it. */
 const char *rt__kind_name(rt_kind k);
 

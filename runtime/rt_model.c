@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "layers.h" /* RT_MAX_TENSORS */
 #include "rt_internal.h"
@@ -224,20 +225,12 @@ static int read_text(rt_ctx *ctx, const char *path)
 	struct stat st;
 	unsigned char *buf = NULL;
 	int rc = RT_OK;
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	int fd = rt__open_regular(path, &st);
+	if (fd == -2)
+		return rt__fail(ctx, RT_EIO, "text file %s: not a regular file (%s)", path,
+		                rt__file_kind(&st));
+	if (fd < 0)
 		return rt__fail(ctx, RT_EIO, "text file %s: %s", path, strerror(errno));
-	if (fstat(fileno(f), &st)) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: not a regular file (%s)", path,
-		              S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
-		              : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a pipe"
-		              : "a special file");
-		goto out;
-	}
 	size_t len = (size_t)st.st_size;
 	if (st.st_size < ctx->train.seq + 1) {
 		rc = rt__fail(ctx, RT_EIO, "text file %s: %lld bytes, fewer than one sequence (seq + 1 = "
@@ -249,16 +242,23 @@ static int read_text(rt_ctx *ctx, const char *path)
 		              (long long)st.st_size);
 		goto out;
 	}
-	if (fread(buf, 1, len, f) != len) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: read error (the file shrank?)", path);
-		goto out;
+	for (size_t got = 0; got < len;) {
+		ssize_t r = read(fd, buf + got, len - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			rc = rt__fail(ctx, RT_EIO, "text file %s: read: %s", path,
+			              r < 0 ? strerror(errno) : "the file shrank while it was read");
+			goto out;
+		}
+		got += (size_t)r;
 	}
 	ctx->text = buf;
 	ctx->text_len = len;
 	buf = NULL;
 out:
 	free(buf);
-	fclose(f);
+	close(fd);
 	return rc;
 }
 

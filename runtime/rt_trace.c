@@ -55,9 +55,10 @@ int rt_trace_write(rt_ctx *ctx, const char *dir)
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		return rt__fail(ctx, RT_EIO, "trace %s: mkdir: %s", dir, strerror(errno));
 	snprintf(path, sizeof path, "%s/trace-rank%d.json", dir, ctx->rank);
-	FILE *f = fopen(path, "w");
+	FILE *f = rt__create_out(path);
 	if (!f)
-		return rt__fail(ctx, RT_EIO, "trace %s: %s", path, strerror(errno));
+		return rt__fail(ctx, RT_EIO, "trace %s: %s", path,
+		                errno == ENXIO ? "a pipe that nobody reads" : strerror(errno));
 	fputs(TRACE_HEAD, f);
 	fprintf(f,
 	        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n"
