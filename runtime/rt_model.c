@@ -262,6 +262,39 @@ out:
 	return rc;
 }
 
+/* Every rank's data, compared once (an all-gather of a hash of the text,
+ * 0 for synthetic tokens): a rank given another --data would otherwise
+ * train the others on inputs and targets of two sources, and exit 0. */
+static int same_data(rt_ctx *ctx)
+{
+	MPI_Request req;
+	uint64_t mine = ctx->text ? rt__fnv(RT_FNV_INIT, ctx->text, ctx->text_len) : 0;
+	uint64_t *all = malloc((size_t)ctx->world * sizeof *all);
+	int rc;
+	if (!all)
+		return rt__fail(ctx, RT_ENOMEM, "model: out of memory");
+	if ((rc = rt__coll(ctx, MPI_Iallgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T,
+	                                       MPI_COMM_WORLD, &req),
+	                   &req, "model: comparing the ranks' data")))
+		goto out;
+	for (int r = 1; r < ctx->world; r++)
+		if (all[r] != all[0]) {
+			char a[64], b[64];
+			snprintf(a, sizeof a, all[r] ? "a text file of hash 0x%016llx" : "synthetic tokens",
+			         (unsigned long long)all[r]);
+			snprintf(b, sizeof b, all[0] ? "a text file of hash 0x%016llx" : "synthetic tokens",
+			         (unsigned long long)all[0]);
+			rc = rt__fail(ctx, RT_EARG,
+			              "model: rank %d and rank 0 train on different data (%s on rank %d, %s "
+			              "on rank 0): every rank needs the same text file",
+			              r, a, r, b);
+			goto out;
+		}
+out:
+	free(all);
+	return rc;
+}
+
 int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *layers)
 {
 	int rc;
@@ -296,6 +329,8 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 			goto out_text;
 		ctx->train.text_file = ctx->text_path;
 	}
+	if ((rc = same_data(ctx)))
+		goto out_text;
 	ctx->head = -1;
 	for (int i = 0; i < ctx->nlay; i++) {
 		rt_lay *l = &ctx->lay[i];
