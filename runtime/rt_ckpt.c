@@ -772,6 +772,10 @@ static int check_manifest(rt_ctx *ctx, const char *dir, const manifest *m)
 		                          : "synthetic tokens");
 	if (m->step < 0 || m->data_pos < 0)
 		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: negative step or data position", path);
+	if (m->step > RT_MAX_COUNT || m->data_pos > RT_MAX_COUNT)
+		return rt__fail(ctx, RT_ECKPT,
+		                "checkpoint %s: step %lld, data position %lld: beyond what this runtime "
+		                "counts to (2^62)", path, m->step, m->data_pos);
 	for (int i = 0; i < ctx->nlay; i++) {
 		const rt_lay *l = &ctx->lay[i];
 		const man_layer *e = &m->layers[l->index];

@@ -150,6 +150,12 @@ const char *rt__mpierr(int rc, char *buf);
 
 int64_t rt__now_ns(void);
 
+/* The most steps, and samples of data, a context counts to: a checkpoint
+ * beyond it is refused at load, and a step that would pass it at
+ * rt_step_begin, so that neither counter can overflow (a loaded step of
+ * 2^63 - 2 trained on at step -2^63 and exited 0). */
+#define RT_MAX_COUNT (INT64_C(1) << 62)
+
 /* The number of the step a message names: the one running, or the one
  * rt_step_end is ending, counted from 1 as the progress lines count
  * (rt_step_count after that step). */

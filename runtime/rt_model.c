@@ -483,6 +483,11 @@ int rt_step_begin(rt_ctx *ctx)
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_step_begin: step %lld has not ended",
 		                rt__step_no(ctx));
+	if (ctx->step >= RT_MAX_COUNT || ctx->data_pos > RT_MAX_COUNT - ctx->train.microbatches)
+		return rt__fail(ctx, RT_EARG,
+		                "rt_step_begin: step %lld: the step count (or the data position, %lld) "
+		                "is at this runtime's limit (2^62)", rt__step_no(ctx),
+		                (long long)ctx->data_pos);
 	for (int i = 0; i < ctx->nlay; i++)
 		ctx->lay[i].next_w = 0;
 	for (int64_t m = 0; m < ctx->train.microbatches; m++) {

@@ -23,7 +23,8 @@
 #                            limit) ends the job naming the rank, and the previous save
 #                            still resumes, bit for bit
 #   ckpt_nan                 a NaN in a checkpoint's AdamW state (checksums recomputed)
-#                            is refused at load; a NaN weight is refused at save
+#                            is refused at load; a NaN weight is refused at save; a step
+#                            or data position that would overflow is refused
 #   ckpt_dir                 a --save directory that cannot be created fails before step 1
 #   data                     text data that is not a regular file, or shorter than a
 #                            sequence, is refused at start
@@ -141,6 +142,31 @@ def fnv(d):
 struct.pack_into('<Q', b, 64, fnv(b[80:]))
 struct.pack_into('<Q', b, 72, fnv(b[:72]))
 open(path, 'wb').write(b)
+PY
+}
+
+# restep GEN STEP DATA_POS: sets the step and data position of every file
+# of generation GEN, checksums recomputed.
+restep() {
+	python3 - "$@" <<'PY'
+import os, re, struct, sys
+g, step, dp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def fnv(d):
+    h = 0xcbf29ce484222325
+    for x in d:
+        h = ((h ^ x) * 0x100000001b3) & 0xffffffffffffffff
+    return h
+for f in os.listdir(g):
+    if f.startswith('layer-'):
+        b = bytearray(open(os.path.join(g, f), 'rb').read())
+        struct.pack_into('<qq', b, 40, step, dp)
+        struct.pack_into('<Q', b, 72, fnv(b[:72]))
+        open(os.path.join(g, f), 'wb').write(b)
+t = open(os.path.join(g, 'manifest')).read()
+t = t[:t.index('checksum 0x')]
+t = re.sub(r'^step .*$', 'step %d' % step, t, flags=re.M)
+t = re.sub(r'^data_pos .*$', 'data_pos %d' % dp, t, flags=re.M)
+open(os.path.join(g, 'manifest'), 'w').write(t + 'checksum 0x%016x\n' % fnv(t.encode()))
 PY
 }
 
@@ -385,6 +411,17 @@ ckpt_nan)
 		fails 2 "${err}.*/layer-0003.ckpt: layer 3 \(attention\), tensor [^ ]+: element [0-9]+ of the $*" \
 			"$* in layer 3 (checksums recomputed): refused at load" --model dense --steps 1 --load "$tmp/c"
 	done
+	# Counters that would overflow (a step of 2^63 - 2 trained on at step
+	# -2^63 and exited 0): refused at load, or at the step that reaches 2^62.
+	for c in "9223372036854775806 16" "2 9223372036854775800"; do
+		set -- $c
+		rm -rf "$tmp/c" && cp -r "$tmp/ck" "$tmp/c" && restep "$tmp/c/$(cat "$tmp/c/current")" "$1" "$2"
+		fails 2 "${err}.*/manifest: step $1, data position $2: beyond what this runtime counts to \(2\^62\)" \
+			"step $1, data position $2 (checksums recomputed): refused at load" --model dense --steps 1 --load "$tmp/c"
+	done
+	rm -rf "$tmp/c" && cp -r "$tmp/ck" "$tmp/c" && restep "$tmp/c/$(cat "$tmp/c/current")" 4611686018427387903 0
+	fails 2 "octopipe rank [01]: error: rt_step_begin: step 4611686018427387905: the step count .* is at this runtime's limit \(2\^62\)" \
+		"a step count that reaches 2^62: the step after it is refused" --model dense --steps 3 --load "$tmp/c"
 	# A NaN weight after the last step: not saved, and the last save stays.
 	fails 2 "octopipe rank [01]: error: (checkpoint .*: not saved: rank 1 could not write its layers .*: )?checkpoint .*/layer-0009.ckpt: layer 9 \(head\), tensor [^ ]+: element 0 of the parameters is NaN \(not saved\)" \
 		"a NaN weight at the save: refused, naming the layer and the tensor" \
