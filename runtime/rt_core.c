@@ -5,6 +5,7 @@
  * whole job (MPI_Abort) so that no rank waits forever for a dead one. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,75 @@ static int env_timeout(const char *s, double *out)
 	return RT_OK;
 }
 
+/* MPI_Init_thread waits for every rank of the job and cannot be
+ * interrupted: a rank stopped (SIGSTOP) or stuck before it would hang the
+ * others there, outside every deadline and without a word.  A watchdog
+ * thread gives it the communication timeout; past that the rank says so,
+ * naming itself (the launcher's rank variable: there is no MPI yet) and the
+ * cause, and ends itself with _exit -- the one place the runtime ends a
+ * process other than through rt_abort, since there is no MPI to abort
+ * with --, and the launcher then ends the job. */
+typedef struct init_watch {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	double timeout_s;
+} init_watch;
+
+static void *watch_init(void *arg)
+{
+	init_watch *w = arg;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	double t = w->timeout_s;
+	until.tv_sec += (time_t)t;
+	until.tv_nsec += (long)((t - (double)(time_t)t) * 1e9);
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->mu);
+	int rc = 0;
+	while (!w->done && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+	bool late = !w->done;
+	pthread_mutex_unlock(&w->mu);
+	if (late) {
+		const char *r = getenv("OMPI_COMM_WORLD_RANK");
+		if (!r && !(r = getenv("PMIX_RANK")))
+			r = getenv("PMI_RANK");
+		fprintf(stderr,
+		        "octopipe rank %s: error: MPI start-up (MPI_Init) did not finish within %g s "
+		        "(OCTO_COMM_TIMEOUT): a rank of the job is stopped or stuck before it, or did "
+		        "not start\n",
+		        r ? r : "?", t);
+		fflush(stderr);
+		_exit(-RT_ETIMEOUT);
+	}
+	return NULL;
+}
+
+/* MPI_Init_thread under the watchdog. */
+static int init_mpi(int *argc, char ***argv, double timeout_s, int *provided)
+{
+	init_watch w = {.done = false, .timeout_s = timeout_s};
+	pthread_t th;
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	bool watching = pthread_create(&th, NULL, watch_init, &w) == 0;
+	int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, provided);
+	if (watching) {
+		pthread_mutex_lock(&w.mu);
+		w.done = true;
+		pthread_cond_signal(&w.cv);
+		pthread_mutex_unlock(&w.mu);
+		pthread_join(th, NULL);
+	}
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.mu);
+	return rc;
+}
+
 int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 {
 	rt_options none = {0};
@@ -142,8 +212,18 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 		opt = &none;
 	if ((rc = MPI_Initialized(&inited)) != MPI_SUCCESS)
 		return early_fail(RT_EMPI, "MPI_Initialized", rc);
-	if (!inited && (rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
-		return early_fail(RT_EMPI, "MPI_Init_thread", rc);
+	if (!inited) {
+		/* The deadline as below; an OCTO_COMM_TIMEOUT that does not parse
+		 * is reported below, with the rank, and the default watches here. */
+		double wait_s = 60;
+		const char *e = getenv("OCTO_COMM_TIMEOUT");
+		if (opt->comm_timeout_s > 0)
+			wait_s = opt->comm_timeout_s;
+		else if (e && *e && env_timeout(e, &wait_s))
+			wait_s = 60;
+		if ((rc = init_mpi(argc, argv, wait_s, &provided)) != MPI_SUCCESS)
+			return early_fail(RT_EMPI, "MPI_Init_thread", rc);
+	}
 	/* Errors come back as codes, to be reported with the rank. */
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 

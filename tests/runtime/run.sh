@@ -28,7 +28,8 @@
 #   ckpt_dir                 a --save directory that cannot be created fails before step 1
 #   data                     text data that is not a regular file, or shorter than a
 #                            sequence, is refused at start
-#   stop                     SIGSTOP one rank: the others name it ("rank 2 stopped answering")
+#   stop                     SIGSTOP one rank: the others name it ("rank 2 stopped answering");
+#                            one stopped before MPI start-up: the other's watchdog ends the job
 #   programs                 compiled ranks (OCTOPIPE): ranks of another model, seed or
 #                            plan, or started with other options or data, refused at
 #                            start, naming both; --checkpoint checked
@@ -501,6 +502,19 @@ stop)
 		kill -CONT "$pid" 2>/dev/null
 	fi
 	wait "$job" 2>/dev/null
+	# Rank 1 stopped before MPI start-up (its shell stops itself before it
+	# becomes the driver): rank 0 waits inside MPI_Init, which no deadline
+	# of the runtime's reached before; its watchdog now ends it, saying why.
+	OCTO_COMM_TIMEOUT=20 capped "${MPIRUN[@]}" -np 1 "$drv" --model dense --steps 1 : \
+		-np 1 bash -c 'kill -STOP $$; exec "$0" "$@"' "$drv" --model dense --steps 1 >"$tmp/log" 2>&1
+	rc=$?
+	if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ] &&
+		grep -q "octopipe rank 0: error: MPI start-up (MPI_Init) did not finish within 20 s (OCTO_COMM_TIMEOUT): a rank of the job is stopped" "$tmp/log"; then
+		ok "a rank stopped before MPI start-up: the other ends the job (exit $rc), saying why"
+	else
+		bad "a rank stopped before MPI start-up: exit $rc"
+		sed 's/^/  | /' "$tmp/log" | tail -10
+	fi
 	;;
 
 programs)
