@@ -183,8 +183,13 @@ int rt_cli_start(rt_cli *cli, rt_ctx *ctx)
 		                (int)p->rank, (int)p->nranks, rt_rank(ctx), rt_world_size(ctx));
 	if ((rc = same_job(ctx, cli)))
 		return rc;
-	/* A checkpoint that cannot be written is found now, not after training. */
+	/* A checkpoint, trace or profile that cannot be written is found now,
+	 * not after training. */
 	if (cli->checkpoint && !cli->profile && (rc = rt_ckpt_check(ctx, cli->checkpoint)))
+		return rc;
+	if ((rc = rt__trace_check(ctx)))
+		return rc;
+	if (cli->profile && rt_rank(ctx) == 0 && (rc = rt__out_check(ctx, "profile", cli->profile)))
 		return rc;
 	return RT_OK;
 }

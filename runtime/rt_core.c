@@ -101,6 +101,21 @@ FILE *rt__create_out(const char *path)
 	return f;
 }
 
+int rt__out_check(rt_ctx *ctx, const char *what, const char *path)
+{
+	struct stat st;
+	bool existed = stat(path, &st) == 0;
+	/* No O_TRUNC: an existing file keeps its bytes until the real write. */
+	int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return rt__fail(ctx, RT_EIO, "%s %s: cannot be written: %s", what, path,
+		                errno == ENXIO ? "a pipe that nobody reads" : strerror(errno));
+	close(fd);
+	if (!existed)
+		unlink(path);
+	return RT_OK;
+}
+
 const char *rt__file_kind(const struct stat *st)
 {
 	return S_ISDIR(st->st_mode)    ? "a directory"

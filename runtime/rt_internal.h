@@ -183,6 +183,12 @@ const char *rt__file_kind(const struct stat *st);
  * (ENXIO) instead of waiting for one. */
 FILE *rt__create_out(const char *path);
 
+/* Before the first step: the trace directory (rt_init's) can take this
+ * rank's trace, and the profile file can be written, so that neither is
+ * found unwritable only after the run.  RT_EIO with a message, or RT_OK. */
+int rt__trace_check(rt_ctx *ctx);
+int rt__out_check(rt_ctx *ctx, const char *what, const char *path);
+
 /* The kind's name as the YAML spells it. */
 const char *rt__kind_name(rt_kind k);
 

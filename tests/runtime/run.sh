@@ -32,8 +32,8 @@
 #                            one stopped before MPI start-up: the other's watchdog ends the job
 #   programs                 compiled ranks (OCTOPIPE): ranks of another model, seed or
 #                            plan, or started with other options or data, refused at
-#                            start, naming both; --checkpoint checked
-#                            before step 1; --data /dev/zero, text on vocab < 256, lr 1e39 named
+#                            start, naming both; --checkpoint, --trace and
+#                            --profile checked before step 1; --data /dev/zero, text on vocab < 256, lr 1e39 named
 #   sync                     OCTO_COMM_SYNC=1 (synchronous sends) trains to completion;
 #                            a program relying on buffering times out there
 #   arena                    an arena too small: a clear error, non-zero exit
@@ -590,6 +590,12 @@ programs)
 	expect_prog "--checkpoint that cannot be created: refused before step 1" \
 		"checkpoint $tmp/file/ck: cannot create the directory: Not a directory" \
 		"$tmp/a/launch" --steps 2 --checkpoint "$tmp/file/ck"
+	expect_prog "--trace under a file: refused before step 1, not after the run" \
+		"trace $tmp/file/trace-rank0.json: cannot be written: Not a directory" \
+		"$tmp/a/launch" --steps 2 --trace "$tmp/file"
+	expect_prog "--profile under a file: refused before profiling" \
+		"profile $tmp/file/p.yaml: cannot be written: Not a directory" \
+		"$tmp/a/launch" --profile "$tmp/file/p.yaml"
 	expect_prog "--data /dev/zero: refused at start" "text file /dev/zero: not a regular file (a character device)" \
 		capped "$tmp/a/launch" --steps 1 --data /dev/zero
 	expect_prog "--data on a model of vocabulary 128: named" \
