@@ -39,6 +39,8 @@
 #define MANIFEST_MAGIC "octopipe-checkpoint"
 #define GEN_PREFIX "gen-"
 #define GEN_DIGITS 6
+/* The highest generation gen_number reads back (15 digits). */
+#define GEN_MAX 999999999999999ll
 /* A checkpoint directory's path, with room under the file paths (4096)
  * for a generation and a file name. */
 #define DIR_MAX 3968
@@ -411,6 +413,11 @@ static int make_gen(rt_ctx *ctx, const char *dir, long long *gen)
 			top = g;
 	}
 	closedir(d);
+	if (top >= GEN_MAX)
+		/* A save numbered past it would commit a `current` no load reads. */
+		return rt__fail(ctx, RT_EIO,
+		                "checkpoint %s: " GEN_PREFIX "%lld exists, and generations are numbered "
+		                "up to %lld: remove it, or save to another directory", dir, top, GEN_MAX);
 	*gen = top + 1;
 	gen_path(path, sizeof path, dir, *gen);
 	if (mkdir(path, 0755))

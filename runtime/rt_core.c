@@ -138,6 +138,9 @@ static int env_timeout(const char *s, double *out)
 {
 	char *end;
 	errno = 0;
+	/* Decimal only, as the flags: no leading space, sign or hex. */
+	if (!((*s >= '0' && *s <= '9') || *s == '.') || strpbrk(s, "xX"))
+		return RT_EARG;
 	double v = strtod(s, &end);
 	if (errno || end == s || *end || !(v > 0) || v > 1e9)
 		return RT_EARG;
@@ -262,7 +265,8 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 		c->timeout_s = opt->comm_timeout_s;
 	} else if ((s = getenv("OCTO_COMM_TIMEOUT")) && *s && env_timeout(s, &c->timeout_s)) {
 		code = RT_EARG;
-		fprintf(stderr, "octopipe rank %d: error: OCTO_COMM_TIMEOUT='%s': expected seconds > 0\n",
+		fprintf(stderr, "octopipe rank %d: error: OCTO_COMM_TIMEOUT='%s': expected seconds, a decimal "
+		        "number above 0 and at most 1e9\n",
 		        c->rank, s);
 		goto out_ctx;
 	}

@@ -36,7 +36,8 @@
 #                            --profile checked before step 1; --data /dev/zero, text on vocab < 256, lr 1e39 named
 #   sync                     OCTO_COMM_SYNC=1 (synchronous sends) trains to completion;
 #                            a program relying on buffering times out there
-#   arena                    an arena too small: a clear error, non-zero exit
+#   arena                    an arena too small: a clear error, non-zero exit; an
+#                            OCTO_COMM_TIMEOUT that is not a plain decimal: refused
 #   profile                  the profiling mode's file is read by `octopipe plan --profile`
 #   trace                    per-rank Chrome traces and their merge
 set -u
@@ -446,6 +447,11 @@ ckpt_dir)
 	[ "$(cat "$tmp/ck/current")" = gen-000003 ] && [ -f "$tmp/mine/notes" ] && [ -f "$tmp/ck/gen-000002/notes" ] &&
 		ok "a save keeps what it did not write: a linked directory's files, a file in an old generation" ||
 		bad "after the save: current $(cat "$tmp/ck/current"), $(ls "$tmp/mine" "$tmp/ck/gen-000002" | tr '\n' ' ')"
+	# The highest generation a load reads back exists: the save fails (a
+	# save numbered past it committed a current no load could read).
+	rm -rf "$tmp/ckq" && mkdir -p "$tmp/ckq/gen-999999999999999"
+	fails 2 "octopipe rank [01]: error: checkpoint .*/ckq: (not saved: rank 0 could not make the new save's directory .*: checkpoint .*/ckq: )?gen-999999999999999 exists, and generations are numbered up to 999999999999999" \
+		"a directory holding gen-999999999999999: the save is refused" --model dense --steps 1 --save "$tmp/ckq"
 	# A FIFO where the commit's temporary goes: replaced, not opened.
 	rm -rf "$tmp/ck2" && mkdir "$tmp/ck2" && mkfifo "$tmp/ck2/current.tmp"
 	train fifo 2 --model dense --steps 1 --save "$tmp/ck2" && [ "$(cat "$tmp/ck2/current")" = gen-000001 ] &&
@@ -617,6 +623,11 @@ programs)
 
 arena)
 	fails 2 "octopipe rank [01]: error: arena: out of memory: the model's 5 layers need [0-9]+ bytes" "an arena too small" --arena 100000
+	# The deadline's setting: decimal only, as the flags (' 5' and 0x10 were taken).
+	for v in " 5" 0x10 inf; do
+		OCTO_COMM_TIMEOUT=$v fails 2 "octopipe rank [01]: error: OCTO_COMM_TIMEOUT='$v': expected seconds, a decimal number above 0 and at most 1e9" \
+			"OCTO_COMM_TIMEOUT='$v': refused" --steps 1
+	done
 	;;
 
 profile)
