@@ -630,6 +630,7 @@ typedef struct manifest {
 	bool text;
 	long long nlayers;
 	man_layer *layers; /* [nlayers] */
+	unsigned long long sum; /* the manifest's checksum: which save */
 } manifest;
 
 /* A manifest is small: a line per layer (at most 2^24 of them). */
@@ -698,6 +699,7 @@ static int read_manifest(rt_ctx *ctx, const char *dir, manifest *m)
 		              path);
 		goto out;
 	}
+	m->sum = sum;
 	if (rt__fnv(RT_FNV_INIT, text, (size_t)(cs + 1 - text)) != sum) {
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: checksum mismatch: the file is damaged", path);
 		goto out;
@@ -906,6 +908,41 @@ static int committed_dir(rt_ctx *ctx, const char *dir, char *out, size_t len)
 	                dir);
 }
 
+/* Every rank loaded the same save (one all-gather of the manifest's
+ * checksum, step and data position): ranks that read two saves -- a
+ * concurrent save's commit between their reads, directories of the same
+ * name on two nodes -- would train from two steps and two data positions
+ * and exit 0.  Collective: every rank that loads reaches it, or has failed
+ * and ends the job. */
+static int same_save(rt_ctx *ctx, const char *dir, const manifest *m)
+{
+	MPI_Request req;
+	uint64_t mine[3] = {m->sum, (uint64_t)m->step, (uint64_t)m->data_pos};
+	uint64_t *all = malloc((size_t)ctx->world * 3 * sizeof *all);
+	int rc;
+	if (!all)
+		return rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
+	if ((rc = rt__coll(ctx, MPI_Iallgather(mine, 3, MPI_UINT64_T, all, 3, MPI_UINT64_T,
+	                                       MPI_COMM_WORLD, &req),
+	                   &req, "checkpoint: comparing the ranks' saves")))
+		goto out;
+	for (int r = 1; r < ctx->world; r++)
+		if (memcmp(all + 3 * r, all, 3 * sizeof *all)) {
+			rc = rt__fail(ctx, RT_ECKPT,
+			              "checkpoint %s: rank %d and rank 0 loaded different saves (step %llu, "
+			              "manifest checksum 0x%016llx on rank %d; step %llu, 0x%016llx on rank "
+			              "0): a save committed while they read, or not one directory for all "
+			              "ranks",
+			              dir, r, (unsigned long long)all[3 * r + 1],
+			              (unsigned long long)all[3 * r], r, (unsigned long long)all[1],
+			              (unsigned long long)all[0]);
+			goto out;
+		}
+out:
+	free(all);
+	return rc;
+}
+
 int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 {
 	manifest m;
@@ -937,6 +974,8 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 			}
 			goto out;
 		}
+	if ((rc = same_save(ctx, dir_arg, &m)))
+		goto out;
 	for (int i = 0; i < ctx->nlay; i++)
 		memset(ctx->lay[i].g, 0, (size_t)ctx->lay[i].sz.params * sizeof(float));
 	if (ctx->dev && (rc = rt__dev_upload(ctx)))

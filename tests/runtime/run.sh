@@ -256,6 +256,14 @@ ckpt_errors)
 	train later 2 --model dense --steps 3 --save "$tmp/ck3" || exit 1
 	copy && cp "$tmp/ck3/$(cat "$tmp/ck3/current")/layer-0004.ckpt" "$g/"
 	fails 4 "${err}.*/layer-0004.ckpt: from step 3 .* manifest says step 2" "a layer file of another save" --steps 1 --load "$tmp/c"
+	# Ranks that load two saves (here given two directories; a commit
+	# between their reads does the same): refused, not trained from two steps.
+	capped "${MPIRUN[@]}" -np 1 "$drv" --model dense --steps 1 --load "$tmp/ck" : \
+		-np 1 "$drv" --model dense --steps 1 --load "$tmp/ck3" >"$tmp/log" 2>&1
+	rc=$?
+	[ "$rc" != 0 ] && grep -q "octopipe rank [01]: error: checkpoint .*: rank 1 and rank 0 loaded different saves (step 3, manifest checksum 0x[0-9a-f]* on rank 1; step 2," "$tmp/log" &&
+		ok "ranks that load different saves: refused (exit $rc)" ||
+		{ bad "ranks that load different saves: exit $rc"; sed 's/^/  | /' "$tmp/log" | tail -8; }
 	fails 0 "${err}.*/layer-0002.ckpt: shape mismatch: the checkpoint has a mlp layer of 24640 parameters .* model's layer 2 is a mlp layer of 18496" \
 		"another shape (mlp ffn 96)" --steps 1 --ffn 96 --load "$tmp/ck"
 	fails 0 "${err}.*/manifest: model mismatch: the checkpoint has 10 layers, the model 12" \
