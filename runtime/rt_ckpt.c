@@ -39,6 +39,8 @@
 #define MANIFEST_MAGIC "octopipe-checkpoint"
 #define GEN_PREFIX "gen-"
 #define GEN_DIGITS 6
+/* The highest generation gen_number reads back (15 digits). */
+#define GEN_MAX 999999999999999ll
 /* A checkpoint directory's path, with room under the file paths (4096)
  * for a generation and a file name. */
 #define DIR_MAX 3968
@@ -106,7 +108,10 @@ static int write_atomic(rt_ctx *ctx, const char *path, int nparts, const void *c
 {
 	char tmp[4200];
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	/* A new file: whatever has the name (a FIFO would block the open, a
+	 * link would send the bytes elsewhere) goes first. */
+	unlink(tmp);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return rt__fail(ctx, RT_EIO, "checkpoint %s: %s", tmp, strerror(errno));
 	for (int i = 0; i < nparts; i++)
@@ -365,12 +370,17 @@ static int read_current(rt_ctx *ctx, const char *dir, long long *gen)
 {
 	char path[4096], buf[64];
 	*gen = -1;
+	struct stat st;
 	snprintf(path, sizeof path, "%s/current", dir);
-	int fd = open(path, O_RDONLY);
+	int fd = rt__open_regular(path, &st);
+	if (fd == -2)
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: not a regular file (%s)", path,
+		                rt__file_kind(&st));
 	if (fd < 0) {
-		if (errno == ENOENT)
+		if (errno == ENOENT && lstat(path, &st))
 			return RT_OK;
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(errno));
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s%s", path, strerror(errno),
+		                errno == ENOENT ? " (a symbolic link to nothing)" : "");
 	}
 	ssize_t n = read(fd, buf, sizeof buf - 1);
 	close(fd);
@@ -403,6 +413,11 @@ static int make_gen(rt_ctx *ctx, const char *dir, long long *gen)
 			top = g;
 	}
 	closedir(d);
+	if (top >= GEN_MAX)
+		/* A save numbered past it would commit a `current` no load reads. */
+		return rt__fail(ctx, RT_EIO,
+		                "checkpoint %s: " GEN_PREFIX "%lld exists, and generations are numbered "
+		                "up to %lld: remove it, or save to another directory", dir, top, GEN_MAX);
 	*gen = top + 1;
 	gen_path(path, sizeof path, dir, *gen);
 	if (mkdir(path, 0755))
@@ -410,18 +425,43 @@ static int make_gen(rt_ctx *ctx, const char *dir, long long *gen)
 	return RT_OK;
 }
 
-/* Removes generation gen of DIR and its files.  Best effort: whatever
- * stays is removed by the next save, and no load reads it. */
+/* A name a save writes in a generation: layer-NNNN.ckpt, the manifest,
+ * and their temporaries (NAME.tmp). */
+static bool own_file(const char *name)
+{
+	size_t n = strlen(name);
+	if (n > 4 && !strcmp(name + n - 4, ".tmp"))
+		n -= 4;
+	if (n == 8 && !strncmp(name, "manifest", 8))
+		return true;
+	if (n < 11 || strncmp(name, "layer-", 6) || strncmp(name + n - 5, ".ckpt", 5))
+		return false;
+	for (size_t i = 6; i < n - 5; i++)
+		if (name[i] < '0' || name[i] > '9')
+			return false;
+	return true;
+}
+
+/* Removes generation gen of DIR: the files a save writes there, then the
+ * directory if that leaves it empty.  Only a real directory (a symbolic
+ * link named like a generation is not followed: its target is not this
+ * checkpoint's), and nothing else in it: what a save did not write is not
+ * its to delete.  Best effort: whatever stays is removed by the next save,
+ * and no load reads it. */
 static void remove_gen(const char *dir, long long gen)
 {
 	char path[4096], file[4400];
+	struct stat st;
 	gen_path(path, sizeof path, dir, gen);
+	if (lstat(path, &st) || !S_ISDIR(st.st_mode))
+		return;
 	DIR *gd = opendir(path);
 	if (gd) {
 		for (struct dirent *f; (f = readdir(gd));)
-			if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..")) {
+			if (own_file(f->d_name)) {
 				snprintf(file, sizeof file, "%s/%s", path, f->d_name);
-				unlink(file);
+				if (!lstat(file, &st) && !S_ISDIR(st.st_mode))
+					unlink(file);
 			}
 		closedir(gd);
 	}
@@ -524,7 +564,8 @@ int rt_ckpt_check(rt_ctx *ctx, const char *dir)
 	int fd = -1;
 	if (stat(dir, &st) || !S_ISDIR(st.st_mode))
 		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: not a directory", dir);
-	else if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0 || write_all(fd, "", 1))
+	else if (unlink(path), (fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0 ||
+	         write_all(fd, "", 1))
 		rc = rt__fail(ctx, RT_EIO, "checkpoint %s: cannot write there: %s", dir, strerror(errno));
 	if (fd >= 0) {
 		close(fd);
@@ -589,25 +630,43 @@ typedef struct manifest {
 	bool text;
 	long long nlayers;
 	man_layer *layers; /* [nlayers] */
+	unsigned long long sum; /* the manifest's checksum: which save */
 } manifest;
 
-static char *slurp(const char *path, size_t *len, int *err)
+/* A manifest is small: a line per layer (at most 2^24 of them). */
+#define MANIFEST_MAX (64ll << 24)
+
+/* The manifest's bytes; NULL with the reason in *why (errno's, or what the
+ * file is when it is not a regular file of a manifest's size). */
+static char *slurp(const char *path, size_t *len, char *why, size_t whylen)
 {
-	FILE *f = fopen(path, "rb");
+	struct stat st;
 	char *buf = NULL;
-	long n;
-	*err = 0;
-	if (!f || fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) ||
-	    !(buf = malloc((size_t)n + 1)) || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		*err = errno ? errno : EIO;
-		free(buf);
-		if (f)
-			fclose(f);
+	int fd = rt__open_regular(path, &st);
+	if (fd < 0) {
+		snprintf(why, whylen, fd == -2 ? "not a regular file (%s)" : "%s",
+		         fd == -2 ? rt__file_kind(&st) : strerror(errno));
 		return NULL;
 	}
-	fclose(f);
-	buf[n] = 0;
-	*len = (size_t)n;
+	if (st.st_size > MANIFEST_MAX) {
+		snprintf(why, whylen, "%lld bytes: too large for a manifest (at most %lld)",
+		         (long long)st.st_size, MANIFEST_MAX);
+		goto out;
+	}
+	if (!(buf = malloc((size_t)st.st_size + 1))) {
+		snprintf(why, whylen, "out of memory");
+		goto out;
+	}
+	if (read_all(fd, buf, (size_t)st.st_size)) {
+		snprintf(why, whylen, "read: %s", errno ? strerror(errno) : "the file shrank");
+		free(buf);
+		buf = NULL;
+		goto out;
+	}
+	buf[st.st_size] = 0;
+	*len = (size_t)st.st_size;
+out:
+	close(fd);
 	return buf;
 }
 
@@ -619,12 +678,13 @@ static int bad_manifest(rt_ctx *ctx, const char *path, int line, const char *wha
 static int read_manifest(rt_ctx *ctx, const char *dir, manifest *m)
 {
 	char path[4096];
-	size_t len;
-	int err, rc = RT_OK;
+	char why[256];
+	size_t len = 0;
+	int rc = RT_OK;
 	snprintf(path, sizeof path, "%s/manifest", dir);
-	char *text = slurp(path, &len, &err);
+	char *text = slurp(path, &len, why, sizeof why);
 	if (!text)
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(err));
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, why);
 	if (strlen(text) != len) {
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: not a manifest (binary data)", path);
 		goto out;
@@ -639,6 +699,7 @@ static int read_manifest(rt_ctx *ctx, const char *dir, manifest *m)
 		              path);
 		goto out;
 	}
+	m->sum = sum;
 	if (rt__fnv(RT_FNV_INIT, text, (size_t)(cs + 1 - text)) != sum) {
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: checksum mismatch: the file is damaged", path);
 		goto out;
@@ -720,6 +781,10 @@ static int check_manifest(rt_ctx *ctx, const char *dir, const manifest *m)
 		                          : "synthetic tokens");
 	if (m->step < 0 || m->data_pos < 0)
 		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: negative step or data position", path);
+	if (m->step > RT_MAX_COUNT || m->data_pos > RT_MAX_COUNT)
+		return rt__fail(ctx, RT_ECKPT,
+		                "checkpoint %s: step %lld, data position %lld: beyond what this runtime "
+		                "counts to (2^62)", path, m->step, m->data_pos);
 	for (int i = 0; i < ctx->nlay; i++) {
 		const rt_lay *l = &ctx->lay[i];
 		const man_layer *e = &m->layers[l->index];
@@ -746,10 +811,13 @@ static int load_layer(rt_ctx *ctx, const char *dir, const manifest *m, rt_lay *l
 	struct stat st;
 	int rc = RT_OK;
 	layer_path(path, sizeof path, dir, l->index);
-	int fd = open(path, O_RDONLY);
+	int fd = rt__open_regular(path, &st);
+	if (fd == -2)
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: not a regular file (%s)", path,
+		                rt__file_kind(&st));
 	if (fd < 0)
 		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(errno));
-	if (fstat(fd, &st) || read_all(fd, &h, sizeof h)) {
+	if (read_all(fd, &h, sizeof h)) {
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: truncated: no header", path);
 		goto out;
 	}
@@ -840,6 +908,41 @@ static int committed_dir(rt_ctx *ctx, const char *dir, char *out, size_t len)
 	                dir);
 }
 
+/* Every rank loaded the same save (one all-gather of the manifest's
+ * checksum, step and data position): ranks that read two saves -- a
+ * concurrent save's commit between their reads, directories of the same
+ * name on two nodes -- would train from two steps and two data positions
+ * and exit 0.  Collective: every rank that loads reaches it, or has failed
+ * and ends the job. */
+static int same_save(rt_ctx *ctx, const char *dir, const manifest *m)
+{
+	MPI_Request req;
+	uint64_t mine[3] = {m->sum, (uint64_t)m->step, (uint64_t)m->data_pos};
+	uint64_t *all = malloc((size_t)ctx->world * 3 * sizeof *all);
+	int rc;
+	if (!all)
+		return rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
+	if ((rc = rt__coll(ctx, MPI_Iallgather(mine, 3, MPI_UINT64_T, all, 3, MPI_UINT64_T,
+	                                       MPI_COMM_WORLD, &req),
+	                   &req, "checkpoint: comparing the ranks' saves")))
+		goto out;
+	for (int r = 1; r < ctx->world; r++)
+		if (memcmp(all + 3 * r, all, 3 * sizeof *all)) {
+			rc = rt__fail(ctx, RT_ECKPT,
+			              "checkpoint %s: rank %d and rank 0 loaded different saves (step %llu, "
+			              "manifest checksum 0x%016llx on rank %d; step %llu, 0x%016llx on rank "
+			              "0): a save committed while they read, or not one directory for all "
+			              "ranks",
+			              dir, r, (unsigned long long)all[3 * r + 1],
+			              (unsigned long long)all[3 * r], r, (unsigned long long)all[1],
+			              (unsigned long long)all[0]);
+			goto out;
+		}
+out:
+	free(all);
+	return rc;
+}
+
 int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 {
 	manifest m;
@@ -871,6 +974,8 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 			}
 			goto out;
 		}
+	if ((rc = same_save(ctx, dir_arg, &m)))
+		goto out;
 	for (int i = 0; i < ctx->nlay; i++)
 		memset(ctx->lay[i].g, 0, (size_t)ctx->lay[i].sz.params * sizeof(float));
 	if (ctx->dev && (rc = rt__dev_upload(ctx)))

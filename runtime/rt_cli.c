@@ -101,29 +101,70 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 	return RT_OK;
 }
 
-/* Every rank's compile hash, all-gathered once: the ranks of one job must
- * come from one compile (docs/codegen.md), else a rank of another model or
- * seed would train with the others and one of another plan would wait for
- * messages nobody sends.  The first rank that differs from rank 0 is named,
- * with both hashes, by every rank. */
-static int same_compile(rt_ctx *ctx, uint64_t mine)
+/* What every rank of a job must agree on, all-gathered once at start. */
+enum { K_COMPILE, K_STEPS, K_CHECKPOINT, K_RESUME, K_PROFILE, K_N };
+
+/* An option's value as the ranks compare it: 0 when not given, else a
+ * hash of the string (never 0). */
+static uint64_t opt_key(const char *v)
 {
+	return v ? rt__fnv(RT_FNV_INIT, v, strlen(v)) | 1 : 0;
+}
+
+/* Every rank's compile hash and options, all-gathered once: the ranks of
+ * one job must come from one compile (docs/codegen.md), else a rank of
+ * another model or seed would train with the others and one of another
+ * plan would wait for messages nobody sends; and they must run with the
+ * same --steps, --checkpoint, --resume and --profile (the 'launch' script
+ * gives every rank the same arguments), else ranks that stop at different
+ * steps, or save, load or profile alone, wait for each other until the
+ * deadline, or train from two states.  The first rank that differs from
+ * rank 0 is named, with both values where they are numbers, by every rank. */
+static int same_job(rt_ctx *ctx, const rt_cli *cli)
+{
+	static const char *const flag[K_N] = {NULL, "--steps", "--checkpoint", "--resume",
+	                                      "--profile"};
 	MPI_Request req;
-	uint64_t *all = malloc((size_t)ctx->world * sizeof *all);
+	uint64_t mine[K_N] = {cli->prog->compile, (uint64_t)cli->steps, opt_key(cli->checkpoint),
+	                      opt_key(cli->resume), opt_key(cli->profile)};
+	uint64_t *all = malloc((size_t)ctx->world * K_N * sizeof *all);
 	int rc;
 	if (!all)
 		return rt__fail(ctx, RT_ENOMEM, "start: out of memory");
-	if ((rc = rt__coll(ctx, MPI_Iallgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T,
+	if ((rc = rt__coll(ctx, MPI_Iallgather(mine, K_N, MPI_UINT64_T, all, K_N, MPI_UINT64_T,
 	                                       MPI_COMM_WORLD, &req),
-	                   &req, "start: exchanging the compile hashes")))
+	                   &req, "start: exchanging the compile hashes and options")))
 		goto out;
-	for (int r = 1; r < ctx->world; r++)
-		if (all[r] != all[0]) {
-			rc = rt__fail(ctx, RT_EARG,
-			              "rank %d and rank 0 are programs of different compiles (compile hash "
-			              "0x%016llx on rank %d, 0x%016llx on rank 0: another model, seed or "
-			              "plan): start every rank from one 'octopipe compile' directory",
-			              r, (unsigned long long)all[r], r, (unsigned long long)all[0]);
+	for (int k = 0; k < K_N; k++)
+		for (int r = 1; r < ctx->world; r++) {
+			uint64_t v = all[r * K_N + k], v0 = all[k];
+			if (v == v0)
+				continue;
+			if (k == K_COMPILE)
+				rc = rt__fail(ctx, RT_EARG,
+				              "rank %d and rank 0 are programs of different compiles (compile "
+				              "hash 0x%016llx on rank %d, 0x%016llx on rank 0: another model, "
+				              "seed or plan): start every rank from one 'octopipe compile' "
+				              "directory",
+				              r, (unsigned long long)v, r, (unsigned long long)v0);
+			else if (k == K_STEPS)
+				rc = rt__fail(ctx, RT_EARG,
+				              "rank %d and rank 0 were started with different options (--steps "
+				              "%llu on rank %d, %llu on rank 0): give every rank the same ones "
+				              "(the 'launch' script does)",
+				              r, (unsigned long long)v, r, (unsigned long long)v0);
+			else if (v && v0)
+				rc = rt__fail(ctx, RT_EARG,
+				              "rank %d and rank 0 were started with different options (%s names "
+				              "another path on rank %d than on rank 0): give every rank the same "
+				              "ones (the 'launch' script does)",
+				              r, flag[k], r);
+			else
+				rc = rt__fail(ctx, RT_EARG,
+				              "rank %d and rank 0 were started with different options (%s given "
+				              "on rank %d, not on rank %d): give every rank the same ones (the "
+				              "'launch' script does)",
+				              r, flag[k], v ? r : 0, v ? 0 : r);
 			goto out;
 		}
 out:
@@ -140,10 +181,15 @@ int rt_cli_start(rt_cli *cli, rt_ctx *ctx)
 		                "this is the program of rank %d of %d, but it runs as rank %d of %d "
 		                "(start the ranks with the 'launch' script next to it)",
 		                (int)p->rank, (int)p->nranks, rt_rank(ctx), rt_world_size(ctx));
-	if ((rc = same_compile(ctx, p->compile)))
+	if ((rc = same_job(ctx, cli)))
 		return rc;
-	/* A checkpoint that cannot be written is found now, not after training. */
+	/* A checkpoint, trace or profile that cannot be written is found now,
+	 * not after training. */
 	if (cli->checkpoint && !cli->profile && (rc = rt_ckpt_check(ctx, cli->checkpoint)))
+		return rc;
+	if ((rc = rt__trace_check(ctx)))
+		return rc;
+	if (cli->profile && rt_rank(ctx) == 0 && (rc = rt__out_check(ctx, "profile", cli->profile)))
 		return rc;
 	return RT_OK;
 }

@@ -4,11 +4,15 @@
  * and returned as an RT_ code; only rt_abort ends anything, and it ends the
  * whole job (MPI_Abort) so that no rank waits forever for a dead one. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -58,6 +62,70 @@ const char *rt__kind_name(rt_kind k)
 	return (unsigned)k < RT_NKINDS ? names[k] : "?";
 }
 
+int rt__open_regular(const char *path, struct stat *st)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, st)) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		return -2;
+	}
+	/* Regular files ignore O_NONBLOCK; cleared all the same. */
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
+FILE *rt__create_out(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return NULL;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		errno = e;
+	}
+	return f;
+}
+
+int rt__out_check(rt_ctx *ctx, const char *what, const char *path)
+{
+	struct stat st;
+	bool existed = stat(path, &st) == 0;
+	/* No O_TRUNC: an existing file keeps its bytes until the real write. */
+	int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return rt__fail(ctx, RT_EIO, "%s %s: cannot be written: %s", what, path,
+		                errno == ENXIO ? "a pipe that nobody reads" : strerror(errno));
+	close(fd);
+	if (!existed)
+		unlink(path);
+	return RT_OK;
+}
+
+const char *rt__file_kind(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode)    ? "a directory"
+	       : S_ISCHR(st->st_mode)  ? "a character device"
+	       : S_ISBLK(st->st_mode)  ? "a block device"
+	       : S_ISFIFO(st->st_mode) ? "a pipe"
+	       : S_ISSOCK(st->st_mode) ? "a socket"
+	                               : "a special file";
+}
+
 /* Before a context exists, messages go straight to stderr. */
 static int early_fail(int code, const char *what, int rc)
 {
@@ -70,11 +138,83 @@ static int env_timeout(const char *s, double *out)
 {
 	char *end;
 	errno = 0;
+	/* Decimal only, as the flags: no leading space, sign or hex. */
+	if (!((*s >= '0' && *s <= '9') || *s == '.') || strpbrk(s, "xX"))
+		return RT_EARG;
 	double v = strtod(s, &end);
 	if (errno || end == s || *end || !(v > 0) || v > 1e9)
 		return RT_EARG;
 	*out = v;
 	return RT_OK;
+}
+
+/* MPI_Init_thread waits for every rank of the job and cannot be
+ * interrupted: a rank stopped (SIGSTOP) or stuck before it would hang the
+ * others there, outside every deadline and without a word.  A watchdog
+ * thread gives it the communication timeout; past that the rank says so,
+ * naming itself (the launcher's rank variable: there is no MPI yet) and the
+ * cause, and ends itself with _exit -- the one place the runtime ends a
+ * process other than through rt_abort, since there is no MPI to abort
+ * with --, and the launcher then ends the job. */
+typedef struct init_watch {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	double timeout_s;
+} init_watch;
+
+static void *watch_init(void *arg)
+{
+	init_watch *w = arg;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	double t = w->timeout_s;
+	until.tv_sec += (time_t)t;
+	until.tv_nsec += (long)((t - (double)(time_t)t) * 1e9);
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->mu);
+	int rc = 0;
+	while (!w->done && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+	bool late = !w->done;
+	pthread_mutex_unlock(&w->mu);
+	if (late) {
+		const char *r = getenv("OMPI_COMM_WORLD_RANK");
+		if (!r && !(r = getenv("PMIX_RANK")))
+			r = getenv("PMI_RANK");
+		fprintf(stderr,
+		        "octopipe rank %s: error: MPI start-up (MPI_Init) did not finish within %g s "
+		        "(OCTO_COMM_TIMEOUT): a rank of the job is stopped or stuck before it, or did "
+		        "not start\n",
+		        r ? r : "?", t);
+		fflush(stderr);
+		_exit(-RT_ETIMEOUT);
+	}
+	return NULL;
+}
+
+/* MPI_Init_thread under the watchdog. */
+static int init_mpi(int *argc, char ***argv, double timeout_s, int *provided)
+{
+	init_watch w = {.done = false, .timeout_s = timeout_s};
+	pthread_t th;
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	bool watching = pthread_create(&th, NULL, watch_init, &w) == 0;
+	int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, provided);
+	if (watching) {
+		pthread_mutex_lock(&w.mu);
+		w.done = true;
+		pthread_cond_signal(&w.cv);
+		pthread_mutex_unlock(&w.mu);
+		pthread_join(th, NULL);
+	}
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.mu);
+	return rc;
 }
 
 int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
@@ -90,8 +230,18 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 		opt = &none;
 	if ((rc = MPI_Initialized(&inited)) != MPI_SUCCESS)
 		return early_fail(RT_EMPI, "MPI_Initialized", rc);
-	if (!inited && (rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
-		return early_fail(RT_EMPI, "MPI_Init_thread", rc);
+	if (!inited) {
+		/* The deadline as below; an OCTO_COMM_TIMEOUT that does not parse
+		 * is reported below, with the rank, and the default watches here. */
+		double wait_s = 60;
+		const char *e = getenv("OCTO_COMM_TIMEOUT");
+		if (opt->comm_timeout_s > 0)
+			wait_s = opt->comm_timeout_s;
+		else if (e && *e && env_timeout(e, &wait_s))
+			wait_s = 60;
+		if ((rc = init_mpi(argc, argv, wait_s, &provided)) != MPI_SUCCESS)
+			return early_fail(RT_EMPI, "MPI_Init_thread", rc);
+	}
 	/* Errors come back as codes, to be reported with the rank. */
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
@@ -115,7 +265,8 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 		c->timeout_s = opt->comm_timeout_s;
 	} else if ((s = getenv("OCTO_COMM_TIMEOUT")) && *s && env_timeout(s, &c->timeout_s)) {
 		code = RT_EARG;
-		fprintf(stderr, "octopipe rank %d: error: OCTO_COMM_TIMEOUT='%s': expected seconds > 0\n",
+		fprintf(stderr, "octopipe rank %d: error: OCTO_COMM_TIMEOUT='%s': expected seconds, a decimal "
+		        "number above 0 and at most 1e9\n",
 		        c->rank, s);
 		goto out_ctx;
 	}

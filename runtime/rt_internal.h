@@ -150,6 +150,12 @@ const char *rt__mpierr(int rc, char *buf);
 
 int64_t rt__now_ns(void);
 
+/* The most steps, and samples of data, a context counts to: a checkpoint
+ * beyond it is refused at load, and a step that would pass it at
+ * rt_step_begin, so that neither counter can overflow (a loaded step of
+ * 2^63 - 2 trained on at step -2^63 and exited 0). */
+#define RT_MAX_COUNT (INT64_C(1) << 62)
+
 /* The number of the step a message names: the one running, or the one
  * rt_step_end is ending, counted from 1 as the progress lines count
  * (rt_step_count after that step). */
@@ -164,6 +170,24 @@ void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t
 /* 64-bit FNV-1a, continued from h (start with RT_FNV_INIT). */
 #define RT_FNV_INIT 0xcbf29ce484222325ull
 uint64_t rt__fnv(uint64_t h, const void *p, size_t n);
+
+/* Opens an input file for reading without blocking on it (a FIFO with no
+ * writer would block open() and read() forever): the descriptor, with *st
+ * filled, or -1 with errno set.  -2 (st filled): not a regular file --
+ * rt__file_kind(st) says what it is (a directory, a pipe, a character
+ * device ...); a reader refuses it, since it has no size to read to. */
+struct stat;
+int rt__open_regular(const char *path, struct stat *st);
+const char *rt__file_kind(const struct stat *st);
+/* fopen(path, "w") that cannot block: a FIFO without a reader fails
+ * (ENXIO) instead of waiting for one. */
+FILE *rt__create_out(const char *path);
+
+/* Before the first step: the trace directory (rt_init's) can take this
+ * rank's trace, and the profile file can be written, so that neither is
+ * found unwritable only after the run.  RT_EIO with a message, or RT_OK. */
+int rt__trace_check(rt_ctx *ctx);
+int rt__out_check(rt_ctx *ctx, const char *what, const char *path);
 
 /* The kind's name as the YAML spells it. */
 const char *rt__kind_name(rt_kind k);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "layers.h" /* RT_MAX_TENSORS */
 #include "rt_internal.h"
@@ -224,20 +225,12 @@ static int read_text(rt_ctx *ctx, const char *path)
 	struct stat st;
 	unsigned char *buf = NULL;
 	int rc = RT_OK;
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	int fd = rt__open_regular(path, &st);
+	if (fd == -2)
+		return rt__fail(ctx, RT_EIO, "text file %s: not a regular file (%s)", path,
+		                rt__file_kind(&st));
+	if (fd < 0)
 		return rt__fail(ctx, RT_EIO, "text file %s: %s", path, strerror(errno));
-	if (fstat(fileno(f), &st)) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: not a regular file (%s)", path,
-		              S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
-		              : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a pipe"
-		              : "a special file");
-		goto out;
-	}
 	size_t len = (size_t)st.st_size;
 	if (st.st_size < ctx->train.seq + 1) {
 		rc = rt__fail(ctx, RT_EIO, "text file %s: %lld bytes, fewer than one sequence (seq + 1 = "
@@ -249,16 +242,56 @@ static int read_text(rt_ctx *ctx, const char *path)
 		              (long long)st.st_size);
 		goto out;
 	}
-	if (fread(buf, 1, len, f) != len) {
-		rc = rt__fail(ctx, RT_EIO, "text file %s: read error (the file shrank?)", path);
-		goto out;
+	for (size_t got = 0; got < len;) {
+		ssize_t r = read(fd, buf + got, len - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			rc = rt__fail(ctx, RT_EIO, "text file %s: read: %s", path,
+			              r < 0 ? strerror(errno) : "the file shrank while it was read");
+			goto out;
+		}
+		got += (size_t)r;
 	}
 	ctx->text = buf;
 	ctx->text_len = len;
 	buf = NULL;
 out:
 	free(buf);
-	fclose(f);
+	close(fd);
+	return rc;
+}
+
+/* Every rank's data, compared once (an all-gather of a hash of the text,
+ * 0 for synthetic tokens): a rank given another --data would otherwise
+ * train the others on inputs and targets of two sources, and exit 0. */
+static int same_data(rt_ctx *ctx)
+{
+	MPI_Request req;
+	uint64_t mine = ctx->text ? rt__fnv(RT_FNV_INIT, ctx->text, ctx->text_len) : 0;
+	uint64_t *all = malloc((size_t)ctx->world * sizeof *all);
+	int rc;
+	if (!all)
+		return rt__fail(ctx, RT_ENOMEM, "model: out of memory");
+	if ((rc = rt__coll(ctx, MPI_Iallgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T,
+	                                       MPI_COMM_WORLD, &req),
+	                   &req, "model: comparing the ranks' data")))
+		goto out;
+	for (int r = 1; r < ctx->world; r++)
+		if (all[r] != all[0]) {
+			char a[64], b[64];
+			snprintf(a, sizeof a, all[r] ? "a text file of hash 0x%016llx" : "synthetic tokens",
+			         (unsigned long long)all[r]);
+			snprintf(b, sizeof b, all[0] ? "a text file of hash 0x%016llx" : "synthetic tokens",
+			         (unsigned long long)all[0]);
+			rc = rt__fail(ctx, RT_EARG,
+			              "model: rank %d and rank 0 train on different data (%s on rank %d, %s "
+			              "on rank 0): every rank needs the same text file",
+			              r, a, r, b);
+			goto out;
+		}
+out:
+	free(all);
 	return rc;
 }
 
@@ -296,6 +329,8 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 			goto out_text;
 		ctx->train.text_file = ctx->text_path;
 	}
+	if ((rc = same_data(ctx)))
+		goto out_text;
 	ctx->head = -1;
 	for (int i = 0; i < ctx->nlay; i++) {
 		rt_lay *l = &ctx->lay[i];
@@ -448,6 +483,11 @@ int rt_step_begin(rt_ctx *ctx)
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_step_begin: step %lld has not ended",
 		                rt__step_no(ctx));
+	if (ctx->step >= RT_MAX_COUNT || ctx->data_pos > RT_MAX_COUNT - ctx->train.microbatches)
+		return rt__fail(ctx, RT_EARG,
+		                "rt_step_begin: step %lld: the step count (or the data position, %lld) "
+		                "is at this runtime's limit (2^62)", rt__step_no(ctx),
+		                (long long)ctx->data_pos);
 	for (int i = 0; i < ctx->nlay; i++)
 		ctx->lay[i].next_w = 0;
 	for (int64_t m = 0; m < ctx->train.microbatches; m++) {

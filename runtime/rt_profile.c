@@ -474,9 +474,10 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		goto out;
 	if (ctx->rank == 0) {
 		qsort(all, (size_t)total / ROW, ROW * sizeof *all, cmp_row);
-		FILE *f = fopen(path, "w");
+		FILE *f = rt__create_out(path);
 		if (!f) {
-			rc = rt__fail(ctx, RT_EIO, "profile %s: %s", path, strerror(errno));
+			rc = rt__fail(ctx, RT_EIO, "profile %s: %s", path,
+			              errno == ENXIO ? "a pipe that nobody reads" : strerror(errno));
 			goto out;
 		}
 		char host[256], cpu[256], dname[160] = "";

@@ -47,6 +47,18 @@ static bool is_comm(const char *name)
 	return !strcmp(name, "send") || !strcmp(name, "recv") || !strcmp(name, "wait");
 }
 
+int rt__trace_check(rt_ctx *ctx)
+{
+	char path[4096];
+	const char *dir = ctx->trace_dir;
+	if (!dir)
+		return RT_OK;
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return rt__fail(ctx, RT_EIO, "trace %s: mkdir: %s", dir, strerror(errno));
+	snprintf(path, sizeof path, "%s/trace-rank%d.json", dir, ctx->rank);
+	return rt__out_check(ctx, "trace", path);
+}
+
 int rt_trace_write(rt_ctx *ctx, const char *dir)
 {
 	char path[4096];
@@ -55,9 +67,10 @@ int rt_trace_write(rt_ctx *ctx, const char *dir)
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		return rt__fail(ctx, RT_EIO, "trace %s: mkdir: %s", dir, strerror(errno));
 	snprintf(path, sizeof path, "%s/trace-rank%d.json", dir, ctx->rank);
-	FILE *f = fopen(path, "w");
+	FILE *f = rt__create_out(path);
 	if (!f)
-		return rt__fail(ctx, RT_EIO, "trace %s: %s", path, strerror(errno));
+		return rt__fail(ctx, RT_EIO, "trace %s: %s", path,
+		                errno == ENXIO ? "a pipe that nobody reads" : strerror(errno));
 	fputs(TRACE_HEAD, f);
 	fprintf(f,
 	        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n"

@@ -230,7 +230,9 @@ int rt_ckpt_check(rt_ctx *ctx, const char *dir);
  * data position.  Any damage or mismatch with the model, and any number
  * that is not finite, is RT_ECKPT with a message naming the file and what
  * is wrong.  The files are
- * per global layer, so any partition and any number of ranks can load them. */
+ * per global layer, so any partition and any number of ranks can load them.
+ * Collective: the ranks compare which save they loaded (one all-gather),
+ * and ranks that read different saves are RT_ECKPT. */
 int rt_ckpt_load(rt_ctx *ctx, const char *dir);
 
 /* ---- trace and profile ---------------------------------------------------- */
