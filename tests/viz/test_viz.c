@@ -490,19 +490,28 @@ END_TEST
 /* Two chunks per device (interleaved): the second chunk is a lighter
  * class of the same kind, and the legend says so; narrow boxes lose
  * their number but keep their box. */
-START_TEST(test_svg_chunks)
+/* Four one-layer MLP stages on two devices, stage s on dev[s], one
+ * micro-batch: the module of the chunk tests below. */
+static ir_module *four_stages(const char *name, ir_schedule sched, int chunks, const int dev[4])
 {
 	ir_module *m = ir_new();
-	m->model.name = "chunks";
+	m->model.name = name;
 	m->train.microbatches = 1;
-	m->plan.schedule = IR_SCHED_I1F1B;
-	m->plan.chunks = 2;
+	m->plan.schedule = sched;
+	m->plan.chunks = chunks;
 	m->cluster.devices = 2;
 	for (int i = 0; i < 4; i++)
 		ir_add_layer(m, IR_LAYER_MLP, (ir_loc){0});
 	for (int s = 0; s < 4; s++)
-		ir_add_stage(m, s, s, s % 2, (ir_loc){0});
+		ir_add_stage(m, s, s, dev[s], (ir_loc){0});
 	ir_alloc_devices(m);
+	return m;
+}
+
+START_TEST(test_svg_chunks)
+{
+	static const int dev[] = {0, 1, 0, 1};
+	ir_module *m = four_stages("chunks", IR_SCHED_I1F1B, 2, dev);
 	for (int s = 0; s < 4; s++)
 		ir_add_op(m, s % 2, IR_OP_F, s, 0, (ir_loc){0});
 	for (int s = 3; s >= 0; s--)
@@ -569,18 +578,8 @@ END_TEST
  * D1 one): the title says so, not "2 devices x 3 chunks". */
 START_TEST(test_svg_uneven_chunks)
 {
-	ir_module *m = ir_new();
-	m->model.name = "uneven";
-	m->train.microbatches = 1;
-	m->plan.schedule = IR_SCHED_TUNED;
-	m->plan.chunks = 1;
-	m->cluster.devices = 2;
-	for (int i = 0; i < 4; i++)
-		ir_add_layer(m, IR_LAYER_MLP, (ir_loc){0});
 	static const int dev[] = {0, 1, 0, 0};
-	for (int s = 0; s < 4; s++)
-		ir_add_stage(m, s, s, dev[s], (ir_loc){0});
-	ir_alloc_devices(m);
+	ir_module *m = four_stages("uneven", IR_SCHED_TUNED, 1, dev);
 	for (int s = 0; s < 4; s++)
 		ir_add_op(m, dev[s], IR_OP_F, s, 0, (ir_loc){0});
 	arena *a = arena_new();
