@@ -453,16 +453,6 @@ static const char *fmt_time(char *buf, size_t n, double us)
 	return buf;
 }
 
-static const char *fmt_mem(char *buf, size_t n, uint64_t bytes)
-{
-	if (bytes == UINT64_MAX)
-		snprintf(buf, n, "unlimited");
-	else if (bytes >= (1ull << 30))
-		snprintf(buf, n, "%.2f GiB", (double)bytes / (1ull << 30));
-	else
-		snprintf(buf, n, "%.2f MiB", (double)bytes / (1ull << 20));
-	return buf;
-}
 
 static void print_array(const char *name, const sim_result *r, double (*get)(const sim_device *))
 {
@@ -523,7 +513,7 @@ static const char *fmt_peak(char *buf, size_t n, const ir_module *m, uint64_t by
 	if (ir_times_only(m))
 		snprintf(buf, n, "n/a");
 	else
-		fmt_mem(buf, n, bytes);
+		ir_fmt_size(buf, n, bytes); /* the one size formatter: 954 KiB, not 0.93 MiB */
 	return buf;
 }
 
