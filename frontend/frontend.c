@@ -1463,7 +1463,7 @@ static int read_training(fe *f, yaml_node_t *map)
 		if (!S_ISREG(st.st_mode)) {
 			diag_error(at(d, v[TR_TEXT]), "text file '%s' is not a regular file (%s)",
 			           ysrc_shown(d->a, t->text_file),
-			           S_ISDIR(st.st_mode) ? "a directory" : "a device, pipe or socket");
+			           src_file_kind(st.st_mode));
 			return -1;
 		}
 		int64_t need = f->m->model.seq + 1;

@@ -111,8 +111,7 @@ src_file *src_from_string(arena *a, const char *name, const char *text)
 	return s;
 }
 
-/* What a file that is not a regular one is, for the message. */
-static const char *file_kind(mode_t mode)
+const char *src_file_kind(unsigned mode)
 {
 	return S_ISDIR(mode) ? "a directory" : S_ISCHR(mode) ? "a character device"
 	     : S_ISBLK(mode) ? "a block device" : S_ISFIFO(mode) ? "a FIFO (named pipe)"
@@ -139,7 +138,7 @@ src_file *src_read(arena *a, const char *path)
 		return NULL;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		diag_error(loc, "cannot read file: it is %s, not a regular file", file_kind(st.st_mode));
+		diag_error(loc, "cannot read file: it is %s, not a regular file", src_file_kind(st.st_mode));
 		close(fd);
 		return NULL;
 	}

@@ -65,6 +65,10 @@ src_file *src_from_string(arena *a, const char *name, const char *text);
  * byte), each as "name:1:1: error: ...". */
 src_file *src_read(arena *a, const char *path);
 
+/* What a file that is not a regular one is (st_mode), for a message:
+ * "a directory", "a character device", "a FIFO (named pipe)", ... */
+const char *src_file_kind(unsigned mode);
+
 /* ---- diagnostics ----------------------------------------------------- */
 
 /* Where diagnostics go; stderr unless a test redirects it. */
