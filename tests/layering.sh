@@ -11,6 +11,7 @@
 #    headers, e.g. the build's codegen/cg_config.h) are not checked.
 # 2. Objects.  Within the runtime library (every libocto_rt*.a of the build),
 #    "object A uses a symbol that object B defines" (nm) must have no cycle.
+#    A cycle is printed with, for each step A -> B, one symbol A takes from B.
 #
 # One line per violation, then a summary; exit 1 if any, 2 on a usage error.
 set -u
