@@ -17,6 +17,7 @@
 set -u
 root=${1:?usage: layering.sh REPO_ROOT BUILD_DIR}
 build=${2:?usage: layering.sh REPO_ROOT BUILD_DIR}
+build=$(cd "$build" && pwd) || exit 2
 cd "$root" || exit 2
 
 # What each directory may include besides itself.
