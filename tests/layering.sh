@@ -36,6 +36,10 @@ rules=$(for d in $dirs; do echo "$d ${may[$d]}"; done)
 headers=$(find $dirs -type f \( -name '*.h' -o -name '*.inc' \) | sort)
 # shellcheck disable=SC2086
 sources=$(find $dirs -type f \( -name '*.c' -o -name '*.h' -o -name '*.inc' -o -name '*.cu' \) | sort)
+if [ -z "$sources" ]; then
+  echo "layering: no sources under $root ($dirs)" >&2
+  exit 2
+fi
 
 include_violations=$(
   # shellcheck disable=SC2086
@@ -77,7 +81,11 @@ if [ ${#libs[@]} -eq 0 ]; then
 fi
 # nm -P -A: "LIB[MEMBER]: NAME TYPE ...".  Uppercase types but U are
 # definitions; U and the weak undefined w, v are uses.
-edges=$(nm -P -A "${libs[@]}" 2>/dev/null | awk '
+if ! symbols=$(nm -P -A "${libs[@]}"); then
+  echo "layering: nm failed on ${libs[*]}" >&2
+  exit 2
+fi
+edges=$(printf '%s\n' "$symbols" | awk '
   {
     obj = $1; sub(/^.*\[/, "", obj); sub(/\]:$/, "", obj); sub(/\.c\.o$/, ".o", obj)
     if ($3 == "U" || $3 == "w" || $3 == "v") { nuse++; user[nuse] = obj; usym[nuse] = $2 }
