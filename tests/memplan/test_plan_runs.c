@@ -136,12 +136,40 @@ START_TEST(test_plan_is_what_runs)
 }
 END_TEST
 
+/* A profile's stash size is kept (the profile measured it); measured on
+ * another executor it is not the runtime's, and compile refuses it rather
+ * than run a plan that is not the one verified. */
+START_TEST(test_measured_stash_of_another_executor)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/tiny-dense.yaml", fe_models_dir());
+	fe_overrides ov = {.devices = 2, .schedule = "1f1b", .backend = "mpi"};
+	ir_module *m = fe_load(path, &ov);
+	ck_assert_ptr_nonnull(m);
+	const char *prof = "units: us\nkinds: {mlp: {f: 1, b: 1, w: 1, act_bytes: 1000}}\n";
+	ck_assert_int_eq(fe_load_profile_src(m, src_from_string(m->arena, "p.yaml", prof)), 0);
+	ck_assert_int_eq(pass_run(m, pass_default_pipeline, pass_default_pipeline_len, NULL), 0);
+	ck_assert_uint_eq(m->layers[2].cost.act, 1024); /* whole RT_ALIGN slices */
+	arena *a = arena_new();
+	cg_rank r;
+	tu_capture();
+	ck_assert_int_eq(cg_lower_rank(m, NULL, 0, false, a, &r), -1);
+	char *err = tu_release_first_line();
+	ck_assert_msg(strstr(err, "layer L2 (mlp): the profile measured an act stash of 1024 bytes, "
+	                          "but the CPU runtime holds ") != NULL, "%s", err);
+	free(err);
+	arena_free(a);
+	ir_free(m);
+}
+END_TEST
+
 static Suite *plan_runs_suite(void)
 {
 	Suite *s = suite_create("memplan_runs");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_plan_is_what_runs, 0, (int)(sizeof cases / sizeof *cases));
+	tcase_add_test(tc, test_measured_stash_of_another_executor);
 	suite_add_tcase(s, tc);
 	return s;
 }
