@@ -859,8 +859,9 @@ static int parse_target(const args *a, cg_dev *dev, const char **arch)
 /* compile: a model through the default pipeline (with the backend the
  * target talks through), or an IR file through the passes it still lacks
  * (all of them without programs, comm onwards without communication, the
- * proof onwards otherwise); then the proof again, whatever ran, and code
- * generation (docs/codegen.md). */
+ * proof onwards otherwise; cost before them in every case, for the target's
+ * stash sizes); then the proof again, whatever ran, and code generation
+ * (docs/codegen.md). */
 static int cmd_compile(const args *a)
 {
 	cg_dev dev;
