@@ -90,10 +90,21 @@ static int plan_buffers(lowering *L, cg_rank *out)
 		if (x->kind != b[i].kind || x->stage != b[i].stage || x->mb != b[i].mb ||
 		    x->off % RT_ALIGN != 0)
 			ir_bug("codegen: D%d's memory plan is not its program's (buffer %d)", L->d, i);
-		if (x->size != needed(L, x))
+		if (x->size == needed(L, x))
+			continue;
+		if (x->kind == IR_BUF_ACT || x->kind == IR_BUF_WSTASH) /* the layers' were checked */
 			ir_bug("codegen: D%d's %s buffer of S%d m%d is %llu bytes in the memory plan, but "
 			       "the runtime's are %llu", L->d, ir_buf_names[x->kind], x->stage, x->mb,
 			       (unsigned long long)x->size, (unsigned long long)needed(L, x));
+		/* A value's bytes are the program's (IR text may give others). */
+		diag_error(L->where, "codegen: D%d's %s %s buffer of S%d m%d is %llu bytes, but the "
+		           "runtime's values are %llu bytes (%s; the model's dtype is %s)", L->d,
+		           ir_buf_names[x->kind], ir_value_names[x->value], x->stage, x->mb,
+		           (unsigned long long)x->size, (unsigned long long)needed(L, x),
+		           L->device ? "the model's dtype on a device" : "f32 on CPU ranks",
+		           ir_dtype_names[m->model.dtype]);
+		free(b);
+		return -1;
 	}
 	free(b);
 	uint64_t top = p->arena;
