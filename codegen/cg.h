@@ -75,8 +75,8 @@ typedef struct cg_rank {
 	int nend;               /* slots 0..nend-1 are waited for at the end of each step */
 	uint64_t buf_bytes;     /* the buffer block (offsets above) */
 	uint64_t prof_bytes;    /* arena room rt_profile needs */
-	uint64_t ir_arena;      /* the memplan pass's arena for this device (0: none) */
-	bool replanned;         /* offsets re-planned with the runtime's stash sizes */
+	uint64_t ir_arena;      /* the memplan pass's arena for this device: the buffer
+	                         * block, less a one-stage program's work buffer */
 	int nbufs;              /* buffers in the block */
 	rt_train train;         /* text_file NULL: see prog.data */
 	rt_prog_info prog;
@@ -98,14 +98,12 @@ typedef enum cg_dev { CG_DEV_NONE, CG_DEV_CUDA, CG_DEV_EMU } cg_dev;
 /* mkdir -p dir.  Returns 0, or -1 after a message. */
 int cg_make_dir(const char *dir);
 
-/* The runtime descriptor of layer l of m. */
-rt_layer_desc cg_layer_desc(const ir_module *m, const ir_layer *l);
-
 /* Lower device d's program.  With `device`, the buffers have the device
  * executor's stash sizes and values the model's dtype (dev_layer_sizes),
- * else the CPU kernels' and f32.  Returns 0, or -1 after a diagnostic (a
- * layer the runtime cannot run, W out of micro-batch order, sizes that do
- * not match the runtime's). */
+ * else the CPU kernels' and f32; the offsets are the memory plan's.
+ * Returns 0, or -1 after a diagnostic (a layer the runtime cannot run, W
+ * out of micro-batch order, values or measured stashes whose sizes are not
+ * the runtime's, no memory plan). */
 int cg_lower_rank(const ir_module *m, const sim_result *r, int d, bool device, arena *a,
                   cg_rank *out);
 

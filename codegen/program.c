@@ -8,11 +8,11 @@
  * micro-batch order in every stage (the runtime adds weight gradients in
  * that order, which is what makes the weights the same for every plan).
  *
- * Buffers: the memory plan's.  Their live ranges and kinds come from
- * ir_live_buffers (the liveness the memplan pass and the verifier share);
- * their offsets are the module's memplan when every buffer there holds what
- * the runtime puts in it, else memplan_assign run again on the runtime's
- * own stash sizes (the cost model's act/wstash bytes are estimates).  On top
+ * Buffers: the memory plan's, as the verifier proved it, byte for byte.
+ * The cost pass took every layer's stash sizes from the runtime's own size
+ * functions (cost_runtime_stashes), so the plan's buffers are what the
+ * runtime puts in them; a stash size that is not (a profile's, measured on
+ * another executor) is refused, and any other difference is a bug.  On top
  * of the plan, F and B chain a stage's layers through one buffer: the
  * stage's output value, or, where the stage has none (the last stage's F,
  * the first stage's B), its input value, which is dead after the op, or a
@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "cg.h"
-#include "dev.h" /* dev_layer_sizes: the device executor's stash sizes */
-#include "memplan.h"
+#include "cost.h" /* cost_rt_desc, cost_stash_round */
+#include "dev.h"  /* dev_layer_sizes: the device executor's stash sizes */
 
 #define RUP(n) (((uint64_t)(n) + RT_ALIGN - 1) & ~(uint64_t)(RT_ALIGN - 1))
 
@@ -40,25 +40,6 @@ _Static_assert((int)IR_LAYER_EMBEDDING == (int)RT_EMBEDDING && (int)IR_LAYER_HEA
 _Static_assert((int)IR_ACT_SWIGLU == (int)RT_SWIGLU && (int)IR_NACTS == (int)RT_NACTS,
                "activations of ir.h and octo_kernels.h differ");
 
-rt_layer_desc cg_layer_desc(const ir_module *m, const ir_layer *l)
-{
-	const int64_t *a = l->attr;
-	return (rt_layer_desc){
-	    .kind = (rt_kind)l->kind, .hidden = m->model.hidden, .seq = m->model.seq,
-	    .mbs = m->train.mbs, .vocab = m->model.vocab,
-	    .heads = a[IR_ATTR_HEADS], .kv_heads = a[IR_ATTR_KV_HEADS],
-	    .head_dim = a[IR_ATTR_HEAD_DIM], .window = a[IR_ATTR_WINDOW],
-	    .q_lora_rank = a[IR_ATTR_Q_LORA_RANK], .kv_lora_rank = a[IR_ATTR_KV_LORA_RANK],
-	    .qk_rope_dim = a[IR_ATTR_QK_ROPE_DIM], .v_head_dim = a[IR_ATTR_V_HEAD_DIM],
-	    .ffn = a[IR_ATTR_FFN], .act = (rt_act)a[IR_ATTR_ACT], .experts = a[IR_ATTR_EXPERTS],
-	    .top_k = a[IR_ATTR_TOP_K], .expert_ffn = a[IR_ATTR_EXPERT_FFN],
-	    .shared_experts = a[IR_ATTR_SHARED_EXPERTS], .version = a[IR_ATTR_VERSION],
-	    .state = a[IR_ATTR_STATE], .expand = a[IR_ATTR_EXPAND], .conv = a[IR_ATTR_CONV],
-	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK]};
-}
-
-/* Bytes of one activation (or its gradient) between stages, as the CPU
- * runtime holds it: f32. */
 /* A value's bytes: f32 on CPU ranks, the model's dtype on a device. */
 static uint64_t value_bytes(const ir_module *m, bool device)
 {
@@ -80,42 +61,57 @@ typedef struct lowering {
 
 #define AT(s, mb) ((size_t)(s) * (size_t)L->M + (size_t)(mb))
 
-/* What each buffer of the plan must hold at least, by the runtime's sizes. */
+/* What each buffer of the plan holds, by the runtime's sizes. */
 static uint64_t needed(const lowering *L, const ir_buf *b)
 {
 	switch (b->kind) {
 	case IR_BUF_ACT: return L->stash[0][b->stage];
 	case IR_BUF_WSTASH: return L->stash[1][b->stage];
-	default: return RUP(value_bytes(L->m, L->device));
+	default: return value_bytes(L->m, L->device);
 	}
 }
 
-/* The buffers and their offsets (see the file comment). */
+/* The buffers and their offsets: the memory plan's (see the file comment). */
 static int plan_buffers(lowering *L, cg_rank *out)
 {
 	const ir_module *m = L->m;
+	const ir_dev_plan *p = m->memplan ? &m->memplan[L->d] : NULL;
+	if (!p) {
+		diag_error(L->where, "codegen: the module has no memory plan: the executables allocate "
+		                     "the buffers the `memplan` pass lays out (run it)");
+		return -1;
+	}
 	ir_buf *b;
 	int n = ir_live_buffers(m, L->d, &b);
-	const ir_dev_plan *p = m->memplan ? &m->memplan[L->d] : NULL;
-	bool fits = p && p->nbufs == n;
-	for (int i = 0; fits && i < n; i++)
-		fits = p->bufs[i].kind == b[i].kind && p->bufs[i].stage == b[i].stage &&
-		       p->bufs[i].mb == b[i].mb && p->bufs[i].size >= needed(L, &b[i]) &&
-		       p->bufs[i].off % RT_ALIGN == 0;
-	uint64_t top;
-	if (fits) {
-		memcpy(b, p->bufs, (size_t)n * sizeof *b);
-		top = p->arena;
-	} else {
-		for (int i = 0; i < n; i++)
-			b[i].size = needed(L, &b[i]);
-		top = memplan_assign(b, n);
+	if (p->nbufs != n)
+		ir_bug("codegen: D%d's memory plan has %d buffers, its program %d", L->d, p->nbufs, n);
+	for (int i = 0; i < n; i++) {
+		const ir_buf *x = &p->bufs[i];
+		if (x->kind != b[i].kind || x->stage != b[i].stage || x->mb != b[i].mb ||
+		    x->off % RT_ALIGN != 0)
+			ir_bug("codegen: D%d's memory plan is not its program's (buffer %d)", L->d, i);
+		if (x->size == needed(L, x))
+			continue;
+		if (x->kind == IR_BUF_ACT || x->kind == IR_BUF_WSTASH) /* the layers' were checked */
+			ir_bug("codegen: D%d's %s buffer of S%d m%d is %llu bytes in the memory plan, but "
+			       "the runtime's are %llu", L->d, ir_buf_names[x->kind], x->stage, x->mb,
+			       (unsigned long long)x->size, (unsigned long long)needed(L, x));
+		/* A value's bytes are the program's (IR text may give others). */
+		diag_error(L->where, "codegen: D%d's %s %s buffer of S%d m%d is %llu bytes, but the "
+		           "runtime's values are %llu bytes (%s; the model's dtype is %s)", L->d,
+		           ir_buf_names[x->kind], ir_value_names[x->value], x->stage, x->mb,
+		           (unsigned long long)x->size, (unsigned long long)needed(L, x),
+		           L->device ? "the model's dtype on a device" : "f32 on CPU ranks",
+		           ir_dtype_names[m->model.dtype]);
+		free(b);
+		return -1;
 	}
-	out->ir_arena = p ? p->arena : 0;
-	out->replanned = !fits;
+	free(b);
+	uint64_t top = p->arena;
+	out->ir_arena = p->arena;
 	out->nbufs = n;
 	for (int i = 0; i < n; i++) {
-		const ir_buf *x = &b[i];
+		const ir_buf *x = &p->bufs[i];
 		size_t k = AT(x->stage, x->mb);
 		switch (x->kind) {
 		case IR_BUF_ACT: L->act_off[k] = (int64_t)x->off; break;
@@ -123,7 +119,6 @@ static int plan_buffers(lowering *L, cg_rank *out)
 		default: L->val_off[x->value == IR_OP_B][k] = (int64_t)x->off; break;
 		}
 	}
-	free(b);
 	/* A program of one stage has no value to chain its layers through. */
 	L->work = -1;
 	for (int s = 0; s < L->S; s++)
@@ -157,6 +152,31 @@ static void chain(const lowering *L, cg_op *c, int s, int mb, bool fwd)
 	}
 	c->act = need_off(L->act_off[AT(s, mb)], "act stash", s, mb);
 	c->ws = fwd ? -1 : need_off(L->ws_off[AT(s, mb)], "W stash", s, mb);
+}
+
+/* Layer l's stashes in the module are the runtime's (the cost pass put
+ * them there), or a profile's measured on another executor, refused. */
+static int check_stashes(const ir_module *m, int l, const rt_sizes *sz, bool device)
+{
+	const ir_cost *c = &m->layers[l].cost;
+	uint64_t act = cost_stash_round((uint64_t)sz->act), ws = cost_stash_round((uint64_t)sz->wstash);
+	if (c->act == act && c->wstash == ws)
+		return 0;
+	bool act_off = c->act != act;
+	if (!(c->measured & (act_off ? IR_CF_BIT(ACT) : IR_CF_BIT(WSTASH))))
+		ir_bug("codegen: layer L%d's %s stash is %llu bytes in the plan, but the %s's are %llu", l,
+		       act_off ? "act" : "W", (unsigned long long)(act_off ? c->act : c->wstash),
+		       device ? "device executor" : "CPU runtime",
+		       (unsigned long long)(act_off ? act : ws));
+	diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[l] : (ir_loc){0}, ir_loc_or(m->plan_loc, m->loc)),
+	           "codegen: layer L%d (%s): the profile measured a%s stash of %llu bytes, but the %s "
+	           "holds %llu: the memory plan would not be what the executables allocate; measure "
+	           "on this target ('octopipe profile --target'), or leave %s out of the profile",
+	           l, ir_layer_kind_names[m->layers[l].kind], act_off ? "n act" : " W",
+	           (unsigned long long)(act_off ? c->act : c->wstash),
+	           device ? "device executor" : "CPU runtime", (unsigned long long)(act_off ? act : ws),
+	           act_off ? "act_bytes" : "wstash_bytes");
+	return -1;
 }
 
 static const char *kinds_text(const ir_module *m, const ir_stage *st, arena *a)
@@ -245,7 +265,7 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, bool device, a
 		for (int l = st->first; l <= st->last; l++, h++) {
 			rt_layer_spec *sp = &out->layers[h];
 			sp->index = l;
-			sp->desc = cg_layer_desc(m, &m->layers[l]);
+			sp->desc = cost_rt_desc(m, &m->layers[l]);
 			if (rt_layer_check(&sp->desc) != RT_OK ||
 			    (device ? dev_layer_sizes(&sp->desc, m->model.dtype == IR_DTYPE_BF16, &L->sz[h])
 			            : rt_layer_sizes(&sp->desc, &L->sz[h])) != RT_OK) {
@@ -256,6 +276,8 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, bool device, a
 				           device ? "device executor (docs/cuda.md)" : "CPU runtime");
 				return -1;
 			}
+			if (check_stashes(m, l, &L->sz[h], device) < 0)
+				return -1;
 			out->act_at[h] = (int64_t)L->stash[0][s];
 			out->ws_at[h] = (int64_t)L->stash[1][s];
 			L->stash[0][s] += RUP(L->sz[h].act);

@@ -100,8 +100,8 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 	           "the memory plan (`memplan`)%s.\n\n"
 	           "| rank | stages | layers | ops per step | buffers | buffer block | memplan arena |\n"
 	           "|---|---|---|---|---|---|---|\n",
-	        "; where the runtime's stash sizes exceed the cost model's, the offsets are re-planned "
-	        "with memplan's allocator on the runtime's sizes (column 6 against column 7)");
+	        ", whose stash sizes are the runtime's: the block is the arena (a program of one stage "
+	        "adds a work buffer on top)");
 	for (int d = 0; d < N; d++) {
 		const cg_rank *k = &ranks[d];
 		fprintf(f, "| %d | ", d);
@@ -109,8 +109,8 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 		for (int s = 0; s < m->nstages; s++)
 			if (m->stages[s].device == d)
 				fprintf(f, "%sS%d", held++ ? ", " : "", s);
-		fprintf(f, "%s | %d | %d | %d | %s%s | %s |\n", held ? "" : "—", k->nlayers, k->nops, k->nbufs,
-		        size_of(t, sizeof t, k->buf_bytes), k->replanned ? " (re-planned)" : "",
+		fprintf(f, "%s | %d | %d | %d | %s | %s |\n", held ? "" : "—", k->nlayers, k->nops, k->nbufs,
+		        size_of(t, sizeof t, k->buf_bytes),
 		        k->ir_arena ? size_of(u, sizeof u, k->ir_arena) : "—");
 	}
 	if (fclose(f) != 0) {

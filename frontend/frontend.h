@@ -33,10 +33,9 @@ ir_module *fe_load_src(const src_file *src, const fe_overrides *ov);
 
 /* Apply a profile of measured layer costs (docs/profile.md) to m, which
  * fe_load made: each layer that an entry matches (its index, else its
- * kind) gets its analytic cost with the measured F, B, W times (and stash
- * sizes, when given) written over it, and cost.known set; the others are
- * left for the cost pass.  Returns 0, or -1 after a diagnostic; nothing is
- * applied then. */
+ * kind) gets the measured F, B, W times (and stash sizes, when given),
+ * marked in cost.measured; its cost stays unknown, for the cost pass to
+ * complete.  Returns 0, or -1 after a diagnostic; nothing is applied then. */
 int fe_load_profile(ir_module *m, const char *path);
 
 /* Same, from text already in memory (tests). */

@@ -5,10 +5,11 @@
  * optional stash sizes.  It is read event by event with libyaml's parser:
  * the shape is fixed, so no node tree is needed, and reading stops at the
  * first event that does not fit, which bounds nesting and work on any
- * input.  Nothing is applied until the whole file has been read: a layer's
- * cost is then its analytic cost (cost_layer) with the measured fields
- * written over it, and known set, so the cost pass leaves it alone.  Layers
- * that no entry matches keep their cost unknown. */
+ * input.  Nothing is applied until the whole file has been read: a layer
+ * that an entry matches then holds the measured fields, marked in its
+ * cost's measured mask, and its cost stays unknown: the cost pass makes the
+ * rest and keeps what was measured.  Layers that no entry matches are left
+ * as they were. */
 #include "frontend.h"
 
 #include <errno.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "cost.h"
 #include "yamlsrc.h"
 
 /* The times come first (E_F..E_W_COLD), in the order of entry.t. */
@@ -396,13 +396,13 @@ static int apply(prof *pr)
 		const entry *e = pr->layer[i].set ? &pr->layer[i] : &pr->kind[m->layers[i].kind];
 		if (!e->set)
 			continue;
-		if (cost_layer(m, i, &cost[i]) < 0)
-			return -1;
-		cost[i].cold = e->has[E_F_COLD];
-		double *t[6] = {&cost[i].f, &cost[i].b, &cost[i].w,
-		                &cost[i].f_cold, &cost[i].b_cold, &cost[i].w_cold};
-		for (int k = 0; k < (cost[i].cold ? 6 : 3); k++) {
-			*t[k] = cost_round_us(e->t[k] * scale);
+		ir_cost *c = &cost[i];
+		*c = (ir_cost){.measured = IR_CF_TIMES, .cold = e->has[E_F_COLD]};
+		if (c->cold)
+			c->measured |= IR_CF_BIT(COLD);
+		double *t[6] = {&c->f, &c->b, &c->w, &c->f_cold, &c->b_cold, &c->w_cold};
+		for (int k = 0; k < (c->cold ? 6 : 3); k++) {
+			*t[k] = ir_round_us(e->t[k] * scale);
 			if (!(*t[k] <= IR_MAX_US)) {
 				diag_error(e->tloc[k], "'%s' is too large: %g %s is beyond %gus (11.6 days; "
 				           "docs/profile.md)", entry_keys[k], e->t[k], unit_names[pr->unit],
@@ -411,18 +411,22 @@ static int apply(prof *pr)
 			}
 		}
 		if (e->has[E_ACT])
-			cost[i].act = e->act;
+			c->act = e->act, c->measured |= IR_CF_BIT(ACT);
 		if (e->has[E_WSTASH])
-			cost[i].wstash = e->wstash;
+			c->wstash = e->wstash, c->measured |= IR_CF_BIT(WSTASH);
 		hit[i] = true;
 	}
-	/* The step's bytes must fit (docs/ir.md, "Ranges"): blame the stash
-	 * size of the profile that passes the limit; nothing is applied then. */
+	/* What the measured fields alone say about the step: no time at all, or
+	 * bytes past the limit (docs/ir.md, "Ranges"), blamed on the stash size
+	 * of the profile that passes it.  They are checked as known costs of
+	 * those fields, and nothing is applied then. */
 	ir_cost *old = arena_alloc(pr->a, (size_t)m->nlayers * sizeof *old);
 	for (int i = 0; i < m->nlayers; i++) {
 		old[i] = m->layers[i].cost;
-		if (hit[i])
+		if (hit[i]) {
 			m->layers[i].cost = cost[i];
+			m->layers[i].cost.known = true;
+		}
 	}
 	if (ir_no_time(m)) {
 		for (int i = 0; i < m->nlayers; i++)
@@ -443,6 +447,9 @@ static int apply(prof *pr)
 			m->layers[i].cost = old[i];
 		return ir_step_bytes_error(m, over, loc);
 	}
+	for (int i = 0; i < m->nlayers; i++)
+		if (hit[i])
+			m->layers[i].cost.known = false; /* the cost pass completes it */
 	return 0;
 }
 

@@ -17,10 +17,11 @@
  * a Hugging Face config's hybrid_override_pattern, verbatim) gets them
  * added when the tables time them.
  *
- * Every layer then gets a known cost holding the measured times and
- * nothing else -- no FLOPs, stashes, parameters or resident bytes -- and
- * placeholder shapes: the smallest attributes ir_check_layer accepts with
- * hidden = 1, which no pass reads once the cost is known.  The module thus
+ * Every layer then gets a cost whose every field is measured (the mask
+ * says so): the measured times and nothing else -- no FLOPs, stashes,
+ * parameters or resident bytes -- so it is known and the cost pass has
+ * nothing to make; and placeholder shapes: the smallest attributes
+ * ir_check_layer accepts with hidden = 1, which no pass reads.  The module thus
  * models time only; docs/profile.md says what that means for a plan. */
 #include "frontend.h"
 
@@ -29,7 +30,6 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "cost.h"
 #include "yamlsrc.h"
 
 enum { MAX_LAYERS = 100000 }; /* as a model file's (docs/yaml.md) */
@@ -296,7 +296,7 @@ static int check(pj *j, int *kinds)
 		}
 		for (k = K_F; k <= K_W; k++) {
 			const table *t = &j->t[k - K_F];
-			if (!(cost_round_us(t->ms[c] * 1e3) <= IR_MAX_US)) {
+			if (!(ir_round_us(t->ms[c] * 1e3) <= IR_MAX_US)) {
 				diag_error(t->at[c], "'%s' in '%s' is too large: %g ms is beyond %gus (11.6 "
 				           "days; docs/profile.md)", char_names[c], top_keys[k], t->ms[c], IR_MAX_US);
 				return -1;
@@ -309,8 +309,8 @@ static int check(pj *j, int *kinds)
 /* ---- the module ------------------------------------------------------------------ */
 
 /* The smallest shape ir_check_layer accepts with hidden = 1.  The times
- * are measured, so no pass reads a size (a layer with a known cost is
- * left alone by the cost pass). */
+ * are measured, and so is every other field, so no pass reads a size (a
+ * cost that is all measured is left alone by the cost pass). */
 static void placeholder(ir_layer *l)
 {
 	int64_t *v = l->attr;
@@ -358,10 +358,10 @@ static int build(pj *j, ir_module *m, const int *kinds, int n, const fe_override
 		ir_layer *l = ir_add_layer(m, char_kind[c], layer_loc(j, i));
 		placeholder(l);
 		const table *t = j->t;
-		l->cost = (ir_cost){.known = true,
-		                    .f = cost_round_us(t[0].ms[c] * 1e3),
-		                    .b = cost_round_us(t[1].ms[c] * 1e3),
-		                    .w = cost_round_us(t[2].ms[c] * 1e3)};
+		l->cost = (ir_cost){.known = true, .measured = IR_CF_ALL & ~IR_CF_BIT(COLD),
+		                    .f = ir_round_us(t[0].ms[c] * 1e3),
+		                    .b = ir_round_us(t[1].ms[c] * 1e3),
+		                    .w = ir_round_us(t[2].ms[c] * 1e3)};
 	}
 	if (!(ov && ov->cluster) && fe_load_cluster(m->arena, "ideal", &m->cluster) < 0)
 		return -1;

@@ -43,6 +43,7 @@ const char *const ir_comm_names[] = {IR_COMMS(NAME)};
 const char *const ir_value_names[] = {"act", "grad", "wgrad"};
 const char *const ir_backend_names[] = {IR_BACKENDS(NAME)};
 const char *const ir_buf_names[] = {IR_BUFS(NAME)};
+const char *const ir_cost_field_names[] = {IR_COST_FIELDS(NAME)};
 #undef NAME
 
 const ir_attr_info ir_attr_table[] = {
@@ -481,10 +482,19 @@ static bool str_eq(const char *a, const char *b)
 /* Doubles compare by bit pattern's value: the text form is exact. */
 static bool cost_eq(const ir_cost *a, const ir_cost *b)
 {
-	if (a->known != b->known)
+	if (a->known != b->known || a->measured != b->measured)
 		return false;
-	if (!a->known)
-		return true;
+	if (!a->known) /* the measured fields alone are set */
+		return (!(a->measured & IR_CF_BIT(F)) || a->f == b->f) &&
+		       (!(a->measured & IR_CF_BIT(B)) || a->b == b->b) &&
+		       (!(a->measured & IR_CF_BIT(W)) || a->w == b->w) &&
+		       (!(a->measured & IR_CF_BIT(COLD)) ||
+		        (a->f_cold == b->f_cold && a->b_cold == b->b_cold && a->w_cold == b->w_cold)) &&
+		       (!(a->measured & IR_CF_BIT(FLOPS)) || a->flops == b->flops) &&
+		       (!(a->measured & IR_CF_BIT(ACT)) || a->act == b->act) &&
+		       (!(a->measured & IR_CF_BIT(WSTASH)) || a->wstash == b->wstash) &&
+		       (!(a->measured & IR_CF_BIT(PARAMS)) || a->params == b->params) &&
+		       (!(a->measured & IR_CF_BIT(RESIDENT)) || a->resident == b->resident);
 	return a->f == b->f && a->b == b->b && a->w == b->w && a->flops == b->flops &&
 	       a->act == b->act && a->wstash == b->wstash && a->params == b->params &&
 	       a->resident == b->resident && a->cold == b->cold && a->f_cold == b->f_cold &&

@@ -217,8 +217,37 @@ bool ir_attr_required(ir_attr a, ir_layer_kind k, int64_t mamba_version);
 
 /* ---- module ----------------------------------------------------------- */
 
+/* The fields of a layer's cost, named as in the IR text; COLD stands for
+ * f_cold, b_cold and w_cold together.  A profile records the ones it
+ * measured in ir_cost.measured (one bit per field) and the cost pass
+ * derives the rest. */
+#define IR_COST_FIELDS(X)                                                      \
+	X(F, "f") X(B, "b") X(W, "w") X(COLD, "cold") X(FLOPS, "flops")            \
+	X(ACT, "act") X(WSTASH, "wstash") X(PARAMS, "params") X(RESIDENT, "resident")
+
+typedef enum ir_cost_field {
+#define X(e, s) IR_CF_##e,
+	IR_COST_FIELDS(X)
+#undef X
+	IR_NCOST_FIELDS
+} ir_cost_field;
+
+#define IR_CF_BIT(e) (1u << IR_CF_##e)
+#define IR_CF_ALL ((1u << IR_NCOST_FIELDS) - 1)
+#define IR_CF_TIMES (IR_CF_BIT(F) | IR_CF_BIT(B) | IR_CF_BIT(W))
+
+extern const char *const ir_cost_field_names[IR_NCOST_FIELDS];
+
+/* A mask that leaves nothing to derive (the cold times are optional). */
+static inline bool ir_cost_complete(unsigned measured)
+{
+	return (measured | IR_CF_BIT(COLD)) == IR_CF_ALL;
+}
+
 typedef struct ir_cost {
-	bool known;        /* set by the cost pass (or parsed) */
+	bool known;        /* every field is set: by the cost pass (or parsed) */
+	unsigned measured; /* IR_CF_BIT mask: the fields a profile measured, which
+	                    * the cost pass keeps; when !known, only they are set */
 	double f, b, w;    /* microseconds per micro-batch (data in the cache, when
 	                    * the cold times are known too) */
 	double flops;      /* FLOPs of F + B + W per micro-batch */
@@ -231,6 +260,13 @@ typedef struct ir_cost {
 	                    * cache (docs/simulator.md, the cache model); 0 when
 	                    * !cold, and the hot times apply */
 } ir_cost;
+
+/* Times are kept to the nanosecond, so IR text stays short (a profile's
+ * 2.3 ms is 2300us, not 2299.9999999999995us). */
+static inline double ir_round_us(double us)
+{
+	return round(us * 1e3) / 1e3;
+}
 
 typedef struct ir_layer {
 	ir_layer_kind kind;

@@ -662,7 +662,7 @@ static void parse_layer(parser *ps)
 	field *vf = k == IR_LAYER_MAMBA ? get(ps, &fs, "version", false, what) : NULL;
 	if (vf && !parse_i64(vf->val, 1, 2, &l->attr[IR_ATTR_VERSION]))
 		perr(ps, vf->vloc, "'version' must be 1 or 2, got '%s'", vf->val);
-	const char *known[IR_NATTRS + 6];
+	const char *known[IR_NATTRS + 16];
 	int nknown = 0;
 	for (int a = 0; a < IR_NATTRS && !ps->err; a++) {
 		if (!ir_attr_applies(a, l->kind, l->attr[IR_ATTR_VERSION]))
@@ -686,13 +686,67 @@ static void parse_layer(parser *ps)
 	}
 	static const char *const cost_keys[] = {"f", "b", "w", "f_cold", "b_cold", "w_cold",
 	                                        "flops", "act", "wstash", "params", "resident"};
+	/* The field of each key (the three cold times are one). */
+	static const ir_cost_field cost_key_field[] = {IR_CF_F, IR_CF_B, IR_CF_W, IR_CF_COLD,
+	                                               IR_CF_COLD, IR_CF_COLD, IR_CF_FLOPS,
+	                                               IR_CF_ACT, IR_CF_WSTASH, IR_CF_PARAMS,
+	                                               IR_CF_RESIDENT};
 	for (int i = 0; i < N(cost_keys); i++)
 		known[nknown++] = cost_keys[i];
-	bool any_cost = false;
+	known[nknown++] = "measured";
+	/* measured=f,b,w,...: the fields a profile measured (ir_cost.measured). */
+	field *mf = get(ps, &fs, "measured", false, what);
+	bool has_measured = mf != NULL;
+	for (const char *p = mf ? mf->val : ""; *p && !ps->err;) {
+		size_t n = strcspn(p, ",");
+		int fi = 0;
+		while (fi < IR_NCOST_FIELDS && (strlen(ir_cost_field_names[fi]) != n ||
+		                                strncmp(ir_cost_field_names[fi], p, n) != 0))
+			fi++;
+		if (fi == IR_NCOST_FIELDS || (l->cost.measured & (1u << fi)))
+			perr(ps, mf->vloc, "'measured' lists the cost fields a profile measured, once each "
+			                   "(f, b, w, cold, flops, act, wstash, params, resident), got '%s'",
+			     mf->val);
+		else
+			l->cost.measured |= 1u << fi;
+		p += n + (p[n] == ',');
+	}
+	/* Which fields the line holds: all of them (a known cost), or, where it
+	 * says what was measured, those alone (a cost the cost pass is still to
+	 * complete). */
+	bool any_cost = false, outside = false;
 	for (int i = 0; i < fs.n; i++)
 		for (int j = 0; j < N(cost_keys); j++)
-			any_cost |= strcmp(fs.f[i].key, cost_keys[j]) == 0;
-	if (any_cost && !ps->err) {
+			if (strcmp(fs.f[i].key, cost_keys[j]) == 0) {
+				any_cost = true;
+				outside |= !(l->cost.measured & (1u << cost_key_field[j]));
+			}
+	if (has_measured && !ps->err && !outside && !ir_cost_complete(l->cost.measured)) {
+		unsigned mk = l->cost.measured;
+		if (mk & IR_CF_BIT(F))
+			get_f64(ps, &fs, "f", "us", &l->cost.f, what);
+		if (mk & IR_CF_BIT(B))
+			get_f64(ps, &fs, "b", "us", &l->cost.b, what);
+		if (mk & IR_CF_BIT(W))
+			get_f64(ps, &fs, "w", "us", &l->cost.w, what);
+		if (mk & IR_CF_BIT(COLD)) {
+			l->cost.cold = true;
+			get_f64(ps, &fs, "f_cold", "us", &l->cost.f_cold, what);
+			get_f64(ps, &fs, "b_cold", "us", &l->cost.b_cold, what);
+			get_f64(ps, &fs, "w_cold", "us", &l->cost.w_cold, what);
+		}
+		if (mk & IR_CF_BIT(FLOPS))
+			get_f64(ps, &fs, "flops", "", &l->cost.flops, what);
+		if (mk & IR_CF_BIT(ACT))
+			get_bytes(ps, &fs, "act", &l->cost.act, what);
+		if (mk & IR_CF_BIT(WSTASH))
+			get_bytes(ps, &fs, "wstash", &l->cost.wstash, what);
+		field *pf = mk & IR_CF_BIT(PARAMS) ? get(ps, &fs, "params", true, what) : NULL;
+		if (pf && !parse_u64(pf->val, &l->cost.params))
+			perr(ps, pf->vloc, "'params' must be an unsigned integer, got '%s'", pf->val);
+		if (mk & IR_CF_BIT(RESIDENT))
+			get_bytes(ps, &fs, "resident", &l->cost.resident, what);
+	} else if ((any_cost || has_measured) && !ps->err) {
 		l->cost.known = true;
 		get_f64(ps, &fs, "f", "us", &l->cost.f, what);
 		get_f64(ps, &fs, "b", "us", &l->cost.b, what);
@@ -705,6 +759,9 @@ static void parse_layer(parser *ps)
 			get_f64(ps, &fs, "b_cold", "us", &l->cost.b_cold, what);
 			get_f64(ps, &fs, "w_cold", "us", &l->cost.w_cold, what);
 		}
+		if ((l->cost.measured & IR_CF_BIT(COLD)) && !l->cost.cold)
+			perr(ps, mf->vloc, "'measured' says the cold times were measured, but the layer has "
+			                   "no f_cold, b_cold and w_cold");
 		get_f64(ps, &fs, "flops", "", &l->cost.flops, what);
 		get_bytes(ps, &fs, "act", &l->cost.act, what);
 		get_bytes(ps, &fs, "wstash", &l->cost.wstash, what);

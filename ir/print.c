@@ -114,20 +114,38 @@ static void print_layer(FILE *out, const ir_module *m, int i)
 			fprintf(out, " %s=%lld", ai->name, (long long)l->attr[a]);
 		}
 	}
-	if (l->cost.known) {
-		print_double(out, "f", l->cost.f, "us");
-		print_double(out, "b", l->cost.b, "us");
-		print_double(out, "w", l->cost.w, "us");
-		if (l->cost.cold) {
-			print_double(out, "f_cold", l->cost.f_cold, "us");
-			print_double(out, "b_cold", l->cost.b_cold, "us");
-			print_double(out, "w_cold", l->cost.w_cold, "us");
-		}
-		print_double(out, "flops", l->cost.flops, "");
-		print_bytes(out, "act", l->cost.act);
-		print_bytes(out, "wstash", l->cost.wstash);
-		fprintf(out, " params=%llu", (unsigned long long)l->cost.params);
-		print_bytes(out, "resident", l->cost.resident);
+	/* A known cost prints every field; one that is not yet (a profile's,
+	 * before the cost pass) only what was measured. */
+	const ir_cost *c = &l->cost;
+	unsigned has = c->known ? IR_CF_ALL & ~(c->cold ? 0 : IR_CF_BIT(COLD)) : c->measured;
+	if (has & IR_CF_BIT(F))
+		print_double(out, "f", c->f, "us");
+	if (has & IR_CF_BIT(B))
+		print_double(out, "b", c->b, "us");
+	if (has & IR_CF_BIT(W))
+		print_double(out, "w", c->w, "us");
+	if (has & IR_CF_BIT(COLD)) {
+		print_double(out, "f_cold", c->f_cold, "us");
+		print_double(out, "b_cold", c->b_cold, "us");
+		print_double(out, "w_cold", c->w_cold, "us");
+	}
+	if (has & IR_CF_BIT(FLOPS))
+		print_double(out, "flops", c->flops, "");
+	if (has & IR_CF_BIT(ACT))
+		print_bytes(out, "act", c->act);
+	if (has & IR_CF_BIT(WSTASH))
+		print_bytes(out, "wstash", c->wstash);
+	if (has & IR_CF_BIT(PARAMS))
+		fprintf(out, " params=%llu", (unsigned long long)c->params);
+	if (has & IR_CF_BIT(RESIDENT))
+		print_bytes(out, "resident", c->resident);
+	if (c->measured) {
+		const char *sep = " measured=";
+		for (int k = 0; k < IR_NCOST_FIELDS; k++)
+			if (c->measured & (1u << k)) {
+				fprintf(out, "%s%s", sep, ir_cost_field_names[k]);
+				sep = ",";
+			}
 	}
 	fputc('\n', out);
 }

@@ -1,14 +1,24 @@
 /* cost.c: the `cost` pass -- F, B and W time, FLOPs and bytes of every
- * layer, from its attributes, the training shape and the cluster.
+ * layer, from its attributes, the training shape and the cluster, and the
+ * stash sizes from the runtime that will run it.
  *
  * Reads: the model (hidden, vocab, seq, dtype), the micro-batch size, the
- * optimizer, the cluster's peak FLOP/s and memory bandwidth, and each
- * layer's kind and attributes.
- * Writes: ir_layer.cost of every layer whose cost is not known yet.
+ * optimizer, the cluster's peak FLOP/s and memory bandwidth, the plan's
+ * backend, and each layer's kind, attributes and measured cost fields (a
+ * profile's, ir_cost.measured).
+ * Writes: ir_layer.cost of every layer: the fields nobody measured of a
+ * cost not known yet, and the stash sizes (act, wstash) of every cost,
+ * known or not, that no profile measured.
  * Guarantees: afterwards every layer's cost is known, finite and
- * non-negative; a cost that was known (from a profile or from IR text) is
- * left exactly as it was, so the pass is idempotent and printed IR stays
- * self-contained.
+ * non-negative; measured fields are kept (stash sizes rounded up to
+ * RT_ALIGN); the act and wstash bytes of every layer the runtime runs are
+ * the executor's own (cost_runtime_stashes: the CPU kernels' on CPU ranks,
+ * the device executor's in the model's dtype on device ranks, by the
+ * backend), so the memory plan made from them is what the executables
+ * allocate; the times, FLOPs and resident bytes of a cost that was known
+ * (from IR text) are left exactly as they were.  The pass is idempotent,
+ * and printed IR stays self-contained.  This file is the only place costs
+ * are made: the profile loaders only record what they measured.
  *
  * A layer is a list of ops (kernels).  Each op has FLOPs, bytes moved and a
  * class with an efficiency; it takes
@@ -17,6 +27,11 @@
  * every kind, their FLOPs, bytes and stashes are derived in
  * docs/cost-model.md, which follows this file helper by helper. */
 #include "cost.h"
+
+#include <math.h>
+
+#include "dev.h"     /* dev_layer_sizes: the device executor's stash sizes */
+#include "octo_rt.h" /* RT_ALIGN */
 #include "pass.h"
 
 /* ---- constants (docs/cost-model.md, "Constants") ---------------------- */
@@ -342,8 +357,8 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
 		per_param += ADAM_BYTES;
 	if (mi->dtype != IR_DTYPE_F32)
 		per_param += MASTER_BYTES;
-	ir_cost c = {.known = true, .f = cost_round_us(a.us[IR_OP_F]),
-	             .b = cost_round_us(a.us[IR_OP_B]), .w = cost_round_us(a.us[IR_OP_W])};
+	ir_cost c = {.known = true, .f = ir_round_us(a.us[IR_OP_F]),
+	             .b = ir_round_us(a.us[IR_OP_B]), .w = ir_round_us(a.us[IR_OP_W])};
 	c.flops = a.flops[IR_OP_F] + a.flops[IR_OP_B] + a.flops[IR_OP_W];
 	if (fits(m, layer, "the activation stash in bytes", a.act, &c.act) < 0 ||
 	    fits(m, layer, "the W stash in bytes", a.wstash, &c.wstash) < 0 ||
@@ -377,11 +392,110 @@ int cost_layer(const ir_module *m, int layer, ir_cost *out)
 	return cost_layer_split(m, layer, out, NULL);
 }
 
+/* ---- the runtime's stash sizes ---------------------------------------------- */
+
+rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l)
+{
+	const int64_t *a = l->attr;
+	return (rt_layer_desc){
+	    .kind = (rt_kind)l->kind, .hidden = m->model.hidden, .seq = m->model.seq,
+	    .mbs = m->train.mbs, .vocab = m->model.vocab,
+	    .heads = a[IR_ATTR_HEADS], .kv_heads = a[IR_ATTR_KV_HEADS],
+	    .head_dim = a[IR_ATTR_HEAD_DIM], .window = a[IR_ATTR_WINDOW],
+	    .q_lora_rank = a[IR_ATTR_Q_LORA_RANK], .kv_lora_rank = a[IR_ATTR_KV_LORA_RANK],
+	    .qk_rope_dim = a[IR_ATTR_QK_ROPE_DIM], .v_head_dim = a[IR_ATTR_V_HEAD_DIM],
+	    .ffn = a[IR_ATTR_FFN], .act = (rt_act)a[IR_ATTR_ACT], .experts = a[IR_ATTR_EXPERTS],
+	    .top_k = a[IR_ATTR_TOP_K], .expert_ffn = a[IR_ATTR_EXPERT_FFN],
+	    .shared_experts = a[IR_ATTR_SHARED_EXPERTS], .version = a[IR_ATTR_VERSION],
+	    .state = a[IR_ATTR_STATE], .expand = a[IR_ATTR_EXPAND], .conv = a[IR_ATTR_CONV],
+	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK]};
+}
+
+bool cost_device_ranks(const ir_module *m)
+{
+	return m->plan.backend == IR_BACKEND_NCCL || m->model.dtype != IR_DTYPE_F32;
+}
+
+uint64_t cost_stash_round(uint64_t bytes)
+{
+	return bytes > UINT64_MAX - (RT_ALIGN - 1) ? UINT64_MAX
+	                                           : (bytes + RT_ALIGN - 1) & ~(uint64_t)(RT_ALIGN - 1);
+}
+
+int cost_runtime_stashes(const ir_module *m, int layer, uint64_t *act, uint64_t *wstash)
+{
+	ir_assert(layer >= 0 && layer < m->nlayers);
+	rt_layer_desc d = cost_rt_desc(m, &m->layers[layer]);
+	rt_sizes sz;
+	if (rt_layer_check(&d) != RT_OK)
+		return -1;
+	int rc = cost_device_ranks(m) ? dev_layer_sizes(&d, m->model.dtype != IR_DTYPE_F32, &sz)
+	                              : rt_layer_sizes(&d, &sz);
+	if (rc != RT_OK || sz.act < 0 || sz.wstash < 0)
+		return -1;
+	*act = cost_stash_round((uint64_t)sz.act);
+	*wstash = cost_stash_round((uint64_t)sz.wstash);
+	return 0;
+}
+
+/* ---- the pass ---------------------------------------------------------------- */
+
+/* The measured fields of `have` over the analytic cost `c`. */
+static void keep_measured(ir_cost *c, const ir_cost *have)
+{
+	unsigned k = have->measured;
+	c->measured = k;
+	if (k & IR_CF_BIT(F))
+		c->f = have->f;
+	if (k & IR_CF_BIT(B))
+		c->b = have->b;
+	if (k & IR_CF_BIT(W))
+		c->w = have->w;
+	if (k & IR_CF_BIT(COLD)) {
+		c->cold = true;
+		c->f_cold = have->f_cold, c->b_cold = have->b_cold, c->w_cold = have->w_cold;
+	}
+	if (k & IR_CF_BIT(FLOPS))
+		c->flops = have->flops;
+	if (k & IR_CF_BIT(ACT))
+		c->act = have->act;
+	if (k & IR_CF_BIT(WSTASH))
+		c->wstash = have->wstash;
+	if (k & IR_CF_BIT(PARAMS))
+		c->params = have->params;
+	if (k & IR_CF_BIT(RESIDENT))
+		c->resident = have->resident;
+}
+
 int pass_cost(ir_module *m)
 {
-	for (int i = 0; i < m->nlayers; i++)
-		if (!m->layers[i].cost.known && cost_layer(m, i, &m->layers[i].cost) < 0)
-			return -1;
+	for (int i = 0; i < m->nlayers; i++) {
+		ir_cost *c = &m->layers[i].cost;
+		if (ir_cost_complete(c->measured)) {
+			c->known = true; /* nothing to make (a published timing profile) */
+			continue;
+		}
+		if (!c->known) {
+			ir_cost a;
+			if (cost_layer(m, i, &a) < 0)
+				return -1;
+			keep_measured(&a, c);
+			*c = a;
+		}
+		/* The stashes are what the executables will allocate: the runtime's
+		 * sizes where it runs the layer, and a measured size in whole
+		 * RT_ALIGN slices as the executables lay it out. */
+		uint64_t act, ws;
+		bool rt = cost_runtime_stashes(m, i, &act, &ws) == 0;
+		if (c->measured & IR_CF_BIT(ACT))
+			c->act = cost_stash_round(c->act);
+		else if (rt)
+			c->act = act;
+		if (c->measured & IR_CF_BIT(WSTASH))
+			c->wstash = cost_stash_round(c->wstash);
+		else if (rt)
+			c->wstash = ws;
+	}
 	/* Each layer's bytes fit in 64 bits; the step's sum must fit too. */
 	int over = ir_step_bytes_overflow(m);
 	if (over >= 0)

@@ -859,8 +859,9 @@ static int parse_target(const args *a, cg_dev *dev, const char **arch)
 /* compile: a model through the default pipeline (with the backend the
  * target talks through), or an IR file through the passes it still lacks
  * (all of them without programs, comm onwards without communication, the
- * proof onwards otherwise); then the proof again, whatever ran, and code
- * generation (docs/codegen.md). */
+ * proof onwards otherwise; cost before them in every case, for the target's
+ * stash sizes); then the proof again, whatever ran, and code generation
+ * (docs/codegen.md). */
 static int cmd_compile(const args *a)
 {
 	cg_dev dev;
@@ -927,11 +928,11 @@ static int cmd_compile(const args *a)
 			int k = 0;
 			while (k < pass_default_pipeline_len && pass_default_pipeline[k] != from)
 				k++;
+			/* cost first, whatever the text holds: it makes the stash
+			 * sizes the target's runtime's, which the memory plan (made
+			 * again, or verified) must then hold. */
 			pl.n = 0;
-			bool costed = true;
-			for (int l = 0; l < m->nlayers; l++)
-				costed &= m->layers[l].cost.known;
-			if (!costed && from != pass_default_pipeline[0])
+			if (from != pass_default_pipeline[0])
 				pl.ids[pl.n++] = PASS_cost;
 			for (; k < pass_default_pipeline_len; k++)
 				pl.ids[pl.n++] = pass_default_pipeline[k];

@@ -380,8 +380,21 @@ START_TEST(test_pass_idempotent_and_keeps_known)
 	ir_cost given = {.known = true, .f = 1.5, .b = 2.5, .w = 0.5, .flops = 7, .act = 1024,
 	                 .wstash = 512, .params = 3, .resident = 48};
 	m->layers[3].cost = given;
+	/* a measured stash is kept, in whole RT_ALIGN slices */
+	m->layers[4].cost = given;
+	m->layers[4].cost.measured = IR_CF_BIT(ACT) | IR_CF_BIT(WSTASH);
+	m->layers[4].cost.act = 1000;
 	ck_assert_int_eq(pass_cost(m), 0);
+	/* a known cost keeps its times, FLOPs, parameters and resident bytes;
+	 * its stashes are the runtime's (the plan's default backend, nccl:
+	 * the device executor) */
+	uint64_t act, ws;
+	ck_assert_int_eq(cost_runtime_stashes(m, 3, &act, &ws), 0);
+	ck_assert(act != given.act && ws != given.wstash);
+	given.act = act, given.wstash = ws;
 	ck_assert_mem_eq(&m->layers[3].cost, &given, sizeof given);
+	ck_assert_uint_eq(m->layers[4].cost.act, 1024);
+	ck_assert_uint_eq(m->layers[4].cost.wstash, 512);
 	char *once = ir_print_string(m);
 	ck_assert_int_eq(pass_cost(m), 0);
 	char *twice = ir_print_string(m);
@@ -602,14 +615,33 @@ START_TEST(test_profile_applies)
 	                            "  4: {f: 9, b: 8, w: 7, wstash_bytes: 0}\n"),
 	                 0);
 	const ir_layer *L = m->layers;
-	/* layer entries win over kind entries; times in microseconds */
-	ck_assert(L[0].cost.known);
+	/* layer entries win over kind entries; times in microseconds; only
+	 * what was measured is set, for the cost pass to complete */
+	ck_assert(!L[0].cost.known);
+	ck_assert_uint_eq(L[0].cost.measured, IR_CF_TIMES);
 	ck_assert_double_eq(L[0].cost.f, 2300);
 	ck_assert_double_eq(L[0].cost.b, 0);
 	ck_assert_double_eq(L[0].cost.w, 1100);
 	ck_assert_double_eq(L[4].cost.f, 9000);
+	ck_assert_uint_eq(L[4].cost.measured, IR_CF_TIMES | IR_CF_BIT(WSTASH));
+	ck_assert_uint_eq(L[2].cost.measured, IR_CF_TIMES | IR_CF_BIT(ACT));
+	ck_assert_uint_eq(L[2].cost.flops, 0);
+	/* attention layers are matched by nothing */
+	for (int i = 1; i <= 7; i += 2)
+		ck_assert(!L[i].cost.known && !L[i].cost.measured);
+	/* the text form holds the measured fields alone, and says so */
+	char *text = ir_print_string(m);
+	ck_assert_ptr_nonnull(strstr(text, "ffn=128 activation=swiglu f=1000us b=1500us w=250us act=1MiB "
+	                                   "measured=f,b,w,act\n"));
+	free(text);
+	ck_assert(tu_ir_round_trips(m));
+
+	ck_assert_int_eq(pass_cost(m), 0);
+	uint64_t act, ws;
+	ck_assert_int_eq(cost_runtime_stashes(m, 2, &act, &ws), 0);
+	ck_assert(L[0].cost.known);
 	ck_assert_uint_eq(L[4].cost.wstash, 0);
-	ck_assert_uint_eq(L[4].cost.act, analytic.act); /* not given: analytic */
+	ck_assert_uint_eq(L[4].cost.act, act); /* not measured: the runtime's */
 	for (int i = 2; i <= 8; i += 2) {
 		ck_assert(L[i].cost.known);
 		if (i == 4)
@@ -618,21 +650,20 @@ START_TEST(test_profile_applies)
 		ck_assert_double_eq(L[i].cost.b, 1500);
 		ck_assert_double_eq(L[i].cost.w, 250);
 		ck_assert_uint_eq(L[i].cost.act, 1048576);
-		/* what the profile does not give stays analytic */
-		ck_assert_uint_eq(L[i].cost.wstash, analytic.wstash);
+		/* what the profile does not give: the runtime's stash, the rest analytic */
+		ck_assert_uint_eq(L[i].cost.wstash, ws);
 		ck_assert_uint_eq(L[i].cost.params, analytic.params);
 		ck_assert_double_eq(L[i].cost.flops, analytic.flops);
 	}
 	ck_assert_double_eq(L[9].cost.f, 200);
 	ck_assert_double_eq(L[9].cost.w, 3000);
-	/* attention layers are matched by nothing: the cost pass fills them */
 	for (int i = 1; i <= 7; i += 2)
-		ck_assert(!L[i].cost.known);
+		ck_assert(L[i].cost.known && L[i].cost.f > 0);
+	/* idempotent, and lossless with the mask */
 	ir_cost before = L[2].cost;
 	ck_assert_int_eq(pass_cost(m), 0);
 	ck_assert_mem_eq(&L[2].cost, &before, sizeof before);
-	for (int i = 1; i <= 7; i += 2)
-		ck_assert(L[i].cost.known && L[i].cost.f > 0);
+	ck_assert(tu_ir_round_trips(m));
 	ir_free(m);
 }
 END_TEST
@@ -654,15 +685,19 @@ START_TEST(test_profile_cold)
 	ck_assert_double_eq(m->cluster.send_post, 2.5);
 	ck_assert_double_eq(m->cluster.recv_post, 0.25);
 	const ir_cost *c = &m->layers[2].cost;
-	ck_assert(c->known && c->cold);
+	ck_assert(!c->known && c->cold && (c->measured & IR_CF_BIT(COLD)));
 	ck_assert_double_eq(c->f_cold, 1.5);
 	ck_assert_double_eq(c->b_cold, 2.5);
 	ck_assert_double_eq(c->w_cold, 4);
 	/* a layer entry without cold times: hot only */
-	ck_assert(m->layers[4].cost.known && !m->layers[4].cost.cold);
+	ck_assert(!m->layers[4].cost.cold && !(m->layers[4].cost.measured & IR_CF_BIT(COLD)));
 	ck_assert_double_eq(m->layers[4].cost.f_cold, 0);
-	/* the IR carries them: print, parse, equal */
+	ck_assert(tu_ir_round_trips(m));
+	/* the cost pass keeps them; the IR carries them: print, parse, equal */
 	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert(c->known && c->cold);
+	ck_assert_double_eq(c->b_cold, 2.5);
+	ck_assert(m->layers[4].cost.known && !m->layers[4].cost.cold);
 	char *text = ir_print_string(m);
 	ck_assert_ptr_nonnull(strstr(text, " cache=2MiB send_post=2.5us recv_post=0.25us "));
 	ck_assert_ptr_nonnull(strstr(text, " f=1us b=2us w=3us f_cold=1.5us b_cold=2.5us w_cold=4us "));
