@@ -377,7 +377,7 @@ int cost_layer(const ir_module *m, int layer, ir_cost *out)
 	return cost_layer_split(m, layer, out, NULL);
 }
 
-int pass_cost(ir_module *m)
+int pass_cost(ir_module *m, pass_ctx *cx)
 {
 	for (int i = 0; i < m->nlayers; i++)
 		if (!m->layers[i].cost.known && cost_layer(m, i, &m->layers[i].cost) < 0)

@@ -323,7 +323,7 @@ START_TEST(test_zoo_costs_positive)
 	                                    "jamba-v0.1", "gemma-7b",    "tiny-hybrid"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		ir_module *m = zoo(names[i]);
-		ck_assert_int_eq(pass_cost(m), 0);
+		ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 		for (int l = 0; l < m->nlayers; l++) {
 			const ir_cost *c = &m->layers[l].cost;
 			ck_assert(c->known);
@@ -380,10 +380,10 @@ START_TEST(test_pass_idempotent_and_keeps_known)
 	ir_cost given = {.known = true, .f = 1.5, .b = 2.5, .w = 0.5, .flops = 7, .act = 1024,
 	                 .wstash = 512, .params = 3, .resident = 48};
 	m->layers[3].cost = given;
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	ck_assert_mem_eq(&m->layers[3].cost, &given, sizeof given);
 	char *once = ir_print_string(m);
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	char *twice = ir_print_string(m);
 	ck_assert_str_eq(once, twice);
 
@@ -421,7 +421,7 @@ START_TEST(test_overflow_is_a_diagnostic)
 	ir_module *m = one(IR_LAYER_MLP, 1 << 20, 1 << 24, 1 << 20, IR_DTYPE_F32);
 	attr(m)[IR_ATTR_FFN] = 1 << 24;
 	tu_capture();
-	ck_assert_int_eq(pass_cost(m), -1);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), -1);
 	char *msg = tu_release_first_line();
 	ck_assert_msg(strstr(msg, "error: layer L0 (embedding): the W stash in bytes") &&
 	                  strstr(msg, "does not fit in 64 bits"),
@@ -432,7 +432,7 @@ START_TEST(test_overflow_is_a_diagnostic)
 	attr(n)[IR_ATTR_FFN] = 64;
 	n->cluster.flops = 1e-320;
 	tu_capture();
-	ck_assert_int_eq(pass_cost(n), -1);
+	ck_assert_int_eq(pass_run_one(n, PASS_cost, NULL), -1);
 	msg = tu_release_first_line();
 	ck_assert_msg(strstr(msg, "is beyond 1e+12us") && strstr(msg, "is 'peak_flops' too small?"),
 	              "%s", msg);
@@ -441,7 +441,7 @@ START_TEST(test_overflow_is_a_diagnostic)
 	n->cluster.flops = 1e14;
 	n->cluster.membw = 1e-300;
 	tu_capture();
-	ck_assert_int_eq(pass_cost(n), -1);
+	ck_assert_int_eq(pass_run_one(n, PASS_cost, NULL), -1);
 	msg = tu_release_first_line();
 	ck_assert_msg(strstr(msg, "is 'memory_bandwidth' too small?"), "%s", msg);
 	free(msg);
@@ -469,7 +469,7 @@ START_TEST(test_ideal_cluster)
 	snprintf(path, sizeof path, "%s/tiny-hybrid.yaml", fe_models_dir());
 	ir_module *m = fe_load(path, &ov);
 	ck_assert_ptr_nonnull(m);
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *k = &m->layers[l].cost;
 		ck_assert(isfinite(k->f) && k->f > 0 && isfinite(k->w) && k->w > 0);
@@ -629,7 +629,7 @@ START_TEST(test_profile_applies)
 	for (int i = 1; i <= 7; i += 2)
 		ck_assert(!L[i].cost.known);
 	ir_cost before = L[2].cost;
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	ck_assert_mem_eq(&L[2].cost, &before, sizeof before);
 	for (int i = 1; i <= 7; i += 2)
 		ck_assert(L[i].cost.known && L[i].cost.f > 0);
@@ -662,7 +662,7 @@ START_TEST(test_profile_cold)
 	ck_assert(m->layers[4].cost.known && !m->layers[4].cost.cold);
 	ck_assert_double_eq(m->layers[4].cost.f_cold, 0);
 	/* the IR carries them: print, parse, equal */
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	char *text = ir_print_string(m);
 	ck_assert_ptr_nonnull(strstr(text, " cache=2MiB send_post=2.5us recv_post=0.25us "));
 	ck_assert_ptr_nonnull(strstr(text, " f=1us b=2us w=3us f_cold=1.5us b_cold=2.5us w_cold=4us "));
