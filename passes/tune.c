@@ -2,7 +2,9 @@
  * together, judged by the simulator (docs/tuner.md).
  *
  * Reads a module with layer costs whose schedule is 'tuned' (any other
- * schedule: the pass does nothing).  Writes the stages, their devices and
+ * schedule: the pass does nothing), and its plan options, checked as
+ * partition and place check them (a tuned module's pipeline runs neither:
+ * pass_pipeline_for).  Writes the stages, their devices and
  * every device's program: the best plan found that fits every device's
  * memory.  Guarantees a plan no slower than the best baseline that fits,
  * whose W's run in micro-batch order on every stage (ir_verify's rule:
@@ -23,7 +25,11 @@
  * 5. refine: move single layers across stage boundaries while the
  *    simulated step gets shorter, until no move helps or the budget ends.
  * Every candidate is a scratch module (freed after it is judged), so the
- * search never grows the module it writes. */
+ * search never grows the module it writes; the candidates kept live in
+ * the pass's scratch arena, a candidate's schedule tables in an arena of
+ * its own.  Nested runs of other passes (the baselines, lowering) write
+ * their diagnostics to a sink of their own, and the budget comes from the
+ * pass options (tune_budget). */
 #include "tune.h"
 
 #include <math.h>
@@ -496,8 +502,8 @@ typedef struct tuner {
 
 static void progress(tuner *t)
 {
-	progress_line(t->budget, t->doing, t->evals, t->have_best && t->best.v.fits ? t->best.v.makespan : -1,
-	              t->lb);
+	progress_line(t->budget, t->doing, t->evals,
+	              t->have_best && t->best.v.fits ? t->best.v.makespan : -1, t->lb);
 }
 
 /* Build the candidate into a scratch module (stages, devices, programs). */
@@ -563,8 +569,8 @@ static bool minmax_bounds(const ir_module *m, int S, int *bound)
 	c->plan.ngiven = c->plan.nplacement = 0;
 	c->cluster.devices = S; /* S stages of one chunk */
 	c->plan.chunks = 1;
-	bool ok = S <= m->nlayers && run_quiet(c, (pass_list){&(pass_id){PASS_partition}, 1}, NULL, 0) &&
-	          c->nstages == S;
+	static const pass_id cut[] = {PASS_partition};
+	bool ok = S <= m->nlayers && run_quiet(c, (pass_list){cut, 1}, NULL, 0) && c->nstages == S;
 	if (ok) {
 		for (int s = 0; s < S; s++)
 			bound[s] = c->stages[s].first;

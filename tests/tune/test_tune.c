@@ -202,6 +202,34 @@ START_TEST(test_keeps_given_plan)
 }
 END_TEST
 
+/* The tuned pipeline skips partition, place and schedule: the plan is
+ * the one the whole default list makes (their uniform plan was thrown
+ * away), and their checks of the plan options still speak. */
+START_TEST(test_tuned_pipeline_skips_the_plan_passes)
+{
+	ir_module *a = load("tiny-dense", 4, 8, 0), *b = load("tiny-dense", 4, 8, 0);
+	ck_assert_int_eq(plan(a), 0);
+	ck_assert_int_eq(pass_run(b, pass_default_pipeline, pass_default_pipeline_len, NULL), 0);
+	char *ta = ir_print_string(a), *tb = ir_print_string(b);
+	ck_assert_str_eq(ta, tb);
+	free(ta);
+	free(tb);
+	ir_free(a);
+	ir_free(b);
+
+	ir_module *m = load("tiny-dense", 2, 4, 0);
+	m->plan.partition = IR_PART_GIVEN;
+	m->plan.given = arena_calloc(m->arena, 2, sizeof *m->plan.given);
+	m->plan.given[0] = m->plan.given[1] = 1;
+	m->plan.ngiven = 2;
+	tu_capture();
+	ck_assert_int_eq(pass_run_default(m, NULL), -1); /* --verify-each would say it first */
+	ck_assert_msg(strstr(tu_captured(), "error: given partition covers 2 of the"), "%s", tu_captured());
+	tu_release();
+	ir_free(m);
+}
+END_TEST
+
 /* The tuned plan is IR text like any other: it prints, parses back equal
  * and verifies; re-running `tune` (then `comm`, `verify` and `memplan`) on
  * it gives the same plan, the same proof and the same memory plan. */
@@ -257,6 +285,7 @@ static Suite *tune_suite(void)
 	tcase_add_test(tc, test_deterministic);
 	tcase_add_test(tc, test_keeps_given_plan);
 	tcase_add_test(tc, test_roundtrip_and_idempotent);
+	tcase_add_test(tc, test_tuned_pipeline_skips_the_plan_passes);
 	tcase_add_test(tc, test_lower_bound);
 	suite_add_tcase(s, tc);
 	return s;
