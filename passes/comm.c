@@ -62,8 +62,8 @@ static bool outgoing(const ir_module *m, const ir_op *op, ir_op_kind *k, int *to
  * that peer sends, so a receive moves up to the slot of any later value of
  * its channel that is posted sooner.  sendpos gives each value's position
  * in its sender's program. */
-static void place_receives(const ir_module *m, pass_ctx *cx, const ir_op *prog, int n, int ahead,
-                           const long *sendpos, int *at)
+static void place_receives(const ir_module *m, pass_ctx *cx, const ir_op *prog, int n,
+                           int ahead, const long *sendpos, int *at)
 {
 	int S = m->nstages, M = (int)m->train.microbatches;
 	for (int i = 0; i < n; i++) {
@@ -116,8 +116,8 @@ static void place_receives(const ir_module *m, pass_ctx *cx, const ir_op *prog, 
 }
 
 /* Lower one device's program into a fresh op list of its own. */
-static void lower_device(ir_module *m, pass_ctx *cx, int d, const ir_op *prog, int n, uint64_t bytes,
-                         const long *sendpos)
+static void lower_device(ir_module *m, pass_ctx *cx, int d, const ir_op *prog, int n,
+                         uint64_t bytes, const long *sendpos)
 {
 	/* slot[i]: comm ops posted before compute op i (slot n: after the last). */
 	typedef struct slot {

@@ -30,6 +30,9 @@ const pass_id pass_default_pipeline[] = {
 };
 const int pass_default_pipeline_len =
     (int)(sizeof pass_default_pipeline / sizeof *pass_default_pipeline);
+/* pass_lacking may put cost in front of all of it. */
+_Static_assert(sizeof pass_default_pipeline / sizeof *pass_default_pipeline < PASS_MAX_PIPELINE,
+               "PASS_MAX_PIPELINE holds the default pipeline and one more");
 
 static const pass_id plan_passes[] = {PLAN_PASSES};
 static const pass_id lower_passes[] = {LOWER_PASSES};
@@ -75,15 +78,14 @@ bool pass_costed(const ir_module *m)
 int pass_lacking(const ir_module *m, pass_id *ids)
 {
 	pass_id all[PASS_MAX_PIPELINE];
-	int nall = pass_pipeline_for(m, all);
-	if (!m->ndevices)
-		return memcpy(ids, all, (size_t)nall * sizeof *ids), nall;
-	pass_id from = !ir_lowered(m) ? PASS_comm : PASS_verify;
-	int k = 0, n = 0;
-	while (k < nall && all[k] != from)
-		k++;
-	if (!pass_costed(m))
-		ids[n++] = PASS_cost;
+	int nall = pass_pipeline_for(m, all), k = 0, n = 0;
+	if (m->ndevices) {
+		pass_id from = !ir_lowered(m) ? PASS_comm : PASS_verify;
+		while (k < nall && all[k] != from)
+			k++;
+		if (!pass_costed(m))
+			ids[n++] = PASS_cost;
+	}
 	for (; k < nall; k++)
 		ids[n++] = all[k];
 	return n;

@@ -9,11 +9,11 @@
  * of MPI standard sends), whatever the buffer sizes; code generation
  * refuses a module without one.
  *
- * The proof is the one of docs/deadlock.md.  A step is a compute op, a send or a
- * receive outside a group, a whole group (under both backends: the runtime
- * posts a group's ops together and completes them as one, rt_comm.c), or a
- * wait; each step s has two events, P(s) "posted" and C(s) "completed",
- * with P(s) -> C(s).  Program order:
+ * The proof is the one of docs/deadlock.md.  A step is a compute op, a
+ * send or a receive outside a group, a whole group (under both backends:
+ * the runtime posts a group's ops together and completes them as one,
+ * rt_comm.c), or a wait; each step s has two events, P(s) "posted" and
+ * C(s) "completed", with P(s) -> C(s).  Program order:
  *   nccl  compute steps (and waits) run in order on the compute stream,
  *         C(prev) -> P(next); sends, receives and groups run in order on the
  *         communication stream, C(prev) -> P(next); a send's step waits for
