@@ -42,7 +42,7 @@ static void cell(const char *path, const char *cluster, int p, int m, const colu
 	diag_stream = open_memstream(&diag, &len);
 	ir_module *mod = fe_load(path, &ov);
 	sim_result *r = NULL;
-	if (mod && pass_run(mod, pass_default_pipeline, pass_default_pipeline_len, NULL) == 0)
+	if (mod && pass_run_default(mod, NULL) == 0)
 		r = sim_run(mod);
 	fclose(diag_stream);
 	diag_stream = saved;

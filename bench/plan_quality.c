@@ -82,6 +82,9 @@ static void reason(const char *diag, char *out, size_t n)
 	out[strcspn(out, "\n")] = 0;
 }
 
+/* The tuner's budget, one per plan (--budget). */
+static tune_budget budget_per_plan;
+
 /* Plan mod (schedule 'tuned') with the default pipeline, simulate it, and
  * plan the baselines on its costs.  Frees mod. */
 static void plan(ir_module *mod, row *r)
@@ -91,7 +94,7 @@ static void plan(ir_module *mod, row *r)
 	FILE *saved = diag_stream;
 	diag_stream = open_memstream(&diag, &len);
 	double t0 = now();
-	int rc = pass_run(mod, pass_default_pipeline, pass_default_pipeline_len, NULL);
+	int rc = pass_run_default(mod, &(pass_opts){.budget = &budget_per_plan});
 	r->secs = now() - t0;
 	sim_result *s = rc == 0 ? sim_run(mod) : NULL;
 	fclose(diag_stream);
@@ -108,7 +111,7 @@ static void plan(ir_module *mod, row *r)
 	for (int l = 0; l < mod->nlayers; l++)
 		r->have_base &= mod->layers[l].cost.known;
 	if (r->have_base) {
-		tune_baselines(mod, r->base);
+		tune_baselines(mod, &budget_per_plan, r->base);
 		r->lb = tune_lower_bound(mod);
 	}
 	ir_free(mod);
@@ -266,7 +269,7 @@ static void legend(double budget)
 	       "--schedule tuned, the default pipeline, sim_run); x i1f1b, x best: i1f1b's and the "
 	       "best baseline's step over tuned's (> 1: tuned is faster; blank when that side does "
 	       "not fit); LB gap: tuned / tune_lower_bound - 1; tuner s: wall seconds of the "
-	       "default pipeline, tuner budget %.1f s per plan (tune_set_budget).\n\n",
+	       "default pipeline, tuner budget %.1f s per plan (tune_budget_start).\n\n",
 	       TUNE_NBASELINES, budget);
 }
 
@@ -374,7 +377,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	tune_set_budget(budget);
+	budget_per_plan = tune_budget_start(budget);
 	double t0 = now();
 	printf("# plan_quality: the tuned schedule against the baselines\n\n");
 	int rc = table_zoo(budget);

@@ -46,8 +46,7 @@ int main(int argc, char **argv)
 		                    .flops = 1e12, .act = 1 << 26, .wstash = 1 << 25, .params = 1 << 27,
 		                    .resident = 1ull << 31};
 	}
-	pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule};
-	if (pass_run(m, ids, 3, NULL) != 0)
+	if (pass_run(m, pass_plan_passes.ids, pass_plan_passes.n, NULL) != 0)
 		return 1;
 	long ops = 0;
 	for (int d = 0; d < m->ndevices; d++)

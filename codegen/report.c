@@ -70,7 +70,7 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 
 	if (r) {
 		tune_row rows[TUNE_NBASELINES];
-		tune_baselines(m, rows);
+		tune_baselines(m, NULL, rows);
 		double lb = tune_lower_bound(m);
 		fprintf(f, "\n## This plan against the baselines (simulated step)\n\n"
 		           "| plan | step | bubble | peak memory | step / this plan's |\n|---|---|---|---|---|\n");

@@ -337,7 +337,7 @@ static uint64_t stage_bytes(const ir_module *m, int stage, bool wstash)
  * one step, so the wait of a receive in the send's group or posted after
  * it returns after the send has completed.  An MPI send completes unseen
  * (each post is a step of its own).  This is the event graph of
- * passes/verify.c; codegen completes every send by the end of the step. */
+ * passes/prove.c; codegen completes every send by the end of the step. */
 static int wait_recv(const ir_module *m, const ir_op *w, const int *rcv)
 {
 	return rcv[((size_t)w->stage * (size_t)m->train.microbatches + (size_t)w->mb) * 2 + w->kind];

@@ -66,6 +66,13 @@ void *arena_alloc(arena *a, size_t n)
 	return p;
 }
 
+void *arena_calloc(arena *a, size_t n, size_t size)
+{
+	if (size && n > SIZE_MAX / size)
+		oom();
+	return arena_alloc(a, n * size);
+}
+
 void *arena_grow(arena *a, void *old, size_t oldn, size_t newn)
 {
 	void *p = arena_alloc(a, newn);
@@ -218,18 +225,17 @@ src_file *src_read(arena *a, const char *path)
 
 /* ---- diagnostics ------------------------------------------------------ */
 
-FILE *diag_stream;
+diag_sink diag_default;
 const char *diag_program = "octopipe";
-int diag_errors;
 
 __attribute__((constructor)) static void diag_init(void)
 {
-	diag_stream = stderr;
+	diag_default.stream = stderr;
 }
 
 /* Print the source line of loc and a caret under its column.  Tabs are
  * kept so the caret lines up in a terminal. */
-static void show_line(ir_loc loc)
+static void show_line(FILE *out, ir_loc loc)
 {
 	if (!loc.src || !loc.src->text || loc.line < 1)
 		return;
@@ -249,30 +255,64 @@ static void show_line(ir_loc loc)
 		n = 200;
 	/* Control bytes would garble the terminal: show them as '?'. */
 	for (int i = 0; i < n; i++)
-		fputc((unsigned char)p[i] < 0x20 && p[i] != '\t' ? '?' : p[i], diag_stream);
-	fputc('\n', diag_stream);
+		fputc((unsigned char)p[i] < 0x20 && p[i] != '\t' ? '?' : p[i], out);
+	fputc('\n', out);
 	int col = loc.col > 0 ? loc.col : 1;
 	for (int i = 0; i < col - 1 && i < n; i++)
-		fputc(p[i] == '\t' ? '\t' : ' ', diag_stream);
-	fputs("^\n", diag_stream);
+		fputc(p[i] == '\t' ? '\t' : ' ', out);
+	fputs("^\n", out);
 }
 
-static void vreport(ir_loc loc, const char *what, const char *fmt, va_list ap)
+static void vreport(FILE *out, ir_loc loc, const char *what, const char *fmt, va_list ap)
 {
+	if (!out)
+		return;
 	if (loc.src)
-		fprintf(diag_stream, "%s:%d:%d: %s: ", loc.src->name, loc.line,
-		        loc.col, what);
+		fprintf(out, "%s:%d:%d: %s: ", loc.src->name, loc.line, loc.col, what);
 	else
-		fprintf(diag_stream, "%s: %s: ", diag_program, what);
-	vfprintf(diag_stream, fmt, ap);
-	fputc('\n', diag_stream);
-	show_line(loc);
+		fprintf(out, "%s: %s: ", diag_program, what);
+	vfprintf(out, fmt, ap);
+	fputc('\n', out);
+	show_line(out, loc);
+}
+
+void diag_sink_verror(diag_sink *s, ir_loc loc, const char *fmt, va_list ap)
+{
+	if (!s)
+		s = &diag_default;
+	if (!s->errors++) {
+		va_list aq;
+		va_copy(aq, ap);
+		vsnprintf(s->first, sizeof s->first, fmt, aq);
+		va_end(aq);
+	}
+	vreport(s->stream, loc, "error", fmt, ap);
+}
+
+void diag_sink_error(diag_sink *s, ir_loc loc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	diag_sink_verror(s, loc, fmt, ap);
+	va_end(ap);
+}
+
+void diag_sink_line(diag_sink *s, const char *fmt, ...)
+{
+	if (!s)
+		s = &diag_default;
+	if (!s->stream)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(s->stream, fmt, ap);
+	va_end(ap);
+	fputc('\n', s->stream);
 }
 
 void diag_verror(ir_loc loc, const char *fmt, va_list ap)
 {
-	diag_errors++;
-	vreport(loc, "error", fmt, ap);
+	diag_sink_verror(&diag_default, loc, fmt, ap);
 }
 
 void diag_error(ir_loc loc, const char *fmt, ...)
@@ -287,7 +327,7 @@ void diag_note(ir_loc loc, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vreport(loc, "note", fmt, ap);
+	vreport(diag_default.stream, loc, "note", fmt, ap);
 	va_end(ap);
 }
 

@@ -19,6 +19,7 @@ typedef struct arena arena;
 arena *arena_new(void);
 void arena_free(arena *a);
 void *arena_alloc(arena *a, size_t n);              /* zeroed, 16-aligned */
+void *arena_calloc(arena *a, size_t n, size_t size); /* n x size bytes, zeroed */
 void *arena_grow(arena *a, void *old, size_t oldn, size_t newn);
 char *arena_strdup(arena *a, const char *s);
 char *arena_strndup(arena *a, const char *s, size_t n);
@@ -71,20 +72,41 @@ const char *src_file_kind(unsigned mode);
 
 /* ---- diagnostics ----------------------------------------------------- */
 
-/* Where diagnostics go; stderr unless a test redirects it. */
-extern FILE *diag_stream;
+/* Where diagnostics go and how many errors went there.  The process has
+ * one default sink (stderr), which diag_error writes to; a caller that
+ * keeps a run's diagnostics apart (the tuner judging a baseline, whose
+ * failure is a row of the comparison, not an error) hands the passes a
+ * sink of its own through the pass options (passes/pass.h). */
+typedef struct diag_sink {
+	FILE *stream;    /* NULL: print nothing */
+	int errors;      /* errors written to this sink */
+	char first[160]; /* the first error's message, without location ("" until one) */
+} diag_sink;
+
+extern diag_sink diag_default;
+/* The default sink's stream (stderr unless a test redirects it) and count. */
+#define diag_stream (diag_default.stream)
+#define diag_errors (diag_default.errors)
 /* What an unlocated diagnostic starts with: "octopipe", or "octopipe
  * COMMAND" once the driver knows the command (as its flag errors do). */
 extern const char *diag_program;
 
 /* "file:line:col: error: message", then the source line and a caret under
- * the column.  Counts into diag_errors. */
+ * the column, to the default sink. */
 void diag_error(ir_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void diag_verror(ir_loc loc, const char *fmt, va_list ap);
 void diag_note(ir_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-extern int diag_errors;
+
+/* The same error to sink s (NULL: the default sink). */
+void diag_sink_error(diag_sink *s, ir_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void diag_sink_verror(diag_sink *s, ir_loc loc, const char *fmt, va_list ap);
+/* A line that continues the last error on s (a cycle's steps, say): as
+ * it is, with no prefix, printed only where s prints. */
+void diag_sink_line(diag_sink *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Levenshtein distance-based suggestion: the candidate nearest to `word`,
  * or NULL when none is close enough to be a plausible typo. */

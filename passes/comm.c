@@ -22,14 +22,6 @@
 
 #include "simulate.h"
 
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-	if (!p)
-		ir_bug("out of memory");
-	return p;
-}
-
 /* The value the compute op takes from another device, if any: its
  * producing (kind, stage) and device, or false. */
 static bool incoming(const ir_module *m, const ir_op *op, ir_op_kind *k, int *stage)
@@ -70,8 +62,8 @@ static bool outgoing(const ir_module *m, const ir_op *op, ir_op_kind *k, int *to
  * that peer sends, so a receive moves up to the slot of any later value of
  * its channel that is posted sooner.  sendpos gives each value's position
  * in its sender's program. */
-static void place_receives(const ir_module *m, const ir_op *prog, int n, int ahead,
-                           const long *sendpos, int *at)
+static void place_receives(const ir_module *m, pass_ctx *cx, const ir_op *prog, int n,
+                           int ahead, const long *sendpos, int *at)
 {
 	int S = m->nstages, M = (int)m->train.microbatches;
 	for (int i = 0; i < n; i++) {
@@ -94,8 +86,8 @@ static void place_receives(const ir_module *m, const ir_op *prog, int n, int ahe
 		}
 		if (!cnt)
 			continue;
-		int *idx = xcalloc((size_t)cnt, sizeof *idx);
-		long *key = xcalloc((size_t)cnt, sizeof *key);
+		int *idx = arena_calloc(cx->scratch, (size_t)cnt, sizeof *idx);
+		long *key = arena_calloc(cx->scratch, (size_t)cnt, sizeof *key);
 		int c = 0;
 		for (int i = 0; i < n; i++) {
 			ir_op_kind k;
@@ -119,23 +111,21 @@ static void place_receives(const ir_module *m, const ir_op *prog, int n, int ahe
 				at[idx[b]] = low;
 			low = at[idx[b]];
 		}
-		free(idx);
-		free(key);
 	}
 	(void)S;
 }
 
 /* Lower one device's program into a fresh op list of its own. */
-static void lower_device(ir_module *m, int d, const ir_op *prog, int n, uint64_t bytes,
-                         const long *sendpos)
+static void lower_device(ir_module *m, pass_ctx *cx, int d, const ir_op *prog, int n,
+                         uint64_t bytes, const long *sendpos)
 {
 	/* slot[i]: comm ops posted before compute op i (slot n: after the last). */
 	typedef struct slot {
 		ir_op *ops;
 		int n, cap;
 	} slot;
-	slot *slots = xcalloc((size_t)n + 1, sizeof *slots);
-#define PUT(i, o) (*VEC_PUSH(m->arena, slots[i].ops, slots[i].n, slots[i].cap) = (o))
+	slot *slots = arena_calloc(cx->scratch, (size_t)n + 1, sizeof *slots);
+#define PUT(i, o) (*VEC_PUSH(cx->scratch, slots[i].ops, slots[i].n, slots[i].cap) = (o))
 	for (int i = 0; i < n; i++) {
 		ir_op_kind k;
 		int to;
@@ -146,15 +136,14 @@ static void lower_device(ir_module *m, int d, const ir_op *prog, int n, uint64_t
 	 * sends behind it, so it goes right before its consumer, with the sends
 	 * of the op before (Megatron's send_forward_recv_backward).  MPI posts
 	 * return at once: one op ahead lets the transfer overlap it. */
-	int *at = xcalloc((size_t)n, sizeof *at);
-	place_receives(m, prog, n, m->plan.backend == IR_BACKEND_MPI ? 1 : 0, sendpos, at);
+	int *at = arena_calloc(cx->scratch, (size_t)n, sizeof *at);
+	place_receives(m, cx, prog, n, m->plan.backend == IR_BACKEND_MPI ? 1 : 0, sendpos, at);
 	for (int i = 0; i < n; i++) {
 		ir_op_kind k;
 		int st;
 		if (at[i] >= 0 && incoming(m, &prog[i], &k, &st))
 			PUT(at[i], ((ir_op){k, st, prog[i].mb, IR_COMM_RECV, m->stages[st].device, 0, bytes}));
 	}
-	free(at);
 #undef PUT
 	/* Within a slot, receives in their senders' order (FIFO channels). */
 	for (int i = 0; i <= n; i++) {
@@ -192,7 +181,6 @@ static void lower_device(ir_module *m, int d, const ir_op *prog, int n, uint64_t
 			ir_push_op(m, d, &(ir_op){k, st, prog[i].mb, IR_COMM_WAIT}, (ir_loc){0});
 		ir_push_op(m, d, &prog[i], (ir_loc){0});
 	}
-	free(slots);
 }
 
 /* NCCL: every device's communication stream takes its transfers in one
@@ -225,13 +213,13 @@ static int by_start(const void *a, const void *b)
 	return x->seq - y->seq;
 }
 
-static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
+static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, uint64_t bytes)
 {
 	sim_result *r = sim_run(m);
 	if (!r)
 		return -1;
 	int P = m->ndevices, M = (int)m->train.microbatches;
-	xfer_order *xs = xcalloc((size_t)r->nxfers, sizeof *xs);
+	xfer_order *xs = arena_calloc(cx->scratch, (size_t)r->nxfers, sizeof *xs);
 	for (int i = 0; i < r->nxfers; i++)
 		xs[i] = (xfer_order){r->xfers[i].start, r->xfers[i].seq, r->xfers[i].kind,
 		                     r->xfers[i].stage, r->xfers[i].mb};
@@ -240,7 +228,8 @@ static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
 	qsort(xs, (size_t)nx, sizeof *xs, by_start);
 	/* Per device: position of each compute op that makes or takes a value. */
 	size_t nv = (size_t)m->nstages * M * 2;
-	int *made = xcalloc(nv, sizeof *made), *used = xcalloc(nv, sizeof *used);
+	int *made = arena_calloc(cx->scratch, nv, sizeof *made);
+	int *used = arena_calloc(cx->scratch, nv, sizeof *used);
 	for (int d = 0; d < P; d++)
 		for (int i = 0; i < n[d]; i++) {
 			ir_op_kind k;
@@ -256,10 +245,11 @@ static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
 		ir_op op;
 		int slot;
 	} placed;
-	placed **pl = xcalloc((size_t)P, sizeof *pl);
-	int *npl = xcalloc((size_t)P, sizeof *npl), *low = xcalloc((size_t)P, sizeof *low);
+	placed **pl = arena_calloc(cx->scratch, (size_t)P, sizeof *pl);
+	int *npl = arena_calloc(cx->scratch, (size_t)P, sizeof *npl);
+	int *low = arena_calloc(cx->scratch, (size_t)P, sizeof *low);
 	for (int d = 0; d < P; d++)
-		pl[d] = xcalloc((size_t)nx + 1, sizeof **pl);
+		pl[d] = arena_calloc(cx->scratch, (size_t)nx + 1, sizeof **pl);
 	int rc = 0;
 	for (int t = 0; t < nx && !rc; t++) {
 		const xfer_order *x = &xs[t];
@@ -270,8 +260,8 @@ static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
 		int rslot = low[dst];
 		if (rslot > used[v]) {
 			/* Cannot happen for a timeline the simulator produced. */
-			diag_error(ir_loc_or(m->plan_loc, m->loc),
-			           "comm: cannot order the transfers of D%d in one stream", dst);
+			diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc),
+			                "comm: cannot order the transfers of D%d in one stream", dst);
 			rc = -1;
 			break;
 		}
@@ -297,21 +287,13 @@ static int lower_nccl(ir_module *m, ir_op **prog, const int *n, uint64_t bytes)
 			}
 		}
 	}
-	for (int d = 0; d < P; d++)
-		free(pl[d]);
-	free(pl);
-	free(npl);
-	free(low);
-	free(made);
-	free(used);
-	free(xs);
 	return rc;
 }
 
-int pass_comm(ir_module *m)
+int pass_comm(ir_module *m, pass_ctx *cx)
 {
 	if (!m->ndevices) {
-		diag_error(ir_loc_or(m->plan_loc, m->loc), "comm: the module has no programs; run 'schedule' first");
+		diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc), "comm: the module has no programs; run 'schedule' first");
 		return -1;
 	}
 	if (ir_lowered(m))
@@ -319,25 +301,20 @@ int pass_comm(ir_module *m)
 	uint64_t bytes = sim_boundary_bytes(m);
 	int P = m->ndevices;
 	/* Copy the compute programs out, then rebuild every program. */
-	ir_op **prog = xcalloc((size_t)P, sizeof *prog);
-	int *n = xcalloc((size_t)P, sizeof *n);
+	ir_op **prog = arena_calloc(cx->scratch, (size_t)P, sizeof *prog);
+	int *n = arena_calloc(cx->scratch, (size_t)P, sizeof *n);
 	for (int d = 0; d < P; d++) {
 		n[d] = m->devices[d].nops;
-		prog[d] = xcalloc((size_t)n[d], sizeof **prog);
+		prog[d] = arena_calloc(cx->scratch, (size_t)n[d], sizeof **prog);
 		for (int i = 0; i < n[d]; i++)
 			prog[d][i] = m->devices[d].ops[i];
 	}
 	if (m->plan.backend == IR_BACKEND_NCCL) {
-		int rc = lower_nccl(m, prog, n, bytes);
-		for (int d = 0; d < P; d++)
-			free(prog[d]);
-		free(prog);
-		free(n);
-		return rc;
+		return lower_nccl(m, cx, prog, n, bytes);
 	}
 	/* MPI.  Each crossing value's position in its sender's program. */
 	size_t nv = (size_t)m->nstages * (size_t)m->train.microbatches * 2;
-	long *sendpos = xcalloc(nv, sizeof *sendpos);
+	long *sendpos = arena_calloc(cx->scratch, nv, sizeof *sendpos);
 	for (int d = 0; d < P; d++)
 		for (int i = 0; i < n[d]; i++) {
 			ir_op_kind k;
@@ -347,12 +324,7 @@ int pass_comm(ir_module *m)
 		}
 	ir_clear_devices(m);
 	ir_alloc_devices(m);
-	for (int d = 0; d < P; d++) {
-		lower_device(m, d, prog[d], n[d], bytes, sendpos);
-		free(prog[d]);
-	}
-	free(sendpos);
-	free(prog);
-	free(n);
+	for (int d = 0; d < P; d++)
+		lower_device(m, cx, d, prog[d], n[d], bytes, sendpos);
 	return 0;
 }

@@ -467,7 +467,7 @@ static void keep_measured(ir_cost *c, const ir_cost *have)
 		c->resident = have->resident;
 }
 
-int pass_cost(ir_module *m)
+int pass_cost(ir_module *m, pass_ctx *cx)
 {
 	for (int i = 0; i < m->nlayers; i++) {
 		ir_cost *c = &m->layers[i].cost;

@@ -38,14 +38,6 @@ enum {
 	WORK = 1 << 22,       /* placed buffers scanned per device, all layouts together */
 };
 
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-	if (!p)
-		ir_bug("out of memory");
-	return p;
-}
-
 /* A placed buffer: its bytes (padded) and its live range. */
 typedef struct span {
 	uint64_t off, end;
@@ -59,6 +51,7 @@ typedef struct alloc {
 	uint64_t *key, *key2; /* the sort keys of the order being made */
 	span *placed;         /* the buffers placed so far, by offset */
 	long work;
+	arena *scratch;       /* where the working arrays live */
 } alloc;
 
 static alloc *sort_ctx; /* qsort has no context argument */
@@ -249,7 +242,7 @@ static int by_last(const void *x, const void *y)
 static uint64_t place_sweep(alloc *a, const int *order)
 {
 	ir_buf *b = a->b;
-	int n = a->n, *dying = xmalloc((size_t)n * sizeof *dying), nd = 0;
+	int n = a->n, *dying = arena_calloc(a->scratch, (size_t)n, sizeof *dying), nd = 0;
 	for (int i = 0; i < n; i++)
 		if (a->psz[i])
 			dying[nd++] = i;
@@ -257,7 +250,7 @@ static uint64_t place_sweep(alloc *a, const int *order)
 			b[i].off = 0;
 	sweep_ctx = a;
 	qsort(dying, (size_t)nd, sizeof *dying, by_last);
-	gaps G = {.g = xmalloc(((size_t)nd + 2) * sizeof *G.g), .root = {-1, -1}, .spare = 0};
+	gaps G = {.g = arena_calloc(a->scratch, (size_t)nd + 2, sizeof *G.g), .root = {-1, -1}, .spare = 0};
 	for (int i = 0; i < nd + 2; i++)
 		G.g[i].kid[0][0] = i + 1 < nd + 2 ? i + 1 : -1;
 	gput(&G, 0, UINT64_MAX);
@@ -288,8 +281,6 @@ static uint64_t place_sweep(alloc *a, const int *order)
 		x->off = off;
 		top = off + size > top ? off + size : top;
 	}
-	free(G.g);
-	free(dying);
 	return top;
 }
 
@@ -297,13 +288,16 @@ uint64_t memplan_assign(ir_buf *b, int n)
 {
 	if (n == 0)
 		return 0;
-	alloc a = {.b = b, .n = n};
-	int *order = xmalloc((size_t)n * sizeof *order), *promoted = xmalloc((size_t)n * sizeof *promoted);
-	a.key = xmalloc((size_t)n * sizeof *a.key);
-	a.key2 = xmalloc((size_t)n * sizeof *a.key2);
-	a.placed = xmalloc((size_t)n * sizeof *a.placed);
-	uint64_t *best = xmalloc((size_t)n * sizeof *best);
-	a.psz = xmalloc((size_t)n * sizeof *a.psz);
+	/* The layouts' working memory, freed together at the end. */
+	arena *ar = arena_new();
+	alloc a = {.b = b, .n = n, .scratch = ar};
+	int *order = arena_calloc(ar, (size_t)n, sizeof *order);
+	int *promoted = arena_calloc(ar, (size_t)n, sizeof *promoted);
+	a.key = arena_calloc(ar, (size_t)n, sizeof *a.key);
+	a.key2 = arena_calloc(ar, (size_t)n, sizeof *a.key2);
+	a.placed = arena_calloc(ar, (size_t)n, sizeof *a.placed);
+	uint64_t *best = arena_calloc(ar, (size_t)n, sizeof *best);
+	a.psz = arena_calloc(ar, (size_t)n, sizeof *a.psz);
 	for (int i = 0; i < n; i++)
 		a.psz[i] = (b[i].size + IR_BUF_ALIGN - 1) / IR_BUF_ALIGN * IR_BUF_ALIGN;
 
@@ -313,8 +307,7 @@ uint64_t memplan_assign(ir_buf *b, int n)
 	for (int i = 0; i < n; i++)
 		if (b[i].last + 1 > ops)
 			ops = b[i].last + 1;
-	uint64_t *at = xmalloc(((size_t)ops + 1) * sizeof *at), lower = 0;
-	memset(at, 0, ((size_t)ops + 1) * sizeof *at);
+	uint64_t *at = arena_calloc(ar, (size_t)ops + 1, sizeof *at), lower = 0;
 	for (int i = 0; i < n; i++) {
 		/* Differences, summed below: modulo 2^64, so a step down may wrap. */
 		at[b[i].first] += a.psz[i];
@@ -373,32 +366,25 @@ uint64_t memplan_assign(ir_buf *b, int n)
 		if (b[i].off + b[i].size > size)
 			size = b[i].off + b[i].size;
 	}
-	free(a.psz);
-	free(order);
-	free(promoted);
-	free(a.key);
-	free(a.key2);
-	free(a.placed);
-	free(best);
-	free(at);
+	arena_free(ar);
 	return size;
 }
 
-int pass_memplan(ir_module *m)
+int pass_memplan(ir_module *m, pass_ctx *cx)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
 	if (!m->ndevices) {
-		diag_error(where, "memplan: the module has no programs; run 'schedule' first");
+		diag_sink_error(cx->diag, where, "memplan: the module has no programs; run 'schedule' first");
 		return -1;
 	}
 	if (!m->proof.proven) {
-		diag_error(where, "memplan: the programs have no deadlock-freedom proof; run 'comm' and "
-		                  "'verify' first");
+		diag_sink_error(cx->diag, where, "memplan: the programs have no deadlock-freedom proof; run 'comm' and "
+		                       "'verify' first");
 		return -1;
 	}
 	for (int l = 0; l < m->nlayers; l++)
 		if (!m->layers[l].cost.known) {
-			diag_error(where, "memplan: layer L%d has no cost; run the 'cost' pass first", l);
+			diag_sink_error(cx->diag, where, "memplan: layer L%d has no cost; run the 'cost' pass first", l);
 			return -1;
 		}
 	/* Every buffer is a part of the step's bytes: when they fit in 2^60,

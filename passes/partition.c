@@ -27,7 +27,6 @@
  * here, before any pass builds its programs. */
 #include "pass.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 static ir_loc plan_loc(const ir_module *m)
@@ -35,25 +34,35 @@ static ir_loc plan_loc(const ir_module *m)
 	return ir_loc_or(m->plan_loc, m->loc);
 }
 
-static int partition_given(ir_module *m)
+/* A given partition covers the layers, every stage at least one. */
+static int check_given(const ir_module *m, pass_ctx *cx)
 {
 	const ir_plan_opts *p = &m->plan;
 	int first = 0;
 	for (int s = 0; s < p->ngiven; s++) {
 		int last = first + (int)p->given[s] - 1;
 		if (p->given[s] < 1 || last >= m->nlayers) {
-			diag_error(plan_loc(m), "given partition: stage %d (%lld layers) runs past the %d layers of the model",
-			           s, (long long)p->given[s], m->nlayers);
+			diag_sink_error(cx->diag, plan_loc(m), "given partition: stage %d (%lld layers) runs past the %d layers of the model",
+			                s, (long long)p->given[s], m->nlayers);
 			return -1;
 		}
-		ir_add_stage(m, first, last, -1, (ir_loc){0});
 		first = last + 1;
 	}
 	if (first != m->nlayers) {
-		diag_error(plan_loc(m), "given partition covers %d of the %d layers", first, m->nlayers);
+		diag_sink_error(cx->diag, plan_loc(m), "given partition covers %d of the %d layers", first, m->nlayers);
 		return -1;
 	}
 	return 0;
+}
+
+static void partition_given(ir_module *m)
+{
+	const ir_plan_opts *p = &m->plan;
+	for (int s = 0, first = 0; s < p->ngiven; s++) {
+		int last = first + (int)p->given[s] - 1;
+		ir_add_stage(m, first, last, -1, (ir_loc){0});
+		first = last + 1;
+	}
 }
 
 /* Layers of stage s in the uniform cut of L layers into S stages. */
@@ -125,18 +134,11 @@ static double of_bits(uint64_t u)
 	return x;
 }
 
-static int partition_balanced(ir_module *m, int S)
+static void partition_balanced(ir_module *m, int S, arena *scratch)
 {
 	int L = m->nlayers;
-	for (int l = 0; l < L; l++)
-		if (!m->layers[l].cost.known) {
-			diag_error(plan_loc(m), "balanced partition needs layer costs; run the 'cost' pass first");
-			return -1;
-		}
-	double *pre = malloc((size_t)(L + 1) * sizeof *pre);
-	int *start = malloc((size_t)S * sizeof *start);
-	if (!pre || !start)
-		ir_bug("out of memory");
+	double *pre = arena_alloc(scratch, (size_t)(L + 1) * sizeof *pre);
+	int *start = arena_alloc(scratch, (size_t)S * sizeof *start);
 	pre[0] = 0;
 	for (int l = 0; l < L; l++) {
 		const ir_cost *c = &m->layers[l].cost;
@@ -171,54 +173,76 @@ static int partition_balanced(ir_module *m, int S)
 	ir_assert(pre[end] - pre[0] <= T);
 	for (int k = 0; k < S; k++)
 		ir_add_stage(m, start[k], k + 1 < S ? start[k + 1] - 1 : L - 1, -1, (ir_loc){0});
-	free(pre);
-	free(start);
-	return 0;
 }
 
 /* Refuse, before any program is built, a plan of more (stage, micro-batch)
  * pairs than PASS_MAX_PAIRS. */
-static int check_size(const ir_module *m, int64_t nstages)
+static int check_size(const ir_module *m, pass_ctx *cx, int64_t nstages)
 {
 	int64_t M = m->train.microbatches;
 	if (nstages * M <= PASS_MAX_PAIRS)
 		return 0;
-	diag_error(ir_loc_or(m->train_loc, m->loc),
-	           "%lld micro-batches on %lld stages make %lld (stage, micro-batch) pairs; a plan holds "
-	           "at most %d (about 3 KiB of planner memory each): use at most %lld micro-batches "
-	           "here",
-	           (long long)M, (long long)nstages, (long long)(nstages * M), PASS_MAX_PAIRS,
-	           (long long)(PASS_MAX_PAIRS / nstages));
+	diag_sink_error(cx->diag, ir_loc_or(m->train_loc, m->loc),
+	                "%lld micro-batches on %lld stages make %lld (stage, micro-batch) pairs; a plan holds "
+	                "at most %d (about 3 KiB of planner memory each): use at most %lld micro-batches "
+	                "here",
+	                (long long)M, (long long)nstages, (long long)(nstages * M), PASS_MAX_PAIRS,
+	                (long long)(PASS_MAX_PAIRS / nstages));
 	return -1;
 }
 
-int pass_partition(ir_module *m)
+/* Every check the partition makes of the plan options; *nstages: the
+ * stage count it cuts. */
+static int check(const ir_module *m, pass_ctx *cx, int *nstages)
 {
 	const ir_plan_opts *p = &m->plan;
-	ir_clear_devices(m);
-	ir_clear_stages(m);
-	if (p->partition == IR_PART_GIVEN)
-		return check_size(m, p->ngiven) ? -1 : partition_given(m);
-
+	if (p->partition == IR_PART_GIVEN) {
+		*nstages = p->ngiven;
+		return check_size(m, cx, p->ngiven) || check_given(m, cx) ? -1 : 0;
+	}
 	int64_t chunks = ir_plan_chunks(p);
 	if (chunks == 0) {
-		diag_error(ir_loc_or(m->chunks_loc, plan_loc(m)),
-		           "schedule zbv runs 2 chunks per device (a V); chunks=%lld does not apply",
-		           (long long)p->chunks);
+		diag_sink_error(cx->diag, ir_loc_or(m->chunks_loc, plan_loc(m)),
+		                "schedule zbv runs 2 chunks per device (a V); chunks=%lld does not apply",
+		                (long long)p->chunks);
 		return -1;
 	}
-	int64_t nstages = m->cluster.devices * chunks;
-	if (nstages > m->nlayers) {
-		diag_error(ir_loc_or(m->cluster_at.devices, plan_loc(m)),
-		           "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
-		           m->nlayers, (long long)nstages, (long long)m->cluster.devices,
-		           (long long)chunks);
+	int64_t n = m->cluster.devices * chunks;
+	if (n > m->nlayers) {
+		diag_sink_error(cx->diag, ir_loc_or(m->cluster_at.devices, plan_loc(m)),
+		                "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
+		                m->nlayers, (long long)n, (long long)m->cluster.devices,
+		                (long long)chunks);
 		return -1;
 	}
-	if (check_size(m, nstages))
+	if (check_size(m, cx, n))
 		return -1;
-	if (p->partition == IR_PART_BALANCED)
-		return partition_balanced(m, (int)nstages);
-	partition_uniform(m, (int)nstages);
+	if (p->partition == IR_PART_BALANCED && !pass_costed(m)) {
+		diag_sink_error(cx->diag, plan_loc(m), "balanced partition needs layer costs; run the 'cost' pass first");
+		return -1;
+	}
+	*nstages = (int)n;
+	return 0;
+}
+
+int pass_check_plan(const ir_module *m, pass_ctx *cx)
+{
+	int nstages;
+	return check(m, cx, &nstages) || pass_check_placement(m, cx, nstages) ? -1 : 0;
+}
+
+int pass_partition(ir_module *m, pass_ctx *cx)
+{
+	ir_clear_devices(m);
+	ir_clear_stages(m);
+	int nstages;
+	if (check(m, cx, &nstages))
+		return -1;
+	if (m->plan.partition == IR_PART_GIVEN)
+		partition_given(m);
+	else if (m->plan.partition == IR_PART_BALANCED)
+		partition_balanced(m, nstages, cx->scratch);
+	else
+		partition_uniform(m, nstages);
 	return 0;
 }

@@ -12,34 +12,42 @@
  * the last stage share device 0 and the turn of the V stays on device p-1. */
 #include "pass.h"
 
-int pass_place(ir_module *m)
+int pass_check_placement(const ir_module *m, pass_ctx *cx, int nstages)
 {
 	const ir_plan_opts *p = &m->plan;
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
-	if (!m->nstages) {
-		diag_error(where, "place: the module has no stages; run 'partition' first");
-		return -1;
-	}
-	if (p->nplacement && p->nplacement != m->nstages) {
-		diag_error(where, "placement lists %d devices for %d stages", p->nplacement, m->nstages);
+	if (p->nplacement && p->nplacement != nstages) {
+		diag_sink_error(cx->diag, where, "placement lists %d devices for %d stages", p->nplacement, nstages);
 		return -1;
 	}
 	int64_t P = m->cluster.devices;
-	bool v = p->schedule == IR_SCHED_ZBV && !p->nplacement;
-	if (v && m->nstages != 2 * P) {
-		diag_error(where, "place: schedule zbv puts 2 stages on each of the %lld devices (a V), but the plan has %d stages",
-		           (long long)P, m->nstages);
+	if (p->schedule == IR_SCHED_ZBV && !p->nplacement && nstages != 2 * P) {
+		diag_sink_error(cx->diag, where, "place: schedule zbv puts 2 stages on each of the %lld devices (a V), but the plan has %d stages",
+		                (long long)P, nstages);
 		return -1;
 	}
-	ir_clear_devices(m);
-	for (int s = 0; s < m->nstages; s++) {
-		int64_t d = p->nplacement ? p->placement[s] : v && s >= P ? 2 * P - 1 - s : s % P;
-		if (d < 0 || d >= P) {
-			diag_error(where, "placement puts stage %d on device %lld; the cluster has %lld devices",
-			           s, (long long)d, (long long)P);
+	for (int s = 0; s < p->nplacement; s++)
+		if (p->placement[s] < 0 || p->placement[s] >= P) {
+			diag_sink_error(cx->diag, where, "placement puts stage %d on device %lld; the cluster has %lld devices",
+			                s, (long long)p->placement[s], (long long)P);
 			return -1;
 		}
-		m->stages[s].device = (int)d;
+	return 0;
+}
+
+int pass_place(ir_module *m, pass_ctx *cx)
+{
+	const ir_plan_opts *p = &m->plan;
+	if (!m->nstages) {
+		diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc), "place: the module has no stages; run 'partition' first");
+		return -1;
 	}
+	if (pass_check_placement(m, cx, m->nstages))
+		return -1;
+	int64_t P = m->cluster.devices;
+	bool v = p->schedule == IR_SCHED_ZBV && !p->nplacement;
+	ir_clear_devices(m);
+	for (int s = 0; s < m->nstages; s++)
+		m->stages[s].device = (int)(p->nplacement ? p->placement[s] : v && s >= P ? 2 * P - 1 - s : s % P);
 	return 0;
 }

@@ -47,14 +47,6 @@ typedef struct work {
 	int stage, mb;
 } work;
 
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-	if (!p)
-		ir_bug("out of memory");
-	return p;
-}
-
 static ir_loc plan_loc(const ir_module *m)
 {
 	return ir_loc_or(m->plan_loc, m->loc);
@@ -104,9 +96,9 @@ static void emit_b(ir_module *m, int dev, wqueue *w, int defer, work b)
 		wq_emit_oldest(m, dev, w);
 }
 
-static void emit_phased(ir_module *m, int dev, const phased *ph)
+static void emit_phased(ir_module *m, pass_ctx *cx, int dev, const phased *ph)
 {
-	wqueue w = {.q = xcalloc((size_t)ph->n + 1, sizeof(work)), .cap = ph->n + 1};
+	wqueue w = {.q = arena_calloc(cx->scratch, (size_t)ph->n + 1, sizeof(work)), .cap = ph->n + 1};
 	ir_assert(ph->warm >= 0 && ph->warm <= ph->n);
 	for (int i = 0; i < ph->warm; i++)
 		ir_add_op(m, dev, IR_OP_F, ph->fwd[i].stage, ph->fwd[i].mb, (ir_loc){0});
@@ -119,16 +111,15 @@ static void emit_phased(ir_module *m, int dev, const phased *ph)
 		emit_b(m, dev, &w, ph->defer, ph->bwd[i]);
 	while (w.n)
 		wq_emit_oldest(m, dev, &w);
-	free(w.q);
 }
 
 /* ---- placement shapes ---------------------------------------------------- */
 
 /* 1F1B and the H schedules run one stage per device (any one-to-one
  * placement).  Returns 0, or -1 after a diagnostic. */
-static int check_one_stage_per_device(const ir_module *m)
+static int check_one_stage_per_device(const ir_module *m, pass_ctx *cx)
 {
-	int *owner = xcalloc((size_t)m->cluster.devices, sizeof *owner);
+	int *owner = arena_calloc(cx->scratch, (size_t)m->cluster.devices, sizeof *owner);
 	int rc = 0;
 	for (int d = 0; d < m->cluster.devices; d++)
 		owner[d] = -1;
@@ -136,30 +127,29 @@ static int check_one_stage_per_device(const ir_module *m)
 		int d = m->stages[s].device;
 		if (owner[d] >= 0) {
 			bool chunked = m->plan.chunks > 1 && m->plan.partition != IR_PART_GIVEN;
-			diag_error(chunked ? ir_loc_or(m->chunks_loc, plan_loc(m)) : plan_loc(m),
-			           "schedule %s runs one stage per device, but D%d holds S%d and S%d%s",
-			           ir_schedule_names[m->plan.schedule], d, owner[d], s,
-			           chunked ? " (chunks above 1 are for gpipe, i1f1b and zbv)" : "");
+			diag_sink_error(cx->diag, chunked ? ir_loc_or(m->chunks_loc, plan_loc(m)) : plan_loc(m),
+			                "schedule %s runs one stage per device, but D%d holds S%d and S%d%s",
+			                ir_schedule_names[m->plan.schedule], d, owner[d], s,
+			                chunked ? " (chunks above 1 are for gpipe, i1f1b and zbv)" : "");
 			rc = -1;
 		}
 		owner[d] = s;
 	}
-	free(owner);
 	return rc;
 }
 
 /* Interleaving needs p x V stages with stage k on the device of stage k-p
  * (stage k on device k mod p by default).  Returns V, or 0 after a
  * diagnostic. */
-static int interleaved_chunks(const ir_module *m)
+static int interleaved_chunks(const ir_module *m, pass_ctx *cx)
 {
 	int p = (int)m->cluster.devices, S = m->nstages;
 	if (S % p) {
-		diag_error(plan_loc(m), "schedule i1f1b interleaves chunks over the %d devices, but the plan has %d stages (not a multiple of %d)",
-		           p, S, p);
+		diag_sink_error(cx->diag, plan_loc(m), "schedule i1f1b interleaves chunks over the %d devices, but the plan has %d stages (not a multiple of %d)",
+		                p, S, p);
 		return 0;
 	}
-	int *seen = xcalloc((size_t)p, sizeof *seen);
+	int *seen = arena_calloc(cx->scratch, (size_t)p, sizeof *seen);
 	int twice = -1, bad = -1;
 	for (int s = 0; s < p && twice < 0; s++)
 		if (seen[m->stages[s].device]++)
@@ -167,35 +157,33 @@ static int interleaved_chunks(const ir_module *m)
 	for (int s = p; s < S && twice < 0 && bad < 0; s++)
 		if (m->stages[s].device != m->stages[s - p].device)
 			bad = s;
-	free(seen);
 	if (twice >= 0)
-		diag_error(plan_loc(m), "schedule i1f1b needs S0..S%d on %d different devices, but S%d shares D%d with an earlier one",
-		           p - 1, p, twice, m->stages[twice].device);
+		diag_sink_error(cx->diag, plan_loc(m), "schedule i1f1b needs S0..S%d on %d different devices, but S%d shares D%d with an earlier one",
+		                p - 1, p, twice, m->stages[twice].device);
 	else if (bad >= 0)
-		diag_error(plan_loc(m), "schedule i1f1b needs stage k on the device of stage k-%d (Megatron-LM's interleaving, place's default), but S%d is on D%d",
-		           p, bad, m->stages[bad].device);
+		diag_sink_error(cx->diag, plan_loc(m), "schedule i1f1b needs stage k on the device of stage k-%d (Megatron-LM's interleaving, place's default), but S%d is on D%d",
+		                p, bad, m->stages[bad].device);
 	return twice >= 0 || bad >= 0 ? 0 : S / p;
 }
 
 /* ZB-V needs 2p stages with stages k and 2p-1-k on one device, a device
  * each (place's default for zbv).  Returns 0, or -1 after a diagnostic. */
-static int check_v_shape(const ir_module *m)
+static int check_v_shape(const ir_module *m, pass_ctx *cx)
 {
 	int p = (int)m->cluster.devices, S = m->nstages;
 	if (S != 2 * p) {
-		diag_error(plan_loc(m), "schedule zbv runs two stages per device in a V: %d stages on %d devices, the plan has %d",
-		           2 * p, p, S);
+		diag_sink_error(cx->diag, plan_loc(m), "schedule zbv runs two stages per device in a V: %d stages on %d devices, the plan has %d",
+		                2 * p, p, S);
 		return -1;
 	}
-	int *seen = xcalloc((size_t)p, sizeof *seen);
+	int *seen = arena_calloc(cx->scratch, (size_t)p, sizeof *seen);
 	int bad = -1;
 	for (int s = 0; s < p && bad < 0; s++)
 		if (seen[m->stages[s].device]++ || m->stages[S - 1 - s].device != m->stages[s].device)
 			bad = s;
-	free(seen);
 	if (bad >= 0) {
-		diag_error(plan_loc(m), "schedule zbv needs S%d and S%d alone on one device (a V), but they are on D%d and D%d",
-		           bad, S - 1 - bad, m->stages[bad].device, m->stages[S - 1 - bad].device);
+		diag_sink_error(cx->diag, plan_loc(m), "schedule zbv needs S%d and S%d alone on one device (a V), but they are on D%d and D%d",
+		                bad, S - 1 - bad, m->stages[bad].device, m->stages[S - 1 - bad].device);
 		return -1;
 	}
 	return 0;
@@ -229,20 +217,19 @@ static int schedule_gpipe(ir_module *m)
 }
 
 /* 1F1B, and ZB-H1 with `zb`: the stage at position s holds s W's back. */
-static int schedule_1f1b(ir_module *m, bool zb)
+static int schedule_1f1b(ir_module *m, pass_ctx *cx, bool zb)
 {
 	int S = m->nstages, M = (int)m->train.microbatches;
-	if (check_one_stage_per_device(m) < 0)
+	if (check_one_stage_per_device(m, cx) < 0)
 		return -1;
-	work *seq = xcalloc((size_t)M, sizeof *seq);
+	work *seq = arena_calloc(cx->scratch, (size_t)M, sizeof *seq);
 	ir_alloc_devices(m);
 	for (int s = 0; s < S; s++) {
 		for (int i = 0; i < M; i++)
 			seq[i] = (work){s, i};
 		int warm = S - 1 - s < M ? S - 1 - s : M;
-		emit_phased(m, m->stages[s].device, &(phased){seq, seq, M, warm, zb ? s : 0});
+		emit_phased(m, cx, m->stages[s].device, &(phased){seq, seq, M, warm, zb ? s : 0});
 	}
-	free(seq);
 	return 0;
 }
 
@@ -250,24 +237,25 @@ static int schedule_1f1b(ir_module *m, bool zb)
  * of rank r, the k-th forward runs chunk (k mod pV) / p of micro-batch
  * (k / pV) p + k mod p; the k-th backward the same with the chunks
  * reversed; (p-r-1)·2 + (V-1)·p warm-up forwards. */
-static int schedule_i1f1b(ir_module *m)
+static int schedule_i1f1b(ir_module *m, pass_ctx *cx)
 {
-	int V = interleaved_chunks(m);
+	int V = interleaved_chunks(m, cx);
 	if (!V)
 		return -1;
 	int p = (int)m->cluster.devices, M = (int)m->train.microbatches;
 	if (V == 1) {
-		diag_error(plan_loc(m), "schedule i1f1b needs 2 or more chunks per device; %d stages on %d devices is 1f1b",
-		           m->nstages, p);
+		diag_sink_error(cx->diag, plan_loc(m), "schedule i1f1b needs 2 or more chunks per device; %d stages on %d devices is 1f1b",
+		                m->nstages, p);
 		return -1;
 	}
 	if (M % p) {
-		diag_error(ir_loc_or(m->microbatches_loc, plan_loc(m)), "schedule i1f1b (Megatron-LM's interleaved 1F1B) runs micro-batches in groups of the pipeline depth: m=%d is not a multiple of p=%d",
-		           M, p);
+		diag_sink_error(cx->diag, ir_loc_or(m->microbatches_loc, plan_loc(m)), "schedule i1f1b (Megatron-LM's interleaved 1F1B) runs micro-batches in groups of the pipeline depth: m=%d is not a multiple of p=%d",
+		                M, p);
 		return -1;
 	}
 	int n = M * V;
-	work *fwd = xcalloc((size_t)n, sizeof *fwd), *bwd = xcalloc((size_t)n, sizeof *bwd);
+	work *fwd = arena_calloc(cx->scratch, (size_t)n, sizeof *fwd);
+	work *bwd = arena_calloc(cx->scratch, (size_t)n, sizeof *bwd);
 	ir_alloc_devices(m);
 	for (int r = 0; r < p; r++) {
 		for (int k = 0; k < n; k++) {
@@ -276,10 +264,8 @@ static int schedule_i1f1b(ir_module *m)
 			bwd[k] = (work){(V - 1 - c) * p + r, mb};
 		}
 		int warm = (p - r - 1) * 2 + (V - 1) * p;
-		emit_phased(m, m->stages[r].device, &(phased){fwd, bwd, n, warm < n ? warm : n, 0});
+		emit_phased(m, cx, m->stages[r].device, &(phased){fwd, bwd, n, warm < n ? warm : n, 0});
 	}
-	free(fwd);
-	free(bwd);
 	return 0;
 }
 
@@ -402,23 +388,23 @@ static void start(greedy *g, int d, ir_op op, int t)
 	}
 }
 
-static void schedule_greedy(ir_module *m, const int *cap, bool forward_first)
+static void schedule_greedy(ir_module *m, pass_ctx *cx, const int *cap, bool forward_first)
 {
 	greedy g = {.m = m, .S = m->nstages, .M = (int)m->train.microbatches,
 	            .P = (int)m->cluster.devices, .cap = cap, .forward_first = forward_first};
-	g.done = xcalloc((size_t)g.S * g.M * IR_NOPS, sizeof *g.done);
-	g.nf = xcalloc((size_t)g.S, sizeof *g.nf);
-	g.nb = xcalloc((size_t)g.S, sizeof *g.nb);
-	g.mine = xcalloc((size_t)g.P, sizeof *g.mine);
-	g.nmine = xcalloc((size_t)g.P, sizeof *g.nmine);
-	g.held = xcalloc((size_t)g.P, sizeof *g.held);
-	g.waiting = xcalloc((size_t)g.P, sizeof *g.waiting);
-	g.wq = xcalloc((size_t)g.P, sizeof *g.wq);
+	g.done = arena_calloc(cx->scratch, (size_t)g.S * g.M * IR_NOPS, sizeof *g.done);
+	g.nf = arena_calloc(cx->scratch, (size_t)g.S, sizeof *g.nf);
+	g.nb = arena_calloc(cx->scratch, (size_t)g.S, sizeof *g.nb);
+	g.mine = arena_calloc(cx->scratch, (size_t)g.P, sizeof *g.mine);
+	g.nmine = arena_calloc(cx->scratch, (size_t)g.P, sizeof *g.nmine);
+	g.held = arena_calloc(cx->scratch, (size_t)g.P, sizeof *g.held);
+	g.waiting = arena_calloc(cx->scratch, (size_t)g.P, sizeof *g.waiting);
+	g.wq = arena_calloc(cx->scratch, (size_t)g.P, sizeof *g.wq);
 	for (int s = 0; s < g.S; s++)
 		g.nmine[m->stages[s].device]++;
 	for (int d = 0; d < g.P; d++) {
-		g.mine[d] = xcalloc((size_t)g.nmine[d], sizeof **g.mine);
-		g.wq[d] = (wqueue){.q = xcalloc((size_t)g.nmine[d] * g.M, sizeof(work)),
+		g.mine[d] = arena_calloc(cx->scratch, (size_t)g.nmine[d], sizeof **g.mine);
+		g.wq[d] = (wqueue){.q = arena_calloc(cx->scratch, (size_t)g.nmine[d] * g.M, sizeof(work)),
 		                   .cap = g.nmine[d] * g.M};
 		g.nmine[d] = 0;
 	}
@@ -428,8 +414,9 @@ static void schedule_greedy(ir_module *m, const int *cap, bool forward_first)
 	}
 
 	/* The devices to look at in this step and in the next. */
-	int *cur = xcalloc((size_t)g.P, sizeof *cur), *next = xcalloc((size_t)g.P, sizeof *next);
-	int *mark = xcalloc((size_t)g.P, sizeof *mark);
+	int *cur = arena_calloc(cx->scratch, (size_t)g.P, sizeof *cur);
+	int *next = arena_calloc(cx->scratch, (size_t)g.P, sizeof *next);
+	int *mark = arena_calloc(cx->scratch, (size_t)g.P, sizeof *mark);
 	int ncur = 0, nnext = 0;
 	for (int d = 0; d < g.P; d++)
 		if (g.nmine[d])
@@ -460,54 +447,47 @@ static void schedule_greedy(ir_module *m, const int *cap, bool forward_first)
 		int *tmp = cur;
 		cur = next, next = tmp, ncur = nnext;
 	}
-	for (int d = 0; d < g.P; d++)
-		free(g.mine[d]), free(g.wq[d].q);
-	free(g.done), free(g.nf), free(g.nb), free(g.mine), free(g.nmine);
-	free(g.held), free(g.waiting), free(g.wq);
-	free(cur), free(next), free(mark);
 }
 
 /* ZB-H2: 2p-1 micro-batches between F and W on every device, backward
  * first; the first device warms up with 2p-1 forwards. */
-static int schedule_zbh2(ir_module *m)
+static int schedule_zbh2(ir_module *m, pass_ctx *cx)
 {
-	if (check_one_stage_per_device(m) < 0)
+	if (check_one_stage_per_device(m, cx) < 0)
 		return -1;
-	int *cap = xcalloc((size_t)m->cluster.devices, sizeof *cap);
+	int *cap = arena_calloc(cx->scratch, (size_t)m->cluster.devices, sizeof *cap);
 	for (int d = 0; d < m->cluster.devices; d++)
 		cap[d] = 2 * m->nstages - 1;
 	ir_alloc_devices(m);
-	schedule_greedy(m, cap, false);
-	free(cap);
+	schedule_greedy(m, cx, cap, false);
 	return 0;
 }
 
 /* ZB-V: 2p (stage, micro-batch) pairs between F and W on every device,
  * each half a 1F1B stage: 1F1B's peak on its first device; forward
  * first. */
-static int schedule_zbv(ir_module *m)
+static int schedule_zbv(ir_module *m, pass_ctx *cx)
 {
-	if (check_v_shape(m) < 0)
+	if (check_v_shape(m, cx) < 0)
 		return -1;
 	int p = (int)m->cluster.devices;
-	int *cap = xcalloc((size_t)p, sizeof *cap);
+	int *cap = arena_calloc(cx->scratch, (size_t)p, sizeof *cap);
 	for (int d = 0; d < p; d++)
 		cap[d] = 2 * p;
 	ir_alloc_devices(m);
-	schedule_greedy(m, cap, true);
-	free(cap);
+	schedule_greedy(m, cx, cap, true);
 	return 0;
 }
 
-int pass_schedule(ir_module *m)
+int pass_schedule(ir_module *m, pass_ctx *cx)
 {
 	if (!m->nstages) {
-		diag_error(plan_loc(m), "schedule: the module has no stages; run 'partition' and 'place' first");
+		diag_sink_error(cx->diag, plan_loc(m), "schedule: the module has no stages; run 'partition' and 'place' first");
 		return -1;
 	}
 	for (int s = 0; s < m->nstages; s++)
 		if (m->stages[s].device < 0) {
-			diag_error(plan_loc(m), "schedule: stage S%d has no device; run 'place' first", s);
+			diag_sink_error(cx->diag, plan_loc(m), "schedule: stage S%d has no device; run 'place' first", s);
 			return -1;
 		}
 	ir_clear_devices(m);
@@ -515,15 +495,15 @@ int pass_schedule(ir_module *m)
 	case IR_SCHED_GPIPE:
 		return schedule_gpipe(m);
 	case IR_SCHED_1F1B:
-		return schedule_1f1b(m, false);
+		return schedule_1f1b(m, cx, false);
 	case IR_SCHED_ZBH1:
-		return schedule_1f1b(m, true);
+		return schedule_1f1b(m, cx, true);
 	case IR_SCHED_I1F1B:
-		return schedule_i1f1b(m);
+		return schedule_i1f1b(m, cx);
 	case IR_SCHED_ZBH2:
-		return schedule_zbh2(m);
+		return schedule_zbh2(m, cx);
 	case IR_SCHED_ZBV:
-		return schedule_zbv(m);
+		return schedule_zbv(m, cx);
 	case IR_SCHED_TUNED:
 		return 0; /* the `tune` pass orders the work, together with the rest */
 	default:

@@ -2,7 +2,9 @@
  * together, judged by the simulator (docs/tuner.md).
  *
  * Reads a module with layer costs whose schedule is 'tuned' (any other
- * schedule: the pass does nothing).  Writes the stages, their devices and
+ * schedule: the pass does nothing), and its plan options, checked as
+ * partition and place check them (a tuned module's pipeline runs neither:
+ * pass_pipeline_for).  Writes the stages, their devices and
  * every device's program: the best plan found that fits every device's
  * memory.  Guarantees a plan no slower than the best baseline that fits,
  * whose W's run in micro-batch order on every stage (ir_verify's rule:
@@ -23,7 +25,11 @@
  * 5. refine: move single layers across stage boundaries while the
  *    simulated step gets shorter, until no move helps or the budget ends.
  * Every candidate is a scratch module (freed after it is judged), so the
- * search never grows the module it writes. */
+ * search never grows the module it writes; the candidates kept live in
+ * the pass's scratch arena, a candidate's schedule tables in an arena of
+ * its own.  Nested runs of other passes (the baselines, lowering) write
+ * their diagnostics to a sink of their own, and the budget comes from the
+ * pass options (tune_budget). */
 #include "tune.h"
 
 #include <math.h>
@@ -31,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "copy.h"
 #include "pass.h"
 #include "simulate.h"
 
@@ -42,58 +49,35 @@ static double now(void)
 }
 
 /* The budget bounds the whole plan: its clock starts when the budget is
- * set (the command line is read), else when the tune pass starts; the
+ * made (the command line is read), else when the tune pass starts; the
  * search leaves time for what follows it (lowering, the memory plan, the
  * comparison table; see pass_tune), and tune_baselines stops at the same
  * deadline. */
-static double budget_s = 20;
-static double armed_t0;                 /* tune_set_budget's clock, for the next plan */
-static double plan_t0, plan_end = INFINITY; /* the last plan's start and deadline */
-static double last_progress;
+#define DEFAULT_BUDGET_S 20
 
-void tune_set_budget(double seconds)
+tune_budget tune_budget_start(double seconds)
 {
-	budget_s = seconds > 0 ? seconds : 20;
-	armed_t0 = seconds > 0 ? now() : 0; /* the default counts from the tune pass */
+	/* The default counts from the tune pass. */
+	return (tune_budget){.seconds = seconds > 0 ? seconds : DEFAULT_BUDGET_S,
+	                     .armed = seconds > 0 ? now() : 0, .end = INFINITY};
 }
 
 /* One line to stderr a second, from the first second of the plan on:
- * what the tuner is doing and the best step so far (best < 0: none). */
-static void progress_line(const char *doing, long evals, double best, double lb)
+ * what the tuner is doing and the best step so far (best < 0: none).
+ * Without a budget (no plan's clock to count from) none. */
+static void progress_line(tune_budget *b, const char *doing, long evals, double best, double lb)
 {
 	double n = now();
-	if (n - plan_t0 < 1 || n - last_progress < 1)
+	if (!b || n - b->t0 < 1 || n - b->last_progress < 1)
 		return;
-	last_progress = n;
-	fprintf(stderr, "tune: %.1f s, %s, %ld plans judged", n - plan_t0, doing, evals);
+	b->last_progress = n;
+	fprintf(stderr, "tune: %.1f s, %s, %ld plans judged", n - b->t0, doing, evals);
 	if (best >= 0)
 		fprintf(stderr, ", best %.3f ms, %.1f %% above the lower bound", best * 1e-3,
 		        100 * (best / lb - 1));
 	fprintf(stderr, "\n");
 }
 
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-	if (!p)
-		ir_bug("out of memory");
-	return p;
-}
-
-/* A copy of m's header and layers, without stages or programs. */
-static ir_module *scratch(const ir_module *m)
-{
-	ir_module *c = ir_new();
-	c->model = m->model;
-	c->train = m->train;
-	c->cluster = m->cluster;
-	c->plan = m->plan;
-	c->loc = m->loc;
-	c->plan_loc = m->plan_loc;
-	for (int l = 0; l < m->nlayers; l++)
-		*ir_add_layer(c, m->layers[l].kind, (ir_loc){0}) = m->layers[l];
-	return c;
-}
 
 /* ---- judging a plan ---------------------------------------------------- */
 
@@ -152,28 +136,22 @@ static const struct {
 	{"zbh1 balanced", IR_SCHED_ZBH1, 1, IR_PART_BALANCED},
 };
 
-/* Run passes on c with their diagnostics kept out of sight: a baseline
- * that does not apply to this model is a row with a reason, not an error.
- * The first diagnostic goes to why (when given). */
-static bool run_quiet(ir_module *c, const pass_id *ids, int nids, char *why, size_t n)
+/* Run passes on c with their diagnostics kept out of sight (a sink that
+ * prints nothing): a baseline that does not apply to this model is a row
+ * with a reason, not an error.  The first diagnostic goes to why (when
+ * given). */
+static bool run_quiet(ir_module *c, pass_list passes, char *why, size_t n)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *saved = diag_stream;
-	int saved_errors = diag_errors;
-	diag_stream = open_memstream(&buf, &len);
-	bool ok = pass_run(c, ids, nids, NULL) == 0;
-	fclose(diag_stream);
-	diag_stream = saved;
-	diag_errors = saved_errors;
+	diag_sink quiet = {0};
+	bool ok = pass_run(c, passes.ids, passes.n, &(pass_opts){.diag = &quiet}) == 0;
 	if (!ok && why) {
-		const char *e = buf ? strstr(buf, "error: ") : NULL;
-		snprintf(why, n, "%s", e ? e + 7 : "cannot plan");
-		char *nl = strchr(why, '\n');
-		if (nl)
-			*nl = 0;
+		/* Its first line, as much as fits. */
+		const char *first = quiet.errors ? quiet.first : "cannot plan";
+		size_t k = strcspn(first, "\n");
+		k = k < n ? k : n - 1;
+		memcpy(why, first, k);
+		why[k] = 0;
 	}
-	free(buf);
 	return ok;
 }
 
@@ -182,15 +160,14 @@ static bool run_quiet(ir_module *c, const pass_id *ids, int nids, char *why, siz
  * only in their order of work. */
 static ir_module *baseline(const ir_module *m, int i, char *why, size_t n)
 {
-	ir_module *c = scratch(m);
+	ir_module *c = ir_copy_header(m);
 	c->plan.schedule = baselines[i].schedule;
 	if (m->plan.partition != IR_PART_GIVEN) {
 		c->plan.chunks = baselines[i].chunks;
 		c->plan.partition = baselines[i].partition;
 		c->plan.ngiven = c->plan.nplacement = 0;
 	}
-	static const pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule};
-	if (!run_quiet(c, ids, 3, why, n)) {
+	if (!run_quiet(c, pass_plan_passes, why, n)) {
 		ir_free(c);
 		return NULL;
 	}
@@ -202,8 +179,7 @@ static ir_module *baseline(const ir_module *m, int i, char *why, size_t n)
  * most, or -1.  x is lowered in place (with its own schedule's semantics). */
 static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
 {
-	static const pass_id ids[] = {PASS_comm, PASS_verify, PASS_memplan};
-	if (!run_quiet(x, ids, 3, NULL, 0))
+	if (!run_quiet(x, pass_lower_passes, NULL, 0))
 		return -1; /* the pipeline will report it on the real module */
 	sim_result *r = sim_run(x);
 	int worst = -1;
@@ -214,17 +190,17 @@ static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
 	return worst;
 }
 
-void tune_baselines(const ir_module *m, tune_row *rows)
+void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows)
 {
 	for (int i = 0; i < TUNE_NBASELINES; i++) {
 		tune_row *r = &rows[i];
 		memset(r, 0, sizeof *r);
 		snprintf(r->name, sizeof r->name, "%s", baselines[i].name);
-		if (now() >= plan_end) {
+		if (b && now() >= b->end) {
 			snprintf(r->why, sizeof r->why, "not judged: the tune budget (--tune-budget) ran out");
 			continue;
 		}
-		progress_line("comparing with the baselines", i, -1, 0);
+		progress_line(b, "comparing with the baselines", i, -1, 0);
 		ir_module *c = baseline(m, i, r->why, sizeof r->why);
 		if (c) {
 			/* Timed and sized as the tuned plan is: lowered, with its memory
@@ -433,27 +409,29 @@ static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 	lsched L = {.m = c, .S = c->nstages, .M = (int)c->train.microbatches,
 	            .P = (int)c->cluster.devices};
 	int S = L.S, M = L.M, P = L.P;
-	L.tf = xcalloc((size_t)S, sizeof *L.tf);
-	L.tb = xcalloc((size_t)S, sizeof *L.tb);
-	L.tw = xcalloc((size_t)S, sizeof *L.tw);
-	L.act = xcalloc((size_t)S, sizeof *L.act);
-	L.ws = xcalloc((size_t)S, sizeof *L.ws);
-	L.reserve = xcalloc((size_t)S, sizeof *L.reserve);
-	L.nf = xcalloc((size_t)S, sizeof *L.nf);
-	L.nb = xcalloc((size_t)S, sizeof *L.nb);
-	L.arr_f = xcalloc((size_t)S * M, sizeof *L.arr_f);
-	L.arr_b = xcalloc((size_t)S * M, sizeof *L.arr_b);
-	L.limit = xcalloc((size_t)P, sizeof *L.limit);
-	L.used = xcalloc((size_t)P, sizeof *L.used);
-	L.t = xcalloc((size_t)P, sizeof *L.t);
-	L.waiting = xcalloc((size_t)P, sizeof *L.waiting);
-	L.mine = xcalloc((size_t)P, sizeof *L.mine);
-	L.nmine = xcalloc((size_t)P, sizeof *L.nmine);
-	L.wq = xcalloc((size_t)P, sizeof *L.wq);
-	L.wh = xcalloc((size_t)P, sizeof *L.wh);
-	L.wt = xcalloc((size_t)P, sizeof *L.wt);
-	L.send_free = xcalloc((size_t)P, sizeof *L.send_free);
-	L.recv_free = xcalloc((size_t)P, sizeof *L.recv_free);
+	/* Called for every candidate: its tables are freed with it. */
+	arena *a = arena_new();
+	L.tf = arena_calloc(a, (size_t)S, sizeof *L.tf);
+	L.tb = arena_calloc(a, (size_t)S, sizeof *L.tb);
+	L.tw = arena_calloc(a, (size_t)S, sizeof *L.tw);
+	L.act = arena_calloc(a, (size_t)S, sizeof *L.act);
+	L.ws = arena_calloc(a, (size_t)S, sizeof *L.ws);
+	L.reserve = arena_calloc(a, (size_t)S, sizeof *L.reserve);
+	L.nf = arena_calloc(a, (size_t)S, sizeof *L.nf);
+	L.nb = arena_calloc(a, (size_t)S, sizeof *L.nb);
+	L.arr_f = arena_calloc(a, (size_t)S * M, sizeof *L.arr_f);
+	L.arr_b = arena_calloc(a, (size_t)S * M, sizeof *L.arr_b);
+	L.limit = arena_calloc(a, (size_t)P, sizeof *L.limit);
+	L.used = arena_calloc(a, (size_t)P, sizeof *L.used);
+	L.t = arena_calloc(a, (size_t)P, sizeof *L.t);
+	L.waiting = arena_calloc(a, (size_t)P, sizeof *L.waiting);
+	L.mine = arena_calloc(a, (size_t)P, sizeof *L.mine);
+	L.nmine = arena_calloc(a, (size_t)P, sizeof *L.nmine);
+	L.wq = arena_calloc(a, (size_t)P, sizeof *L.wq);
+	L.wh = arena_calloc(a, (size_t)P, sizeof *L.wh);
+	L.wt = arena_calloc(a, (size_t)P, sizeof *L.wt);
+	L.send_free = arena_calloc(a, (size_t)P, sizeof *L.send_free);
+	L.recv_free = arena_calloc(a, (size_t)P, sizeof *L.recv_free);
 	L.bytes = sim_boundary_bytes(c);
 	for (size_t i = 0; i < (size_t)S * M; i++)
 		L.arr_f[i] = L.arr_b[i] = NAN;
@@ -470,8 +448,8 @@ static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 		L.nmine[c->stages[s].device]++;
 	}
 	for (int d = 0; d < P; d++) {
-		L.mine[d] = xcalloc((size_t)L.nmine[d], sizeof **L.mine);
-		L.wq[d] = xcalloc((size_t)L.nmine[d] * M, sizeof **L.wq);
+		L.mine[d] = arena_calloc(a, (size_t)L.nmine[d], sizeof **L.mine);
+		L.wq[d] = arena_calloc(a, (size_t)L.nmine[d] * M, sizeof **L.wq);
 		L.nmine[d] = 0;
 		L.limit[d] = INT64_MAX;
 	}
@@ -489,15 +467,7 @@ static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 				L.limit[c->stages[s].device] -= (int64_t)c->layers[l].cost.resident;
 	}
 	int rc = list_schedule(&L, k);
-	for (int d = 0; d < P; d++) {
-		free(L.mine[d]);
-		free(L.wq[d]);
-	}
-	void *bufs[] = {L.tf, L.tb, L.tw, L.act, L.ws, L.reserve, L.nf, L.nb, L.arr_f, L.arr_b,
-	                L.limit, L.used, L.t, L.waiting, L.mine, L.nmine, L.wq, L.wh, L.wt,
-	                L.send_free, L.recv_free};
-	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-		free(bufs[i]);
+	arena_free(a);
 	return rc;
 }
 
@@ -526,18 +496,20 @@ typedef struct tuner {
 	int npool;
 	double lb;
 	const char *doing;  /* for the progress line */
+	arena *a;           /* the pass's scratch: the candidates kept */
+	tune_budget *budget;
 } tuner;
 
 static void progress(tuner *t)
 {
-	progress_line(t->doing, t->evals, t->have_best && t->best.v.fits ? t->best.v.makespan : -1,
-	              t->lb);
+	progress_line(t->budget, t->doing, t->evals,
+	              t->have_best && t->best.v.fits ? t->best.v.makespan : -1, t->lb);
 }
 
 /* Build the candidate into a scratch module (stages, devices, programs). */
 static ir_module *build(const tuner *t, const cand *c)
 {
-	ir_module *x = scratch(t->m);
+	ir_module *x = ir_copy_header(t->m);
 	for (int s = 0; s < c->S; s++)
 		ir_add_stage(x, c->bound[s], c->bound[s + 1] - 1, c->dev[s], (ir_loc){0});
 	if (order(x, &c->k, true, t->reserve) == 0)
@@ -551,13 +523,11 @@ static ir_module *build(const tuner *t, const cand *c)
 	return NULL;
 }
 
-static void copy_cand(cand *dst, const cand *src)
+static void copy_cand(arena *a, cand *dst, const cand *src)
 {
-	free(dst->bound);
-	free(dst->dev);
 	*dst = *src;
-	dst->bound = xcalloc((size_t)src->S + 1, sizeof *dst->bound);
-	dst->dev = xcalloc((size_t)src->S, sizeof *dst->dev);
+	dst->bound = arena_calloc(a, (size_t)src->S + 1, sizeof *dst->bound);
+	dst->dev = arena_calloc(a, (size_t)src->S, sizeof *dst->dev);
 	memcpy(dst->bound, src->bound, (size_t)(src->S + 1) * sizeof *dst->bound);
 	memcpy(dst->dev, src->dev, (size_t)src->S * sizeof *dst->dev);
 }
@@ -584,7 +554,7 @@ static bool consider(tuner *t, cand *c)
 	progress(t);
 	if (!c->v.ok || (t->have_best && !better(&c->v, &t->best.v)))
 		return false;
-	copy_cand(&t->best, c);
+	copy_cand(t->a, &t->best, c);
 	t->have_best = true;
 	return true;
 }
@@ -593,14 +563,14 @@ static bool consider(tuner *t, cand *c)
  * time, ties to the fullest later stages). */
 static bool minmax_bounds(const ir_module *m, int S, int *bound)
 {
-	ir_module *c = scratch(m);
+	ir_module *c = ir_copy_header(m);
 	c->plan.partition = IR_PART_BALANCED;
 	c->plan.schedule = IR_SCHED_1F1B;
 	c->plan.ngiven = c->plan.nplacement = 0;
 	c->cluster.devices = S; /* S stages of one chunk */
 	c->plan.chunks = 1;
-	pass_id id = PASS_partition;
-	bool ok = S <= m->nlayers && run_quiet(c, &id, 1, NULL, 0) && c->nstages == S;
+	static const pass_id cut[] = {PASS_partition};
+	bool ok = S <= m->nlayers && run_quiet(c, (pass_list){cut, 1}, NULL, 0) && c->nstages == S;
 	if (ok) {
 		for (int s = 0; s < S; s++)
 			bound[s] = c->stages[s].first;
@@ -654,12 +624,12 @@ static void sq_rows(const sqrow *r, int lo, int hi, int klo, int khi)
  * largest leaves the rest lopsided whenever one heavy layer, such as a
  * large LM head, sets the maximum).  Dynamic programming over S rows,
  * each O(layers log layers) (sq_rows); false when the deadline passes. */
-static bool balanced_bounds(const ir_module *m, int S, int *bound, double deadline)
+static bool balanced_bounds(const ir_module *m, int S, int *bound, double deadline, arena *a)
 {
 	int L = m->nlayers;
 	if (S < 1 || S > L || !minmax_bounds(m, S, bound))
 		return false;
-	double *pre = xcalloc((size_t)L + 1, sizeof *pre);
+	double *pre = arena_calloc(a, (size_t)L + 1, sizeof *pre);
 	for (int l = 0; l < L; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		pre[l + 1] = pre[l] + c->f + c->b + c->w;
@@ -667,14 +637,15 @@ static bool balanced_bounds(const ir_module *m, int S, int *bound, double deadli
 	double T = 0;
 	for (int s = 0; s < S; s++)
 		T = fmax(T, pre[bound[s + 1]] - pre[bound[s]]);
-	int *first = xcalloc((size_t)L + 1, sizeof *first);
+	int *first = arena_calloc(a, (size_t)L + 1, sizeof *first);
 	for (int l = 0, k = 0; l <= L; l++) {
 		while (k < l && pre[l] - pre[k] > T * (1 + 1e-12))
 			k++;
 		first[l] = k;
 	}
-	double *prev = xcalloc((size_t)L + 1, sizeof *prev), *cur = xcalloc((size_t)L + 1, sizeof *cur);
-	int *from = xcalloc((size_t)(S + 1) * (size_t)(L + 1), sizeof *from);
+	double *prev = arena_calloc(a, (size_t)L + 1, sizeof *prev);
+	double *cur = arena_calloc(a, (size_t)L + 1, sizeof *cur);
+	int *from = arena_calloc(a, (size_t)(S + 1) * (size_t)(L + 1), sizeof *from);
 	for (int l = 0; l <= L; l++)
 		prev[l] = l ? INFINITY : 0;
 	bool ok = true;
@@ -693,11 +664,6 @@ static bool balanced_bounds(const ir_module *m, int S, int *bound, double deadli
 		for (int s = S, l = L; s > 0; s--)
 			l = bound[s - 1] = from[(size_t)s * (size_t)(L + 1) + (size_t)l];
 	}
-	free(pre);
-	free(first);
-	free(prev);
-	free(cur);
-	free(from);
 	return ok;
 }
 
@@ -706,14 +672,14 @@ static bool balanced_bounds(const ir_module *m, int S, int *bound, double deadli
  * on the sum of squared loads (then the largest), no simulation.  Cheap, so
  * it runs before the simulator judges the layout. */
 static void balance_devices(const ir_module *m, int S, int P, const int *dev, int *bound,
-                            double deadline)
+                            double deadline, arena *a)
 {
-	double *pre = xcalloc((size_t)m->nlayers + 1, sizeof *pre); /* prefix sums of work */
+	double *pre = arena_calloc(a, (size_t)m->nlayers + 1, sizeof *pre); /* prefix sums of work */
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		pre[l + 1] = pre[l] + c->f + c->b + c->w;
 	}
-	double *load = xcalloc((size_t)P, sizeof *load);
+	double *load = arena_calloc(a, (size_t)P, sizeof *load);
 	while (now() < deadline) {
 		double best_max = INFINITY, best_sq = INFINITY;
 		int best_i = -1, best_nb = 0;
@@ -748,8 +714,6 @@ static void balance_devices(const ir_module *m, int S, int P, const int *dev, in
 			break; /* the current cut is the best of its neighbours */
 		bound[best_i] = best_nb;
 	}
-	free(load);
-	free(pre);
 }
 
 static void place(int S, int P, placement_kind pk, int *dev)
@@ -776,7 +740,7 @@ static void try_layout(tuner *t, int S, const int *bound, const int *dev)
 		c.k = policies[i];
 		consider(t, &c);
 		if (c.v.ok && c.v.fits && (!any || c.v.makespan < mine.v.makespan)) {
-			copy_cand(&mine, &c);
+			copy_cand(t->a, &mine, &c);
 			any = true;
 		}
 	}
@@ -784,13 +748,8 @@ static void try_layout(tuner *t, int S, const int *bound, const int *dev)
 		return;
 	int at = t->npool < POOL ? t->npool++ : POOL - 1;
 	if (at == POOL - 1 && t->npool == POOL && t->pool[at].S &&
-	    t->pool[at].v.makespan <= mine.v.makespan) {
-		free(mine.bound);
-		free(mine.dev);
+	    t->pool[at].v.makespan <= mine.v.makespan)
 		return;
-	}
-	free(t->pool[at].bound);
-	free(t->pool[at].dev);
 	t->pool[at] = mine;
 	for (int i = at; i > 0 && t->pool[i].v.makespan < t->pool[i - 1].v.makespan; i--) {
 		cand x = t->pool[i];
@@ -803,7 +762,7 @@ static void try_layout(tuner *t, int S, const int *bound, const int *dev)
 static void refine(tuner *t, const cand *from)
 {
 	cand c = {0};
-	copy_cand(&c, from);
+	copy_cand(t->a, &c, from);
 	for (bool improved = true; improved && now() < t->deadline;) {
 		improved = false;
 		for (int i = 1; i < c.S && now() < t->deadline; i++)
@@ -823,23 +782,6 @@ static void refine(tuner *t, const cand *from)
 				}
 			}
 	}
-	free(c.bound);
-	free(c.dev);
-}
-
-/* m takes x's stages, devices and programs. */
-static void copy_plan(ir_module *m, const ir_module *x)
-{
-	ir_clear_stages(m);
-	for (int s = 0; s < x->nstages; s++)
-		ir_add_stage(m, x->stages[s].first, x->stages[s].last, x->stages[s].device, (ir_loc){0});
-	ir_clear_devices(m);
-	ir_alloc_devices(m);
-	for (int d = 0; d < x->ndevices; d++)
-		for (int i = 0; i < x->devices[d].nops; i++) {
-			const ir_op *op = &x->devices[d].ops[i];
-			ir_add_op(m, d, op->kind, op->stage, op->mb, (ir_loc){0});
-		}
 }
 
 /* What follows the search, in units of one baseline planned, judged,
@@ -854,12 +796,12 @@ static void copy_plan(ir_module *m, const ir_module *x)
  * plan found that needs the least memory, when one was found).  It ends
  * by `deadline`, less the time what follows it takes.  *planned: the plan
  * returned is a baseline whose memory plan was made and fits. */
-static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdict *tight,
-                         bool *planned)
+static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t reserve,
+                         double deadline, verdict *tight, bool *planned)
 {
 	int P = (int)m->cluster.devices;
 	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve, .deadline = deadline,
-	           .doing = "planning the baselines"};
+	           .doing = "planning the baselines", .a = cx->scratch, .budget = b};
 
 	/* 1. The baselines' plans, their orders run with the backward split
 	 * (the gradient leaves when B ends, as in every tuned plan): never
@@ -886,14 +828,8 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			 * plan fits; check on a copy (lowering is in place).  The
 			 * first is checked anyway: its time is the unit of what
 			 * follows the search. */
-			ir_module *low = scratch(m);
-			for (int s = 0; s < c->nstages; s++)
-				ir_add_stage(low, c->stages[s].first, c->stages[s].last, c->stages[s].device,
-				             (ir_loc){0});
-			ir_alloc_devices(low);
-			for (int d = 0; d < c->ndevices; d++)
-				for (int k = 0; k < c->devices[d].nops; k++)
-					ir_push_op(low, d, &c->devices[d].ops[k], (ir_loc){0});
+			ir_module *low = ir_copy_header(m);
+			ir_copy_plan(low, c, false);
 			uint64_t need = 0;
 			int over = over_after_memplan(m, low, &need);
 			v.fits = over < 0;
@@ -921,8 +857,8 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 	/* 2-4. Layouts x policies.  A given partition or placement is kept. */
 	const ir_plan_opts *po = &m->plan;
 	int maxS = 4 * P > m->nlayers ? m->nlayers : 4 * P;
-	int *bound = xcalloc((size_t)m->nlayers + 1, sizeof *bound);
-	int *dev = xcalloc((size_t)m->nlayers, sizeof *dev);
+	int *bound = arena_calloc(t.a, (size_t)m->nlayers + 1, sizeof *bound);
+	int *dev = arena_calloc(t.a, (size_t)m->nlayers, sizeof *dev);
 	if (po->partition == IR_PART_GIVEN) {
 		int S = po->ngiven;
 		bound[0] = 0;
@@ -952,7 +888,7 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			 * squares); the search needs both starting points. */
 			if (now() >= t.deadline || (int64_t)S * m->train.microbatches > PASS_MAX_PAIRS)
 				break;
-			if (S < 1 || !(even ? balanced_bounds(m, S, bound, t.deadline) : minmax_bounds(m, S, bound)))
+			if (S < 1 || !(even ? balanced_bounds(m, S, bound, t.deadline, t.a) : minmax_bounds(m, S, bound)))
 				continue;
 			for (placement_kind pk = PL_SEQ; pk <= PL_V; pk++) {
 				if ((pk == PL_SEQ) != (S == P) || (pk == PL_V && S != 2 * P))
@@ -965,12 +901,11 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 				}
 				try_layout(&t, S, bound, dev);
 				/* The same placement with the devices' loads evened out. */
-				int *b2 = xcalloc((size_t)S + 1, sizeof *b2);
+				int *b2 = arena_calloc(t.a, (size_t)S + 1, sizeof *b2);
 				memcpy(b2, bound, (size_t)(S + 1) * sizeof *b2);
-				balance_devices(m, S, P, dev, b2, t.deadline);
+				balance_devices(m, S, P, dev, b2, t.deadline, t.a);
 				if (memcmp(b2, bound, (size_t)(S + 1) * sizeof *b2) != 0)
 					try_layout(&t, S, b2, dev);
-				free(b2);
 			}
 		}
 		if (!t.have_best && P > m->nlayers) {
@@ -981,16 +916,10 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			try_layout(&t, m->nlayers, bound, dev);
 		}
 	}
-	free(bound);
-	free(dev);
 
 	/* 5. Refine the best few layouts, unless the partition was given. */
 	for (int i = 0; i < t.npool && po->partition != IR_PART_GIVEN; i++)
 		refine(&t, &t.pool[i]);
-	for (int i = 0; i < t.npool; i++) {
-		free(t.pool[i].bound);
-		free(t.pool[i].dev);
-	}
 
 	/* The best of the tuned plan and the baselines' plans. */
 	bool tuned_ok = t.have_best && t.best.v.fits;
@@ -1011,36 +940,39 @@ static ir_module *search(ir_module *m, uint64_t reserve, double deadline, verdic
 			*tight = t.best.v;
 	}
 	ir_free(fallback);
-	free(t.best.bound);
-	free(t.best.dev);
 	return x;
 }
 
-int pass_tune(ir_module *m)
+int pass_tune(ir_module *m, pass_ctx *cx)
 {
 	if (m->plan.schedule != IR_SCHED_TUNED)
 		return 0;
+	/* The pipeline runs no partition or placement before the tuner (it
+	 * makes its own): their checks of the plan options are made here. */
+	if (pass_check_plan(m, cx))
+		return -1;
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
 	for (int l = 0; l < m->nlayers; l++)
 		if (!m->layers[l].cost.known) {
-			diag_error(where, "tune: layer L%d has no cost; run the 'cost' pass first", l);
+			diag_sink_error(cx->diag, where, "tune: layer L%d has no cost; run the 'cost' pass first", l);
 			return -1;
 		}
 	/* Search keeping 1/25 of each device's memory free for what the memory
 	 * plan adds; if the plan found still does not fit once lowered and
 	 * planned, search again keeping 1/12, then 1/6. */
 	static const int reserve_div[] = {25, 12, 6};
-	plan_t0 = armed_t0 ? armed_t0 : now();
-	armed_t0 = 0;
-	last_progress = plan_t0;
-	double deadline = plan_end = plan_t0 + budget_s;
+	tune_budget fallback = tune_budget_start(0), *b = cx->budget ? cx->budget : &fallback;
+	b->t0 = b->armed ? b->armed : now();
+	b->armed = 0; /* a budget made before the plan counts for this plan only */
+	b->last_progress = b->t0;
+	double deadline = b->end = b->t0 + (b->seconds > 0 ? b->seconds : DEFAULT_BUDGET_S);
 	uint64_t mem = m->cluster.mem, need = 0;
 	verdict tight = {.tight_dev = -1};
 	int over = -1;
 	for (size_t i = 0; i < sizeof reserve_div / sizeof *reserve_div; i++) {
 		uint64_t reserve = mem == UINT64_MAX ? 0 : mem / (uint64_t)reserve_div[i];
 		bool planned;
-		ir_module *x = search(m, reserve, deadline, &tight, &planned);
+		ir_module *x = search(m, cx, b, reserve, deadline, &tight, &planned);
 		if (!x)
 			break;
 		need = 0;
@@ -1048,17 +980,7 @@ int pass_tune(ir_module *m)
 		if (over < 0) {
 			/* x was lowered to check it: m takes only the ordered plan; the
 			 * pipeline lowers m itself. */
-			ir_module *plain = scratch(m);
-			for (int s = 0; s < x->nstages; s++)
-				ir_add_stage(plain, x->stages[s].first, x->stages[s].last, x->stages[s].device,
-				             (ir_loc){0});
-			ir_alloc_devices(plain);
-			for (int d = 0; d < x->ndevices; d++)
-				for (int k = 0; k < x->devices[d].nops; k++)
-					if (x->devices[d].ops[k].comm == IR_COMM_NONE)
-						ir_push_op(plain, d, &x->devices[d].ops[k], (ir_loc){0});
-			copy_plan(m, plain);
-			ir_free(plain);
+			ir_copy_plan(m, x, true);
 			ir_free(x);
 			return 0;
 		}
@@ -1070,12 +992,12 @@ int pass_tune(ir_module *m)
 	ir_fmt_size(need_s, sizeof need_s, tight.tight_need);
 	ir_fmt_size(mem_s, sizeof mem_s, mem);
 	if (tight.tight_dev >= 0)
-		diag_error(ir_loc_or(m->cluster_at.mem, ir_loc_or(m->cluster_loc, where)),
-		           "the model does not fit: in the best plan found, device D%d needs %s "
-		           "(weights, gradients, optimizer state and activations) and has %s",
-		           tight.tight_dev, need_s, mem_s);
+		diag_sink_error(cx->diag, ir_loc_or(m->cluster_at.mem, ir_loc_or(m->cluster_loc, where)),
+		                "the model does not fit: in the best plan found, device D%d needs %s "
+		                "(weights, gradients, optimizer state and activations) and has %s",
+		                tight.tight_dev, need_s, mem_s);
 	else
-		diag_error(where, "tune: no plan found for %d layers on %lld devices", m->nlayers,
-		           (long long)m->cluster.devices);
+		diag_sink_error(cx->diag, where, "tune: no plan found for %d layers on %lld devices", m->nlayers,
+		                (long long)m->cluster.devices);
 	return -1;
 }

@@ -24,11 +24,26 @@ typedef struct tune_row {
 
 #define TUNE_NBASELINES 7 /* gpipe 1f1b i1f1b(v=2) zbh1 zbh2 zbv, + balanced zbh1 */
 
+/* The tuner's wall-time budget for one plan (docs/tuner.md): the search,
+ * and tune_baselines after it, end by its deadline.  The caller owns it
+ * and hands it to the pass (pass_opts.budget) and to tune_baselines; the
+ * pass writes the plan's clock and deadline into it. */
+typedef struct tune_budget {
+	double seconds;       /* the plan's wall time */
+	double armed;         /* when its clock started, for the next plan (0: at the tune pass) */
+	double t0, end;       /* the last plan's start and deadline (set by the tune pass) */
+	double last_progress; /* when the last progress line was written */
+} tune_budget;
+
+/* A budget of `seconds` counted from now, for the next plan; 0: the
+ * default, 20 s counted from the start of the tune pass. */
+tune_budget tune_budget_start(double seconds);
+
 /* Plan and simulate every baseline on a copy of m (its model, cluster and
  * costs; its own plan is not touched).  Fills rows[0..TUNE_NBASELINES); a
- * row whose turn comes after the last tune pass's deadline is not judged
- * (ok false, `why` says so). */
-void tune_baselines(const ir_module *m, tune_row *rows);
+ * row whose turn comes after the deadline of b's last plan is not judged
+ * (ok false, `why` says so).  b NULL: no deadline and no progress lines. */
+void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows);
 
 /* LB = max(total work / devices, one micro-batch's critical path, the
  * heaviest layer's work): the work is M x sum over layers of (f + b + w);
@@ -36,10 +51,5 @@ void tune_baselines(const ir_module *m, tune_row *rows);
  * 0, which must follow the last B of the first stage; and a layer runs on
  * one device, so M x its f + b + w is a bound too.  Microseconds. */
 double tune_lower_bound(const ir_module *m);
-
-/* Bound the next plan (seconds of wall time, counted from this call:
- * the search, and tune_baselines after it, end by then; docs/tuner.md);
- * 0 restores the default, 20 s counted from the start of the tune pass. */
-void tune_set_budget(double seconds);
 
 #endif

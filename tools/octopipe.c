@@ -302,6 +302,9 @@ typedef struct pipeline {
 	pass_opts po;
 } pipeline;
 
+/* The tuner's budget for this run's plan (--tune-budget). */
+static tune_budget budget;
+
 static int setup_pipeline(const args *a, pipeline *pl)
 {
 	memset(pl, 0, sizeof *pl);
@@ -313,6 +316,7 @@ static int setup_pipeline(const args *a, pipeline *pl)
 		pl->n = pass_default_pipeline_len;
 		memcpy(pl->ids, pass_default_pipeline, (size_t)pl->n * sizeof *pl->ids);
 	}
+	pl->po.budget = &budget;
 	pl->po.verify_each = a->set[O_VERIFY_EACH];
 	pl->po.print_after_all = a->set[O_PRINT_ALL];
 	static const opt_id which[] = {O_PRINT_BEFORE, O_PRINT_AFTER};
@@ -551,7 +555,7 @@ static void print_sim_table(const ir_module *m, const sim_result *r)
 static void print_comparison(const ir_module *m, const sim_result *r)
 {
 	tune_row rows[TUNE_NBASELINES];
-	tune_baselines(m, rows);
+	tune_baselines(m, &budget, rows);
 	double lb = tune_lower_bound(m), best = INFINITY;
 	for (int i = 0; i < TUNE_NBASELINES; i++)
 		if (rows[i].ok && rows[i].fits && rows[i].makespan < best)
@@ -658,6 +662,8 @@ static int cmd_plan(const args *a)
 	ir_module *m = load_model(a);
 	if (!m)
 		return 1;
+	if (!a->set[O_PASSES])
+		pl.n = pass_pipeline_for(m, pl.ids);
 	rc = pass_run(m, pl.ids, pl.n, &pl.po) ? 1 : 0;
 	if (!rc && ir_verify(m) != 0)
 		rc = 1;
@@ -727,20 +733,11 @@ static int cmd_sim(const args *a)
 			return 1;
 		}
 		m = load_ir(a, ar);
-		bool costed = true;
-		for (int l = 0; m && l < m->nlayers; l++)
-			costed &= m->layers[l].cost.known;
-		int cost = pass_lookup("cost");
-		if (m && !costed) {
-			pass_id id = (pass_id)cost;
-			if (cost < 0)
-				diag_error(m->loc, "sim: the layers have no costs, and this octopipe has no 'cost' pass");
-			if (cost < 0 || pass_run(m, &id, 1, NULL) != 0)
-				rc = 1;
-		}
+		if (m && !pass_costed(m) && pass_run_one(m, PASS_cost, NULL) != 0)
+			rc = 1;
 	} else {
 		m = load_model(a);
-		if (m && pass_run(m, pass_default_pipeline, pass_default_pipeline_len, NULL) != 0)
+		if (m && pass_run_default(m, &(pass_opts){.budget = &budget}) != 0)
 			rc = 1;
 	}
 	if (!m) {
@@ -805,7 +802,7 @@ static int cmd_verify(const args *a)
 		/* Lowered programs get the deadlock proof; a proof already in the
 		 * file must be found again. */
 		if (ir_lowered(m)) {
-			if (pass_verify(m) == 0) {
+			if (pass_run_one(m, PASS_verify, NULL) == 0) {
 				printf("%s: ok: %d layers, %d stages, %d device programs; deadlock-free under %s "
 				       "(%lld steps, certificate %016llx)\n",
 				       a->input, m->nlayers, m->nstages, m->ndevices,
@@ -923,20 +920,8 @@ static int cmd_compile(const args *a)
 			ir_free(m);
 			m = NULL;
 		}
-		if (m && !a->set[O_PASSES]) {
-			pass_id from = !m->ndevices ? pass_default_pipeline[0] : !ir_lowered(m) ? PASS_comm : PASS_verify;
-			int k = 0;
-			while (k < pass_default_pipeline_len && pass_default_pipeline[k] != from)
-				k++;
-			/* cost first, whatever the text holds: it makes the stash
-			 * sizes the target's runtime's, which the memory plan (made
-			 * again, or verified) must then hold. */
-			pl.n = 0;
-			if (from != pass_default_pipeline[0])
-				pl.ids[pl.n++] = PASS_cost;
-			for (; k < pass_default_pipeline_len; k++)
-				pl.ids[pl.n++] = pass_default_pipeline[k];
-		}
+		if (m && !a->set[O_PASSES])
+			pl.n = pass_lacking(m, pl.ids);
 		if (m)
 			m->plan.backend = want;
 	} else {
@@ -944,6 +929,8 @@ static int cmd_compile(const args *a)
 		b.val[O_BACKEND] = backend;
 		b.set[O_BACKEND] = true;
 		m = load_model(&b);
+		if (m && !a->set[O_PASSES])
+			pl.n = pass_pipeline_for(m, pl.ids);
 	}
 	if (!m) {
 		arena_free(ar);
@@ -953,7 +940,7 @@ static int cmd_compile(const args *a)
 	if (!rc && ir_verify(m) != 0)
 		rc = 1;
 	/* The proof is checked again whatever ran: codegen trusts no text. */
-	if (!rc && ir_lowered(m) && pass_verify(m) != 0)
+	if (!rc && ir_lowered(m) && pass_run_one(m, PASS_verify, NULL) != 0)
 		rc = 1;
 	bool failed = false;
 	sim_result *r = rc ? NULL : maybe_simulate(m, &failed);
@@ -1013,7 +1000,7 @@ static int cmd_profile(const args *a)
 	ir_module *m = load_model(&b);
 	int rc = 1;
 	sim_result *r = NULL;
-	if (m && pass_run(m, pass_default_pipeline, pass_default_pipeline_len, NULL) == 0 &&
+	if (m && pass_run_default(m, NULL) == 0 &&
 	    ir_verify(m) == 0) {
 		bool failed;
 		r = maybe_simulate(m, &failed);
@@ -1069,12 +1056,10 @@ int main(int argc, char **argv)
 	static char program[64];
 	snprintf(program, sizeof program, "octopipe %s", a.cmd->name);
 	diag_program = program;
-	if (a.set[O_TUNE_BUDGET]) {
-		double s;
-		if (parse_seconds(&a, O_TUNE_BUDGET, 1e6, &s))
-			return 1;
-		tune_set_budget(s);
-	}
+	double seconds = 0;
+	if (a.set[O_TUNE_BUDGET] && parse_seconds(&a, O_TUNE_BUDGET, 1e6, &seconds))
+		return 1;
+	budget = tune_budget_start(seconds);
 	switch (a.cmd->bit) {
 	case C_PLAN:
 		return cmd_plan(&a);

@@ -101,9 +101,11 @@ TMPDIR="$tmp/notadir" expect 1 "cannot make a build directory in $tmp/notadir: N
 expect 0 "model tiny-hybrid: 12 layers" plan $m
 expect 0 "cost,partition,place,schedule,tune" plan --print-pipeline
 expect 0 "partition" plan $m --passes=partition --print-pipeline
-expect 0 "; *** IR Dump After partition ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
-expect 0 "; *** IR Dump After schedule ***" plan models/nemotron-h-8b.yaml --print-ir-after-all
-expect 0 "; *** IR Dump Before place ***" plan $m --print-ir-before=place
+expect 0 "; *** IR Dump After partition ***" plan models/nemotron-h-8b.yaml --schedule 1f1b --print-ir-after-all
+expect 0 "; *** IR Dump After schedule ***" plan models/nemotron-h-8b.yaml --schedule 1f1b --print-ir-after-all
+expect 0 "; *** IR Dump Before place ***" plan $m --schedule 1f1b --print-ir-before=place
+# a tuned plan runs no partition, place or schedule (tests/golden/dumps.expected): tune makes all three
+expect 0 "; *** IR Dump After tune ***" plan $m --print-ir-after-all
 expect 0 "cluster h100-sxm: 16 devices" plan models/llama-3-8b.yaml --devices 16
 expect 1 "<command line>:1:39: error: cannot cut 12 layers into 16 stages" plan $m --devices 16
 expect 1 "<command line>:1:39: error: cannot open cluster file 'nowhere/x.yaml'" plan $m --cluster nowhere/x.yaml

@@ -323,7 +323,7 @@ START_TEST(test_zoo_costs_positive)
 	                                    "jamba-v0.1", "gemma-7b",    "tiny-hybrid"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		ir_module *m = zoo(names[i]);
-		ck_assert_int_eq(pass_cost(m), 0);
+		ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 		for (int l = 0; l < m->nlayers; l++) {
 			const ir_cost *c = &m->layers[l].cost;
 			ck_assert(c->known);
@@ -384,7 +384,7 @@ START_TEST(test_pass_idempotent_and_keeps_known)
 	m->layers[4].cost = given;
 	m->layers[4].cost.measured = IR_CF_BIT(ACT) | IR_CF_BIT(WSTASH);
 	m->layers[4].cost.act = 1000;
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	/* a known cost keeps its times, FLOPs, parameters and resident bytes;
 	 * its stashes are the runtime's (the plan's default backend, nccl:
 	 * the device executor) */
@@ -396,7 +396,7 @@ START_TEST(test_pass_idempotent_and_keeps_known)
 	ck_assert_uint_eq(m->layers[4].cost.act, 1024);
 	ck_assert_uint_eq(m->layers[4].cost.wstash, 512);
 	char *once = ir_print_string(m);
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	char *twice = ir_print_string(m);
 	ck_assert_str_eq(once, twice);
 
@@ -434,7 +434,7 @@ START_TEST(test_overflow_is_a_diagnostic)
 	ir_module *m = one(IR_LAYER_MLP, 1 << 20, 1 << 24, 1 << 20, IR_DTYPE_F32);
 	attr(m)[IR_ATTR_FFN] = 1 << 24;
 	tu_capture();
-	ck_assert_int_eq(pass_cost(m), -1);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), -1);
 	char *msg = tu_release_first_line();
 	ck_assert_msg(strstr(msg, "error: layer L0 (embedding): the W stash in bytes") &&
 	                  strstr(msg, "does not fit in 64 bits"),
@@ -445,7 +445,7 @@ START_TEST(test_overflow_is_a_diagnostic)
 	attr(n)[IR_ATTR_FFN] = 64;
 	n->cluster.flops = 1e-320;
 	tu_capture();
-	ck_assert_int_eq(pass_cost(n), -1);
+	ck_assert_int_eq(pass_run_one(n, PASS_cost, NULL), -1);
 	msg = tu_release_first_line();
 	ck_assert_msg(strstr(msg, "is beyond 1e+12us") && strstr(msg, "is 'peak_flops' too small?"),
 	              "%s", msg);
@@ -454,7 +454,7 @@ START_TEST(test_overflow_is_a_diagnostic)
 	n->cluster.flops = 1e14;
 	n->cluster.membw = 1e-300;
 	tu_capture();
-	ck_assert_int_eq(pass_cost(n), -1);
+	ck_assert_int_eq(pass_run_one(n, PASS_cost, NULL), -1);
 	msg = tu_release_first_line();
 	ck_assert_msg(strstr(msg, "is 'memory_bandwidth' too small?"), "%s", msg);
 	free(msg);
@@ -482,7 +482,7 @@ START_TEST(test_ideal_cluster)
 	snprintf(path, sizeof path, "%s/tiny-hybrid.yaml", fe_models_dir());
 	ir_module *m = fe_load(path, &ov);
 	ck_assert_ptr_nonnull(m);
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *k = &m->layers[l].cost;
 		ck_assert(isfinite(k->f) && k->f > 0 && isfinite(k->w) && k->w > 0);
@@ -636,7 +636,7 @@ START_TEST(test_profile_applies)
 	free(text);
 	ck_assert(tu_ir_round_trips(m));
 
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	uint64_t act, ws;
 	ck_assert_int_eq(cost_runtime_stashes(m, 2, &act, &ws), 0);
 	ck_assert(L[0].cost.known);
@@ -661,7 +661,7 @@ START_TEST(test_profile_applies)
 		ck_assert(L[i].cost.known && L[i].cost.f > 0);
 	/* idempotent, and lossless with the mask */
 	ir_cost before = L[2].cost;
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	ck_assert_mem_eq(&L[2].cost, &before, sizeof before);
 	ck_assert(tu_ir_round_trips(m));
 	ir_free(m);
@@ -694,7 +694,7 @@ START_TEST(test_profile_cold)
 	ck_assert_double_eq(m->layers[4].cost.f_cold, 0);
 	ck_assert(tu_ir_round_trips(m));
 	/* the cost pass keeps them; the IR carries them: print, parse, equal */
-	ck_assert_int_eq(pass_cost(m), 0);
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	ck_assert(c->known && c->cold);
 	ck_assert_double_eq(c->b_cold, 2.5);
 	ck_assert(m->layers[4].cost.known && !m->layers[4].cost.cold);

@@ -33,8 +33,56 @@ static ir_module *chain(int body, int devices, int mbs, int chunks)
 static int run_default(ir_module *m)
 {
 	pass_opts o = {.verify_each = true};
-	return pass_run(m, pass_default_pipeline, pass_default_pipeline_len, &o);
+	return pass_run_default(m, &o);
 }
+
+static bool same_list(const pass_id *a, int na, const pass_id *b, int nb)
+{
+	return na == nb && memcmp(a, b, (size_t)na * sizeof *a) == 0;
+}
+
+/* The pipeline a module runs: the default one, a tuned module's without
+ * the plan passes; and what a module still lacks of it. */
+START_TEST(test_pipeline_for_and_lacking)
+{
+	ir_module *m = chain(6, 2, 2, 1);
+	m->plan.schedule = IR_SCHED_1F1B;
+	pass_id ids[PASS_MAX_PIPELINE];
+	int n = pass_pipeline_for(m, ids);
+	ck_assert(same_list(ids, n, pass_default_pipeline, pass_default_pipeline_len));
+	ck_assert(same_list(ids, pass_lacking(m, ids), pass_default_pipeline, pass_default_pipeline_len));
+	/* Programs without costs: cost, then from comm on. */
+	ck_assert_int_eq(pass_run(m, pass_plan_passes.ids, pass_plan_passes.n, NULL), 0);
+	static const pass_id unlowered[] = {PASS_cost, PASS_comm, PASS_verify, PASS_memplan};
+	ck_assert(same_list(ids, pass_lacking(m, ids), unlowered, 4));
+	ck_assert_int_eq(pass_run(m, unlowered, 4, NULL), 0);
+	/* Lowered: cost again (the target's stash sizes), verify, memplan. */
+	static const pass_id lowered[] = {PASS_cost, PASS_verify, PASS_memplan};
+	ck_assert(same_list(ids, pass_lacking(m, ids), lowered, 3));
+
+	m->plan.schedule = IR_SCHED_TUNED;
+	static const pass_id tuned[] = {PASS_cost, PASS_tune, PASS_comm, PASS_verify, PASS_memplan};
+	ck_assert(same_list(ids, pass_pipeline_for(m, ids), tuned, 5));
+	ir_free(m);
+}
+END_TEST
+
+/* A pass writes its diagnostics to the sink of its options, not to the
+ * default one: counted there, the first kept. */
+START_TEST(test_diagnostics_to_the_sink)
+{
+	ir_module *m = chain(6, 2, 2, 1);
+	diag_sink quiet = {0};
+	tu_capture();
+	ck_assert_int_eq(pass_run_one(m, PASS_place, &(pass_opts){.diag = &quiet}), -1);
+	ck_assert_str_eq(tu_captured(), "");
+	ck_assert_int_eq(diag_errors, 0);
+	tu_release();
+	ck_assert_int_eq(quiet.errors, 1);
+	ck_assert_str_eq(quiet.first, "place: the module has no stages; run 'partition' first");
+	ir_free(m);
+}
+END_TEST
 
 START_TEST(test_partition_uniform_balanced)
 {
@@ -234,6 +282,8 @@ static Suite *passes_suite(void)
 	tcase_add_test(tc, test_dump_banners);
 	tcase_add_test(tc, test_tiny_models_plan);
 	tcase_add_test(tc, test_zoo_roundtrip);
+	tcase_add_test(tc, test_pipeline_for_and_lacking);
+	tcase_add_test(tc, test_diagnostics_to_the_sink);
 	suite_add_tcase(s, tc);
 	return s;
 }

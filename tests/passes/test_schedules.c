@@ -630,7 +630,7 @@ START_TEST(test_plans_compile)
 	bool free_m = sched == IR_SCHED_GPIPE || sched == IR_SCHED_1F1B || sched == IR_SCHED_ZBH1 ||
 	              sched == IR_SCHED_ZBH2 || sched == IR_SCHED_TUNED;
 	int compiled = 0;
-	tune_set_budget(2);
+	tune_budget budget = tune_budget_start(2);
 	for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++)
 		for (int p = 1; p <= 4; p++)
 			for (int M = 1; M <= 12; M++) {
@@ -640,9 +640,9 @@ START_TEST(test_plans_compile)
 				                   .backend = "mpi"};
 				ir_module *m = fe_load(path, &ov);
 				ck_assert_ptr_nonnull(m);
-				pass_opts o = {.verify_each = true};
+				pass_opts o = {.verify_each = true, .budget = &budget};
 				tu_capture();
-				int rc = pass_run(m, pass_default_pipeline, pass_default_pipeline_len, &o);
+				int rc = pass_run_default(m, &o);
 				char *why = tu_release_first_line();
 				ck_assert_msg(rc == 0 || *why, "%s %s p=%d m=%d: refused without a diagnostic",
 				              models[mi], sname(sched), p, M);

@@ -24,10 +24,17 @@ static ir_module *load(const char *name, int devices, int mbs, uint64_t mem)
 	return m;
 }
 
+/* The default pipeline, as a tuned module runs it (no partition, place
+ * or schedule before tune), within budget b (NULL: the default). */
+static int plan_within(ir_module *m, tune_budget *b)
+{
+	pass_opts o = {.verify_each = true, .budget = b};
+	return pass_run_default(m, &o);
+}
+
 static int plan(ir_module *m)
 {
-	pass_opts o = {.verify_each = true};
-	return pass_run(m, pass_default_pipeline, pass_default_pipeline_len, &o);
+	return plan_within(m, NULL);
 }
 
 static const struct {
@@ -52,7 +59,7 @@ START_TEST(test_never_worse_and_fits)
 		              cases[_i].model, d, (unsigned long long)r->dev[d].peak_mem,
 		              (unsigned long long)m->cluster.mem);
 	tune_row rows[TUNE_NBASELINES];
-	tune_baselines(m, rows);
+	tune_baselines(m, NULL, rows);
 	for (int i = 0; i < TUNE_NBASELINES; i++)
 		if (rows[i].ok && rows[i].fits)
 			ck_assert_msg(r->makespan <= rows[i].makespan, "%s P=%d M=%d: tuned %.3f ms > %s %.3f ms",
@@ -115,14 +122,13 @@ END_TEST
 START_TEST(test_does_not_fit_whatever_the_budget)
 {
 	ir_module *m = load("deepseek-v3", 4, 8, 0);
-	tune_set_budget(1e-6);
+	tune_budget b = tune_budget_start(1e-6);
 	tu_capture();
-	ck_assert_int_eq(plan(m), -1);
+	ck_assert_int_eq(plan_within(m, &b), -1);
 	const char *out = tu_captured();
 	ck_assert_msg(strstr(out, "error: the model does not fit: in the best plan found, device D"), "%s",
 	              out);
 	tu_release();
-	tune_set_budget(0);
 	ir_free(m);
 }
 END_TEST
@@ -149,9 +155,8 @@ START_TEST(test_huge_model_small_budget)
 	remove(path);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_int_eq(m->nlayers, 20000);
-	tune_set_budget(0.05);
-	ck_assert_int_eq(plan(m), 0);
-	tune_set_budget(0);
+	tune_budget b = tune_budget_start(0.05);
+	ck_assert_int_eq(plan_within(m, &b), 0);
 	ck_assert_int_eq(ir_verify(m), 0);
 	ck_assert_int_ge(m->nstages, 4);
 	ir_free(m);
@@ -193,6 +198,34 @@ START_TEST(test_keeps_given_plan)
 	sim_result *r = sim_run(m);
 	ck_assert_ptr_nonnull(r);
 	sim_free(r);
+	ir_free(m);
+}
+END_TEST
+
+/* The tuned pipeline skips partition, place and schedule: the plan is
+ * the one the whole default list makes (their uniform plan was thrown
+ * away), and their checks of the plan options still speak. */
+START_TEST(test_tuned_pipeline_skips_the_plan_passes)
+{
+	ir_module *a = load("tiny-dense", 4, 8, 0), *b = load("tiny-dense", 4, 8, 0);
+	ck_assert_int_eq(plan(a), 0);
+	ck_assert_int_eq(pass_run(b, pass_default_pipeline, pass_default_pipeline_len, NULL), 0);
+	char *ta = ir_print_string(a), *tb = ir_print_string(b);
+	ck_assert_str_eq(ta, tb);
+	free(ta);
+	free(tb);
+	ir_free(a);
+	ir_free(b);
+
+	ir_module *m = load("tiny-dense", 2, 4, 0);
+	m->plan.partition = IR_PART_GIVEN;
+	m->plan.given = arena_calloc(m->arena, 2, sizeof *m->plan.given);
+	m->plan.given[0] = m->plan.given[1] = 1;
+	m->plan.ngiven = 2;
+	tu_capture();
+	ck_assert_int_eq(pass_run_default(m, NULL), -1); /* --verify-each would say it first */
+	ck_assert_msg(strstr(tu_captured(), "error: given partition covers 2 of the"), "%s", tu_captured());
+	tu_release();
 	ir_free(m);
 }
 END_TEST
@@ -252,6 +285,7 @@ static Suite *tune_suite(void)
 	tcase_add_test(tc, test_deterministic);
 	tcase_add_test(tc, test_keeps_given_plan);
 	tcase_add_test(tc, test_roundtrip_and_idempotent);
+	tcase_add_test(tc, test_tuned_pipeline_skips_the_plan_passes);
 	tcase_add_test(tc, test_lower_bound);
 	suite_add_tcase(s, tc);
 	return s;

@@ -469,6 +469,9 @@ static int explore_backend(const ir_module *m, size_t limit, size_t *nstates)
 
 static const char *const sched_names[] = {"1f1b", "gpipe", "i1f1b", "zbh1", "zbh2", "zbv", "tuned"};
 
+/* The tuner's budget for the random plans (test_xcheck sets it). */
+static tune_budget budget;
+
 /* A small planned and lowered module, or NULL when the random plan cannot
  * be built (a schedule that cannot serve the placement, too few layers). */
 static ir_module *build(rng *r, arena *a)
@@ -512,7 +515,8 @@ static ir_module *build(rng *r, arena *a)
 	}
 	static const pass_id lower[] = {PASS_cost, PASS_partition, PASS_place, PASS_schedule,
 	                                PASS_tune, PASS_comm};
-	if (m && pass_run(m, lower, (int)(sizeof lower / sizeof *lower), NULL) != 0) {
+	pass_opts o = {.budget = &budget};
+	if (m && pass_run(m, lower, (int)(sizeof lower / sizeof *lower), &o) != 0) {
 		ir_free(m);
 		m = NULL;
 	}
@@ -834,7 +838,7 @@ static bool check_one(ir_module *m, tally *t, int last_mut)
 	}
 	m->proof = (ir_proof){0};
 	tu_capture();
-	int rc = pass_verify(m);
+	int rc = pass_run_one(m, PASS_verify, NULL);
 	char *said = strdup(tu_captured());
 	tu_release();
 	bool proof_free = rc == 0, mpi = m->plan.backend == IR_BACKEND_MPI;
@@ -893,7 +897,7 @@ enum { NBASES = 2000, MUTANTS = 16 };
 
 START_TEST(test_xcheck)
 {
-	tune_set_budget(1); /* a cap the tiny plans never reach: the cases stay the same anywhere */
+	budget = tune_budget_start(1); /* a cap the tiny plans never reach: the cases stay the same anywhere */
 	rng r = {0x0c70d1ce5eedull};
 	tally t = {0};
 	double t0 = now();
@@ -1014,7 +1018,7 @@ START_TEST(test_corpus)
 				ck_assert_msg(explore_module(m, SEM_HOST, MATCH_FIFO, 1000000, &n) == FREE,
 				              "%s: deadlocks on the emulator's stand-in for NCCL", path);
 			tu_capture();
-			int rc = pass_verify(m);
+			int rc = pass_run_one(m, PASS_verify, NULL);
 			tu_release();
 			ck_assert_msg((rc == 0) == (want == 0), "%s: the proof says %s", path,
 			              rc == 0 ? "deadlock-free" : "deadlock");

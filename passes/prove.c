@@ -1,4 +1,6 @@
-/* verify.c: the `verify` pass: the deadlock-freedom proof.
+/* prove.c: the `verify` pass: the deadlock-freedom proof (ir/verify.c,
+ * ir_verify, checks the IR's invariants; this pass proves that programs
+ * which keep them cannot deadlock).
  *
  * Reads lowered programs (the `comm` pass) and plan.backend; writes the
  * proof into the module (m->proof), or reports a cycle and fails.
@@ -7,11 +9,11 @@
  * of MPI standard sends), whatever the buffer sizes; code generation
  * refuses a module without one.
  *
- * The proof is the one of DESIGN.md.  A step is a compute op, a send or a
- * receive outside a group, a whole group (under both backends: the runtime
- * posts a group's ops together and completes them as one, rt_comm.c), or a
- * wait; each step s has two events, P(s) "posted" and C(s) "completed",
- * with P(s) -> C(s).  Program order:
+ * The proof is the one of docs/deadlock.md.  A step is a compute op, a
+ * send or a receive outside a group, a whole group (under both backends:
+ * the runtime posts a group's ops together and completes them as one,
+ * rt_comm.c), or a wait; each step s has two events, P(s) "posted" and
+ * C(s) "completed", with P(s) -> C(s).  Program order:
  *   nccl  compute steps (and waits) run in order on the compute stream,
  *         C(prev) -> P(next); sends, receives and groups run in order on the
  *         communication stream, C(prev) -> P(next); a send's step waits for
@@ -33,7 +35,6 @@
  * the counterexample, printed step by step. */
 #include "pass.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct step {
@@ -49,24 +50,17 @@ typedef struct graph {
 	int *op_step;      /* per op (all devices, flattened): its step */
 	int *eu, *ev;      /* edges */
 	long nedges, capedges;
+	arena *a;          /* the pass's scratch: all of the above */
+	diag_sink *diag;
 } graph;
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-	if (!p)
-		ir_bug("out of memory");
-	return p;
-}
 
 static void edge(graph *g, int u, int v)
 {
 	if (g->nedges == g->capedges) {
+		size_t old = (size_t)g->capedges;
 		g->capedges = g->capedges ? 2 * g->capedges : 1024;
-		g->eu = realloc(g->eu, (size_t)g->capedges * sizeof *g->eu);
-		g->ev = realloc(g->ev, (size_t)g->capedges * sizeof *g->ev);
-		if (!g->eu || !g->ev)
-			ir_bug("out of memory");
+		g->eu = arena_grow(g->a, g->eu, old * sizeof *g->eu, (size_t)g->capedges * sizeof *g->eu);
+		g->ev = arena_grow(g->a, g->ev, old * sizeof *g->ev, (size_t)g->capedges * sizeof *g->ev);
 	}
 	g->eu[g->nedges] = u;
 	g->ev[g->nedges++] = v;
@@ -90,10 +84,10 @@ static void build_steps(graph *g)
 {
 	const ir_module *m = g->m;
 	int total = 0;
-	g->of_op_base = xmalloc((size_t)m->ndevices * sizeof *g->of_op_base);
+	g->of_op_base = arena_calloc(g->a, (size_t)m->ndevices, sizeof *g->of_op_base);
 	for (int d = 0; d < m->ndevices; d++)
 		g->of_op_base[d] = total, total += m->devices[d].nops;
-	g->op_step = xmalloc((size_t)total * sizeof *g->op_step);
+	g->op_step = arena_calloc(g->a, (size_t)total, sizeof *g->op_step);
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops;) {
@@ -105,7 +99,7 @@ static void build_steps(graph *g)
 			if (dev->ops[i].group)
 				while (j + 1 < dev->nops && dev->ops[j + 1].group == dev->ops[i].group)
 					j++;
-			step *s = VEC_PUSH(m->arena, g->steps, g->nsteps, g->capsteps);
+			step *s = VEC_PUSH(g->a, g->steps, g->nsteps, g->capsteps);
 			s->dev = d, s->first = i, s->last = j;
 			for (int k = i; k <= j; k++)
 				g->op_step[g->of_op_base[d] + k] = g->nsteps - 1;
@@ -141,8 +135,8 @@ static void build_edges(graph *g)
 	ir_backend be = m->plan.backend;
 	int S = m->nstages, M = (int)m->train.microbatches;
 	size_t nv = (size_t)S * M * 2;
-	int *recv_step = xmalloc(nv * sizeof *recv_step);
-	int *made_step = xmalloc(nv * sizeof *made_step); /* compute step that makes a sent value */
+	int *recv_step = arena_calloc(g->a, nv, sizeof *recv_step);
+	int *made_step = arena_calloc(g->a, nv, sizeof *made_step); /* compute step that makes a sent value */
 	for (size_t i = 0; i < nv; i++)
 		recv_step[i] = made_step[i] = -1;
 	for (int d = 0; d < m->ndevices; d++) {
@@ -205,8 +199,6 @@ static void build_edges(graph *g)
 		for (int b = 0; b < m->ndevices; b++)
 			if (a != b)
 				ir_channel_pairs(m, a, b, partner_edges, &(partner_ctx){g, a, b});
-	free(recv_step);
-	free(made_step);
 }
 
 static void describe(const graph *g, int s, char *buf, size_t n)
@@ -232,16 +224,15 @@ static void describe(const graph *g, int s, char *buf, size_t n)
 static int prove(graph *g)
 {
 	int N = 2 * g->nsteps;
-	int *deg = calloc((size_t)N, sizeof *deg), *head = xmalloc((size_t)(N + 1) * sizeof *head);
-	int *adj = xmalloc((size_t)g->nedges * sizeof *adj), *queue = xmalloc((size_t)N * sizeof *queue);
-	if (!deg)
-		ir_bug("out of memory");
-	memset(head, 0, (size_t)(N + 1) * sizeof *head);
+	int *deg = arena_calloc(g->a, (size_t)N, sizeof *deg);
+	int *head = arena_calloc(g->a, (size_t)N + 1, sizeof *head);
+	int *adj = arena_calloc(g->a, (size_t)g->nedges, sizeof *adj);
+	int *queue = arena_calloc(g->a, (size_t)N, sizeof *queue);
 	for (long e = 0; e < g->nedges; e++)
 		head[g->eu[e] + 1]++, deg[g->ev[e]]++;
 	for (int u = 0; u < N; u++)
 		head[u + 1] += head[u];
-	int *fill = xmalloc((size_t)N * sizeof *fill);
+	int *fill = arena_calloc(g->a, (size_t)N, sizeof *fill);
 	memcpy(fill, head, (size_t)N * sizeof *fill);
 	for (long e = 0; e < g->nedges; e++)
 		adj[fill[g->eu[e]]++] = g->ev[e];
@@ -265,14 +256,12 @@ static int prove(graph *g)
 	} else {
 		/* Every event left waits on another left: follow such edges from
 		 * one until an event repeats; the loop is the cycle. */
-		int *seen = calloc((size_t)N, sizeof *seen), u = -1;
-		if (!seen)
-			ir_bug("out of memory");
+		int *seen = arena_calloc(g->a, (size_t)N, sizeof *seen), u = -1;
 		for (int x = 0; x < N && u < 0; x++)
 			if (deg[x])
 				u = x;
 		/* Walk predecessors that are still blocked: build reverse lists. */
-		int *pred = xmalloc((size_t)N * sizeof *pred);
+		int *pred = arena_calloc(g->a, (size_t)N, sizeof *pred);
 		for (int x = 0; x < N; x++)
 			pred[x] = -1;
 		for (long e = 0; e < g->nedges; e++)
@@ -285,9 +274,9 @@ static int prove(graph *g)
 			ir_assert(u >= 0);
 		}
 		/* u is on the cycle: print it in the order events wait on each other. */
-		diag_error(ir_loc_or(m->plan_loc, m->loc),
-		           "verify: the programs can deadlock under %s semantics; a cycle of waits:",
-		           ir_backend_names[m->plan.backend]);
+		diag_sink_error(g->diag, ir_loc_or(m->plan_loc, m->loc),
+		                "verify: the programs can deadlock under %s semantics; a cycle of waits:",
+		                ir_backend_names[m->plan.backend]);
 		int start = u, last_step = -1, shown = 0, steps = 0;
 		do {
 			int s = u / 2;
@@ -295,7 +284,7 @@ static int prove(graph *g)
 				if (shown < 64) {
 					char buf[160];
 					describe(g, s, buf, sizeof buf);
-					fprintf(diag_stream, "  %s %s\n", buf, u % 2 ? "cannot complete" : "cannot be posted");
+					diag_sink_line(g->diag, "  %s %s", buf, u % 2 ? "cannot complete" : "cannot be posted");
 					shown++;
 				}
 				steps++;
@@ -304,23 +293,16 @@ static int prove(graph *g)
 			u = pred[u];
 		} while (u != start);
 		if (steps > shown)
-			fprintf(diag_stream, "  ... and %d more steps of the cycle\n", steps - shown);
-		free(seen);
-		free(pred);
+			diag_sink_line(g->diag, "  ... and %d more steps of the cycle", steps - shown);
 		rc = -1;
 	}
-	free(deg);
-	free(head);
-	free(adj);
-	free(queue);
-	free(fill);
 	return rc;
 }
 
-int pass_verify(ir_module *m)
+int pass_verify(ir_module *m, pass_ctx *cx)
 {
 	if (!m->ndevices) {
-		diag_error(ir_loc_or(m->plan_loc, m->loc), "verify: the module has no programs to prove");
+		diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc), "verify: the module has no programs to prove");
 		return -1;
 	}
 	if (!ir_lowered(m) && m->nstages > 1) {
@@ -328,8 +310,8 @@ int pass_verify(ir_module *m)
 		 * crosses devices at all. */
 		for (int s = 0; s + 1 < m->nstages; s++)
 			if (m->stages[s].device != m->stages[s + 1].device) {
-				diag_error(ir_loc_or(m->plan_loc, m->loc),
-				           "verify: the programs are not lowered; run 'comm' first");
+				diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc),
+				                "verify: the programs are not lowered; run 'comm' first");
 				return -1;
 			}
 	}
@@ -337,23 +319,19 @@ int pass_verify(ir_module *m)
 		return -1;
 	bool had = m->proof.proven;
 	ir_proof old = m->proof;
-	graph g = {.m = m};
+	graph g = {.m = m, .a = cx->scratch, .diag = cx->diag};
 	build_steps(&g);
 	build_edges(&g);
 	int rc = prove(&g);
 	if (rc == 0 && had && (old.backend != m->proof.backend || old.steps != m->proof.steps ||
 	                       old.order != m->proof.order)) {
-		diag_error(ir_loc_or(m->plan_loc, m->loc),
-		           "verify: the proof in the module (%s, %lld steps, order %016llx) is not this "
-		           "program's (%s, %lld steps, order %016llx)",
-		           ir_backend_names[old.backend], (long long)old.steps, (unsigned long long)old.order,
-		           ir_backend_names[m->proof.backend], (long long)m->proof.steps,
-		           (unsigned long long)m->proof.order);
+		diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc),
+		                "verify: the proof in the module (%s, %lld steps, order %016llx) is not this "
+		                "program's (%s, %lld steps, order %016llx)",
+		                ir_backend_names[old.backend], (long long)old.steps, (unsigned long long)old.order,
+		                ir_backend_names[m->proof.backend], (long long)m->proof.steps,
+		                (unsigned long long)m->proof.order);
 		rc = -1;
 	}
-	free(g.of_op_base);
-	free(g.op_step);
-	free(g.eu);
-	free(g.ev);
 	return rc;
 }

@@ -1,0 +1,35 @@
+/* copy.c: copies of a module's parts (copy.h). */
+#include "copy.h"
+
+ir_module *ir_copy_header(const ir_module *m)
+{
+	ir_module *c = ir_new();
+	c->model = m->model;
+	c->train = m->train;
+	c->cluster = m->cluster;
+	c->plan = m->plan;
+	c->loc = m->loc;
+	c->plan_loc = m->plan_loc;
+	for (int l = 0; l < m->nlayers; l++)
+		*ir_add_layer(c, m->layers[l].kind, (ir_loc){0}) = m->layers[l];
+	return c;
+}
+
+void ir_copy_plan(ir_module *dst, const ir_module *src, bool compute_only)
+{
+	ir_assert(dst->nlayers == src->nlayers && dst->cluster.devices == src->cluster.devices);
+	ir_clear_stages(dst);
+	for (int s = 0; s < src->nstages; s++)
+		ir_add_stage(dst, src->stages[s].first, src->stages[s].last, src->stages[s].device,
+		             (ir_loc){0});
+	ir_clear_devices(dst);
+	if (!src->ndevices)
+		return;
+	ir_alloc_devices(dst);
+	for (int d = 0; d < src->ndevices; d++)
+		for (int i = 0; i < src->devices[d].nops; i++) {
+			const ir_op *op = &src->devices[d].ops[i];
+			if (!compute_only || op->comm == IR_COMM_NONE)
+				ir_push_op(dst, d, op, (ir_loc){0});
+		}
+}
