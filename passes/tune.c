@@ -62,7 +62,8 @@ void tune_set_budget(double seconds)
 static void progress_line(const char *doing, long evals, double best, double lb)
 {
 	double n = now();
-	if (n - plan_t0 < 1 || n - last_progress < 1)
+	/* No tune pass ran (the baselines of an untuned plan): no plan clock. */
+	if (!plan_t0 || n - plan_t0 < 1 || n - last_progress < 1)
 		return;
 	last_progress = n;
 	fprintf(stderr, "tune: %.1f s, %s, %ld plans judged", n - plan_t0, doing, evals);
