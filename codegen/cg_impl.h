@@ -82,7 +82,7 @@ typedef struct cg_rank {
 	bool bf16;
 	int nmods;
 	char **mod_names;
-	char **mod_ptx;         /* CG_DEV_CUDA: the PTX text of each module */
+	char **mod_ptx;         /* CG_TARGET_CUDA: the PTX text of each module */
 	int32_t *layer_mod;     /* [nlayers] */
 } cg_rank;
 
