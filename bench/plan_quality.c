@@ -186,12 +186,6 @@ static void add(summary *s, const row *r, int cap)
 	s->gaps[s->ngaps++] = r->tuned / r->lb - 1;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-	return (a > b) - (a < b);
-}
-
 static void print_summary(const char *name, const char *kind, summary *s)
 {
 	printf("| %s | %s |", name, kind);
@@ -204,10 +198,7 @@ static void print_summary(const char *name, const char *kind, summary *s)
 	else
 		printf(" n/a |");
 	if (s->ngaps) {
-		qsort(s->gaps, (size_t)s->ngaps, sizeof *s->gaps, cmp_double);
-		int h = s->ngaps / 2;
-		double med = s->ngaps % 2 ? s->gaps[h] : 0.5 * (s->gaps[h - 1] + s->gaps[h]);
-		printf(" %.1f%% |\n", 100 * med);
+		printf(" %.1f%% |\n", 100 * ir_median(s->gaps, s->ngaps));
 	} else {
 		printf(" n/a |\n");
 	}

@@ -17,7 +17,7 @@
 #include <nvrtc.h>
 #endif
 
-#include "cg.h"
+#include "cg_impl.h"
 #include "cuda_emu_text.h" /* generated: static const char cg_cuda_emu[] (cuda_emu.h) */
 #include "cuda_kernels.h"
 #include "cuda_lib.h" /* generated: static const char cg_cuda_lib[] */
@@ -204,8 +204,8 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 {
 	rt_shape s;
 	if (rt__shape(d, &s) != RT_OK) {
-		fprintf(stderr, "octopipe compile: error: cuda: a %s layer the kernels do not run "
-		                "(docs/layers.md)\n", ir_layer_kind_names[d->kind]);
+		diag_error((ir_loc){0}, "cuda: a %s layer the kernels do not run "
+		                        "(docs/layers.md)", ir_layer_kind_names[d->kind]);
 		return NULL;
 	}
 	const char *kind = ir_layer_kind_names[d->kind];
@@ -354,8 +354,8 @@ int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx,
 	nvrtcProgram prog;
 	nvrtcResult r = nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
 	if (r != NVRTC_SUCCESS) {
-		fprintf(stderr, "octopipe compile: error: cuda: nvrtcCreateProgram(%s): %s\n", name,
-		        nvrtcGetErrorString(r));
+		diag_error((ir_loc){0}, "cuda: nvrtcCreateProgram(%s): %s", name,
+		           nvrtcGetErrorString(r));
 		return -1;
 	}
 	/* compute_XX: PTX for the architecture (the driver JITs it for the card).
@@ -372,18 +372,18 @@ int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx,
 		nvrtcGetProgramLogSize(prog, &n);
 		char *log = arena_alloc(a, n + 1);
 		nvrtcGetProgramLog(prog, log);
-		fprintf(stderr, "octopipe compile: error: cuda: NVRTC failed to compile %s for %s (%s):\n%s\n",
-		        name, arch, nvrtcGetErrorString(r), log);
+		diag_error((ir_loc){0}, "cuda: NVRTC failed to compile %s for %s (%s):\n%s",
+		           name, arch, nvrtcGetErrorString(r), log);
 		rc = -1;
 	} else {
 		size_t n = 0;
 		if (nvrtcGetPTXSize(prog, &n) != NVRTC_SUCCESS) {
-			fprintf(stderr, "octopipe compile: error: cuda: nvrtcGetPTXSize(%s) failed\n", name);
+			diag_error((ir_loc){0}, "cuda: nvrtcGetPTXSize(%s) failed", name);
 			rc = -1;
 		} else {
 			*ptx = arena_alloc(a, n + 1);
 			if (nvrtcGetPTX(prog, *ptx) != NVRTC_SUCCESS) {
-				fprintf(stderr, "octopipe compile: error: cuda: nvrtcGetPTX(%s) failed\n", name);
+				diag_error((ir_loc){0}, "cuda: nvrtcGetPTX(%s) failed", name);
 				rc = -1;
 			}
 		}

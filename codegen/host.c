@@ -42,7 +42,7 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
-#include "cg.h"
+#include "cg_impl.h"
 
 /* ---- struct mirrors ----------------------------------------------------- */
 
@@ -325,7 +325,7 @@ static void device_tables(hb *h, const cg_rank *r, LLVMValueRef *args)
 		char g[64];
 		snprintf(g, sizeof g, "octo_mod_name%d", i);
 		nv[i] = cstring(h, g, r->mod_names[i]);
-		if (r->dev == CG_DEV_CUDA) {
+		if (r->dev == CG_TARGET_CUDA) {
 			snprintf(g, sizeof g, "octo_ptx%d", i);
 			iv[i] = cstring(h, g, r->mod_ptx[i]);
 		} else {
@@ -452,7 +452,7 @@ static void if_path(hb *h, LLVMValueRef p, LLVMValueRef fn, LLVMValueRef ctx, co
 
 static void build_main(hb *h, const cg_rank *r)
 {
-	externs x = {.dev_attach_name = r->dev == CG_DEV_CUDA ? "rt_device_attach_cuda"
+	externs x = {.dev_attach_name = r->dev == CG_TARGET_CUDA ? "rt_device_attach_cuda"
 	                                                        : "rt_device_attach_emu"};
 	tables t;
 	declare_runtime(h, &x);
@@ -645,7 +645,7 @@ static void build_main(hb *h, const cg_rank *r)
 
 static int llvm_error(const char *what, const char *name, char *msg)
 {
-	fprintf(stderr, "octopipe compile: error: %s (%s): %s\n", what, name, msg ? msg : "unknown error");
+	diag_error((ir_loc){0}, "%s (%s): %s", what, name, msg ? msg : "unknown error");
 	if (msg)
 		LLVMDisposeMessage(msg);
 	return -1;
@@ -670,7 +670,7 @@ static int emit(build_fn *build, const void *arg, const char *name, const char *
 	static bool initialised;
 	if (!initialised) {
 		if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
-			fprintf(stderr, "octopipe compile: error: LLVM has no native target on this machine\n");
+			diag_error((ir_loc){0}, "LLVM has no native target on this machine");
 			return -1;
 		}
 		initialised = true;
@@ -727,7 +727,7 @@ static int emit(build_fn *build, const void *arg, const char *name, const char *
 	pbo = LLVMCreatePassBuilderOptions();
 	if ((err = LLVMRunPasses(mod, "default<O2>", tm, pbo))) {
 		char *e = LLVMGetErrorMessage(err);
-		fprintf(stderr, "octopipe compile: error: optimising (%s): %s\n", name, e);
+		diag_error((ir_loc){0}, "optimising (%s): %s", name, e);
 		LLVMDisposeErrorMessage(e);
 		goto out;
 	}

@@ -1,4 +1,4 @@
-/* link.c: rank objects -> executables, and the launch script.
+/* link.c: rank objects -> executables.
  *
  * The linker driver is the C compiler CMake built OctoPipe with; the
  * libraries are the static runtime (libocto_rt.a, kernels included) and the
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "cg.h"
+#include "cg_impl.h"
 #include "cg_config.h"
 
 extern char **environ;
@@ -58,7 +58,7 @@ static int link_start(const char *obj, char **mods, const char *exe, bool cuda, 
 	int rc = posix_spawnp(pid, CG_CC, NULL, NULL, (char *const *)argv, environ);
 	free(argv);
 	if (rc) {
-		fprintf(stderr, "octopipe compile: error: cannot run the linker '%s': %s\n", CG_CC, strerror(rc));
+		diag_error((ir_loc){0}, "cannot run the linker '%s': %s", CG_CC, strerror(rc));
 		return -1;
 	}
 	return 0;
@@ -69,15 +69,15 @@ static int link_wait(pid_t pid, const char *exe)
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR) {
-			fprintf(stderr, "octopipe compile: error: waiting for the linker: %s\n", strerror(errno));
+			diag_error((ir_loc){0}, "waiting for the linker: %s", strerror(errno));
 			return -1;
 		}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
-	fprintf(stderr, "octopipe compile: error: linking %s failed (%s %s %d); the linker's "
-	                "message is above\n", exe, CG_CC,
-	        WIFEXITED(st) ? "exited with status" : "killed by signal",
-	        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+	diag_error((ir_loc){0}, "linking %s failed (%s %s %d); the linker's "
+	                        "message is above", exe, CG_CC,
+	           WIFEXITED(st) ? "exited with status" : "killed by signal",
+	           WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 	return -1;
 }
 
@@ -101,59 +101,9 @@ static int link_all(int n, char **obj, char ***mods, char **exe, bool cuda)
 
 int cg_link_all(int n, char **obj, char **exe) { return link_all(n, obj, NULL, exe, false); }
 
-int cg_link_device(int n, char **obj, char ***mods, char **exe, cg_dev dev)
+int cg_link_device(int n, char **obj, char ***mods, char **exe, cg_target target)
 {
-	if (dev == CG_DEV_CUDA && !NCUDA) {
-		fprintf(stderr, "octopipe compile: error: this octopipe was built without the CUDA toolkit\n");
-		return -1;
-	}
-	return link_all(n, obj, dev == CG_DEV_EMU ? mods : NULL, exe, dev == CG_DEV_CUDA);
-}
-
-/* DIR/launch: mpirun in MPMD form, one process per rank program, the
- * script's arguments passed to every rank.  Open MPI's flags for a
- * container: root is allowed, more ranks than cores, shared memory only
- * (no network probing, no CMA, which ptrace limits often break).  Without
- * CMA, a message above the eager limit moves in fragments that each need
- * the sender inside MPI, i.e. between two of its kernels, which the
- * simulator (and the schedule) do not expect: the eager limit is raised to
- * the plan's largest message (up to 4 MiB), so a send completes on its
- * own. */
-int cg_write_launch(const ir_module *m, const char *dir)
-{
-	char path[4096];
-	uint64_t big = 0;
-	for (int d = 0; d < m->ndevices; d++)
-		for (int i = 0; i < m->devices[d].nops; i++)
-			if (m->devices[d].ops[i].comm == IR_COMM_SEND && m->devices[d].ops[i].bytes > big)
-				big = m->devices[d].ops[i].bytes;
-	uint64_t eager = (big + 4096 + 4095) / 4096 * 4096;
-	snprintf(path, sizeof path, "%s/launch", dir);
-	FILE *f = fopen(path, "w");
-	if (!f) {
-		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
-		return -1;
-	}
-	fprintf(f,
-	        "#!/bin/sh\n"
-	        "# Runs the %d rank programs of %s (schedule %s, %d stages) as one MPI job.\n"
-	        "# Every argument goes to every rank: ./launch --steps 20 --checkpoint ck\n"
-	        "# (rank0 --help lists them).  MPIRUN overrides the launcher, MPIRUN_FLAGS its\n"
-	        "# flags (the default suits Open MPI in a container, as root or not, and sends\n"
-	        "# messages up to the plan's largest eagerly), MPIRUN_EXTRA adds to them.\n"
-	        "D=$(CDPATH= cd -- \"$(dirname -- \"$0\")\" && pwd)\n"
-	        "exec ${MPIRUN:-mpirun} ${MPIRUN_FLAGS:---allow-run-as-root --oversubscribe --mca btl "
-	        "self,vader --mca btl_vader_single_copy_mechanism none",
-	        m->ndevices, m->model.name, ir_schedule_names[m->plan.schedule], m->nstages);
-	if (big && eager <= (4u << 20))
-		fprintf(f, " --mca btl_vader_eager_limit %llu --mca btl_vader_max_send_size %llu",
-		        (unsigned long long)eager, (unsigned long long)eager);
-	fprintf(f, "} ${MPIRUN_EXTRA:-} \\\n");
-	for (int d = 0; d < m->ndevices; d++)
-		fprintf(f, "  -np 1 \"$D/rank%d\" \"$@\"%s\n", d, d + 1 < m->ndevices ? " : \\" : "");
-	if (fclose(f) != 0 || chmod(path, 0755) != 0) {
-		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
-		return -1;
-	}
-	return 0;
+	bool cuda = target == CG_TARGET_CUDA;
+	ir_assert(!cuda || NCUDA); /* the driver refuses --target cuda in a build without CUDA */
+	return link_all(n, obj, target == CG_TARGET_CUDA_EMU ? mods : NULL, exe, cuda);
 }

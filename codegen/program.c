@@ -1,8 +1,8 @@
 /* program.c: one device's proven program -> the op table of its rank
  * executable (a cg_rank).
  *
- * Reads the lowered, proven module (and the simulator's step time for the
- * report); writes nothing back.  Guarantees, or refuses with a diagnostic:
+ * Reads the lowered, proven module (and the simulated step time the rank
+ * reports against); writes nothing back.  Guarantees, or refuses with a diagnostic:
  * every layer is one the CPU runtime runs (rt_layer_check); the values sent
  * and received have the runtime's size (f32 activations); W runs in
  * micro-batch order in every stage (the runtime adds weight gradients in
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cg.h"
+#include "cg_impl.h"
 #include "cost.h" /* cost_rt_desc, cost_stash_round */
 #include "dev.h"  /* dev_layer_sizes: the device executor's stash sizes */
 
@@ -188,7 +188,7 @@ static const char *kinds_text(const ir_module *m, const ir_stage *st, arena *a)
 	return t;
 }
 
-static const char *about_text(const ir_module *m, const sim_result *r, int d, bool device, int nops,
+static const char *about_text(const ir_module *m, double predicted_us, int d, bool device, int nops,
                               arena *a, const char *data)
 {
 	char *t = arena_printf(
@@ -204,8 +204,8 @@ static const char *about_text(const ir_module *m, const sim_result *r, int d, bo
 	    ir_schedule_names[m->plan.schedule], m->nstages, m->ndevices,
 	    (long long)m->train.microbatches, (long long)m->train.mbs, (long long)m->model.seq,
 	    ir_backend_names[m->proof.backend], (unsigned long long)m->proof.order);
-	if (r)
-		t = arena_printf(a, "%s; predicted step %.3f ms", t, r->makespan * 1e-3);
+	if (predicted_us > 0)
+		t = arena_printf(a, "%s; predicted step %.3f ms", t, predicted_us * 1e-3);
 	t = arena_printf(a, "%s\nthis rank holds:", t);
 	int held = 0;
 	for (int s = 0; s < m->nstages; s++) {
@@ -219,7 +219,7 @@ static const char *about_text(const ir_module *m, const sim_result *r, int d, bo
 	                    t, nops, data ? data : "synthetic tokens", (long long)m->train.steps);
 }
 
-int cg_lower_rank(const ir_module *m, const sim_result *r, int d, bool device, arena *a,
+int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, arena *a,
                   cg_rank *out)
 {
 	memset(out, 0, sizeof *out);
@@ -409,8 +409,8 @@ int cg_lower_rank(const ir_module *m, const sim_result *r, int d, bool device, a
 		data = slash ? slash + 1 : m->train.text_file;
 	}
 	out->prog = (rt_prog_info){
-	    .about = about_text(m, r, d, device, n, a, data), .data = data, .steps = m->train.steps,
+	    .about = about_text(m, predicted_us, d, device, n, a, data), .data = data, .steps = m->train.steps,
 	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq,
-	    .predicted_us = r ? r->makespan : 0, .rank = d, .nranks = m->ndevices};
+	    .predicted_us = predicted_us, .rank = d, .nranks = m->ndevices};
 	return 0;
 }

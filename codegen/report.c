@@ -1,19 +1,17 @@
 /* report.c: DIR/report.md, what a compiled directory holds and why: the
- * plan (stages, ranks, schedule, proof), its simulated step against every
- * baseline and the lower bound (tune_baselines, tune_lower_bound), and each
- * rank's program (layers, ops, buffers).  Reads the module, the simulation
- * and the lowered ranks; writes the one file. */
-#include <errno.h>
-#include <math.h>
+ * target, the plan (stages, ranks, schedule, proof), its simulated step
+ * against every baseline and the lower bound (the comparison the driver
+ * made and printed, handed over in cg_options: nothing is planned again
+ * here), and each rank's program (layers, ops, buffers).  Reads the module,
+ * the simulation, the comparison and the lowered ranks; writes the one
+ * file. */
 #include <stdio.h>
-#include <string.h>
 
-#include "cg.h"
-#include "tune.h"
+#include "cg_impl.h"
 
-static const char *ms(char *buf, size_t n, double us)
+static const char *time_of(char *buf, size_t n, double us)
 {
-	snprintf(buf, n, "%.3f ms", us * 1e-3);
+	ir_fmt_time(buf, n, us); /* the one time formatter, as the driver's tables */
 	return buf;
 }
 
@@ -29,19 +27,43 @@ static void kinds(FILE *f, const ir_module *m, const ir_stage *st)
 		fprintf(f, "%s%s", l > st->first ? ", " : "", ir_layer_kind_names[m->layers[l].kind]);
 }
 
-int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *ranks, const char *path)
+/* What the ranks are, per target: the title's noun, the --target value
+ * and how a rank runs its layers and talks to the others. */
+static void target_text(const cg_options *o, const char **noun, const char **flag, const char **how,
+                        char *buf, size_t n)
 {
-	FILE *f = fopen(path, "w");
-	if (!f) {
-		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
-		return -1;
+	switch (o->target) {
+	case CG_TARGET_CPU:
+		*noun = "CPU", *flag = "cpu", *how = "MPI";
+		return;
+	case CG_TARGET_CUDA:
+		snprintf(buf, n, "its layers on a GPU, kernels for %s; NCCL", o->arch);
+		*noun = "CUDA", *flag = "cuda", *how = buf;
+		return;
+	case CG_TARGET_CUDA_EMU:
+		*noun = "emulated-CUDA", *flag = "cuda-emu";
+		*how = "its layers on the host emulator of the CUDA path; MPI";
+		return;
 	}
-	char t[32], u[32];
+	ir_bug("unknown target %d", (int)o->target);
+}
+
+int cg_write_report(const cg_job *j, const cg_rank *ranks, const char *path)
+{
+	const ir_module *m = j->m;
+	const sim_result *r = j->r;
+	const cg_options *o = j->o;
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return cg_fail_path("write", path);
+	char t[32], u[32], hb[96];
+	const char *noun, *flag, *how;
+	target_text(o, &noun, &flag, &how, hb, sizeof hb);
 	int N = m->ndevices;
-	fprintf(f, "# %s on %d CPU rank%s\n\n", m->model.name, N, N == 1 ? "" : "s");
-	fprintf(f, "Compiled by `octopipe compile --target cpu`: one executable per rank (MPI), run "
+	fprintf(f, "# %s on %d %s rank%s\n\n", m->model.name, N, noun, N == 1 ? "" : "s");
+	fprintf(f, "Compiled by `octopipe compile --target %s`: one executable per rank (%s), run "
 	           "together by `./launch` (arguments go to every rank: `./launch --steps %lld`).\n\n",
-	        (long long)m->train.steps);
+	        flag, how, (long long)m->train.steps);
 	fprintf(f, "- model: %d layers, hidden %lld, vocabulary %lld, %lld tokens per sequence, %s\n",
 	        m->nlayers, (long long)m->model.hidden, (long long)m->model.vocab,
 	        (long long)m->model.seq, ir_dtype_names[m->model.dtype]);
@@ -58,7 +80,7 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 	        (unsigned long long)m->proof.order);
 	if (r)
 		fprintf(f, "- predicted step time: **%s** (simulator, bubble %.1f %%, %.0f tokens/s)\n",
-		        ms(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s);
+		        time_of(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s);
 
 	fprintf(f, "\n## Stages\n\n| stage | layers | rank | kinds |\n|---|---|---|---|\n");
 	for (int s = 0; s < m->nstages; s++) {
@@ -68,10 +90,9 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 		fprintf(f, " |\n");
 	}
 
-	if (r) {
-		tune_row rows[TUNE_NBASELINES];
-		tune_baselines(m, NULL, rows);
-		double lb = tune_lower_bound(m);
+	if (r && o->baselines) {
+		const tune_row *rows = o->baselines;
+		double lb = o->lower_bound;
 		fprintf(f, "\n## This plan against the baselines (simulated step)\n\n"
 		           "| plan | step | bubble | peak memory | step / this plan's |\n|---|---|---|---|---|\n");
 		for (int i = 0; i < TUNE_NBASELINES; i++) {
@@ -80,7 +101,7 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 				fprintf(f, "| %s | — | — | — | %s |\n", row->name, row->why);
 				continue;
 			}
-			fprintf(f, "| %s | %s | %.1f %% | %s | %.2fx%s |\n", row->name, ms(t, sizeof t, row->makespan),
+			fprintf(f, "| %s | %s | %.1f %% | %s | %.2fx%s |\n", row->name, time_of(t, sizeof t, row->makespan),
 			        100 * row->bubble, size_of(u, sizeof u, row->peak_mem), row->makespan / r->makespan,
 			        row->fits ? "" : " (exceeds memory)");
 		}
@@ -88,9 +109,9 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 		for (int d = 0; d < r->ndev; d++)
 			peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
 		fprintf(f, "| **this plan (%s)** | **%s** | %.1f %% | %s | 1.00x |\n",
-		        ir_schedule_names[m->plan.schedule], ms(t, sizeof t, r->makespan),
+		        ir_schedule_names[m->plan.schedule], time_of(t, sizeof t, r->makespan),
 		        100 * r->bubble_ratio, size_of(u, sizeof u, peak));
-		fprintf(f, "| lower bound | %s | | | %.2fx |\n", ms(t, sizeof t, lb), lb / r->makespan);
+		fprintf(f, "| lower bound | %s | | | %.2fx |\n", time_of(t, sizeof t, lb), lb / r->makespan);
 		fprintf(f, "\nThis plan is %.1f %% above the lower bound.\n", 100 * (r->makespan / lb - 1));
 	}
 
@@ -113,9 +134,7 @@ int cg_write_report(const ir_module *m, const sim_result *r, const cg_rank *rank
 		        size_of(t, sizeof t, k->buf_bytes),
 		        k->ir_arena ? size_of(u, sizeof u, k->ir_arena) : "—");
 	}
-	if (fclose(f) != 0) {
-		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
-		return -1;
-	}
+	if (fclose(f) != 0)
+		return cg_fail_path("write", path);
 	return 0;
 }

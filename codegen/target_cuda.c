@@ -7,8 +7,8 @@
  *                           kernel modules of its layers embedded as PTX
  *                           (cuda_kernels.c, NVRTC), linked with
  *                           libocto_rt_cuda, cudart, cuBLAS and NCCL
- *   DIR/launch, plan.opir, report.md, timeline.svg, the text file: as for
- *                           the CPU target
+ *   DIR/launch, plan.opir, report.md, timeline.svg, the text file: what
+ *                           every target writes (output.c)
  *   DIR/NAME.cu, NAME.ptx   with --emit=cuda, --emit=ptx
  *
  * With the emulator (--target cuda-emu) the same rank programs run their
@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cg.h"
+#include "cg_impl.h"
 #include "cg_config.h"
 #include "cuda_kernels.h"
 
@@ -53,16 +53,14 @@ static int compile_emu(module *mods, int n, const char *dir, arena *a)
 		md->obj = arena_printf(a, "%s/%s.emu.o", dir, md->name);
 		FILE *f = fopen(cpp[started], "w");
 		if (!f || fputs(md->src, f) < 0 || fclose(f) != 0) {
-			fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", cpp[started], strerror(errno));
-			rc = -1;
+			rc = cg_fail_path("write", cpp[started]);
 			break;
 		}
 		const char *argv[] = {CG_CXX, "-std=c++17", "-O2", "-fno-exceptions", "-fno-rtti", "-c",
 		                      "-o", md->obj, cpp[started], NULL};
 		int e = posix_spawnp(&pid[started], CG_CXX, NULL, NULL, (char *const *)argv, environ);
 		if (e) {
-			fprintf(stderr, "octopipe compile: error: cannot run the C++ compiler '%s': %s\n", CG_CXX,
-			        strerror(e));
+			diag_error((ir_loc){0}, "cannot run the C++ compiler '%s': %s", CG_CXX, strerror(e));
 			rc = -1;
 			break;
 		}
@@ -72,8 +70,8 @@ static int compile_emu(module *mods, int n, const char *dir, arena *a)
 		while (waitpid(pid[i], &st, 0) < 0 && errno == EINTR)
 			;
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-			fprintf(stderr, "octopipe compile: error: the C++ compiler failed on %s (the kernels of "
-			                "module %s for the emulator); its message is above\n", cpp[i], mods[i].name);
+			diag_error((ir_loc){0}, "the C++ compiler failed on %s (the kernels of "
+			                        "module %s for the emulator); its message is above", cpp[i], mods[i].name);
 			rc = -1;
 		}
 	}
@@ -83,35 +81,25 @@ static int compile_emu(module *mods, int n, const char *dir, arena *a)
 static int write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
-	if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-		fprintf(stderr, "octopipe compile: error: cannot write '%s': %s\n", path, strerror(errno));
-		return -1;
-	}
+	if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+		return cg_fail_path("write", path);
 	return 0;
 }
 
-int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options *o, cg_dev dev,
-                      const char *arch, bool emit_cu, bool emit_ptx)
+int cg_target_cuda(const cg_job *job)
 {
-	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
-	if (!m->ndevices || !m->proof.proven || m->proof.backend != IR_BACKEND_NCCL) {
-		diag_error(where, "codegen: the programs have no deadlock-freedom proof for nccl: run the "
-		                  "'comm' and 'verify' passes with --backend nccl (compile --target cuda "
-		                  "does so for a model); code is generated only for proven programs");
-		return -1;
-	}
+	const ir_module *m = job->m;
+	const cg_options *o = job->o;
+	const sim_result *r = job->r;
+	cg_target dev = o->target;
+	const char *arch = o->arch;
+	bool emit_cu = o->emit_cu, emit_ptx = o->emit_ptx;
 	if (m->model.dtype != IR_DTYPE_F32 && m->model.dtype != IR_DTYPE_BF16) {
 		diag_error(ir_loc_or(m->dtype_loc, ir_loc_or(m->model_loc, m->loc)),
 		           "codegen: the device stores activations and parameters as f32 or bf16, but the "
 		           "model's dtype is %s (--dtype overrides it)", ir_dtype_names[m->model.dtype]);
 		return -1;
 	}
-#ifndef OCTO_HAVE_CUDA
-	if (dev == CG_DEV_CUDA) {
-		fprintf(stderr, "octopipe compile: error: this octopipe was built without the CUDA toolkit\n");
-		return -1;
-	}
-#endif
 	arena *a = arena_new();
 	int N = m->ndevices, rc = -1, nmods = 0;
 	bool bf16 = m->model.dtype == IR_DTYPE_BF16;
@@ -120,7 +108,7 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 	char ***rank_objs = arena_alloc(a, (size_t)N * sizeof *rank_objs);
 	int **gmod = arena_alloc(a, (size_t)N * sizeof *gmod); /* rank's module j -> mods[] */
 	for (int d = 0; d < N; d++)
-		if (cg_lower_rank(m, r, d, true, a, &ranks[d]))
+		if (cg_lower_rank(m, r ? r->makespan : 0, d, true, a, &ranks[d]))
 			goto out;
 	if (cg_make_dir(o->dir))
 		goto out;
@@ -146,13 +134,13 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 				g++;
 			if (g == nmods) {
 				mods[nmods++] = (module){.name = name, .src = src};
-				if (dev == CG_DEV_EMU &&
+				if (dev == CG_TARGET_CUDA_EMU &&
 				    !(mods[g].src = cg_cuda_emu_source(desc, bf16, arena_printf(a, "octo_emu_%s", name), a)))
 					goto out;
 				if (emit_cu && write_text(arena_printf(a, "%s/%s.cu", o->dir, name), src))
 					goto out;
 #ifdef OCTO_HAVE_CUDA
-				if (dev == CG_DEV_CUDA) {
+				if (dev == CG_TARGET_CUDA) {
 					if (cg_cuda_ptx(name, src, arch, &mods[g].ptx, a))
 						goto out;
 					if (emit_ptx && write_text(arena_printf(a, "%s/%s.ptx", o->dir, name), mods[g].ptx))
@@ -161,7 +149,7 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 #endif
 				if (!o->quiet)
 					printf("kernels: %s (L%d and its shape): %s\n", name, (int)k->layers[h].index,
-					       dev == CG_DEV_CUDA ? arena_printf(a, "NVRTC %s", arch) : "host C++ (emulator)");
+					       dev == CG_TARGET_CUDA ? arena_printf(a, "NVRTC %s", arch) : "host C++ (emulator)");
 			}
 			int j = 0;
 			while (j < k->nmods && strcmp(k->mod_names[j], name) != 0)
@@ -175,9 +163,9 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 		}
 	}
 #ifndef OCTO_HAVE_CUDA
-	(void)arch, (void)emit_ptx;
+	(void)emit_ptx;
 #endif
-	if (dev == CG_DEV_EMU) {
+	if (dev == CG_TARGET_CUDA_EMU) {
 		if (compile_emu(mods, nmods, o->dir, a))
 			goto out;
 		for (int d = 0; d < N; d++) {
@@ -187,19 +175,19 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 		}
 	}
 
-	if (cg_write_outputs(m, r, ranks, o->dir))
+	if (cg_write_outputs(job, ranks))
 		goto out;
 	for (int d = 0; d < N; d++) {
-		if (dev == CG_DEV_EMU)
+		if (dev == CG_TARGET_CUDA_EMU)
 			ranks[d].prog.predicted_us = 0; /* the simulator models the GPU, not the emulator */
 		ranks[d].prog.about = arena_printf(a, "%s\nits layers run on %s (%s); kernel modules: %d",
 		                                   ranks[d].prog.about,
-		                                   dev == CG_DEV_CUDA ? "a GPU" : "the host emulator of the CUDA path",
-		                                   dev == CG_DEV_CUDA ? arch : "no GPU needed", ranks[d].nmods);
+		                                   dev == CG_TARGET_CUDA ? "a GPU" : "the host emulator of the CUDA path",
+		                                   dev == CG_TARGET_CUDA ? arch : "no GPU needed", ranks[d].nmods);
 	}
-	if (cg_build_ranks(m, ranks, rank_objs, o))
+	if (cg_build_ranks(job, ranks, rank_objs))
 		goto out;
-	for (int g = 0; dev == CG_DEV_EMU && g < nmods; g++) {
+	for (int g = 0; dev == CG_TARGET_CUDA_EMU && g < nmods; g++) {
 		if (!o->emit_obj)
 			unlink(mods[g].obj);
 		if (!emit_cu)
@@ -207,8 +195,8 @@ int cg_compile_device(const ir_module *m, const sim_result *r, const cg_options 
 	}
 	if (!o->quiet) {
 		printf("\ncompiled %s for %d %s rank%s (%s) into %s/: rank0%s%s, launch, plan.opir, report.md%s\n",
-		       m->model.name, N, dev == CG_DEV_CUDA ? "CUDA" : "emulated-CUDA", N == 1 ? "" : "s",
-		       dev == CG_DEV_CUDA ? arch : "kernels on the host", o->dir, N > 1 ? " .. rank" : "",
+		       m->model.name, N, dev == CG_TARGET_CUDA ? "CUDA" : "emulated-CUDA", N == 1 ? "" : "s",
+		       dev == CG_TARGET_CUDA ? arch : "kernels on the host", o->dir, N > 1 ? " .. rank" : "",
 		       N > 1 ? arena_printf(a, "%d", N - 1) : "", r ? ", timeline.svg" : "");
 		printf("run: %s/launch --steps %lld\n", o->dir, (long long)m->train.steps);
 	}

@@ -471,6 +471,10 @@ void ir_fmt_bytes(char *buf, size_t n, uint64_t v);
  * significant digits ("512 B", "1.50 KiB", "6.23 MiB", "80.0 GiB"); the
  * one formatter of sizes in messages. */
 void ir_fmt_size(char *buf, size_t n, uint64_t v);
+/* Microseconds for people, in the unit that reads best ("850.0 us",
+ * "14.509 ms", "1.204 s"); the one formatter of times in tables and
+ * reports. */
+void ir_fmt_time(char *buf, size_t n, double us);
 
 void ir_print(FILE *out, const ir_module *m);
 char *ir_print_string(const ir_module *m); /* malloc'd */

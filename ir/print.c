@@ -41,6 +41,17 @@ void ir_fmt_size(char *buf, size_t n, uint64_t v)
 	snprintf(buf, n, x < 10 ? "%.2f %s" : x < 100 ? "%.1f %s" : "%.0f %s", x, sfx[i]);
 }
 
+void ir_fmt_time(char *buf, size_t n, double us)
+{
+	double a = fabs(us); /* a difference of two times may be negative */
+	if (a >= 1e6)
+		snprintf(buf, n, "%.3f s", us * 1e-6);
+	else if (a >= 1e3)
+		snprintf(buf, n, "%.3f ms", us * 1e-3);
+	else
+		snprintf(buf, n, "%.1f us", us);
+}
+
 static void print_str(FILE *out, const char *s)
 {
 	fputc('"', out);

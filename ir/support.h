@@ -125,4 +125,8 @@ _Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
 /* Shortest "%g"-style text that reads back to exactly `v`. */
 void fmt_double(char *buf, size_t n, double v);
 
+/* The median of v[0..n), n > 0 (sorts v in place): the one median of the
+ * compiler's tools and benchmarks (the runtime keeps its own). */
+double ir_median(double *v, int n);
+
 #endif

@@ -12,13 +12,11 @@
  * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
  * 1 user error (with a diagnostic), 2 a feature not built yet. */
 #include "cg.h"
-#ifdef OCTO_HAVE_CUDA
-#include "cuda_kernels.h"
-#endif
-#include "report.h"
 #include "frontend.h"
 #include "ir.h"
 #include "pass.h"
+#include "print.h"
+#include "report.h"
 #include "simulate.h"
 #include "tune.h"
 #include "viz.h"
@@ -170,16 +168,16 @@ static void command_help(const command *c)
 	}
 }
 
-static int cli_error(const char *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int cli_error(const char *cmd, const char *fmt, ...)
+/* An error about the command line with no flag to point at: through the
+ * one printer, unlocated ("octopipe COMMAND: error: ...", diag_program
+ * names the command once it is known).  Returns the exit status. */
+static int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int cli_error(const char *fmt, ...)
 {
 	va_list ap;
-	fprintf(stderr, "octopipe%s%s: error: ", cmd ? " " : "", cmd ? cmd : "");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	diag_verror((ir_loc){0}, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 	return 1;
 }
 
@@ -196,14 +194,17 @@ static int parse_args(int argc, char **argv, args *a)
 			names[i] = commands[i].name;
 		const char *near = diag_nearest(name, names, NCOMMANDS);
 		if (near)
-			return cli_error(NULL, "unknown command '%s'; did you mean '%s'?", name, near);
-		return cli_error(NULL, "unknown command '%s' (see 'octopipe --help')", name);
+			return cli_error("unknown command '%s'; did you mean '%s'?", name, near);
+		return cli_error("unknown command '%s' (see 'octopipe --help')", name);
 	}
+	static char program[64];
+	snprintf(program, sizeof program, "octopipe %s", a->cmd->name);
+	diag_program = program;
 	for (int i = 2; i < argc; i++) {
 		const char *arg = argv[i];
 		if (arg[0] != '-' || strcmp(arg, "-") == 0) {
 			if (a->input)
-				return cli_error(a->cmd->name, "more than one input file ('%s' and '%s')",
+				return cli_error("more than one input file ('%s' and '%s')",
 				                 a->input, arg);
 			a->input = arg;
 			continue;
@@ -224,8 +225,8 @@ static int parse_args(int argc, char **argv, args *a)
 					cands[n++] = opts[o].flag;
 			char *flag = strndup(arg, flen);
 			const char *near = diag_nearest(flag, cands, n);
-			int rc = near ? cli_error(a->cmd->name, "unknown option '%s'; did you mean '%s'?", flag, near)
-			              : cli_error(a->cmd->name, "unknown option '%s' (see 'octopipe %s --help')",
+			int rc = near ? cli_error("unknown option '%s'; did you mean '%s'?", flag, near)
+			              : cli_error("unknown option '%s' (see 'octopipe %s --help')",
 			                          flag, a->cmd->name);
 			free(flag);
 			return rc;
@@ -235,12 +236,12 @@ static int parse_args(int argc, char **argv, args *a)
 			return -1;
 		}
 		if (a->set[id])
-			return cli_error(a->cmd->name, "option '%s' given twice", opts[id].flag);
+			return cli_error("option '%s' given twice", opts[id].flag);
 		a->set[id] = true;
 		a->argi[id] = i;
 		if (!opts[id].value) {
 			if (eq)
-				return cli_error(a->cmd->name, "option '%s' takes no value", opts[id].flag);
+				return cli_error("option '%s' takes no value", opts[id].flag);
 			continue;
 		}
 		if (eq) {
@@ -248,14 +249,14 @@ static int parse_args(int argc, char **argv, args *a)
 		} else if (i + 1 < argc) {
 			a->val[id] = argv[++i];
 		} else {
-			return cli_error(a->cmd->name, "option '%s' needs a value (%s)", opts[id].flag,
+			return cli_error("option '%s' needs a value (%s)", opts[id].flag,
 			                 opts[id].value);
 		}
 		if (!*a->val[id])
-			return cli_error(a->cmd->name, "option '%s' has an empty value", opts[id].flag);
+			return cli_error("option '%s' has an empty value", opts[id].flag);
 	}
 	if (!a->input && !a->set[O_PRINT_PIPELINE] && !(a->set[O_PROFILE] && (a->cmd->bit & C_MODEL)))
-		return cli_error(a->cmd->name, "no input file (usage: octopipe %s %s)", a->cmd->name,
+		return cli_error("no input file (usage: octopipe %s %s)", a->cmd->name,
 		                 a->cmd->args);
 	return 0;
 }
@@ -282,7 +283,7 @@ static int parse_count(const args *a, opt_id id, int64_t max, int64_t *out)
 {
 	double v;
 	if (!flag_number(a->val[id], true, 1, (double)max, &v))
-		return cli_error(a->cmd->name, "%s must be an integer in 1..%lld, got '%s'",
+		return cli_error("%s must be an integer in 1..%lld, got '%s'",
 		                 opts[id].flag, (long long)max, a->val[id]);
 	*out = (int64_t)v;
 	return 0;
@@ -291,7 +292,7 @@ static int parse_count(const args *a, opt_id id, int64_t max, int64_t *out)
 static int parse_seconds(const args *a, opt_id id, double max, double *out)
 {
 	if (!flag_number(a->val[id], false, 0, max, out))
-		return cli_error(a->cmd->name, "%s must be a number of seconds in (0, %g], got '%s'",
+		return cli_error("%s must be a number of seconds in (0, %g], got '%s'",
 		                 opts[id].flag, max, a->val[id]);
 	return 0;
 }
@@ -326,9 +327,9 @@ static int setup_pipeline(const args *a, pipeline *pl)
 		int id = pass_lookup(a->val[which[w]]);
 		if (id < 0) {
 			const char *near = diag_nearest(a->val[which[w]], pass_names, PASS_COUNT);
-			return near ? cli_error(a->cmd->name, "unknown pass '%s' in %s; did you mean '%s'?",
+			return near ? cli_error("unknown pass '%s' in %s; did you mean '%s'?",
 			                        a->val[which[w]], opts[which[w]].flag, near)
-			            : cli_error(a->cmd->name, "unknown pass '%s' in %s", a->val[which[w]],
+			            : cli_error("unknown pass '%s' in %s", a->val[which[w]],
 			                        opts[which[w]].flag);
 		}
 		(w ? pl->po.print_after : pl->po.print_before)[id] = true;
@@ -372,8 +373,8 @@ static ir_module *load_model(const args *a)
 	}
 	size_t pl = a->set[O_PROFILE] ? strlen(a->val[O_PROFILE]) : 0;
 	if (pl > 5 && strcmp(a->val[O_PROFILE] + pl - 5, ".json") == 0) {
-		cli_error(a->cmd->name, "a published profile (.json) brings its own layers: give it "
-		                        "without %s, or write a YAML profile (docs/profile.md)", a->input);
+		cli_error("a published profile (.json) brings its own layers: give it "
+		          "without %s, or write a YAML profile (docs/profile.md)", a->input);
 		return NULL;
 	}
 	ir_module *m = fe_load(a->input, &ov);
@@ -409,180 +410,14 @@ static int write_ir(const args *a, const ir_module *m)
 	}
 	FILE *f = fopen(a->val[O_OUTPUT], "w");
 	if (!f)
-		return cli_error(a->cmd->name, "cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
+		return cli_error("cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
 	ir_print(f, m);
 	if (fclose(f) != 0)
-		return cli_error(a->cmd->name, "cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
+		return cli_error("cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
 	return 0;
 }
 
-/* ---- plan output ------------------------------------------------------- */
-
-static void stage_kinds(const ir_module *m, const ir_stage *s, char *buf, size_t n)
-{
-	size_t k = 0;
-	for (int l = s->first; l <= s->last && k + 4 < n; l++) {
-		ir_layer_kind kind = m->layers[l].kind;
-		char c = ir_layer_kind_chars[kind];
-		buf[k++] = c ? c : kind == IR_LAYER_EMBEDDING ? 'e' : 'h';
-	}
-	if (k + 4 >= n && s->last - s->first + 1 > (int)k)
-		buf[k++] = '.', buf[k++] = '.', buf[k++] = '.';
-	buf[k] = 0;
-}
-
-static void print_json_str(const char *s)
-{
-	putchar('"');
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			printf("\\%c", *p);
-		else if (*p < 0x20)
-			printf("\\u%04x", *p);
-		else
-			putchar(*p);
-	}
-	putchar('"');
-}
-
-/* Microseconds as text in the unit that reads best. */
-static const char *fmt_time(char *buf, size_t n, double us)
-{
-	if (us >= 1e6)
-		snprintf(buf, n, "%.3f s", us * 1e-6);
-	else if (us >= 1e3)
-		snprintf(buf, n, "%.3f ms", us * 1e-3);
-	else
-		snprintf(buf, n, "%.1f us", us);
-	return buf;
-}
-
-
-static void print_array(const char *name, const sim_result *r, double (*get)(const sim_device *))
-{
-	printf(", \"%s\": [", name);
-	for (int d = 0; d < r->ndev; d++)
-		printf("%s%.9g", d ? ", " : "", get(&r->dev[d]));
-	printf("]");
-}
-
-static double busy_s(const sim_device *d) { return d->busy * 1e-6; }
-static double warmup_s(const sim_device *d) { return d->warmup * 1e-6; }
-static double cooldown_s(const sim_device *d) { return d->cooldown * 1e-6; }
-static double residual_s(const sim_device *d) { return d->residual * 1e-6; }
-static double peak_mem(const sim_device *d) { return (double)d->peak_mem; }
-
-/* The simulator's fields of the JSON object (docs/cli.md). */
-static void print_sim_json(const sim_result *r, bool times_only)
-{
-	printf(", \"makespan_s\": %.9g, \"bubble_ratio\": %.6f, \"tokens_per_s\": %.6g",
-	       r->makespan * 1e-6, r->bubble_ratio, r->tokens_per_s);
-	if (times_only) /* a timing profile: no FLOPs, no memory */
-		printf(", \"mfu\": null, \"peak_mem_bytes\": null");
-	else
-		printf(", \"mfu\": %.6f", r->mfu), print_array("peak_mem_bytes", r, peak_mem);
-	print_array("busy_s", r, busy_s);
-	print_array("warmup_s", r, warmup_s);
-	print_array("cooldown_s", r, cooldown_s);
-	print_array("residual_s", r, residual_s);
-}
-
-static void print_plan_json(const ir_module *m, const sim_result *r)
-{
-	printf("{\"model\": ");
-	print_json_str(m->model.name);
-	printf(", \"layers\": %d, \"devices\": %lld, \"microbatches\": %lld, \"schedule\": \"%s\", "
-	       "\"partition\": \"%s\", \"chunks\": %lld, \"stages\": [",
-	       m->nlayers, (long long)m->cluster.devices, (long long)m->train.microbatches,
-	       ir_schedule_names[m->plan.schedule], pass_partition_label(m),
-	       (long long)ir_plan_chunks(&m->plan));
-	for (int s = 0; s < m->nstages; s++) {
-		char kinds[256];
-		stage_kinds(m, &m->stages[s], kinds, sizeof kinds);
-		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\"}", s ? ", " : "",
-		       m->stages[s].first, m->stages[s].last, m->stages[s].device, kinds);
-	}
-	printf("], \"ops_per_device\": [");
-	for (int d = 0; d < m->ndevices; d++)
-		printf("%s%d", d ? ", " : "", m->devices[d].nops);
-	printf("]");
-	if (r)
-		print_sim_json(r, ir_times_only(m));
-	printf("}\n");
-}
-
-/* Bytes as text, or "n/a" where the costs carry times only. */
-static const char *fmt_peak(char *buf, size_t n, const ir_module *m, uint64_t bytes)
-{
-	if (ir_times_only(m))
-		snprintf(buf, n, "n/a");
-	else
-		ir_fmt_size(buf, n, bytes); /* the one size formatter: 954 KiB, not 0.93 MiB */
-	return buf;
-}
-
-static void print_sim_table(const ir_module *m, const sim_result *r)
-{
-	char t[32], u[32], v[32], w[32], x[32], mfu[32];
-	bool times_only = ir_times_only(m);
-	if (times_only) /* a timing profile: no FLOPs */
-		snprintf(mfu, sizeof mfu, "n/a");
-	else
-		snprintf(mfu, sizeof mfu, "%.1f %%", 100 * r->mfu);
-	printf("\nsimulated step (%s, %lld micro-batches): makespan %s, bubble %.1f %%, "
-	       "%.0f tokens/s, MFU %s\n",
-	       ir_schedule_names[m->plan.schedule], (long long)m->train.microbatches,
-	       fmt_time(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s, mfu);
-	/* Measured (or hand-written) times faster than the peak allows: the
-	 * number is not a utilisation, and is not printed as if it were one. */
-	if (!times_only && r->mfu > 1)
-		printf("note: MFU above 100 %%: the layers' times are shorter than their FLOPs take at the "
-		       "cluster's peak_flops (%g FLOP/s); the peak, or the times, are not this machine's\n",
-		       m->cluster.flops);
-	printf("%-7s %12s %12s %12s %12s %12s\n", "device", "busy", "warm-up", "cool-down",
-	       "residual", "peak memory");
-	for (int d = 0; d < r->ndev; d++) {
-		const sim_device *sd = &r->dev[d];
-		bool over = sd->peak_mem > m->cluster.mem;
-		printf("D%-6d %12s %12s %12s %12s %12s%s\n", d, fmt_time(t, sizeof t, sd->busy),
-		       fmt_time(u, sizeof u, sd->warmup), fmt_time(v, sizeof v, sd->cooldown),
-		       fmt_time(w, sizeof w, sd->residual), fmt_peak(x, sizeof x, m, sd->peak_mem),
-		       over ? "  exceeds the device's memory" : "");
-	}
-}
-
-/* The tuned plan against every baseline and the lower bound. */
-static void print_comparison(const ir_module *m, const sim_result *r)
-{
-	tune_row rows[TUNE_NBASELINES];
-	tune_baselines(m, &budget, rows);
-	double lb = tune_lower_bound(m), best = INFINITY;
-	for (int i = 0; i < TUNE_NBASELINES; i++)
-		if (rows[i].ok && rows[i].fits && rows[i].makespan < best)
-			best = rows[i].makespan;
-	char t[32], mem[32];
-	printf("\n%-14s %12s %8s %12s %10s\n", "plan", "step", "bubble", "peak memory", "tuned is");
-	for (int i = 0; i < TUNE_NBASELINES; i++) {
-		const tune_row *row = &rows[i];
-		if (!row->ok) {
-			printf("%-14s %s\n", row->name, row->why);
-			continue;
-		}
-		printf("%-14s %12s %7.1f%% %12s %9.2fx%s\n", row->name, fmt_time(t, sizeof t, row->makespan),
-		       100 * row->bubble, fmt_peak(mem, sizeof mem, m, row->peak_mem),
-		       row->makespan / r->makespan, row->fits ? "" : "  (exceeds memory)");
-	}
-	uint64_t peak = 0;
-	for (int d = 0; d < r->ndev; d++)
-		peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
-	printf("%-14s %12s %7.1f%% %12s\n", "tuned", fmt_time(t, sizeof t, r->makespan),
-	       100 * r->bubble_ratio, fmt_peak(mem, sizeof mem, m, peak));
-	printf("%-14s %12s   (tuned is %.1f %% above it", "lower bound", fmt_time(t, sizeof t, lb),
-	       100 * (r->makespan / lb - 1));
-	if (isfinite(best))
-		printf("; %.2fx faster than the best baseline that fits", best / r->makespan);
-	printf(")\n");
-}
+/* ---- planning ---------------------------------------------------------- */
 
 /* Simulate when the module has what the simulator needs (costs and
  * programs); NULL otherwise, or after a diagnostic (*failed set). */
@@ -599,6 +434,26 @@ static sim_result *maybe_simulate(const ir_module *m, bool *failed)
 	return r;
 }
 
+/* The tail the planning commands share: the passes -- for an IR file
+ * that `compile` finishes (`finish`), the ones it still lacks -- the
+ * invariants, the proof again where the programs are lowered (`reprove`:
+ * codegen trusts no text), and the simulated step when the module has
+ * costs and programs (*r; NULL otherwise).  Returns 0, or 1 after a
+ * diagnostic. */
+static int run_pipeline(ir_module *m, pipeline *pl, bool finish, bool reprove, sim_result **r)
+{
+	*r = NULL;
+	if (finish)
+		pl->n = pass_lacking(m, pl->ids);
+	if (pass_run(m, pl->ids, pl->n, &pl->po) != 0 || ir_verify(m) != 0)
+		return 1;
+	if (reprove && ir_lowered(m) && pass_run_one(m, PASS_verify, NULL) != 0)
+		return 1;
+	bool failed;
+	*r = maybe_simulate(m, &failed);
+	return failed;
+}
+
 static int write_pictures(const args *a, const ir_module *m, const sim_result *r)
 {
 	if (a->set[O_TRACE] && viz_trace(m, r, a->val[O_TRACE]) != 0)
@@ -608,47 +463,15 @@ static int write_pictures(const args *a, const ir_module *m, const sim_result *r
 	return 0;
 }
 
-static void print_plan_table(const ir_module *m)
+/* The plan, its simulated step and, for a tuned plan, its comparison
+ * with the baselines (c: NULL when there is none). */
+static void print_tables(const ir_module *m, const sim_result *r, const plan_comparison *c)
 {
-	ir_print_summary(stdout, m, pass_partition_label(m));
-	if (!m->nstages)
-		return;
-	printf("\n%-6s %-14s %-7s %s\n", "stage", "layers", "device", "kinds (e embedding, h head, "
-	       "M mamba, * attention, - mlp, E moe)");
-	for (int s = 0; s < m->nstages; s++) {
-		const ir_stage *st = &m->stages[s];
-		char range[32], dev[16], kinds[64];
-		snprintf(range, sizeof range, "L%d..L%d", st->first, st->last);
-		if (st->device >= 0)
-			snprintf(dev, sizeof dev, "D%d", st->device);
-		else
-			snprintf(dev, sizeof dev, "-");
-		stage_kinds(m, st, kinds, sizeof kinds);
-		printf("S%-5d %-14s %-7s %s\n", s, range, dev, kinds);
-	}
-	if (!m->ndevices)
-		return;
-	printf("\n%-7s %-5s %s%s\n", "device", "ops", m->memplan ? "arena        " : "",
-	       "program (first ops: F/B/W stage.mb; send, recv, wait of an act or grad, >/< the peer)");
-	for (int d = 0; d < m->ndevices; d++) {
-		const ir_device *dev = &m->devices[d];
-		printf("D%-6d %-5d", d, dev->nops);
-		char ab[32];
-		if (m->memplan) /* the memplan pass: what codegen allocates besides the resident bytes */
-			printf(" %-12s", fmt_peak(ab, sizeof ab, m, m->memplan[d].arena));
-		for (int i = 0; i < dev->nops && i < 8; i++) {
-			/* A send is not its producer's F: send:act0.0>D1 is "send act S0 m0 to D1". */
-			const ir_op *op = &dev->ops[i];
-			if (op->comm == IR_COMM_NONE)
-				printf(" %s%d.%d", ir_op_names[op->kind], op->stage, op->mb);
-			else if (op->comm == IR_COMM_WAIT)
-				printf(" wait:%s%d.%d", ir_value_names[op->kind], op->stage, op->mb);
-			else
-				printf(" %s:%s%d.%d%sD%d", ir_comm_names[op->comm], ir_value_names[op->kind],
-				       op->stage, op->mb, op->comm == IR_COMM_SEND ? ">" : "<", op->peer);
-		}
-		printf("%s\n", dev->nops > 8 ? " ..." : "");
-	}
+	print_plan_table(m);
+	if (r)
+		print_sim_table(m, r);
+	if (r && c && m->plan.schedule == IR_SCHED_TUNED)
+		print_comparison(m, r, c);
 }
 
 /* ---- commands ------------------------------------------------------------ */
@@ -664,25 +487,20 @@ static int cmd_plan(const args *a)
 		return 1;
 	if (!a->set[O_PASSES])
 		pl.n = pass_pipeline_for(m, pl.ids);
-	rc = pass_run(m, pl.ids, pl.n, &pl.po) ? 1 : 0;
-	if (!rc && ir_verify(m) != 0)
-		rc = 1;
-	bool failed = false;
-	sim_result *r = rc ? NULL : maybe_simulate(m, &failed);
-	if (failed)
-		rc = 1;
+	sim_result *r;
+	rc = run_pipeline(m, &pl, false, false, &r);
 	if (!rc && !r && (a->set[O_TRACE] || a->set[O_SVG]))
-		rc = cli_error(a->cmd->name, "--trace and --svg need a simulated plan (costs and programs)");
+		rc = cli_error("--trace and --svg need a simulated plan (costs and programs)");
 	if (!rc) {
 		bool ir_to_stdout = a->set[O_OUTPUT] && strcmp(a->val[O_OUTPUT], "-") == 0;
 		if (a->set[O_JSON]) {
 			print_plan_json(m, r);
 		} else if (!pl.po.print_after_all && !ir_to_stdout) {
-			print_plan_table(m);
-			if (r)
-				print_sim_table(m, r);
-			if (r && m->plan.schedule == IR_SCHED_TUNED)
-				print_comparison(m, r);
+			plan_comparison c;
+			bool tuned = r && m->plan.schedule == IR_SCHED_TUNED;
+			if (tuned)
+				plan_compare(m, &budget, &c);
+			print_tables(m, r, tuned ? &c : NULL);
 		}
 		if (a->set[O_OUTPUT])
 			rc = write_ir(a, m);
@@ -710,9 +528,9 @@ static int model_flags_on_ir(const args *a, bool backend_too)
 	for (size_t i = 0; i < sizeof model_only / sizeof *model_only; i++) {
 		opt_id id = model_only[i];
 		if (a->set[id] && (id != O_BACKEND || backend_too))
-			return cli_error(a->cmd->name, "%s applies to a model, not to IR text: %s carries its "
-			                               "own (edit the 'model', 'train', 'cluster' and 'plan' lines, "
-			                               "or give the model)", opts[id].flag, a->input);
+			return cli_error("%s applies to a model, not to IR text: %s carries its "
+			                 "own (edit the 'model', 'train', 'cluster' and 'plan' lines, "
+			                 "or give the model)", opts[id].flag, a->input);
 	}
 	return 0;
 }
@@ -723,36 +541,33 @@ static int cmd_sim(const args *a)
 {
 	arena *ar = arena_new();
 	ir_module *m;
-	int rc = 0;
+	pipeline pl = {0};
 	if (a->input && is_ir_file(a->input)) {
 		if (model_flags_on_ir(a, true) ||
 		    (a->set[O_TUNE_BUDGET] &&
-		     cli_error(a->cmd->name, "--tune-budget is for a model: sim runs no tuner on IR text (%s)",
-		               a->input))) {
+		     cli_error("--tune-budget is for a model: sim runs no tuner on IR text (%s)", a->input))) {
 			arena_free(ar);
 			return 1;
 		}
 		m = load_ir(a, ar);
-		if (m && !pass_costed(m) && pass_run_one(m, PASS_cost, NULL) != 0)
-			rc = 1;
+		if (m && !pass_costed(m))
+			pl.ids[pl.n++] = PASS_cost;
 	} else {
 		m = load_model(a);
-		if (m && pass_run_default(m, &(pass_opts){.budget = &budget}) != 0)
-			rc = 1;
+		if (m)
+			pl.n = pass_pipeline_for(m, pl.ids);
+		pl.po.budget = &budget;
 	}
 	if (!m) {
 		arena_free(ar);
 		return 1;
 	}
-	sim_result *r = NULL;
-	if (!rc) {
-		if (!m->ndevices) {
-			diag_error(ir_loc_or(m->plan_loc, m->loc),
-			           "sim: the plan has no device programs; run the 'schedule' pass first");
-			rc = 1;
-		} else if (!(r = sim_run(m))) {
-			rc = 1;
-		}
+	sim_result *r;
+	int rc = run_pipeline(m, &pl, false, false, &r);
+	if (!rc && !r) {
+		diag_error(ir_loc_or(m->plan_loc, m->loc),
+		           "sim: the plan has no device programs; run the 'schedule' pass first");
+		rc = 1;
 	}
 	if (r) {
 		if (a->set[O_JSON]) {
@@ -823,55 +638,55 @@ static int cmd_verify(const args *a)
 }
 
 #ifndef OCTO_HAVE_CUDA
-static int not_built(const args *a, const char *what)
+static int not_built(const char *what)
 {
-	fprintf(stderr, "octopipe %s: %s is not built yet in this version of octopipe; "
-	                "'octopipe plan' shows the plan\n", a->cmd->name, what);
+	diag_error((ir_loc){0}, "%s is not built yet in this version of octopipe; 'octopipe plan' "
+	                        "shows the plan", what);
 	return 2;
 }
 #endif
 
-/* --target and --gpu-arch: *dev (CG_DEV_NONE for cpu) and *arch; 0, or
- * the exit status after a message. */
-static int parse_target(const args *a, cg_dev *dev, const char **arch)
+/* --target and --gpu-arch into o->target and o->arch; 0, or the exit
+ * status after a message.  The one place that refuses --target cuda in a
+ * build without the CUDA toolkit: before anything is planned. */
+static int parse_target(const args *a, cg_options *o)
 {
 	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
-	*dev = strcmp(target, "cuda") == 0 ? CG_DEV_CUDA : strcmp(target, "cuda-emu") == 0 ? CG_DEV_EMU
-	                                                                                  : CG_DEV_NONE;
-	if (*dev == CG_DEV_NONE && strcmp(target, "cpu") != 0)
-		return cli_error(a->cmd->name, "unknown target '%s' (cpu, cuda or cuda-emu)", target);
+	o->target = strcmp(target, "cuda") == 0       ? CG_TARGET_CUDA
+	            : strcmp(target, "cuda-emu") == 0 ? CG_TARGET_CUDA_EMU
+	                                              : CG_TARGET_CPU;
+	if (o->target == CG_TARGET_CPU && strcmp(target, "cpu") != 0)
+		return cli_error("unknown target '%s' (cpu, cuda or cuda-emu)", target);
 #ifndef OCTO_HAVE_CUDA
-	if (*dev == CG_DEV_CUDA)
-		return not_built(a, "the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
+	if (o->target == CG_TARGET_CUDA)
+		return not_built("the CUDA target (--target cuda: this octopipe was built without the CUDA toolkit)");
 #endif
-	*arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
-	if (*dev != CG_DEV_CUDA && a->set[O_GPU_ARCH])
-		return cli_error(a->cmd->name, "--gpu-arch is for --target cuda");
-	if (strncmp(*arch, "sm_", 3) != 0 || strlen(*arch) < 5 ||
-	    strspn(*arch + 3, "0123456789") != strlen(*arch + 3))
-		return cli_error(a->cmd->name, "--gpu-arch takes sm_XX (sm_80, sm_90, ...), got '%s'", *arch);
+	o->arch = a->set[O_GPU_ARCH] ? a->val[O_GPU_ARCH] : "sm_90";
+	if (o->target != CG_TARGET_CUDA && a->set[O_GPU_ARCH])
+		return cli_error("--gpu-arch is for --target cuda");
+	if (strncmp(o->arch, "sm_", 3) != 0 || strlen(o->arch) < 5 ||
+	    strspn(o->arch + 3, "0123456789") != strlen(o->arch + 3))
+		return cli_error("--gpu-arch takes sm_XX (sm_80, sm_90, ...), got '%s'", o->arch);
 	return 0;
 }
 
 /* compile: a model through the default pipeline (with the backend the
  * target talks through), or an IR file through the passes it still lacks
- * (all of them without programs, comm onwards without communication, the
- * proof onwards otherwise; cost before them in every case, for the target's
- * stash sizes); then the proof again, whatever ran, and code generation
- * (docs/codegen.md). */
+ * (run_pipeline); then the proof again, whatever ran, the comparison with
+ * the baselines (made once: printed for a tuned plan, and in report.md),
+ * and code generation (docs/codegen.md). */
 static int cmd_compile(const args *a)
 {
-	cg_dev dev;
-	const char *gpu_arch, *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
-	int bad_target = parse_target(a, &dev, &gpu_arch);
+	cg_options co = {0};
+	const char *target = a->set[O_TARGET] ? a->val[O_TARGET] : "cpu";
+	int bad_target = parse_target(a, &co);
 	if (bad_target)
 		return bad_target;
-	bool emu = dev == CG_DEV_EMU, cuda = dev != CG_DEV_NONE, emit_cu = false, emit_ptx = false;
+	bool emu = co.target == CG_TARGET_CUDA_EMU, cuda = co.target != CG_TARGET_CPU;
 	/* CPU ranks talk through MPI; CUDA ranks through NCCL (whose proof also
 	 * covers their OCTO_COMM=mpi mode). */
 	const char *backend = cuda ? "nccl" : "mpi";
 	ir_backend want = cuda ? IR_BACKEND_NCCL : IR_BACKEND_MPI;
-	cg_options co = {0};
 	if (a->set[O_EMIT]) {
 		char *list = strdup(a->val[O_EMIT]), *save = NULL;
 		int bad = 0;
@@ -881,11 +696,11 @@ static int cmd_compile(const args *a)
 			else if (strcmp(w, "obj") == 0)
 				co.emit_obj = true;
 			else if (cuda && strcmp(w, "cuda") == 0)
-				emit_cu = true;
+				co.emit_cu = true;
 			else if (cuda && !emu && strcmp(w, "ptx") == 0)
-				emit_ptx = true;
+				co.emit_ptx = true;
 			else
-				bad = cli_error(a->cmd->name, "--emit takes llvm, obj or both ('llvm,obj')%s, got '%s'",
+				bad = cli_error("--emit takes llvm, obj or both ('llvm,obj')%s, got '%s'",
 				                emu ? ", and for cuda-emu: cuda" : cuda ? ", and for cuda: cuda, ptx" : "", w);
 		}
 		free(list);
@@ -893,19 +708,19 @@ static int cmd_compile(const args *a)
 			return bad;
 	}
 	if (a->set[O_BACKEND] && strcmp(a->val[O_BACKEND], backend) != 0)
-		return cli_error(a->cmd->name, "--target %s runs its ranks over %s: --backend must be %s "
-		                               "(or left out), got '%s'", target, cuda ? "NCCL" : "MPI",
-		                 backend, a->val[O_BACKEND]);
+		return cli_error("--target %s runs its ranks over %s: --backend must be %s (or left out), "
+		                 "got '%s'", target, cuda ? "NCCL" : "MPI", backend, a->val[O_BACKEND]);
 	pipeline pl;
 	int rc = setup_pipeline(a, &pl);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if (!a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0)
-		return cli_error(a->cmd->name, "compile writes a directory of executables: give it with -o DIR");
+		return cli_error("compile writes a directory of executables: give it with -o DIR");
 	co.dir = a->val[O_OUTPUT];
 
 	arena *ar = arena_new();
 	ir_module *m;
+	bool finish = false;
 	if (a->input && is_ir_file(a->input)) {
 		if (model_flags_on_ir(a, false)) {
 			arena_free(ar);
@@ -920,8 +735,7 @@ static int cmd_compile(const args *a)
 			ir_free(m);
 			m = NULL;
 		}
-		if (m && !a->set[O_PASSES])
-			pl.n = pass_lacking(m, pl.ids);
+		finish = !a->set[O_PASSES];
 		if (m)
 			m->plan.backend = want;
 	} else {
@@ -936,29 +750,18 @@ static int cmd_compile(const args *a)
 		arena_free(ar);
 		return 1;
 	}
-	rc = pass_run(m, pl.ids, pl.n, &pl.po) ? 1 : 0;
-	if (!rc && ir_verify(m) != 0)
-		rc = 1;
-	/* The proof is checked again whatever ran: codegen trusts no text. */
-	if (!rc && ir_lowered(m) && pass_run_one(m, PASS_verify, NULL) != 0)
-		rc = 1;
-	bool failed = false;
-	sim_result *r = rc ? NULL : maybe_simulate(m, &failed);
-	if (failed)
-		rc = 1;
-	if (!rc && !pl.po.print_after_all) {
-		print_plan_table(m);
-		if (r)
-			print_sim_table(m, r);
-		if (r && m->plan.schedule == IR_SCHED_TUNED)
-			print_comparison(m, r);
+	sim_result *r;
+	rc = run_pipeline(m, &pl, finish, true, &r);
+	plan_comparison c;
+	if (!rc && r) {
+		plan_compare(m, &budget, &c);
+		co.baselines = c.rows;
+		co.lower_bound = c.lower_bound;
 	}
-	if (!rc && cuda) {
-		if (cg_compile_device(m, r, &co, dev, gpu_arch, emit_cu, emit_ptx) != 0)
-			rc = 1;
-	} else if (!rc && cg_compile_cpu(m, r, &co) != 0) {
+	if (!rc && !pl.po.print_after_all)
+		print_tables(m, r, r ? &c : NULL);
+	if (!rc && cg_compile(m, &co) != 0)
 		rc = 1;
-	}
 	sim_free(r);
 	ir_free(m);
 	arena_free(ar);
@@ -970,26 +773,25 @@ static int cmd_compile(const args *a)
  * mode; its programs write the profile (rt_profile). */
 static int cmd_profile(const args *a)
 {
-	cg_dev dev;
-	const char *arch;
-	int bad_target = parse_target(a, &dev, &arch);
+	cg_options co = {.quiet = true};
+	int bad_target = parse_target(a, &co);
 	if (bad_target)
 		return bad_target;
-	bool cuda = dev != CG_DEV_NONE;
+	bool cuda = co.target != CG_TARGET_CPU;
 	if (!a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0)
-		return cli_error(a->cmd->name, "give the profile file with -o FILE");
+		return cli_error("give the profile file with -o FILE");
 	if (is_ir_file(a->input))
-		return cli_error(a->cmd->name, "profile measures a model: give MODEL.yaml, not a plan");
+		return cli_error("profile measures a model: give MODEL.yaml, not a plan");
 	/* The scratch build goes under $TMPDIR (else /tmp), as mkdtemp users do. */
 	const char *tmpdir = getenv("TMPDIR");
 	if (!tmpdir || !*tmpdir)
 		tmpdir = "/tmp";
 	char dir[1024];
 	if (strlen(tmpdir) > sizeof dir - 32 || strchr(tmpdir, '\''))
-		return cli_error(a->cmd->name, "TMPDIR '%.100s' is too long or holds a quote", tmpdir);
+		return cli_error("TMPDIR '%.100s' is too long or holds a quote", tmpdir);
 	snprintf(dir, sizeof dir, "%s/octopipe-profile-XXXXXX", tmpdir);
 	if (!mkdtemp(dir))
-		return cli_error(a->cmd->name, "cannot make a build directory in %s: %s", tmpdir,
+		return cli_error("cannot make a build directory in %s: %s", tmpdir,
 		                 strerror(errno));
 	args b = *a;
 	b.val[O_BACKEND] = cuda ? "nccl" : "mpi";
@@ -1000,13 +802,12 @@ static int cmd_profile(const args *a)
 	ir_module *m = load_model(&b);
 	int rc = 1;
 	sim_result *r = NULL;
-	if (m && pass_run_default(m, NULL) == 0 &&
-	    ir_verify(m) == 0) {
-		bool failed;
-		r = maybe_simulate(m, &failed);
-		cg_options co = {.dir = dir, .quiet = true};
-		rc = failed || (cuda ? cg_compile_device(m, r, &co, dev, arch, false, false)
-		                     : cg_compile_cpu(m, r, &co)) != 0;
+	if (m) {
+		/* No comparison: report.md of a scratch build is not read. */
+		pipeline pl = {0};
+		pl.n = pass_pipeline_for(m, pl.ids);
+		co.dir = dir;
+		rc = run_pipeline(m, &pl, false, false, &r) || cg_compile(m, &co) != 0;
 	}
 	if (!rc) {
 		char out[4096], cmd[8192];
@@ -1018,8 +819,8 @@ static int cmd_profile(const args *a)
 		fflush(stdout);
 		snprintf(cmd, sizeof cmd, "'%s/launch' --profile '%s'", dir, out);
 		if (strchr(out, '\'') || system(cmd) != 0)
-			rc = cli_error(a->cmd->name, "the profiling run failed (%s/launch --profile %s; it "
-			                             "needs mpirun)", dir, out);
+			rc = cli_error("the profiling run failed (%s/launch --profile %s; it "
+			               "needs mpirun)", dir, out);
 		else
 			printf("wrote %s\n", a->val[O_OUTPUT]);
 	}
@@ -1027,7 +828,7 @@ static int cmd_profile(const args *a)
 		char cmd[4200];
 		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 		if (system(cmd) != 0)
-			fprintf(stderr, "octopipe profile: warning: could not remove %s\n", dir);
+			diag_note((ir_loc){0}, "could not remove the build directory %s", dir);
 	}
 	sim_free(r);
 	ir_free(m);
@@ -1053,9 +854,6 @@ int main(int argc, char **argv)
 	int rc = parse_args(argc, argv, &a);
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	static char program[64];
-	snprintf(program, sizeof program, "octopipe %s", a.cmd->name);
-	diag_program = program;
 	double seconds = 0;
 	if (a.set[O_TUNE_BUDGET] && parse_seconds(&a, O_TUNE_BUDGET, 1e6, &seconds))
 		return 1;

@@ -31,15 +31,15 @@
 
 #define WITHIN 5.0 /* percent: "ran as predicted" */
 
+/* An error about the directory or its traces: through the one printer
+ * (no location: "octopipe report: error: ..."); returns the exit status. */
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...)
 {
 	va_list ap;
-	fputs("octopipe report: error: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	diag_verror((ir_loc){0}, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 	return 1;
 }
 
@@ -47,18 +47,6 @@ static bool exists(const char *path)
 {
 	struct stat st;
 	return stat(path, &st) == 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* A number after "key": in one event line of a libocto_rt trace. */
@@ -172,9 +160,9 @@ static int cmp_gap(const void *a, const void *b)
 	return x > y ? -1 : x < y;
 }
 
-static const char *ms(char *buf, double us)
+static const char *time_text(char *buf, double us)
 {
-	snprintf(buf, 24, "%.3f ms", us * 1e-3);
+	ir_fmt_time(buf, 24, us);
 	return buf;
 }
 
@@ -350,7 +338,7 @@ int report_run(const char *dir)
 	}
 	tmp = malloc((size_t)(rn.nsteps + 1) * sizeof *tmp);
 	memcpy(tmp, span + first, (size_t)used * sizeof *tmp);
-	double measured = median(tmp, used);
+	double measured = ir_median(tmp, used);
 	int mid = first; /* the step closest to the median, for the merged trace */
 	for (int s = first; s < rn.nsteps; s++)
 		if (fabs(span[s] - measured) < fabs(span[mid] - measured))
@@ -359,7 +347,7 @@ int report_run(const char *dir)
 	if (rn.nsteps - first >= 2) {
 		for (int s = first; s + 1 < rn.nsteps; s++)
 			tmp[s - first] = origin[s + 1] - origin[s];
-		period = median(tmp, rn.nsteps - 1 - first);
+		period = ir_median(tmp, rn.nsteps - 1 - first);
 	}
 
 	meas = new_result(m);
@@ -373,10 +361,10 @@ int report_run(const char *dir)
 				continue;
 			for (int s = first; s < rn.nsteps; s++)
 				tmp[s - first] = rn.t0[AT(&rn, d, i, s)] - origin[s];
-			sd->start[i] = median(tmp, used);
+			sd->start[i] = ir_median(tmp, used);
 			for (int s = first; s < rn.nsteps; s++)
 				tmp[s - first] = rn.t1[AT(&rn, d, i, s)] - origin[s];
-			sd->end[i] = median(tmp, used);
+			sd->end[i] = ir_median(tmp, used);
 			sd->busy += sd->end[i] - sd->start[i];
 		}
 		idle += measured - sd->busy;
@@ -390,19 +378,19 @@ int report_run(const char *dir)
 	       "medians of steps %d..%d\n", dir, m->model.name, ir_schedule_names[m->plan.schedule], nd,
 	       (long long)M, rn.nsteps, first + 1, rn.nsteps);
 	printf("\n%-22s %12s %12s %8s\n", "", "predicted", "measured", "error");
-	printf("%-22s %12s %12s %+7.1f%%\n", "step time", ms(a, pred->makespan), ms(b, measured), err);
+	printf("%-22s %12s %12s %+7.1f%%\n", "step time", time_text(a, pred->makespan), time_text(b, measured), err);
 	for (int d = 0; d < nd; d++) {
 		double pb = pred->dev[d].busy, mb_ = meas->dev[d].busy;
 		char lab[32];
 		snprintf(lab, sizeof lab, "D%d busy", d);
-		printf("%-22s %12s %12s %+7.1f%%\n", lab, ms(a, pb), ms(b, mb_), 100 * (mb_ / pb - 1));
+		printf("%-22s %12s %12s %+7.1f%%\n", lab, time_text(a, pb), time_text(b, mb_), 100 * (mb_ / pb - 1));
 		snprintf(lab, sizeof lab, "D%d bubble", d);
-		printf("%-22s %12s %12s %+7.1f%%\n", lab, ms(c, pred->makespan - pb), ms(e, measured - mb_),
+		printf("%-22s %12s %12s %+7.1f%%\n", lab, time_text(c, pred->makespan - pb), time_text(e, measured - mb_),
 		       pred->makespan - pb > 0 ? 100 * ((measured - mb_) / (pred->makespan - pb) - 1) : 0.0);
 	}
 	if (isfinite(period))
 		printf("(the whole step, first op to the next step's, with AdamW and the step's end, "
-		       "which the simulator leaves out: %s)\n", ms(a, period));
+		       "which the simulator leaves out: %s)\n", time_text(a, period));
 
 	gaps = malloc((size_t)(rn.total ? rn.total : 1) * sizeof *gaps);
 	int ng = 0;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cg.h"
+#include "cg_impl.h" /* cg_lower_rank: the op table a rank runs */
 #include "dev.h" /* dev_layer_sizes */
 #include "frontend.h"
 #include "pass.h"
@@ -66,7 +66,7 @@ START_TEST(test_plan_is_what_runs)
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_dev_plan *p = &m->memplan[d];
 		cg_rank r;
-		ck_assert_int_eq(cg_lower_rank(m, NULL, d, device, a, &r), 0);
+		ck_assert_int_eq(cg_lower_rank(m, 0, d, device, a, &r), 0);
 
 		/* The runtime's stashes, stage by stage: each layer's slice where
 		 * the rank program puts it, their sum the plan's buffer. */
@@ -153,7 +153,7 @@ START_TEST(test_measured_stash_of_another_executor)
 	arena *a = arena_new();
 	cg_rank r;
 	tu_capture();
-	ck_assert_int_eq(cg_lower_rank(m, NULL, 0, false, a, &r), -1);
+	ck_assert_int_eq(cg_lower_rank(m, 0, 0, false, a, &r), -1);
 	char *err = tu_release_first_line();
 	ck_assert_msg(strstr(err, "layer L2 (mlp): the profile measured an act stash of 1024 bytes, "
 	                          "but the CPU runtime holds ") != NULL, "%s", err);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cg.h"
+#include "cg_impl.h" /* cg_lower_rank: the lowering, below codegen's entry */
 #include "frontend.h"
 #include "pass.h"
 #include "simulate.h"
@@ -654,7 +654,7 @@ START_TEST(test_plans_compile)
 					for (int d = 0; d < m->ndevices; d++) {
 						cg_rank rank;
 						tu_capture();
-						int lrc = cg_lower_rank(m, NULL, d, false, a, &rank);
+						int lrc = cg_lower_rank(m, 0, d, false, a, &rank);
 						char *err = tu_release_first_line();
 						ck_assert_msg(lrc == 0, "%s %s p=%d m=%d: codegen refuses D%d: %s",
 						              models[mi], sname(sched), p, M, d, err);

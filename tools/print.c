@@ -1,0 +1,218 @@
+/* print.c: what the driver prints of a plan: the plan table (stages,
+ * devices, first ops), the simulated step, the comparison with the
+ * baselines, and the same as one JSON object (docs/cli.md). */
+#include "print.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "pass.h"
+
+static void stage_kinds(const ir_module *m, const ir_stage *s, char *buf, size_t n)
+{
+	size_t k = 0;
+	for (int l = s->first; l <= s->last && k + 4 < n; l++) {
+		ir_layer_kind kind = m->layers[l].kind;
+		char c = ir_layer_kind_chars[kind];
+		buf[k++] = c ? c : kind == IR_LAYER_EMBEDDING ? 'e' : 'h';
+	}
+	if (k + 4 >= n && s->last - s->first + 1 > (int)k)
+		buf[k++] = '.', buf[k++] = '.', buf[k++] = '.';
+	buf[k] = 0;
+}
+
+static void print_json_str(const char *s)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
+/* Microseconds as text in the unit that reads best. */
+static const char *fmt_time(char *buf, size_t n, double us)
+{
+	ir_fmt_time(buf, n, us);
+	return buf;
+}
+
+static void print_array(const char *name, const sim_result *r, double (*get)(const sim_device *))
+{
+	printf(", \"%s\": [", name);
+	for (int d = 0; d < r->ndev; d++)
+		printf("%s%.9g", d ? ", " : "", get(&r->dev[d]));
+	printf("]");
+}
+
+static double busy_s(const sim_device *d) { return d->busy * 1e-6; }
+static double warmup_s(const sim_device *d) { return d->warmup * 1e-6; }
+static double cooldown_s(const sim_device *d) { return d->cooldown * 1e-6; }
+static double residual_s(const sim_device *d) { return d->residual * 1e-6; }
+static double peak_mem(const sim_device *d) { return (double)d->peak_mem; }
+
+/* The simulator's fields of the JSON object (docs/cli.md). */
+static void print_sim_json(const sim_result *r, bool times_only)
+{
+	printf(", \"makespan_s\": %.9g, \"bubble_ratio\": %.6f, \"tokens_per_s\": %.6g",
+	       r->makespan * 1e-6, r->bubble_ratio, r->tokens_per_s);
+	if (times_only) /* a timing profile: no FLOPs, no memory */
+		printf(", \"mfu\": null, \"peak_mem_bytes\": null");
+	else
+		printf(", \"mfu\": %.6f", r->mfu), print_array("peak_mem_bytes", r, peak_mem);
+	print_array("busy_s", r, busy_s);
+	print_array("warmup_s", r, warmup_s);
+	print_array("cooldown_s", r, cooldown_s);
+	print_array("residual_s", r, residual_s);
+}
+
+void print_plan_json(const ir_module *m, const sim_result *r)
+{
+	printf("{\"model\": ");
+	print_json_str(m->model.name);
+	printf(", \"layers\": %d, \"devices\": %lld, \"microbatches\": %lld, \"schedule\": \"%s\", "
+	       "\"partition\": \"%s\", \"chunks\": %lld, \"stages\": [",
+	       m->nlayers, (long long)m->cluster.devices, (long long)m->train.microbatches,
+	       ir_schedule_names[m->plan.schedule], pass_partition_label(m),
+	       (long long)ir_plan_chunks(&m->plan));
+	for (int s = 0; s < m->nstages; s++) {
+		char kinds[256];
+		stage_kinds(m, &m->stages[s], kinds, sizeof kinds);
+		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\"}", s ? ", " : "",
+		       m->stages[s].first, m->stages[s].last, m->stages[s].device, kinds);
+	}
+	printf("], \"ops_per_device\": [");
+	for (int d = 0; d < m->ndevices; d++)
+		printf("%s%d", d ? ", " : "", m->devices[d].nops);
+	printf("]");
+	if (r)
+		print_sim_json(r, ir_times_only(m));
+	printf("}\n");
+}
+
+/* Bytes as text, or "n/a" where the costs carry times only. */
+static const char *fmt_peak(char *buf, size_t n, const ir_module *m, uint64_t bytes)
+{
+	if (ir_times_only(m))
+		snprintf(buf, n, "n/a");
+	else
+		ir_fmt_size(buf, n, bytes); /* the one size formatter: 954 KiB, not 0.93 MiB */
+	return buf;
+}
+
+void print_sim_table(const ir_module *m, const sim_result *r)
+{
+	char t[32], u[32], v[32], w[32], x[32], mfu[32];
+	bool times_only = ir_times_only(m);
+	if (times_only) /* a timing profile: no FLOPs */
+		snprintf(mfu, sizeof mfu, "n/a");
+	else
+		snprintf(mfu, sizeof mfu, "%.1f %%", 100 * r->mfu);
+	printf("\nsimulated step (%s, %lld micro-batches): makespan %s, bubble %.1f %%, "
+	       "%.0f tokens/s, MFU %s\n",
+	       ir_schedule_names[m->plan.schedule], (long long)m->train.microbatches,
+	       fmt_time(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s, mfu);
+	/* Measured (or hand-written) times faster than the peak allows: the
+	 * number is not a utilisation, and is not printed as if it were one. */
+	if (!times_only && r->mfu > 1)
+		printf("note: MFU above 100 %%: the layers' times are shorter than their FLOPs take at the "
+		       "cluster's peak_flops (%g FLOP/s); the peak, or the times, are not this machine's\n",
+		       m->cluster.flops);
+	printf("%-7s %12s %12s %12s %12s %12s\n", "device", "busy", "warm-up", "cool-down",
+	       "residual", "peak memory");
+	for (int d = 0; d < r->ndev; d++) {
+		const sim_device *sd = &r->dev[d];
+		bool over = sd->peak_mem > m->cluster.mem;
+		printf("D%-6d %12s %12s %12s %12s %12s%s\n", d, fmt_time(t, sizeof t, sd->busy),
+		       fmt_time(u, sizeof u, sd->warmup), fmt_time(v, sizeof v, sd->cooldown),
+		       fmt_time(w, sizeof w, sd->residual), fmt_peak(x, sizeof x, m, sd->peak_mem),
+		       over ? "  exceeds the device's memory" : "");
+	}
+}
+
+void plan_compare(const ir_module *m, tune_budget *b, plan_comparison *c)
+{
+	tune_baselines(m, b, c->rows);
+	c->lower_bound = tune_lower_bound(m);
+}
+
+void print_comparison(const ir_module *m, const sim_result *r, const plan_comparison *c)
+{
+	const tune_row *rows = c->rows;
+	double lb = c->lower_bound, best = INFINITY;
+	for (int i = 0; i < TUNE_NBASELINES; i++)
+		if (rows[i].ok && rows[i].fits && rows[i].makespan < best)
+			best = rows[i].makespan;
+	char t[32], mem[32];
+	printf("\n%-14s %12s %8s %12s %10s\n", "plan", "step", "bubble", "peak memory", "tuned is");
+	for (int i = 0; i < TUNE_NBASELINES; i++) {
+		const tune_row *row = &rows[i];
+		if (!row->ok) {
+			printf("%-14s %s\n", row->name, row->why);
+			continue;
+		}
+		printf("%-14s %12s %7.1f%% %12s %9.2fx%s\n", row->name, fmt_time(t, sizeof t, row->makespan),
+		       100 * row->bubble, fmt_peak(mem, sizeof mem, m, row->peak_mem),
+		       row->makespan / r->makespan, row->fits ? "" : "  (exceeds memory)");
+	}
+	uint64_t peak = 0;
+	for (int d = 0; d < r->ndev; d++)
+		peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
+	printf("%-14s %12s %7.1f%% %12s\n", "tuned", fmt_time(t, sizeof t, r->makespan),
+	       100 * r->bubble_ratio, fmt_peak(mem, sizeof mem, m, peak));
+	printf("%-14s %12s   (tuned is %.1f %% above it", "lower bound", fmt_time(t, sizeof t, lb),
+	       100 * (r->makespan / lb - 1));
+	if (isfinite(best))
+		printf("; %.2fx faster than the best baseline that fits", best / r->makespan);
+	printf(")\n");
+}
+
+
+
+void print_plan_table(const ir_module *m)
+{
+	ir_print_summary(stdout, m, pass_partition_label(m));
+	if (!m->nstages)
+		return;
+	printf("\n%-6s %-14s %-7s %s\n", "stage", "layers", "device", "kinds (e embedding, h head, "
+	       "M mamba, * attention, - mlp, E moe)");
+	for (int s = 0; s < m->nstages; s++) {
+		const ir_stage *st = &m->stages[s];
+		char range[32], dev[16], kinds[64];
+		snprintf(range, sizeof range, "L%d..L%d", st->first, st->last);
+		if (st->device >= 0)
+			snprintf(dev, sizeof dev, "D%d", st->device);
+		else
+			snprintf(dev, sizeof dev, "-");
+		stage_kinds(m, st, kinds, sizeof kinds);
+		printf("S%-5d %-14s %-7s %s\n", s, range, dev, kinds);
+	}
+	if (!m->ndevices)
+		return;
+	printf("\n%-7s %-5s %s%s\n", "device", "ops", m->memplan ? "arena        " : "",
+	       "program (first ops: F/B/W stage.mb; send, recv, wait of an act or grad, >/< the peer)");
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		printf("D%-6d %-5d", d, dev->nops);
+		char ab[32];
+		if (m->memplan) /* the memplan pass: what codegen allocates besides the resident bytes */
+			printf(" %-12s", fmt_peak(ab, sizeof ab, m, m->memplan[d].arena));
+		for (int i = 0; i < dev->nops && i < 8; i++) {
+			/* A send is not its producer's F: send:act0.0>D1 is "send act S0 m0 to D1". */
+			const ir_op *op = &dev->ops[i];
+			if (op->comm == IR_COMM_NONE)
+				printf(" %s%d.%d", ir_op_names[op->kind], op->stage, op->mb);
+			else if (op->comm == IR_COMM_WAIT)
+				printf(" wait:%s%d.%d", ir_value_names[op->kind], op->stage, op->mb);
+			else
+				printf(" %s:%s%d.%d%sD%d", ir_comm_names[op->comm], ir_value_names[op->kind],
+				       op->stage, op->mb, op->comm == IR_COMM_SEND ? ">" : "<", op->peer);
+		}
+		printf("%s\n", dev->nops > 8 ? " ..." : "");
+	}
+}

@@ -1,0 +1,32 @@
+/* print.h: the driver's printers (print.c): the plan, its simulated step,
+ * its comparison with the baselines, and all of it as JSON. */
+#ifndef OCTO_PRINT_H
+#define OCTO_PRINT_H
+
+#include "ir.h"
+#include "simulate.h"
+#include "tune.h"
+
+/* Every baseline planned and simulated on the plan's model, and the lower
+ * bound: made once per command, and shown by the stdout table and by the
+ * compiled directory's report.md alike. */
+typedef struct plan_comparison {
+	tune_row rows[TUNE_NBASELINES];
+	double lower_bound; /* microseconds */
+} plan_comparison;
+
+void plan_compare(const ir_module *m, tune_budget *b, plan_comparison *c);
+
+/* The summary, the stages and each device's first ops. */
+void print_plan_table(const ir_module *m);
+
+/* The simulated step: makespan, bubble, throughput, MFU, and per device. */
+void print_sim_table(const ir_module *m, const sim_result *r);
+
+/* The tuned plan (r) against the baselines and the lower bound. */
+void print_comparison(const ir_module *m, const sim_result *r, const plan_comparison *c);
+
+/* The plan, and r's fields when r is not NULL, as one JSON object. */
+void print_plan_json(const ir_module *m, const sim_result *r);
+
+#endif
