@@ -53,7 +53,9 @@ const ir_attr_info ir_attr_table[] = {
 };
 
 /* The header lines' tables (ir.h) laid out as data.  A row's type names
- * the HF_ macro that fills in what the type needs. */
+ * the HF_ macro that fills in what the type needs; HF_STRUCT is the line's
+ * struct while its rows expand (a new line: a block below and its row in
+ * IR_HLINES). */
 #define HF_NAME .type = IR_HF_NAME
 #define HF_INT(l, h) .type = IR_HF_INT, .lo = (l), .hi = (h)
 #define HF_U64 .type = IR_HF_U64
