@@ -1,5 +1,6 @@
-/* yamlsrc.c: locations, message helpers and numbers for the frontend's
- * YAML readers, and the event reader of the profiles (yamlsrc.h). */
+/* yamlsrc.c: locations, message helpers, numbers and paths for the
+ * frontend's YAML readers, and the event reader of the profiles
+ * (yamlsrc.h). */
 #include "yamlsrc.h"
 
 #include <math.h>
@@ -355,4 +356,25 @@ int yev_key_index(yev *r, const char *noun, const char *where, const char *const
 	seen[k] = true;
 	first[k] = yev_here(r);
 	return k;
+}
+
+/* ---- paths ------------------------------------------------------------------ */
+
+/* `path` relative to the directory `dir` (NULL or "": as given). */
+const char *ysrc_resolve(arena *a, const char *dir, const char *path)
+{
+	if (!dir || !*dir || path[0] == '/')
+		return arena_strdup(a, path);
+	return arena_printf(a, "%s/%s", dir, path);
+}
+
+/* Directory part of a file name, "" for a bare name. */
+const char *ysrc_dir_of(arena *a, const char *file)
+{
+	const char *slash = strrchr(file, '/');
+	if (!slash)
+		return "";
+	if (slash == file)
+		return "/";
+	return arena_strndup(a, file, (size_t)(slash - file));
 }

@@ -1,8 +1,9 @@
-/* yamlsrc.h: what the frontend's YAML readers share -- the model file
- * (frontend.c, a node tree) and profiles (profile.c and profile_json.c,
- * an event stream): file:line:col locations from libyaml's marks, user
- * values as messages show them, numbers as the formats write them, the
- * event reader, and a new module's start.  Private to frontend/. */
+/* yamlsrc.h: what the frontend's YAML readers share -- the model and
+ * cluster files (a node tree, modelfile.h) and profiles (profile.c and
+ * profile_json.c, an event stream): file:line:col locations from libyaml's
+ * marks, user values as messages show them, numbers as the formats write
+ * them, paths relative to a file, the event reader, and a new module's
+ * start.  Private to frontend/. */
 #ifndef OCTO_YAMLSRC_H
 #define OCTO_YAMLSRC_H
 
@@ -66,6 +67,11 @@ enum { YSRC_ANY, YSRC_POSITIVE, YSRC_NONNEG };
  * which names the value `what`. */
 int ysrc_number(arena *a, ir_loc loc, const char *what, const char *s, bool plain, int sign,
                 double *out);
+
+/* `path` relative to the directory `dir` (NULL or "": as given), and the
+ * directory part of a file name ("" for a bare name); from a. */
+const char *ysrc_resolve(arena *a, const char *dir, const char *path);
+const char *ysrc_dir_of(arena *a, const char *file);
 
 /* ---- modules (frontend.c, profile_json.c) ------------------------------------ */
 

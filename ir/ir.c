@@ -4,6 +4,7 @@
 #include "ir.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,49 @@ const char *const ir_cost_field_names[] = {IR_COST_FIELDS(NAME)};
 const ir_attr_info ir_attr_table[] = {
 #define X(e, s, k, t, lo, hi) {s, k, t, lo, hi},
 	IR_ATTRS(X)
+#undef X
+};
+
+/* The header lines' tables (ir.h) laid out as data.  A row's type names
+ * the HF_ macro that fills in what the type needs; HF_STRUCT is the line's
+ * struct while its rows expand (a new line: a block below and its row in
+ * IR_HLINES). */
+#define HF_NAME .type = IR_HF_NAME
+#define HF_INT(l, h) .type = IR_HF_INT, .lo = (l), .hi = (h)
+#define HF_U64 .type = IR_HF_U64
+#define HF_ENUM(n) .type = IR_HF_ENUM, .names = (n), .nnames = (int)(sizeof(n) / sizeof *(n))
+#define HF_F64 .type = IR_HF_F64
+#define HF_US .type = IR_HF_US
+#define HF_BYTES .type = IR_HF_BYTES
+#define HF_RATE .type = IR_HF_RATE
+#define HF_STR .type = IR_HF_STR
+#define HF_LINK .type = IR_HF_LINK
+#define HF_LIST(n, l, h) .type = IR_HF_LIST, .count = offsetof(HF_STRUCT, n), .lo = (l), .hi = (h)
+/* 0 in the `at` column is "not kept": offset 0 is the module's arena. */
+#define IR_HF_AT(m) offsetof(ir_module, m)
+_Static_assert(offsetof(ir_module, arena) == 0, "IR_HF_AT's 0 must name no ir_loc");
+#define HF_ROW(k, m, t, g, a)                                                  \
+	{.key = k, .off = offsetof(HF_STRUCT, m), .size = sizeof(((HF_STRUCT *)0)->m), HF_##t,  \
+	 .group = g, .at = a},
+
+#define HF_STRUCT ir_model_info
+static const ir_hfield model_fields[] = {IR_MODEL_FIELDS(HF_ROW)};
+#undef HF_STRUCT
+#define HF_STRUCT ir_train
+static const ir_hfield train_fields[] = {IR_TRAIN_FIELDS(HF_ROW)};
+#undef HF_STRUCT
+#define HF_STRUCT ir_cluster
+static const ir_hfield cluster_fields[] = {IR_CLUSTER_FIELDS(HF_ROW)};
+#undef HF_STRUCT
+#define HF_STRUCT ir_plan_opts
+static const ir_hfield plan_fields[] = {IR_PLAN_FIELDS(HF_ROW)};
+#undef HF_STRUCT
+
+const ir_hline ir_hlines[] = {
+#define X(e, kw, m)                                                            \
+	{kw, offsetof(ir_module, m), offsetof(ir_module, m##_loc), m##_fields,     \
+	 (int)(sizeof m##_fields / sizeof *m##_fields)},
+	IR_HLINES(X)
 #undef X
 };
 
@@ -506,6 +550,36 @@ static bool i64s_eq(const int64_t *a, int na, const int64_t *b, int nb)
 	return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
 }
 
+bool ir_hfield_eq(const ir_hfield *f, const void *a, const void *b)
+{
+	const char *x = a, *y = b;
+	const void *p = x + f->off, *q = y + f->off;
+	switch (f->type) {
+	case IR_HF_NAME:
+	case IR_HF_STR:
+		return str_eq(*(const char *const *)p, *(const char *const *)q);
+	case IR_HF_INT:
+		return *(const int64_t *)p == *(const int64_t *)q;
+	case IR_HF_U64:
+	case IR_HF_BYTES:
+		return *(const uint64_t *)p == *(const uint64_t *)q;
+	case IR_HF_ENUM:
+		return *(const int *)p == *(const int *)q;
+	case IR_HF_F64:
+	case IR_HF_US:
+	case IR_HF_RATE:
+		return *(const double *)p == *(const double *)q;
+	case IR_HF_LINK: {
+		const ir_link *l = p, *k = q;
+		return l->bw == k->bw && l->lat == k->lat;
+	}
+	case IR_HF_LIST:
+		return i64s_eq(*(int64_t *const *)p, *(const int *)(x + f->count),
+		               *(int64_t *const *)q, *(const int *)(y + f->count));
+	}
+	ir_bug("header field '%s' of unknown type %d", f->key, (int)f->type);
+}
+
 static bool memplan_eq(const ir_module *a, const ir_module *b)
 {
 	if (!a->memplan || !b->memplan)
@@ -529,31 +603,12 @@ static bool memplan_eq(const ir_module *a, const ir_module *b)
 
 bool ir_equal(const ir_module *a, const ir_module *b)
 {
-	const ir_model_info *ma = &a->model, *mb = &b->model;
-	if (!str_eq(ma->name, mb->name) || ma->hidden != mb->hidden ||
-	    ma->vocab != mb->vocab || ma->seq != mb->seq || ma->dtype != mb->dtype)
-		return false;
-	const ir_train *ta = &a->train, *tb = &b->train;
-	if (ta->mbs != tb->mbs || ta->microbatches != tb->microbatches ||
-	    ta->steps != tb->steps || ta->optimizer != tb->optimizer ||
-	    ta->lr != tb->lr || ta->weight_decay != tb->weight_decay ||
-	    ta->seed != tb->seed || ta->data != tb->data ||
-	    !str_eq(ta->text_file, tb->text_file))
-		return false;
-	const ir_cluster *ca = &a->cluster, *cb = &b->cluster;
-	if (!str_eq(ca->name, cb->name) || ca->devices != cb->devices ||
-	    ca->per_node != cb->per_node || ca->mem != cb->mem ||
-	    ca->flops != cb->flops || ca->membw != cb->membw || ca->cache != cb->cache ||
-	    ca->send_post != cb->send_post || ca->recv_post != cb->recv_post ||
-	    ca->intra.bw != cb->intra.bw || ca->intra.lat != cb->intra.lat ||
-	    ca->inter.bw != cb->inter.bw || ca->inter.lat != cb->inter.lat)
-		return false;
-	const ir_plan_opts *pa = &a->plan, *pb = &b->plan;
-	if (pa->schedule != pb->schedule || pa->chunks != pb->chunks || pa->backend != pb->backend ||
-	    pa->partition != pb->partition ||
-	    !i64s_eq(pa->given, pa->ngiven, pb->given, pb->ngiven) ||
-	    !i64s_eq(pa->placement, pa->nplacement, pb->placement, pb->nplacement))
-		return false;
+	for (int i = 0; i < IR_NHLINES; i++) {
+		const ir_hline *h = &ir_hlines[i];
+		for (int j = 0; j < h->nfields; j++)
+			if (!ir_hfield_eq(&h->fields[j], (const char *)a + h->off, (const char *)b + h->off))
+				return false;
+	}
 	if (!memplan_eq(a, b))
 		return false;
 	if (a->nlayers != b->nlayers || a->nstages != b->nstages ||

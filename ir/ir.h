@@ -9,6 +9,7 @@
 #define OCTO_IR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -406,6 +407,108 @@ typedef struct ir_module {
 	ir_loc *stage_loc;
 	ir_loc **op_loc;    /* op_loc[d][i], NULL when unknown */
 } ir_module;
+
+/* ---- header lines (docs/ir.md) ----------------------------------------
+ * The model, train, cluster and plan lines, one table each: the printer,
+ * the parser and ir_equal all walk these, so a new field is one row here
+ * and its struct member above.  X(key, member, type, group, at):
+ *   key     the field's name in the text;
+ *   member  the struct member that holds it;
+ *   type    NAME (the quoted name after the keyword), INT(lo, hi),
+ *           U64, ENUM(names), F64 (a finite number), US (the same in
+ *           microseconds, "12.5us"), BYTES ("2GiB"), RATE (a finite number
+ *           or "inf"), STR (a quoted string, NULL when absent),
+ *           LINK ("BANDWIDTH/LATENCYus"), LIST(count member, lo, hi)
+ *           (comma-separated integers);
+ *   group   0: required; otherwise optional, and the fields of one group
+ *           come together or not at all: printed when any of them is not
+ *           0, read when any of them is written;
+ *   at      0, or IR_HF_AT(m) when the parser keeps where the key was
+ *           written in the module member m (the passes' errors point
+ *           there).
+ * The fields are printed, read and compared in this order. */
+#define IR_MODEL_FIELDS(X)                                                     \
+	X("name", name, NAME, 0, 0)                                                \
+	X("hidden", hidden, INT(1, 1 << 20), 0, 0)                                 \
+	X("vocab", vocab, INT(1, 1 << 24), 0, 0)                                   \
+	X("seq", seq, INT(1, 1 << 24), 0, 0)                                       \
+	X("dtype", dtype, ENUM(ir_dtype_names), 0, IR_HF_AT(dtype_loc))
+
+#define IR_TRAIN_FIELDS(X)                                                     \
+	X("mbs", mbs, INT(1, 1 << 20), 0, 0)                                       \
+	X("microbatches", microbatches, INT(1, 1 << 20), 0, IR_HF_AT(microbatches_loc)) \
+	X("steps", steps, INT(1, INT32_MAX), 0, 0)                                 \
+	X("optimizer", optimizer, ENUM(ir_optimizer_names), 0, 0)                  \
+	X("lr", lr, F64, 0, 0)                                                     \
+	X("weight_decay", weight_decay, F64, 0, 0)                                 \
+	X("seed", seed, U64, 0, 0)                                                 \
+	X("data", data, ENUM(ir_data_names), 0, 0)                                 \
+	X("text", text_file, STR, 1, 0)
+
+#define IR_CLUSTER_FIELDS(X)                                                   \
+	X("name", name, NAME, 0, 0)                                                \
+	X("devices", devices, INT(1, 65536), 0, IR_HF_AT(cluster_at.devices))      \
+	X("per_node", per_node, INT(1, 65536), 0, 0)                               \
+	X("mem", mem, BYTES, 0, IR_HF_AT(cluster_at.mem))                          \
+	X("flops", flops, F64, 0, 0)                                               \
+	X("membw", membw, RATE, 0, 0)                                              \
+	X("cache", cache, BYTES, 1, 0)                                             \
+	X("send_post", send_post, US, 2, 0)                                        \
+	X("recv_post", recv_post, US, 2, 0)                                        \
+	X("intra", intra, LINK, 0, 0)                                              \
+	X("inter", inter, LINK, 0, 0)
+
+#define IR_PLAN_FIELDS(X)                                                      \
+	X("schedule", schedule, ENUM(ir_schedule_names), 0, 0)                     \
+	X("chunks", chunks, INT(1, 1024), 0, IR_HF_AT(chunks_loc))                 \
+	X("partition", partition, ENUM(ir_partition_names), 0, 0)                  \
+	X("given", given, LIST(ngiven, 0, INT32_MAX), 1, 0)                        \
+	X("placement", placement, LIST(nplacement, 0, INT32_MAX), 2, 0)            \
+	X("backend", backend, ENUM(ir_backend_names), 0, 0)
+
+/* X(enum suffix, keyword, module member): the line's struct is the
+ * member, its table IR_<suffix>_FIELDS and its location member##_loc. */
+#define IR_HLINES(X)                                                           \
+	X(MODEL, "model", model) X(TRAIN, "train", train)                          \
+	X(CLUSTER, "cluster", cluster) X(PLAN, "plan", plan)
+
+typedef enum ir_hf_type {
+	IR_HF_NAME, IR_HF_INT, IR_HF_U64, IR_HF_ENUM, IR_HF_F64, IR_HF_US, IR_HF_BYTES,
+	IR_HF_RATE, IR_HF_STR, IR_HF_LINK, IR_HF_LIST
+} ir_hf_type;
+
+/* One row of a header line's table, as ir.c lays it out. */
+typedef struct ir_hfield {
+	const char *key;
+	ir_hf_type type;
+	size_t off;               /* of the member in the line's struct */
+	size_t size;              /* of the member (checked against the type) */
+	int64_t lo, hi;           /* INT, and each element of a LIST */
+	const char *const *names; /* ENUM: its names, nnames of them */
+	int nnames;
+	size_t count;             /* LIST: offset of the int that counts it */
+	int group;                /* 0: required; see above */
+	size_t at;                /* offset in ir_module of an ir_loc, or 0 */
+} ir_hfield;
+
+typedef struct ir_hline {
+	const char *keyword;
+	size_t off, loc;          /* offsets in ir_module of the struct and its line's ir_loc */
+	const ir_hfield *fields;
+	int nfields;
+} ir_hline;
+
+typedef enum ir_hline_kind {
+#define X(e, kw, member) IR_HLINE_##e,
+	IR_HLINES(X)
+#undef X
+	IR_NHLINES
+} ir_hline_kind;
+
+extern const ir_hline ir_hlines[IR_NHLINES];
+
+/* Is field f the same in the line structs at a and b? */
+bool ir_hfield_eq(const ir_hfield *f, const void *a, const void *b);
 
 /* l when it is known, else fallback. */
 static inline ir_loc ir_loc_or(ir_loc l, ir_loc fallback)

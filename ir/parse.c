@@ -329,13 +329,15 @@ static void read_fields(parser *ps, fields *fs)
 		perr(ps, ps->t.loc, "expected 'key=value', got %s", tok_desc(ps, &ps->t));
 }
 
-static field *get(parser *ps, fields *fs, const char *key, bool required,
-                  const char *what)
+/* The field `key`, marked used; a string value is an error unless
+ * str_ok. */
+static field *find(parser *ps, fields *fs, const char *key, bool required, const char *what,
+                   bool str_ok)
 {
 	for (int i = 0; i < fs->n; i++)
 		if (strcmp(fs->f[i].key, key) == 0) {
 			fs->f[i].used = true;
-			if (fs->f[i].is_str && strcmp(key, "text") != 0) {
+			if (fs->f[i].is_str && !str_ok) {
 				perr(ps, fs->f[i].vloc, "'%s' takes a number or a name, not a string", key);
 				return NULL;
 			}
@@ -344,6 +346,11 @@ static field *get(parser *ps, fields *fs, const char *key, bool required,
 	if (required)
 		perr(ps, fs->end, "missing field '%s' in %s", key, what);
 	return NULL;
+}
+
+static field *get(parser *ps, fields *fs, const char *key, bool required, const char *what)
+{
+	return find(ps, fs, key, required, what, false);
 }
 
 /* Report the first field nobody asked for, with a suggestion. */
@@ -407,9 +414,9 @@ static int get_enum(parser *ps, fields *fs, const char *key,
 	return v;
 }
 
-static void get_link(parser *ps, fields *fs, const char *key, ir_link *out)
+static void get_link(parser *ps, fields *fs, const char *key, ir_link *out, const char *what)
 {
-	field *f = get(ps, fs, key, true, "cluster");
+	field *f = get(ps, fs, key, true, what);
 	if (!f)
 		return;
 	char *slash = strchr(f->val, '/');
@@ -424,10 +431,10 @@ static void get_link(parser *ps, fields *fs, const char *key, ir_link *out)
 	     key, f->val);
 }
 
-static void get_list(parser *ps, fields *fs, const char *key, int64_t **out,
-                     int *n)
+static void get_list(parser *ps, fields *fs, const char *key, int64_t lo, int64_t hi,
+                     int64_t **out, int *n, const char *what)
 {
-	field *f = get(ps, fs, key, false, "plan");
+	field *f = get(ps, fs, key, true, what);
 	if (!f)
 		return;
 	int cap = 0;
@@ -436,7 +443,7 @@ static void get_list(parser *ps, fields *fs, const char *key, int64_t **out,
 		if (comma)
 			*comma = 0;
 		int64_t v;
-		if (!parse_i64(s, 0, INT32_MAX, &v)) {
+		if (!parse_i64(s, lo, hi, &v)) {
 			perr(ps, f->vloc, "'%s' must be a comma-separated list of integers, got '%s'",
 			     key, s);
 			return;
@@ -450,19 +457,10 @@ static void get_list(parser *ps, fields *fs, const char *key, int64_t **out,
 
 /* ---- lines ------------------------------------------------------------ */
 
-static const char *const model_keys[] = {"hidden", "vocab", "seq", "dtype"};
-static const char *const train_keys[] = {"mbs", "microbatches", "steps", "optimizer",
-                                         "lr", "weight_decay", "seed", "data", "text"};
-static const char *const cluster_keys[] = {"devices", "per_node", "mem", "flops",
-                                           "membw", "cache", "send_post", "recv_post",
-                                           "intra", "inter"};
-static const char *const plan_keys[] = {"schedule", "chunks", "partition", "given",
-                                        "placement", "backend"};
 #define N(a) (int)(sizeof a / sizeof *a)
 
 /* keyword [STRING] fields EOL; the keyword is the current token. */
-static bool begin_line(parser *ps, const char *kw, bool has_name, const char **name,
-                       fields *fs)
+static bool begin_line(parser *ps, const char *kw, const char **name, fields *fs)
 {
 	skip_blank_lines(ps);
 	if (ps->err)
@@ -472,7 +470,7 @@ static bool begin_line(parser *ps, const char *kw, bool has_name, const char **n
 		return false;
 	}
 	next(ps);
-	if (has_name) {
+	if (name) {
 		if (ps->t.kind != T_STR) {
 			perr(ps, ps->t.loc, "expected a quoted name after '%s', got %s", kw,
 			     tok_desc(ps, &ps->t));
@@ -505,105 +503,96 @@ static void parse_header(parser *ps)
 	expect_eol(ps);
 }
 
-static void parse_model(parser *ps)
+/* Read field f of a header line into its struct at base. */
+static void parse_hfield(parser *ps, fields *fs, const ir_hfield *f, char *base, const char *what)
 {
-	fields fs;
-	ir_model_info *mi = &ps->m->model;
-	ps->m->model_loc = ps->t.loc;
-	if (!begin_line(ps, "model", true, &mi->name, &fs))
+	void *p = base + f->off;
+	field *x;
+	switch (f->type) {
+	case IR_HF_NAME:
+		return; /* begin_line read it */
+	case IR_HF_INT:
+		get_i64(ps, fs, f->key, f->lo, f->hi, p, what);
 		return;
-	get_i64(ps, &fs, "hidden", 1, 1 << 20, &mi->hidden, "model");
-	get_i64(ps, &fs, "vocab", 1, 1 << 24, &mi->vocab, "model");
-	get_i64(ps, &fs, "seq", 1, 1 << 24, &mi->seq, "model");
-	mi->dtype = get_enum(ps, &fs, "dtype", ir_dtype_names, IR_NDTYPES, "model");
-	field *at = get(ps, &fs, "dtype", false, "model");
-	if (at)
-		ps->m->dtype_loc = at->kloc;
-	check_unused(ps, &fs, "model", model_keys, N(model_keys));
-	expect_eol(ps);
-}
-
-static void parse_train(parser *ps)
-{
-	fields fs;
-	ir_train *t = &ps->m->train;
-	ps->m->train_loc = ps->t.loc;
-	if (!begin_line(ps, "train", false, NULL, &fs))
+	case IR_HF_U64:
+		x = get(ps, fs, f->key, true, what);
+		if (x && !parse_u64(x->val, p))
+			perr(ps, x->vloc, "'%s' must be an unsigned integer, got '%s'", f->key, x->val);
 		return;
-	get_i64(ps, &fs, "mbs", 1, 1 << 20, &t->mbs, "train");
-	get_i64(ps, &fs, "microbatches", 1, 1 << 20, &t->microbatches, "train");
-	field *at = get(ps, &fs, "microbatches", false, "train");
-	if (at)
-		ps->m->microbatches_loc = at->kloc; /* errors about the count point here */
-	get_i64(ps, &fs, "steps", 1, INT32_MAX, &t->steps, "train");
-	t->optimizer = get_enum(ps, &fs, "optimizer", ir_optimizer_names,
-	                        IR_NOPTIMIZERS, "train");
-	get_f64(ps, &fs, "lr", "", &t->lr, "train");
-	get_f64(ps, &fs, "weight_decay", "", &t->weight_decay, "train");
-	field *f = get(ps, &fs, "seed", true, "train");
-	if (f && !parse_u64(f->val, &t->seed))
-		perr(ps, f->vloc, "'seed' must be an unsigned integer, got '%s'", f->val);
-	t->data = get_enum(ps, &fs, "data", ir_data_names, IR_NDATAS, "train");
-	f = get(ps, &fs, "text", false, "train");
-	if (f) {
-		if (!f->is_str)
-			perr(ps, f->vloc, "'text' must be a quoted path");
-		t->text_file = f->val;
+	case IR_HF_ENUM:
+		*(int *)p = get_enum(ps, fs, f->key, f->names, f->nnames, what);
+		return;
+	case IR_HF_F64:
+		get_f64(ps, fs, f->key, "", p, what);
+		return;
+	case IR_HF_US:
+		get_f64(ps, fs, f->key, "us", p, what);
+		return;
+	case IR_HF_BYTES:
+		get_bytes(ps, fs, f->key, p, what);
+		return;
+	case IR_HF_RATE:
+		x = get(ps, fs, f->key, true, what);
+		if (x && !parse_rate(x->val, p))
+			perr(ps, x->vloc, "'%s' must be a finite number or inf, got '%s'", f->key, x->val);
+		return;
+	case IR_HF_STR:
+		x = find(ps, fs, f->key, true, what, true);
+		if (x) {
+			if (!x->is_str)
+				perr(ps, x->vloc, "'%s' must be a quoted path", f->key);
+			*(const char **)p = x->val;
+		}
+		return;
+	case IR_HF_LINK:
+		get_link(ps, fs, f->key, p, what);
+		return;
+	case IR_HF_LIST:
+		get_list(ps, fs, f->key, f->lo, f->hi, p, (int *)(base + f->count), what);
+		return;
 	}
-	check_unused(ps, &fs, "train", train_keys, N(train_keys));
-	expect_eol(ps);
+	ir_bug("header field '%s' of unknown type %d", f->key, (int)f->type);
 }
 
-static void parse_cluster(parser *ps)
+/* Is any field of an optional group written?  (Asked in the table's
+ * order, up to the first that is.) */
+static bool group_given(parser *ps, fields *fs, const ir_hline *h, int group)
 {
-	fields fs;
-	ir_cluster *c = &ps->m->cluster;
-	ps->m->cluster_loc = ps->t.loc;
-	if (!begin_line(ps, "cluster", true, &c->name, &fs))
-		return;
-	get_i64(ps, &fs, "devices", 1, 65536, &c->devices, "cluster");
-	get_i64(ps, &fs, "per_node", 1, 65536, &c->per_node, "cluster");
-	get_bytes(ps, &fs, "mem", &c->mem, "cluster");
-	field *at = get(ps, &fs, "devices", false, "cluster");
-	if (at)
-		ps->m->cluster_at.devices = at->kloc;
-	if ((at = get(ps, &fs, "mem", false, "cluster")))
-		ps->m->cluster_at.mem = at->kloc;
-	get_f64(ps, &fs, "flops", "", &c->flops, "cluster");
-	field *bw = get(ps, &fs, "membw", true, "cluster");
-	if (bw && !parse_rate(bw->val, &c->membw))
-		perr(ps, bw->vloc, "'membw' must be a finite number or inf, got '%s'", bw->val);
-	if (get(ps, &fs, "cache", false, "cluster"))
-		get_bytes(ps, &fs, "cache", &c->cache, "cluster");
-	/* The posting times come as a pair, or not at all. */
-	if (get(ps, &fs, "send_post", false, "cluster") || get(ps, &fs, "recv_post", false, "cluster")) {
-		get_f64(ps, &fs, "send_post", "us", &c->send_post, "cluster");
-		get_f64(ps, &fs, "recv_post", "us", &c->recv_post, "cluster");
+	for (int i = 0; i < h->nfields; i++) {
+		const ir_hfield *f = &h->fields[i];
+		if (f->group == group && find(ps, fs, f->key, false, h->keyword, f->type == IR_HF_STR))
+			return true;
 	}
-	get_link(ps, &fs, "intra", &c->intra);
-	get_link(ps, &fs, "inter", &c->inter);
-	check_unused(ps, &fs, "cluster", cluster_keys, N(cluster_keys));
-	expect_eol(ps);
+	return false;
 }
 
-static void parse_plan(parser *ps)
+/* keyword [STRING] key=value... EOL, as ir.h's table of the line says. */
+static void parse_hline(parser *ps, const ir_hline *h)
 {
 	fields fs;
-	ir_plan_opts *p = &ps->m->plan;
-	ps->m->plan_loc = ps->t.loc;
-	if (!begin_line(ps, "plan", false, NULL, &fs))
+	ir_module *m = ps->m;
+	char *base = (char *)m + h->off;
+	const char **name = NULL;
+	const char *known[32];
+	int nknown = 0;
+	*(ir_loc *)((char *)m + h->loc) = ps->t.loc;
+	for (int i = 0; i < h->nfields; i++)
+		if (h->fields[i].type == IR_HF_NAME)
+			name = (const char **)(base + h->fields[i].off);
+		else if (nknown < N(known))
+			known[nknown++] = h->fields[i].key;
+	if (!begin_line(ps, h->keyword, name, &fs))
 		return;
-	p->schedule = get_enum(ps, &fs, "schedule", ir_schedule_names, IR_NSCHEDULES, "plan");
-	get_i64(ps, &fs, "chunks", 1, 1024, &p->chunks, "plan");
-	field *at = get(ps, &fs, "chunks", false, "plan");
-	if (at)
-		ps->m->chunks_loc = at->kloc;
-	p->partition = get_enum(ps, &fs, "partition", ir_partition_names,
-	                        IR_NPARTITIONS, "plan");
-	get_list(ps, &fs, "given", &p->given, &p->ngiven);
-	get_list(ps, &fs, "placement", &p->placement, &p->nplacement);
-	p->backend = get_enum(ps, &fs, "backend", ir_backend_names, IR_NBACKENDS, "plan");
-	check_unused(ps, &fs, "plan", plan_keys, N(plan_keys));
+	for (int i = 0; i < h->nfields; i++) {
+		const ir_hfield *f = &h->fields[i];
+		if (f->group && !group_given(ps, &fs, h, f->group))
+			continue;
+		parse_hfield(ps, &fs, f, base, h->keyword);
+		field *at = f->at ? find(ps, &fs, f->key, false, h->keyword, true) : NULL;
+		if (at) /* errors about the value point here */
+			*(ir_loc *)((char *)m + f->at) = at->kloc;
+	}
+	check_unused(ps, &fs, h->keyword, known, nknown);
 	expect_eol(ps);
 }
 
@@ -1108,10 +1097,8 @@ ir_module *ir_parse(const src_file *src)
 	ps.m->loc = (ir_loc){src, 1, 1};
 	next(&ps);
 	parse_header(&ps);
-	parse_model(&ps);
-	parse_train(&ps);
-	parse_cluster(&ps);
-	parse_plan(&ps);
+	for (int i = 0; i < IR_NHLINES; i++)
+		parse_hline(&ps, &ir_hlines[i]);
 	int ndev = 0, nplan = 0;
 	for (;;) {
 		skip_blank_lines(&ps);

@@ -161,58 +161,84 @@ static void print_layer(FILE *out, const ir_module *m, int i)
 	fputc('\n', out);
 }
 
+/* An optional group is printed when any of its fields is set (not 0,
+ * NULL or empty). */
+static bool group_set(const ir_hline *h, int group, const char *base)
+{
+	static const ir_module zero;
+	for (int i = 0; i < h->nfields; i++)
+		if (h->fields[i].group == group &&
+		    !ir_hfield_eq(&h->fields[i], base, (const char *)&zero + h->off))
+			return true;
+	return false;
+}
+
+static void print_hfield(FILE *out, const ir_hfield *f, const char *base)
+{
+	const void *p = base + f->off;
+	char buf[64];
+	switch (f->type) {
+	case IR_HF_NAME: {
+		const char *name = *(const char *const *)p;
+		fputc(' ', out);
+		print_str(out, name ? name : "");
+		return;
+	}
+	case IR_HF_INT:
+		fprintf(out, " %s=%lld", f->key, (long long)*(const int64_t *)p);
+		return;
+	case IR_HF_U64:
+		fprintf(out, " %s=%llu", f->key, (unsigned long long)*(const uint64_t *)p);
+		return;
+	case IR_HF_ENUM:
+		fprintf(out, " %s=%s", f->key, f->names[*(const int *)p]);
+		return;
+	case IR_HF_F64:
+		print_double(out, f->key, *(const double *)p, "");
+		return;
+	case IR_HF_US:
+		print_double(out, f->key, *(const double *)p, "us");
+		return;
+	case IR_HF_BYTES:
+		print_bytes(out, f->key, *(const uint64_t *)p);
+		return;
+	case IR_HF_RATE:
+		fmt_rate(buf, sizeof buf, *(const double *)p);
+		fprintf(out, " %s=%s", f->key, buf);
+		return;
+	case IR_HF_STR:
+		fprintf(out, " %s=", f->key);
+		print_str(out, *(const char *const *)p);
+		return;
+	case IR_HF_LINK:
+		print_link(out, f->key, *(const ir_link *)p);
+		return;
+	case IR_HF_LIST:
+		print_list(out, f->key, *(int64_t *const *)p, *(const int *)(base + f->count));
+		return;
+	}
+	ir_bug("header field '%s' of unknown type %d", f->key, (int)f->type);
+}
+
+/* keyword [STRING] key=value... (ir.h's table of the line) */
+static void print_hline(FILE *out, const ir_module *m, const ir_hline *h)
+{
+	const char *base = (const char *)m + h->off;
+	fputs(h->keyword, out);
+	for (int i = 0; i < h->nfields; i++) {
+		const ir_hfield *f = &h->fields[i];
+		if (!f->group || group_set(h, f->group, base))
+			print_hfield(out, f, base);
+	}
+	fputc('\n', out);
+}
+
 void ir_print(FILE *out, const ir_module *m)
 {
 	fprintf(out, "octopipe-ir %d\n", IR_VERSION);
 
-	const ir_model_info *mi = &m->model;
-	fputs("model ", out);
-	print_str(out, mi->name ? mi->name : "");
-	fprintf(out, " hidden=%lld vocab=%lld seq=%lld dtype=%s\n",
-	        (long long)mi->hidden, (long long)mi->vocab, (long long)mi->seq,
-	        ir_dtype_names[mi->dtype]);
-
-	const ir_train *t = &m->train;
-	fprintf(out, "train mbs=%lld microbatches=%lld steps=%lld optimizer=%s",
-	        (long long)t->mbs, (long long)t->microbatches, (long long)t->steps,
-	        ir_optimizer_names[t->optimizer]);
-	print_double(out, "lr", t->lr, "");
-	print_double(out, "weight_decay", t->weight_decay, "");
-	fprintf(out, " seed=%llu data=%s", (unsigned long long)t->seed,
-	        ir_data_names[t->data]);
-	if (t->text_file) {
-		fputs(" text=", out);
-		print_str(out, t->text_file);
-	}
-	fputc('\n', out);
-
-	const ir_cluster *c = &m->cluster;
-	fputs("cluster ", out);
-	print_str(out, c->name ? c->name : "");
-	fprintf(out, " devices=%lld per_node=%lld", (long long)c->devices,
-	        (long long)c->per_node);
-	print_bytes(out, "mem", c->mem);
-	print_double(out, "flops", c->flops, "");
-	char membw[64];
-	fmt_rate(membw, sizeof membw, c->membw);
-	fprintf(out, " membw=%s", membw);
-	if (c->cache)
-		print_bytes(out, "cache", c->cache);
-	if (c->send_post || c->recv_post) {
-		print_double(out, "send_post", c->send_post, "us");
-		print_double(out, "recv_post", c->recv_post, "us");
-	}
-	print_link(out, "intra", c->intra);
-	print_link(out, "inter", c->inter);
-	fputc('\n', out);
-
-	const ir_plan_opts *p = &m->plan;
-	fprintf(out, "plan schedule=%s chunks=%lld partition=%s",
-	        ir_schedule_names[p->schedule], (long long)p->chunks,
-	        ir_partition_names[p->partition]);
-	print_list(out, "given", p->given, p->ngiven);
-	print_list(out, "placement", p->placement, p->nplacement);
-	fprintf(out, " backend=%s\n", ir_backend_names[p->backend]);
+	for (int i = 0; i < IR_NHLINES; i++)
+		print_hline(out, m, &ir_hlines[i]);
 
 	for (int i = 0; i < m->nlayers; i++)
 		print_layer(out, m, i);

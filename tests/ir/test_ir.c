@@ -91,6 +91,56 @@ START_TEST(test_tables)
 }
 END_TEST
 
+/* Every row of the header tables fits its member, its key is unique on
+ * its line, and ir_equal sees a change in it. */
+START_TEST(test_header_tables)
+{
+	static const size_t size[] = {
+	    [IR_HF_NAME] = sizeof(char *),   [IR_HF_INT] = sizeof(int64_t),
+	    [IR_HF_U64] = sizeof(uint64_t),  [IR_HF_ENUM] = sizeof(int),
+	    [IR_HF_F64] = sizeof(double),    [IR_HF_US] = sizeof(double),
+	    [IR_HF_BYTES] = sizeof(uint64_t), [IR_HF_RATE] = sizeof(double),
+	    [IR_HF_STR] = sizeof(char *),    [IR_HF_LINK] = sizeof(ir_link),
+	    [IR_HF_LIST] = sizeof(int64_t *)};
+	ir_module *m = sample(0);
+	char *text = ir_print_string(m);
+	for (int l = 0; l < IR_NHLINES; l++) {
+		const ir_hline *h = &ir_hlines[l];
+		for (int i = 0; i < h->nfields; i++) {
+			const ir_hfield *f = &h->fields[i];
+			ck_assert_msg(f->size == size[f->type], "%s %s: member of %zu bytes", h->keyword,
+			              f->key, f->size);
+			for (int j = i + 1; j < h->nfields; j++)
+				ck_assert_str_ne(f->key, h->fields[j].key);
+			arena *a = arena_new();
+			ir_module *p = parse_text(a, text);
+			ck_assert(p && ir_equal(m, p));
+			char *v = (char *)p + h->off + f->off;
+			static int64_t one = 1;
+			switch (f->type) {
+			case IR_HF_NAME:
+			case IR_HF_STR: *(const char **)v = "other"; break;
+			case IR_HF_ENUM: *(int *)v ^= 1; break;
+			case IR_HF_F64:
+			case IR_HF_US:
+			case IR_HF_RATE: *(double *)v += 1; break;
+			case IR_HF_LINK: ((ir_link *)v)->lat += 1; break;
+			case IR_HF_LIST:
+				*(int64_t **)v = &one;
+				*(int *)((char *)p + h->off + f->count) = 1;
+				break;
+			default: *(int64_t *)v ^= 1; break;
+			}
+			ck_assert_msg(!ir_equal(m, p), "ir_equal misses %s %s", h->keyword, f->key);
+			ir_free(p);
+			arena_free(a);
+		}
+	}
+	free(text);
+	ir_free(m);
+}
+END_TEST
+
 START_TEST(test_roundtrip_module)
 {
 	for (int progs = 0; progs < 2; progs++) {
@@ -317,6 +367,7 @@ static Suite *ir_suite(void)
 	Suite *s = suite_create("ir");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_tables);
+	tcase_add_test(tc, test_header_tables);
 	tcase_add_test(tc, test_roundtrip_module);
 	tcase_add_test(tc, test_fmt_double_exact);
 	tcase_add_test(tc, test_fmt_bytes);
