@@ -64,11 +64,12 @@ tune_budget tune_budget_start(double seconds)
 
 /* One line to stderr a second, from the first second of the plan on:
  * what the tuner is doing and the best step so far (best < 0: none).
- * Without a budget (no plan's clock to count from) none. */
+ * Without a budget, or before the tune pass started its clock, none. */
 static void progress_line(tune_budget *b, const char *doing, long evals, double best, double lb)
 {
 	double n = now();
-	if (!b || n - b->t0 < 1 || n - b->last_progress < 1)
+	/* No tune pass ran (the baselines of an untuned plan): no plan clock. */
+	if (!b || !b->t0 || n - b->t0 < 1 || n - b->last_progress < 1)
 		return;
 	b->last_progress = n;
 	fprintf(stderr, "tune: %.1f s, %s, %ld plans judged", n - b->t0, doing, evals);
