@@ -4,19 +4,6 @@
  * hands the module to its target (target_cpu.c, target_cuda.c). */
 #include "cg_impl.h"
 
-/* The simulated step, when the module has what the simulator needs (costs
- * and programs); NULL otherwise, or after a diagnostic (*failed set). */
-static sim_result *simulate(const ir_module *m, bool *failed)
-{
-	*failed = false;
-	for (int l = 0; l < m->nlayers; l++)
-		if (!m->layers[l].cost.known)
-			return NULL;
-	sim_result *r = sim_run(m);
-	*failed = r == NULL;
-	return r;
-}
-
 int cg_compile(const ir_module *m, const cg_options *o)
 {
 #ifndef OCTO_HAVE_CUDA
@@ -44,7 +31,7 @@ int cg_compile(const ir_module *m, const cg_options *o)
 		return -1;
 	}
 	bool failed;
-	sim_result *r = simulate(m, &failed);
+	sim_result *r = sim_run_ready(m, &failed);
 	if (failed)
 		return -1;
 	cg_job j = {.m = m, .o = o, .r = r};

@@ -507,6 +507,19 @@ static void free_lowered(sim *s)
 		free(bufs[i]);
 }
 
+sim_result *sim_run_ready(const ir_module *m, bool *failed)
+{
+	*failed = false;
+	if (!m->ndevices || !m->nstages)
+		return NULL;
+	for (int l = 0; l < m->nlayers; l++)
+		if (!m->layers[l].cost.known)
+			return NULL;
+	sim_result *r = sim_run(m);
+	*failed = r == NULL;
+	return r;
+}
+
 sim_result *sim_run(const ir_module *m)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);

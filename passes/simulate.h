@@ -58,6 +58,10 @@ typedef struct sim_result {
  * costs or programs, or programs that cannot run to the end (an op waits
  * for one that its device's order puts after it). */
 sim_result *sim_run(const ir_module *m);
+/* sim_run when m has what it needs (costs on every layer, a program per
+ * device); NULL otherwise, quietly, or after sim_run's diagnostic, with
+ * *failed set.  What the driver and codegen print a plan's step from. */
+sim_result *sim_run_ready(const ir_module *m, bool *failed);
 void sim_free(sim_result *r);
 
 /* Bytes of the activation (or its gradient) passed between two stages for

@@ -419,21 +419,6 @@ static int write_ir(const args *a, const ir_module *m)
 
 /* ---- planning ---------------------------------------------------------- */
 
-/* Simulate when the module has what the simulator needs (costs and
- * programs); NULL otherwise, or after a diagnostic (*failed set). */
-static sim_result *maybe_simulate(const ir_module *m, bool *failed)
-{
-	*failed = false;
-	if (!m->ndevices)
-		return NULL;
-	for (int l = 0; l < m->nlayers; l++)
-		if (!m->layers[l].cost.known)
-			return NULL;
-	sim_result *r = sim_run(m);
-	*failed = r == NULL;
-	return r;
-}
-
 /* The tail the planning commands share: the passes -- for an IR file
  * that `compile` finishes (`finish`), the ones it still lacks -- the
  * invariants, the proof again where the programs are lowered (`reprove`:
@@ -450,7 +435,7 @@ static int run_pipeline(ir_module *m, pipeline *pl, bool finish, bool reprove, s
 	if (reprove && ir_lowered(m) && pass_run_one(m, PASS_verify, NULL) != 0)
 		return 1;
 	bool failed;
-	*r = maybe_simulate(m, &failed);
+	*r = sim_run_ready(m, &failed);
 	return failed;
 }
 
