@@ -1,11 +1,17 @@
-/* rt_internal.h: the context of one rank, shared by the runtime's files
- * (rt_core.c: init, errors, arena; rt_comm.c; rt_model.c: layers, data,
- * steps, AdamW; rt_ckpt.c; rt_trace.c; rt_profile.c).  Private. */
+/* rt_internal.h: the context of one rank, shared by the runtime's files,
+ * and the functions they share, each under the file that defines it
+ * (docs/runtime.md, "Files").  Bottom to top: rt_util.c (failure, clock,
+ * hashing, names, files), rt_arena.c, rt_trace.c, rt_comm.c, rt_optim.c
+ * (AdamW), rt_data.c (the tokens), the executors (rt_exec.h:
+ * rt_exec_cpu.c, rt_device.c), rt_model.c (layers and the step),
+ * rt_ckpt.c, rt_profile.c, rt_cli.c, and rt_life.c (init, finalize) on
+ * top.  Private. */
 #ifndef OCTO_RT_INTERNAL_H
 #define OCTO_RT_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <mpi.h>
 
@@ -55,6 +61,7 @@ typedef struct rt_dcomm {
 	int (*test)(void *self, void *done, bool *complete);
 	void (*release)(void *self, void *done);
 	const char *(*error)(void *self);
+	void (*destroy)(void *self); /* NULL: it ends with its device */
 } rt_dcomm;
 
 typedef struct rt_event {
@@ -119,21 +126,15 @@ struct rt_ctx {
 	int64_t step, data_pos;
 	bool in_step;
 
-	/* the device (rt_device.c); NULL on a CPU rank */
-	struct rt_dev *dev;
-	const int32_t *dev_mod;     /* per local layer: its kernel module */
-	struct dev_layer *dlay;     /* [nlay] */
-	void *dev_buf;              /* the program's buffer block */
-	void *dev_scratch;
-	int32_t *dev_tok;           /* the ids of the next embedding or head F */
-	double *dev_loss;           /* [microbatches][2]: the head's {sum, count} */
-	int *dev_flag;              /* the embedding's range flag; ids are checked on the host */
-	void *dev_stage;            /* host staging of one layer's parameters */
-	struct rt_dopt *dopt;       /* [nlay]: the optimizer's state on the device */
-	bool dev_stale;             /* the host's parameters and moments lag the device's */
-	const rt_dcomm *dcomm;      /* the device's communicator; NULL: MPI */
-	bool dev_mpi_stage;         /* device memory the host cannot read: MPI moves host copies */
-	void *emu_comm;             /* the emulator's stand-in for NCCL (rt_device.c) */
+	/* the executor (rt_exec.h): the table chosen once, and its own state
+	 * (rt_device.c's; NULL on a CPU rank), opaque to every other file */
+	const struct rt_exec *exec;
+	struct rt_exec_state *xs;
+	/* how the messages move on a device rank (set when it is attached):
+	 * the device's communicator (NULL: MPI), and whether MPI moves host
+	 * copies (device memory the host cannot read) */
+	const rt_dcomm *dcomm;
+	bool comm_stage;
 
 	/* trace */
 	char *trace_dir;
@@ -204,36 +205,39 @@ int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what);
 /* Lets MPI progress the pending operations (cheap; called around kernels). */
 void rt__progress(rt_ctx *ctx);
 
-/* The optimizer's constants for one tensor at step `step` (1-based), and
- * which tensors decay (rt_model.c): the host's AdamW and the device's use
- * the same. */
+/* ---- rt_optim.c: the optimizer's math, the same on every executor ---- */
+
+/* The settings 0 stands for (docs/runtime.md). */
+rt_train rt__optim_defaults(const rt_train *t);
+/* The optimizer's constants for one tensor at step `step` (1-based): the
+ * host's AdamW and the device's (codegen/cuda_lib.cu's adamw) use the same. */
 typedef struct rt_adamw_k {
 	float lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep;
 	int sgd;
 } rt_adamw_k;
 void rt__adamw_consts(const rt_train *t, int64_t step, bool decay, rt_adamw_k *k);
+/* The optimizer step of one tensor of n values on the host. */
 void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v, int64_t n);
+/* The tensors of a layer (offset and length in its parameters) and which
+ * of them decay: *n of at most RT_MAX_TENSORS. */
 int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n);
 
-/* The inputs (targets: false) or targets of micro-batch mb into ctx->idbuf. */
+/* ---- rt_data.c: the tokens ---- */
+
+/* Reads the text file (path; NULL: synthetic tokens) into the context and
+ * checks that every rank trains on the same data.  Needs ctx->train. */
+int rt__data_load(rt_ctx *ctx, const char *path);
+void rt__data_free(rt_ctx *ctx);
+/* The inputs (targets: false) or targets of micro-batch mb of the current
+ * step into ctx->idbuf. */
 void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets);
 
-/* The device (rt_device.c). */
+/* ---- rt_device.c ---- */
 struct rt_dev;
-int rt__dev_attach(rt_ctx *ctx, struct rt_dev *dev, const int32_t *layer_mod);
-int rt__dev_model_init(rt_ctx *ctx);
-int rt__dev_upload(rt_ctx *ctx);
-/* n f32 values from the host to dst on the device, in its storage type. */
-int rt__dev_put(rt_ctx *ctx, void *dst, const float *src, int64_t n);
-int rt__dev_f(rt_ctx *ctx, int h, int64_t mb, const void *x, void *y, void *act);
-int rt__dev_b(rt_ctx *ctx, int h, const void *dy, float dscale, void *dx, const void *act, void *ws);
-int rt__dev_w(rt_ctx *ctx, int h, const void *ws);
-int rt__dev_collect(rt_ctx *ctx);
-/* The optimizer step on the device; the host's copy of the parameters and
- * moments is stale until rt__dev_pull. */
-int rt__dev_optimize(rt_ctx *ctx);
-int rt__dev_pull(rt_ctx *ctx);
-void rt__dev_free(rt_ctx *ctx);
-void rt__dev_free_comm(rt_ctx *ctx);
+/* Makes the device ctx's executor (before rt_model_init, once; on failure
+ * the device is destroyed): its layers run module layer_mod[i], its
+ * messages move through dcomm (NULL: MPI, through host copies when stage). */
+int rt__dev_attach(rt_ctx *ctx, struct rt_dev *dev, const int32_t *layer_mod, const rt_dcomm *dcomm,
+                   bool stage);
 
 #endif

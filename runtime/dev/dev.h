@@ -115,6 +115,11 @@ typedef struct dev_emu_entry {
 #define DEV_EMU_ROW 32
 
 int dev_emu_create(int rank, bool bf16, rt_dev **out);
+/* The emulator's stand-in for NCCL (dev_emu_comm.c): a device
+ * communicator (rt_internal.h) over MPI, freed by its destroy.  RT_OK, or
+ * a code with the message in err. */
+struct rt_dcomm;
+int dev_emu_comm_create(struct rt_dcomm **out, char *err, size_t errlen);
 /* Adds a module whose entry table ({NULL, NULL}-terminated) is linked into
  * the program; modules are numbered in the order they are added. */
 int dev_emu_add_table(rt_dev *d, const char *name, const dev_emu_entry *table);

@@ -460,7 +460,7 @@ static void emu_attach(rt_ctx *c, const rt_layer_spec *L)
 		ck_assert_ptr_nonnull(dl);
 		ck_assert_ptr_nonnull(decay_tables[h] = dlsym(dl, DEV_EMU_TABLE));
 	}
-	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod), RT_OK);
+	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod, NULL, false), RT_OK);
 }
 
 /* The buffers in the device's block, at its layers' sizes. */
