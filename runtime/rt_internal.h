@@ -15,6 +15,7 @@
 
 #include <mpi.h>
 
+#include "layers.h"
 #include "octo_rt.h"
 
 /* One layer of this rank. */
@@ -142,6 +143,8 @@ struct rt_ctx {
 	size_t nev, evcap;
 };
 
+/* ---- rt_util.c: the leaf ---- */
+
 /* Records a failure: formats the message into ctx->err (unless ctx is NULL)
  * and returns code. */
 int rt__fail(rt_ctx *ctx, int code, const char *fmt, ...)
@@ -150,23 +153,6 @@ int rt__fail(rt_ctx *ctx, int code, const char *fmt, ...)
 const char *rt__mpierr(int rc, char *buf);
 
 int64_t rt__now_ns(void);
-
-/* The most steps, and samples of data, a context counts to: a checkpoint
- * beyond it is refused at load, and a step that would pass it at
- * rt_step_begin, so that neither counter can overflow (a loaded step of
- * 2^63 - 2 trained on at step -2^63 and exited 0). */
-#define RT_MAX_COUNT (INT64_C(1) << 62)
-
-/* The number of the step a message names: the one running, or the one
- * rt_step_end is ending, counted from 1 as the progress lines count
- * (rt_step_count after that step). */
-static inline long long rt__step_no(const rt_ctx *ctx)
-{
-	return (long long)ctx->step + 1;
-}
-/* Adds a trace event (when tracing) from t0 to now. */
-void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
-               int64_t bytes);
 
 /* 64-bit FNV-1a, continued from h (start with RT_FNV_INIT). */
 #define RT_FNV_INIT 0xcbf29ce484222325ull
@@ -183,15 +169,37 @@ const char *rt__file_kind(const struct stat *st);
 /* fopen(path, "w") that cannot block: a FIFO without a reader fails
  * (ENXIO) instead of waiting for one. */
 FILE *rt__create_out(const char *path);
-
-/* Before the first step: the trace directory (rt_init's) can take this
- * rank's trace, and the profile file can be written, so that neither is
- * found unwritable only after the run.  RT_EIO with a message, or RT_OK. */
-int rt__trace_check(rt_ctx *ctx);
+/* Before the first step: the profile file can be written, so that it is
+ * not found unwritable only after the run.  RT_EIO with a message, or
+ * RT_OK. */
 int rt__out_check(rt_ctx *ctx, const char *what, const char *path);
 
-/* The kind's name as the YAML spells it. */
-const char *rt__kind_name(rt_kind k);
+/* The kind's name (rt__kind_name) is runtime/cpu/layers.h's. */
+
+/* The most steps, and samples of data, a context counts to: a checkpoint
+ * beyond it is refused at load, and a step that would pass it at
+ * rt_step_begin, so that neither counter can overflow (a loaded step of
+ * 2^63 - 2 trained on at step -2^63 and exited 0). */
+#define RT_MAX_COUNT (INT64_C(1) << 62)
+
+/* The number of the step a message names: the one running, or the one
+ * rt_step_end is ending, counted from 1 as the progress lines count
+ * (rt_step_count after that step). */
+static inline long long rt__step_no(const rt_ctx *ctx)
+{
+	return (long long)ctx->step + 1;
+}
+
+/* ---- rt_trace.c ---- */
+
+/* Adds a trace event (when tracing) from t0 to now. */
+void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
+               int64_t bytes);
+/* Before the first step: the trace directory (rt_init's) can take this
+ * rank's trace.  RT_EIO with a message, or RT_OK. */
+int rt__trace_check(rt_ctx *ctx);
+
+/* ---- rt_comm.c ---- */
 
 int rt__comm_free_all(rt_ctx *ctx);
 /* The wait-for chain's communicator and its posted question (rt_init),

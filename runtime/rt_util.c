@@ -1,6 +1,6 @@
 /* rt_util.c: the leaf of the runtime that every other file calls: failure
  * messages (rt__fail: the message in the context, the code returned), the
- * clock, FNV-1a hashing, the kinds' names, the file helpers that never
+ * clock, FNV-1a hashing, the file helpers that never
  * block (a FIFO cannot hang an open), and the context's read-only
  * accessors.  It calls no other file of the runtime. */
 #include <errno.h>
@@ -49,13 +49,6 @@ uint64_t rt__fnv(uint64_t h, const void *p, size_t n)
 		h *= 0x100000001b3ull;
 	}
 	return h;
-}
-
-const char *rt__kind_name(rt_kind k)
-{
-	static const char *const names[RT_NKINDS] = {"embedding", "attention", "mlp",
-	                                             "moe",       "mamba",     "head"};
-	return (unsigned)k < RT_NKINDS ? names[k] : "?";
 }
 
 int rt__open_regular(const char *path, struct stat *st)
