@@ -194,7 +194,7 @@ DEV_KIND(mamba)
 
 /* ---- what the kinds share (dev_common.c) ----------------------------------- */
 
-/* A bump allocator over a device buffer, as kernels.inc's carve: with base
+/* A bump allocator over a device buffer, as kernels_common.inc's carve: with base
  * NULL it only counts (the sizes functions walk the same layout). */
 typedef struct dev_carve {
 	char *base;
@@ -217,7 +217,7 @@ int dev_each(rt_dev *d, const dev_layer *L, const char *fn, int64_t n, void **ar
 /* dev_run of a row kernel over `rows` rows (one block of d->row per row). */
 int dev_rows(rt_dev *d, const dev_layer *L, const char *fn, int64_t rows, void **args);
 
-/* The projections of kernels.inc, on the device:
+/* The projections of kernels_common.inc, on the device:
  * y (n x out) = beta y + x (n x in) . w (in x out);
  * dx (n x in) = beta dx + dy (n x out) . w^T;
  * dw (in x out, f32) += x^T . dy. */
