@@ -10,16 +10,17 @@
  *   - the device holds each layer's whole training state: the parameters
  *     in its storage type (what the kernels read), and in f32 the master
  *     parameters, the gradients W accumulates and the AdamW moments; the
- *     optimizer step runs there (optim_adamw: the host's AdamW operation
- *     for operation, so the weights are the same bits);
+ *     optimizer step runs there (optim_adamw with rt_optim.c's constants:
+ *     the host's AdamW operation for operation, so the weights are the
+ *     same bits);
  *   - the host's arrays (the CPU rank's layout) are a copy: uploaded after
- *     init and a resume, brought back (pull) only when a
- *     checkpoint, the model hash or rt_layer_get reads them; the step's
- *     end brings back only the head's losses;
+ *     init and a resume, brought back (pull) only when a checkpoint, the
+ *     model hash or rt_layer_get reads them; the step's end brings back
+ *     only the head's losses;
  *   - F, B, W run dev_forward / dev_backward_b / dev_backward_w on the
- *     device buffers the program passes; token ids are made (and checked)
- *     on the host and copied to the device before the embedding's or the
- *     head's F. */
+ *     device buffers the program passes; token ids are made by rt_data.c
+ *     (and checked) on the host and copied to the device before the
+ *     embedding's or the head's F. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
