@@ -484,7 +484,7 @@ static void emu_buffers(rt_ctx *c, const rt_layer_spec *L, decay_bufs *b)
 		b->act[h] = base + off[2 + 2 * h], b->ws[h] = base + off[3 + 2 * h];
 }
 
-/* The device's optimizer (rt__dev_optimize) decays exactly the tensors
+/* The device's optimizer (the device executor's optimize, rt_device.c) decays exactly the tensors
  * docs/layers.md marks, as the host's does: Mamba-1's A_log not at all.
  * _i: 0 AdamW, 1 SGD (a process each: MPI starts once per process). */
 START_TEST(test_decay_device)
