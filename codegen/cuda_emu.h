@@ -12,7 +12,10 @@
  *     through a pointer to the emulator's state, set by the module's first
  *     entry, octo_emu_bind, before every launch.  No symbol is resolved
  *     across the shared object's boundary.
- * OCTO_ROW is the emulator's row block (DEV_EMU_ROW in runtime/dev/dev.h). */
+ * The state, the entry table and OCTO_ROW are the emulator's ABI,
+ * runtime/dev/emu_abi.h: the build embeds that header's text in front of
+ * this one (cuda_emu_text.h), so a module is compiled against the very
+ * struct the emulator fills. */
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -25,17 +28,12 @@
 #define __forceinline__ inline
 #define __shared__ static
 #define OCTO_KERNEL static
-#define OCTO_ROW 32
 
-/* The emulator's state: a copy of dev_emu_ctx in runtime/dev/dev_emu.c,
- * whose size and sync offset octo_emu_bind reports back for a check. */
-struct octo_emu_dim3 {
-	unsigned x, y, z;
-};
-struct octo_emu_ctx {
-	octo_emu_dim3 thread, block, block_dim, grid_dim;
-	void (*sync)(octo_emu_ctx *ctx);
-};
+#ifndef OCTO_EMU_ABI_H /* embedded, the header's text is already in front */
+#include "emu_abi.h"
+#endif
+#define OCTO_ROW OCTO_EMU_ROW
+
 static octo_emu_ctx *octo_emu;
 
 #define threadIdx (octo_emu->thread)
@@ -44,14 +42,10 @@ static octo_emu_ctx *octo_emu;
 #define gridDim (octo_emu->grid_dim)
 #define __syncthreads() octo_emu->sync(octo_emu)
 
-/* args[0]: the state (the pointer itself); args[1]: size_t[2] that gets
- * this copy's size and sync offset. */
+/* args[0]: the state (the pointer itself). */
 static void octo_emu_bind(void **args)
 {
 	octo_emu = (octo_emu_ctx *)args[0];
-	size_t *layout = (size_t *)args[1];
-	layout[0] = sizeof(octo_emu_ctx);
-	layout[1] = offsetof(octo_emu_ctx, sync);
 }
 
 /* The device intrinsics cuda_lib.cu uses; the rest (expf, logf, log1pf,
@@ -79,13 +73,8 @@ static inline float rsqrtf(float v)
 	return 1.f / sqrtf(v);
 }
 
-/* An entry as the emulator calls it: call(args), args as cuLaunchKernel's
- * kernelParams (a pointer to each argument); octo_emu_thunk<f>::call
- * unpacks them for the kernel f. */
-struct octo_emu_entry {
-	const char *name;
-	void (*call)(void **args);
-};
+/* An entry (octo_emu_entry) as the emulator calls it: call(args);
+ * octo_emu_thunk<f>::call unpacks the arguments for the kernel f. */
 template <auto F> struct octo_emu_thunk;
 template <typename... A, void (*F)(A...)> struct octo_emu_thunk<F> {
 	template <size_t... I> static void unpack(void **args, std::index_sequence<I...>)

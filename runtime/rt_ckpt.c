@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "layers.h" /* RT_MAX_TENSORS */
+#include "rt_exec.h"
 #include "rt_internal.h"
 
 #define CKPT_MAGIC "OCTOCKPT"
@@ -588,7 +589,7 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", rt__step_no(ctx));
 	if ((rc = check_dir_arg(ctx, dir)))
 		return rc;
-	if (ctx->dev && (rc = rt__dev_pull(ctx)))
+	if ((rc = ctx->exec->pull(ctx)))
 		return rc;
 	int64_t t0 = rt__now_ns();
 
@@ -978,7 +979,7 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 		goto out;
 	for (int i = 0; i < ctx->nlay; i++)
 		memset(ctx->lay[i].g, 0, (size_t)ctx->lay[i].sz.params * sizeof(float));
-	if (ctx->dev && (rc = rt__dev_upload(ctx)))
+	if ((rc = ctx->exec->upload(ctx)))
 		goto out;
 	ctx->step = m.step;
 	ctx->data_pos = m.data_pos;

@@ -7,9 +7,10 @@
  * between the same ranks can never be taken for each other, whatever the
  * order the schedule posts them in.
  *
- * Waits poll (MPI_Testall) against a deadline instead of blocking: a peer
- * that died or a schedule that deadlocks becomes RT_ETIMEOUT naming what is
- * pending, which the caller turns into a job-wide abort.  In the
+ * Waits poll (MPI_Test, one request at a time) against a deadline instead
+ * of blocking: a peer that died or a schedule that deadlocks becomes
+ * RT_ETIMEOUT naming what is pending, which the caller turns into a
+ * job-wide abort.  In the
  * synchronous mode a send completes only once its receive is posted, as
  * under rendezvous semantics, so a program that works only because small
  * sends are buffered hangs there, and the timeout makes that visible.
@@ -28,14 +29,15 @@
  * the group's completion against the same deadline.  Without one, MPI
  * moves them: directly when the host can read device memory (the
  * emulator), else through a host copy (OCTO_COMM=mpi on a GPU: the send
- * copies out when posted, the receive copies in when its wait completes). */
+ * copies out when posted, the receive copies in when its wait completes,
+ * both through the executor's to_host and from_host, rt_exec.h). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "dev.h"
+#include "rt_exec.h"
 #include "rt_internal.h"
 
 #define TAG_KIND_BITS 2
@@ -119,13 +121,14 @@ static int stage(rt_ctx *ctx, rt_op *op, void *buf)
 		op->dst = buf;
 		return RT_OK;
 	}
-	rt_dev *d = ctx->dev;
-	int rc = d->ops->copy(d, op->stage, buf, op->bytes, DEV_D2H);
+	int rc = ctx->exec->to_host(ctx, op->stage, buf, op->bytes);
 	if (rc) {
+		char why[sizeof ctx->err];
+		snprintf(why, sizeof why, "%s", ctx->err);
 		free(op->stage);
 		op->stage = NULL;
 		describe(op, desc, sizeof desc);
-		return rt__fail(ctx, rc, "%s: copy from the device: %s", desc, d->err);
+		return rt__fail(ctx, rc, "%s: copy from the device: %s", desc, why);
 	}
 	return RT_OK;
 }
@@ -194,7 +197,7 @@ static int post(rt_ctx *ctx, bool send, int peer, void *buf, size_t bytes, rt_ta
 	MPI_Request *mr = NULL;
 	if (ctx->dcomm)
 		return post_dcomm(ctx, h, &op, buf, req, t0);
-	if (ctx->dev_mpi_stage && (rc = stage(ctx, &op, buf))) {
+	if (ctx->comm_stage && (rc = stage(ctx, &op, buf))) {
 		if (ctx->group < 0)
 			ctx->reqs[h].used = false;
 		return rc;
@@ -536,13 +539,13 @@ static int check_done(rt_ctx *ctx, rt_req *r, int j, MPI_Status *st)
 	}
 	rt_op *o = &r->ops[j];
 	if (o->dst) {
-		rt_dev *d = ctx->dev;
-		int rc = d->ops->copy(d, o->dst, o->stage, o->bytes, DEV_H2D);
-		if (!rc)
-			rc = d->ops->sync(d); /* the host copy is freed below */
+		/* complete on return: the host copy is freed below */
+		int rc = ctx->exec->from_host(ctx, o->dst, o->stage, o->bytes);
 		if (rc) {
+			char why[sizeof ctx->err];
+			snprintf(why, sizeof why, "%s", ctx->err);
 			describe(o, desc, sizeof desc);
-			return rt__fail(ctx, rc, "%s: copy to the device: %s", desc, d->err);
+			return rt__fail(ctx, rc, "%s: copy to the device: %s", desc, why);
 		}
 	}
 	free(o->stage);

@@ -1,14 +1,21 @@
-/* rt_internal.h: the context of one rank, shared by the runtime's files
- * (rt_core.c: init, errors, arena; rt_comm.c; rt_model.c: layers, data,
- * steps, AdamW; rt_ckpt.c; rt_trace.c; rt_profile.c).  Private. */
+/* rt_internal.h: the context of one rank, shared by the runtime's files,
+ * and the functions they share, each under the file that defines it
+ * (docs/runtime.md, "Files").  Bottom to top: rt_util.c (failure, clock,
+ * hashing, names, files), rt_arena.c, rt_trace.c, rt_comm.c, rt_optim.c
+ * (AdamW), rt_data.c (the tokens), the executors (rt_exec.h:
+ * rt_exec_cpu.c, rt_device.c), rt_model.c (layers and the step),
+ * rt_ckpt.c, rt_profile.c, rt_cli.c, and rt_life.c (init, finalize) on
+ * top.  Private. */
 #ifndef OCTO_RT_INTERNAL_H
 #define OCTO_RT_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <mpi.h>
 
+#include "layers.h"
 #include "octo_rt.h"
 
 /* One layer of this rank. */
@@ -55,6 +62,7 @@ typedef struct rt_dcomm {
 	int (*test)(void *self, void *done, bool *complete);
 	void (*release)(void *self, void *done);
 	const char *(*error)(void *self);
+	void (*destroy)(void *self); /* NULL: it ends with its device */
 } rt_dcomm;
 
 typedef struct rt_event {
@@ -119,27 +127,23 @@ struct rt_ctx {
 	int64_t step, data_pos;
 	bool in_step;
 
-	/* the device (rt_device.c); NULL on a CPU rank */
-	struct rt_dev *dev;
-	const int32_t *dev_mod;     /* per local layer: its kernel module */
-	struct dev_layer *dlay;     /* [nlay] */
-	void *dev_buf;              /* the program's buffer block */
-	void *dev_scratch;
-	int32_t *dev_tok;           /* the ids of the next embedding or head F */
-	double *dev_loss;           /* [microbatches][2]: the head's {sum, count} */
-	int *dev_flag;              /* the embedding's range flag; ids are checked on the host */
-	void *dev_stage;            /* host staging of one layer's parameters */
-	struct rt_dopt *dopt;       /* [nlay]: the optimizer's state on the device */
-	bool dev_stale;             /* the host's parameters and moments lag the device's */
-	const rt_dcomm *dcomm;      /* the device's communicator; NULL: MPI */
-	bool dev_mpi_stage;         /* device memory the host cannot read: MPI moves host copies */
-	void *emu_comm;             /* the emulator's stand-in for NCCL (rt_device.c) */
+	/* the executor (rt_exec.h): the table chosen once, and its own state
+	 * (rt_device.c's; NULL on a CPU rank), opaque to every other file */
+	const struct rt_exec *exec;
+	struct rt_exec_state *xs;
+	/* how the messages move on a device rank (set when it is attached):
+	 * the device's communicator (NULL: MPI), and whether MPI moves host
+	 * copies (device memory the host cannot read) */
+	const rt_dcomm *dcomm;
+	bool comm_stage;
 
 	/* trace */
 	char *trace_dir;
 	rt_event *ev;
 	size_t nev, evcap;
 };
+
+/* ---- rt_util.c: the leaf ---- */
 
 /* Records a failure: formats the message into ctx->err (unless ctx is NULL)
  * and returns code. */
@@ -149,23 +153,6 @@ int rt__fail(rt_ctx *ctx, int code, const char *fmt, ...)
 const char *rt__mpierr(int rc, char *buf);
 
 int64_t rt__now_ns(void);
-
-/* The most steps, and samples of data, a context counts to: a checkpoint
- * beyond it is refused at load, and a step that would pass it at
- * rt_step_begin, so that neither counter can overflow (a loaded step of
- * 2^63 - 2 trained on at step -2^63 and exited 0). */
-#define RT_MAX_COUNT (INT64_C(1) << 62)
-
-/* The number of the step a message names: the one running, or the one
- * rt_step_end is ending, counted from 1 as the progress lines count
- * (rt_step_count after that step). */
-static inline long long rt__step_no(const rt_ctx *ctx)
-{
-	return (long long)ctx->step + 1;
-}
-/* Adds a trace event (when tracing) from t0 to now. */
-void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
-               int64_t bytes);
 
 /* 64-bit FNV-1a, continued from h (start with RT_FNV_INIT). */
 #define RT_FNV_INIT 0xcbf29ce484222325ull
@@ -182,15 +169,37 @@ const char *rt__file_kind(const struct stat *st);
 /* fopen(path, "w") that cannot block: a FIFO without a reader fails
  * (ENXIO) instead of waiting for one. */
 FILE *rt__create_out(const char *path);
-
-/* Before the first step: the trace directory (rt_init's) can take this
- * rank's trace, and the profile file can be written, so that neither is
- * found unwritable only after the run.  RT_EIO with a message, or RT_OK. */
-int rt__trace_check(rt_ctx *ctx);
+/* Before the first step: the profile file can be written, so that it is
+ * not found unwritable only after the run.  RT_EIO with a message, or
+ * RT_OK. */
 int rt__out_check(rt_ctx *ctx, const char *what, const char *path);
 
-/* The kind's name as the YAML spells it. */
-const char *rt__kind_name(rt_kind k);
+/* The kind's name (rt__kind_name) is runtime/cpu/layers.h's. */
+
+/* The most steps, and samples of data, a context counts to: a checkpoint
+ * beyond it is refused at load, and a step that would pass it at
+ * rt_step_begin, so that neither counter can overflow (a loaded step of
+ * 2^63 - 2 trained on at step -2^63 and exited 0). */
+#define RT_MAX_COUNT (INT64_C(1) << 62)
+
+/* The number of the step a message names: the one running, or the one
+ * rt_step_end is ending, counted from 1 as the progress lines count
+ * (rt_step_count after that step). */
+static inline long long rt__step_no(const rt_ctx *ctx)
+{
+	return (long long)ctx->step + 1;
+}
+
+/* ---- rt_trace.c ---- */
+
+/* Adds a trace event (when tracing) from t0 to now. */
+void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
+               int64_t bytes);
+/* Before the first step: the trace directory (rt_init's) can take this
+ * rank's trace.  RT_EIO with a message, or RT_OK. */
+int rt__trace_check(rt_ctx *ctx);
+
+/* ---- rt_comm.c ---- */
 
 int rt__comm_free_all(rt_ctx *ctx);
 /* The wait-for chain's communicator and its posted question (rt_init),
@@ -204,36 +213,39 @@ int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what);
 /* Lets MPI progress the pending operations (cheap; called around kernels). */
 void rt__progress(rt_ctx *ctx);
 
-/* The optimizer's constants for one tensor at step `step` (1-based), and
- * which tensors decay (rt_model.c): the host's AdamW and the device's use
- * the same. */
+/* ---- rt_optim.c: the optimizer's math, the same on every executor ---- */
+
+/* The settings 0 stands for (docs/runtime.md). */
+rt_train rt__optim_defaults(const rt_train *t);
+/* The optimizer's constants for one tensor at step `step` (1-based): the
+ * host's AdamW and the device's (codegen/cuda_lib.cu's adamw) use the same. */
 typedef struct rt_adamw_k {
 	float lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep;
 	int sgd;
 } rt_adamw_k;
 void rt__adamw_consts(const rt_train *t, int64_t step, bool decay, rt_adamw_k *k);
+/* The optimizer step of one tensor of n values on the host. */
 void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v, int64_t n);
+/* The tensors of a layer (offset and length in its parameters) and which
+ * of them decay: *n of at most RT_MAX_TENSORS. */
 int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n);
 
-/* The inputs (targets: false) or targets of micro-batch mb into ctx->idbuf. */
+/* ---- rt_data.c: the tokens ---- */
+
+/* Reads the text file (path; NULL: synthetic tokens) into the context and
+ * checks that every rank trains on the same data.  Needs ctx->train. */
+int rt__data_load(rt_ctx *ctx, const char *path);
+void rt__data_free(rt_ctx *ctx);
+/* The inputs (targets: false) or targets of micro-batch mb of the current
+ * step into ctx->idbuf. */
 void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets);
 
-/* The device (rt_device.c). */
+/* ---- rt_device.c ---- */
 struct rt_dev;
-int rt__dev_attach(rt_ctx *ctx, struct rt_dev *dev, const int32_t *layer_mod);
-int rt__dev_model_init(rt_ctx *ctx);
-int rt__dev_upload(rt_ctx *ctx);
-/* n f32 values from the host to dst on the device, in its storage type. */
-int rt__dev_put(rt_ctx *ctx, void *dst, const float *src, int64_t n);
-int rt__dev_f(rt_ctx *ctx, int h, int64_t mb, const void *x, void *y, void *act);
-int rt__dev_b(rt_ctx *ctx, int h, const void *dy, float dscale, void *dx, const void *act, void *ws);
-int rt__dev_w(rt_ctx *ctx, int h, const void *ws);
-int rt__dev_collect(rt_ctx *ctx);
-/* The optimizer step on the device; the host's copy of the parameters and
- * moments is stale until rt__dev_pull. */
-int rt__dev_optimize(rt_ctx *ctx);
-int rt__dev_pull(rt_ctx *ctx);
-void rt__dev_free(rt_ctx *ctx);
-void rt__dev_free_comm(rt_ctx *ctx);
+/* Makes the device ctx's executor (before rt_model_init, once; on failure
+ * the device is destroyed): its layers run module layer_mod[i], its
+ * messages move through dcomm (NULL: MPI, through host copies when stage). */
+int rt__dev_attach(rt_ctx *ctx, struct rt_dev *dev, const int32_t *layer_mod, const rt_dcomm *dcomm,
+                   bool stage);
 
 #endif

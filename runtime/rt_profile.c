@@ -14,20 +14,21 @@
  * parameters are only read; the gradients W adds are cleared afterwards,
  * so training can follow.
  *
- * On a device rank (rt_device.c) the same runs go through the device
- * executor on device buffers, each phase timed from a synchronised device
- * to a synchronised device; the cold runs evict the device's last-level
- * cache (a memset of eight times it), the link is timed through the
- * runtime's own sends and receives on device buffers (NCCL, or MPI through
- * host copies), and each layer's achieved TFLOP/s (rt_layer_flops over the
- * hot time) is written beside it as a comment. */
+ * Every run goes through the rank's executor (rt_exec.h) on buffers of the
+ * memory the programs' buffers are in: on a device rank (rt_device.c)
+ * device buffers, each phase timed from a synchronised device to a
+ * synchronised device, the cold runs evicting the device's last-level
+ * cache (a memset of eight times it).  The link is timed through the
+ * runtime's own sends and receives on such buffers (MPI, or the device's
+ * NCCL), and each layer's achieved TFLOP/s (rt_layer_flops over the hot
+ * time) is written beside it as a comment. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "dev.h"
+#include "rt_exec.h"
 #include "rt_internal.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -42,6 +43,14 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The message in ctx->err, after "WHAT: ". */
+static int prefixed(rt_ctx *ctx, int rc, const char *what)
+{
+	char why[sizeof ctx->err];
+	snprintf(why, sizeof why, "%s", ctx->err);
+	return rt__fail(ctx, rc, "%s: %s", what, why);
+}
+
 /* Uniform values in [-scale, scale) from a counter. */
 static void fill(float *x, int64_t n, uint64_t key, float scale)
 {
@@ -54,123 +63,63 @@ static void fill(float *x, int64_t n, uint64_t key, float scale)
 	}
 }
 
-static int ids(rt_ctx *ctx, bool targets)
-{
-	const rt_train *t = &ctx->train;
-	int rc = rt_data_sample(ctx, 0, ctx->tokbuf);
-	for (int64_t b = 0; !rc && b < t->mbs; b++)
-		memcpy(ctx->idbuf + b * t->seq, ctx->tokbuf + b * (t->seq + 1) + targets,
-		       (size_t)t->seq * sizeof(int32_t));
-	return rc;
-}
-
-/* The per-core cache the profile measures against: the level-2 cache
- * (sysconf, else sysfs), 1 MiB when neither says. */
-static size_t cache_bytes(void)
-{
-	long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-	if (v > 0)
-		return (size_t)v;
-	FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
-	unsigned long kib = 0;
-	char unit = 0;
-	if (f && fscanf(f, "%lu%c", &kib, &unit) == 2 && unit == 'K' && kib > 0) {
-		fclose(f);
-		return (size_t)kib << 10;
-	}
-	if (f)
-		fclose(f);
-	return (size_t)1 << 20;
-}
-
-/* Evicts the cache as training does, by writing: a cache line at a time
- * of `n` bytes. */
-static void evict(unsigned char *buf, size_t n)
-{
-	for (size_t i = 0; i < n; i += 64)
-		buf[i]++;
-}
-
-/* The buffers one layer's profile runs on: the arena's (a CPU rank) or
- * device memory (a device rank), x and dy filled. */
+/* The buffers one layer's profile runs on, in the memory the programs'
+ * buffers are in (the executor's), x and dy filled. */
 typedef struct pbufs {
 	void *x, *y, *dy, *dx, *act, *ws;
-	size_t mark; /* the arena's, to release */
 } pbufs;
 
-static int bufs_get(rt_ctx *ctx, const rt_lay *l, pbufs *b)
+static int bufs_get(rt_ctx *ctx, int h, pbufs *b)
 {
-	rt_dev *d = ctx->dev;
+	const rt_exec *ex = ctx->exec;
+	const rt_lay *l = &ctx->lay[h];
 	const rt_train *t = &ctx->train;
+	rt_exec_info in;
+	ex->info(ctx, &in);
 	int64_t n = t->mbs * t->seq * l->desc.hidden;
-	size_t vb = (size_t)n * (d ? dev_esz(d) : sizeof(float));
-	rt_sizes sz = l->sz;
-	int rc = d ? dev_layer_sizes(&l->desc, d->bf16, &sz) : RT_OK;
+	size_t vb = (size_t)n * in.value_bytes;
+	rt_sizes sz;
+	int rc = ex->sizes(ctx, h, &sz);
 	size_t bytes[6] = {vb, vb, vb, vb, (size_t)sz.act + 1, (size_t)sz.wstash + 1};
 	void **p[6] = {&b->x, &b->y, &b->dy, &b->dx, &b->act, &b->ws};
-	*b = (pbufs){.mark = rt_arena_mark(ctx)};
+	*b = (pbufs){0};
 	for (int i = 0; i < 6 && !rc; i++)
-		if ((rc = d ? d->ops->alloc(d, bytes[i], p[i]) : rt_arena_alloc(ctx, bytes[i], p[i])) && d)
-			rt__fail(ctx, rc, "%s", d->err);
-	if (rc || !d) {
-		if (!rc) {
-			fill(b->x, n, 0x1234 + (uint64_t)l->index, 1.0f);
-			fill(b->dy, n, 0x5678 + (uint64_t)l->index, 1e-3f);
-		}
+		rc = ex->alloc(ctx, bytes[i], p[i]);
+	if (rc)
 		return rc;
-	}
-	float *h = malloc((size_t)n * sizeof *h);
-	if (!h)
+	float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+	if (!v)
 		return rt__fail(ctx, RT_ENOMEM, "out of host memory");
-	fill(h, n, 0x1234 + (uint64_t)l->index, 1.0f);
-	rc = rt__dev_put(ctx, b->x, h, n);
-	fill(h, n, 0x5678 + (uint64_t)l->index, 1e-3f);
+	fill(v, n, 0x1234 + (uint64_t)l->index, 1.0f);
+	rc = ex->put(ctx, b->x, v, n);
+	fill(v, n, 0x5678 + (uint64_t)l->index, 1e-3f);
 	if (!rc)
-		rc = rt__dev_put(ctx, b->dy, h, n);
-	free(h);
+		rc = ex->put(ctx, b->dy, v, n);
+	free(v);
 	return rc;
 }
 
 static void bufs_free(rt_ctx *ctx, pbufs *b)
 {
 	void *p[6] = {b->x, b->y, b->dy, b->dx, b->act, b->ws};
-	for (int i = 0; ctx->dev && i < 6; i++)
-		ctx->dev->ops->free(ctx->dev, p[i]);
-	rt_arena_release(ctx, b->mark);
+	for (int i = 0; i < 6; i++)
+		ctx->exec->release(ctx, p[i]);
 }
 
-/* Phase p (0 F, 1 B, 2 W) of layer h on b, through the CPU kernels or the
- * device executor (then waited for).  A failure leaves its message in
- * ctx->err. */
+/* Phase p (0 F, 1 B, 2 W) of layer h on b, through the executor, then
+ * waited for.  A failure leaves its message in ctx->err. */
 static int phase(rt_ctx *ctx, int h, int p, const pbufs *b)
 {
-	rt_lay *l = &ctx->lay[h];
-	rt_kind k = l->desc.kind;
+	const rt_exec *ex = ctx->exec;
+	rt_kind k = ctx->lay[h].desc.kind;
 	const rt_train *t = &ctx->train;
 	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
 	const void *x = k == RT_EMBEDDING ? NULL : b->x, *dy = k == RT_HEAD ? NULL : b->dy;
 	void *y = k == RT_HEAD ? NULL : b->y, *dx = k == RT_EMBEDDING ? NULL : b->dx;
-	int rc;
-	if (ctx->dev) {
-		rc = p == 0 ? rt__dev_f(ctx, h, 0, x, y, b->act)
-		   : p == 1 ? rt__dev_b(ctx, h, dy, dscale, dx, b->act, b->ws)
-		            : rt__dev_w(ctx, h, b->ws);
-		if (!rc && (rc = ctx->dev->ops->sync(ctx->dev)))
-			rt__fail(ctx, rc, "%s", ctx->dev->err);
-		return rc;
-	}
-	if (p == 0) {
-		rt_loss loss;
-		if (k == RT_EMBEDDING || k == RT_HEAD)
-			ids(ctx, k == RT_HEAD);
-		rc = rt_forward(&l->desc, l->p, x, k == RT_EMBEDDING || k == RT_HEAD ? ctx->idbuf : NULL, y,
-		                k == RT_HEAD ? &loss : NULL, b->act, ctx->scratch);
-	} else if (p == 1) {
-		rc = rt_backward_b(&l->desc, l->p, dy, dscale, dx, b->act, b->ws, ctx->scratch);
-	} else {
-		rc = rt_backward_w(&l->desc, l->p, l->g, b->ws, ctx->scratch);
-	}
-	return rc ? rt__fail(ctx, rc, "%s", rt_strerror(rc)) : RT_OK;
+	int rc = p == 0 ? ex->f(ctx, h, 0, x, y, b->act)
+	       : p == 1 ? ex->b(ctx, h, dy, dscale, dx, b->act, b->ws)
+	                : ex->w(ctx, h, b->ws);
+	return rc ? rc : ex->sync(ctx);
 }
 
 /* Times layer h: `warmup` untimed runs then `repeats` timed ones, hot,
@@ -181,22 +130,18 @@ static int phase(rt_ctx *ctx, int h, int p, const pbufs *b)
 static int profile_layer(rt_ctx *ctx, int h, int warmup, int repeats, double *times, int stride,
                          void *flush, size_t flush_n)
 {
-	rt_dev *d = ctx->dev;
+	const rt_exec *ex = ctx->exec;
 	rt_lay *l = &ctx->lay[h];
 	pbufs b;
-	int rc = bufs_get(ctx, l, &b);
+	int rc = bufs_get(ctx, h, &b);
 	/* Hot runs, then cold ones; each (warm-up + repeats). */
 	int runs = warmup + repeats;
 	for (int r = 0; !rc && r < 2 * runs; r++) {
 		bool cold = r >= runs;
 		int64_t ns[3];
 		for (int p = 0; p < 3 && !rc; p++) {
-			if (cold && !d)
-				evict(flush, flush_n);
-			if (d && ((cold && (rc = d->ops->zero(d, flush, flush_n))) || (rc = d->ops->sync(d)))) {
-				rt__fail(ctx, rc, "%s", d->err);
+			if ((cold && (rc = ex->evict(ctx, flush, flush_n))) || (rc = ex->sync(ctx)))
 				break;
-			}
 			int64_t t0 = rt__now_ns();
 			rc = phase(ctx, h, p, &b);
 			ns[p] = rt__now_ns() - t0;
@@ -207,66 +152,33 @@ static int profile_layer(rt_ctx *ctx, int h, int warmup, int repeats, double *ti
 	}
 	bufs_free(ctx, &b);
 	/* The gradients W added. */
-	size_t gb = (size_t)l->sz.params * sizeof(float);
-	if (!d)
-		memset(l->g, 0, gb);
-	else if (!rc && (rc = d->ops->zero(d, ctx->dlay[h].g, gb)))
-		rt__fail(ctx, rc, "%s", d->err);
+	if (!rc)
+		rc = ex->zero_grad(ctx, h);
 	if (rc) {
 		char why[sizeof ctx->err];
 		snprintf(why, sizeof why, "%s", ctx->err);
 		return rt__fail(ctx, rc, "profile: layer %lld (%s)%s: %s", (long long)l->index,
-		                rt__kind_name(l->desc.kind), d ? " on the device" : "", why);
+		                rt__kind_name(l->desc.kind), ex->on, why);
 	}
 	return RT_OK;
 }
 
-/* The point-to-point link between ranks 0 and 1: ping-pong of `bytes`,
- * `warmup` untimed round trips then `repeats` timed ones; *half_rtt_us is
- * the median of half a round trip.  Other ranks return at once. */
+/* The point-to-point link between ranks 0 and 1: ping-pong of `bytes`
+ * on a buffer of the programs' memory through the runtime's own sends and
+ * receives (what the programs call: MPI, or the device's communicator),
+ * each leg waited for; `warmup` untimed round trips then `repeats` timed
+ * ones; *half_rtt_us is the median of half a round trip.  Other ranks
+ * return at once. */
 static int ping_pong(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double *times,
                      double *half_rtt_us)
 {
-	int rc = RT_OK, me = ctx->rank, peer = 1 - me;
-	MPI_Request req;
-	char *buf = NULL;
-	*half_rtt_us = 0;
-	if (me > 1)
-		return RT_OK;
-	if (!(buf = calloc(bytes ? bytes : 1, 1)))
-		return rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
-	for (int r = 0; !rc && r < warmup + repeats; r++) {
-		int64_t t0 = rt__now_ns();
-		for (int leg = 0; !rc && leg < 2; leg++) {
-			bool send = (leg == 0) == (me == 0);
-			rc = send ? rt__coll(ctx, MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, 0x7ff0, MPI_COMM_WORLD, &req),
-			                     &req, "rt_profile: link ping-pong")
-			          : rt__coll(ctx, MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 0x7ff0, MPI_COMM_WORLD, &req),
-			                     &req, "rt_profile: link ping-pong");
-		}
-		if (r >= warmup)
-			times[r - warmup] = (double)(rt__now_ns() - t0) * 1e-3 / 2;
-	}
-	if (!rc)
-		*half_rtt_us = median(times, repeats);
-	free(buf);
-	return rc;
-}
-
-/* ping_pong on a device rank: device buffers through the runtime's own
- * sends and receives (the device's communicator, or MPI through host
- * copies), each leg waited for. */
-static int ping_pong_dev(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double *times,
-                         double *half_rtt_us)
-{
-	rt_dev *d = ctx->dev;
 	int rc = RT_OK, me = ctx->rank, peer = 1 - me, h;
 	void *buf = NULL;
 	*half_rtt_us = 0;
 	if (me > 1)
 		return RT_OK;
-	if ((rc = d->ops->alloc(d, bytes ? bytes : 1, &buf)) || (rc = d->ops->zero(d, buf, bytes)))
-		return rt__fail(ctx, rc, "rt_profile: %s", d->err);
+	if ((rc = ctx->exec->alloc(ctx, bytes, &buf)))
+		return prefixed(ctx, rc, "rt_profile");
 	for (int r = 0; !rc && r < warmup + repeats; r++) {
 		rt_tag tag = {0, r, RT_MSG_OTHER};
 		int64_t t0 = rt__now_ns();
@@ -281,7 +193,7 @@ static int ping_pong_dev(rt_ctx *ctx, size_t bytes, int warmup, int repeats, dou
 	}
 	if (!rc)
 		*half_rtt_us = median(times, repeats);
-	d->ops->free(d, buf);
+	ctx->exec->release(ctx, buf);
 	return rc;
 }
 
@@ -299,12 +211,8 @@ static int post_costs(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double
 	if (me > 1)
 		return RT_OK;
 	void *buf = NULL;
-	if (ctx->dev) { /* the programs' buffers are device memory there */
-		if ((rc = ctx->dev->ops->alloc(ctx->dev, bytes ? bytes : 1, &buf)))
-			return rt__fail(ctx, rc, "rt_profile: %s", ctx->dev->err);
-	} else if (!(buf = calloc(bytes ? bytes : 1, 1))) {
-		return rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
-	}
+	if ((rc = ctx->exec->alloc(ctx, bytes, &buf)))
+		return prefixed(ctx, rc, "rt_profile");
 	for (int r = 0; !rc && r < warmup + repeats; r++) {
 		rt_tag tag = {0, r, RT_MSG_OTHER};
 		int64_t t0 = rt__now_ns();
@@ -324,10 +232,7 @@ static int post_costs(rt_ctx *ctx, size_t bytes, int warmup, int repeats, double
 		                        &req, "rt_profile: posting times");
 	if (me == 0)
 		post[0] = mine;
-	if (ctx->dev)
-		ctx->dev->ops->free(ctx->dev, buf);
-	else
-		free(buf);
+	ctx->exec->release(ctx, buf);
 	return rc;
 }
 
@@ -374,10 +279,8 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 	MPI_Request req;
 	int rc = RT_OK, mine, total = 0;
 	double *times = NULL, *rows = NULL, *all = NULL;
-	unsigned char *flush = NULL;
-	void *dflush = NULL; /* a device rank's: device memory */
+	void *flush = NULL; /* in the programs' memory: device memory on a device rank */
 	int *counts = NULL, *displs = NULL;
-	rt_dev *d = ctx ? ctx->dev : NULL;
 	if (!ctx || !path)
 		return RT_EARG;
 	if (!ctx->have_model)
@@ -386,19 +289,21 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		return rt__fail(ctx, RT_ESTATE, "rt_profile: inside step %lld", rt__step_no(ctx));
 	if (warmup < 0 || repeats < 1 || repeats > 1000000)
 		return rt__fail(ctx, RT_EARG, "rt_profile: %d warm-up runs, %d repeats", warmup, repeats);
+	const rt_exec *ex = ctx->exec;
+	rt_exec_info in;
+	ex->info(ctx, &in);
 	mine = ROW * ctx->nlay;
-	size_t cache = d ? d->cache_bytes : cache_bytes(), flush_n = 8 * cache;
+	size_t cache = in.cache_bytes, flush_n = 8 * cache;
 	/* The timed runs come in ROUNDS sweeps over the layers, so that each
 	 * layer's samples spread over the whole measurement and a slow spell
 	 * of the machine weighs on every layer alike. */
 	int per = (repeats + ROUNDS - 1) / ROUNDS, n = per * ROUNDS;
 	size_t per_layer = 6 * (size_t)n;
-	if (d && (rc = d->ops->alloc(d, flush_n, &dflush))) {
-		rc = rt__fail(ctx, rc, "rt_profile: %s", d->err);
+	if ((rc = ex->alloc(ctx, flush_n, &flush))) {
+		rc = prefixed(ctx, rc, "rt_profile");
 		goto out;
 	}
-	if ((!d && !(flush = calloc(flush_n, 1))) ||
-	    !(times = malloc((size_t)(ctx->nlay ? ctx->nlay : 1) * per_layer * sizeof *times)) ||
+	if (!(times = malloc((size_t)(ctx->nlay ? ctx->nlay : 1) * per_layer * sizeof *times)) ||
 	    !(rows = malloc((size_t)(mine ? mine : 1) * sizeof *rows))) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
 		goto out;
@@ -408,15 +313,15 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		for (int i = 0; i < ctx->nlay; i++)
 			if ((rc = profile_layer(ctx, i, warmup, per,
 			                        times + (size_t)i * per_layer + (size_t)round * per, n,
-			                        d ? dflush : (void *)flush, flush_n)))
+			                        flush, flush_n)))
 				goto out;
 	for (int i = 0; i < ctx->nlay; i++) {
 		double *r = rows + ROW * i;
 		r[0] = (double)ctx->lay[i].index;
 		for (int p = 0; p < 6; p++)
 			r[1 + p] = median(times + (size_t)i * per_layer + (size_t)p * n, n);
-		rt_sizes sz = ctx->lay[i].sz;
-		if (d && (rc = dev_layer_sizes(&ctx->lay[i].desc, d->bf16, &sz)))
+		rt_sizes sz;
+		if ((rc = ex->sizes(ctx, i, &sz)))
 			goto out;
 		r[7] = (double)sz.act;
 		r[8] = (double)sz.wstash;
@@ -437,12 +342,10 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 			rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
 			goto out;
 		}
-		if (d)
-			bbytes = bbytes / sizeof(float) * dev_esz(d);
-		rc = d ? ping_pong_dev(ctx, 8, 20, pprep, pp, &lat) : ping_pong(ctx, 8, 20, pprep, pp, &lat);
+		bbytes = bbytes / sizeof(float) * in.value_bytes;
+		rc = ping_pong(ctx, 8, 20, pprep, pp, &lat);
 		if (!rc)
-			rc = d ? ping_pong_dev(ctx, bbytes, 20, pprep, pp, &big)
-			       : ping_pong(ctx, bbytes, 20, pprep, pp, &big);
+			rc = ping_pong(ctx, bbytes, 20, pprep, pp, &big);
 		if (!rc)
 			rc = post_costs(ctx, bbytes, 20, pprep, pp, post);
 		free(pp);
@@ -482,18 +385,18 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		}
 		char host[256], cpu[256], dname[160] = "";
 		machine(host, sizeof host, cpu, sizeof cpu);
-		if (d) {
-			char nm[sizeof d->name];
-			snprintf(nm, sizeof nm, "%s", d->name);
+		if (in.device) {
+			char nm[128];
+			snprintf(nm, sizeof nm, "%s", in.device);
 			for (char *q = nm; *q; q++) /* the name stays a plain YAML string */
 				if (*q == '"' || *q == '\\')
 					*q = '\'';
 			snprintf(dname, sizeof dname, "device: \"%s\", ", nm);
 		}
-		if (d)
+		if (in.device)
 			fprintf(f, "# Measured by libocto_rt's device executor on %s (%s), each phase between two\n"
 			           "# synchronisations of the device; cold: after a memset of 8x its cache.\n",
-			        d->name, d->bf16 ? "bf16" : "f32");
+			        in.device, in.bf16 ? "bf16" : "f32");
 		fprintf(f,
 		        "# Measured by libocto_rt (%s) on %d rank(s): seq %lld, mbs %lld;\n"
 		        "# times of one micro-batch, median of %d runs (%d sweeps over the layers, %d warm-up\n"
@@ -503,9 +406,9 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		        "cache_bytes: %zu\n"
 		        "measured_on: {host: \"%s\", cpu: \"%s\", %sdtype: %s, seq: %lld, mbs: %lld, "
 		        "hidden: %lld, ranks: %d}\n",
-		        d ? "the device executor" : "CPU kernels, f32", ctx->world,
+		        ex->name, ctx->world,
 		        (long long)ctx->train.seq, (long long)ctx->train.mbs, n, ROUNDS, warmup,
-		        flush_n, cache, host, cpu, dname, d && d->bf16 ? "bf16" : "f32",
+		        flush_n, cache, host, cpu, dname, in.bf16 ? "bf16" : "f32",
 		        (long long)ctx->train.seq, (long long)ctx->train.mbs,
 		        (long long)(ctx->nlay ? ctx->lay[0].desc.hidden : 0), ctx->world);
 		if (ctx->world >= 2) {
@@ -544,8 +447,6 @@ out:
 	free(counts);
 	free(rows);
 	free(times);
-	free(flush);
-	if (d)
-		d->ops->free(d, dflush);
+	ex->release(ctx, flush);
 	return rc;
 }

@@ -15,21 +15,22 @@
 const char *rt_strerror(int code)
 {
 	switch (code) {
-	case RT_OK: return "success";
-	case RT_EINVAL: return "invalid layer descriptor";
-	case RT_ENOMEM: return "out of memory";
-	case RT_EARG: return "invalid argument (NULL or misaligned buffer, or bad index)";
-	case RT_ERANGE: return "token id outside the vocabulary";
-	case RT_EMPI: return "MPI call failed";
-	case RT_ETIMEOUT: return "timed out waiting for a peer";
-	case RT_EIO: return "I/O error";
-	case RT_ECKPT: return "bad checkpoint";
-	case RT_ELOSS: return "loss is not finite";
-	case RT_ESTATE: return "call out of order";
-	case RT_ENODEV: return "no CUDA device";
-	case RT_EDEVICE: return "a device call failed";
+#define RT_CODE_CASE(name, value, message) \
+	case name: return message;
+		RT_CODES(RT_CODE_CASE)
+#undef RT_CODE_CASE
 	default: return "unknown error";
 	}
+}
+
+const char *rt__kind_name(rt_kind k)
+{
+	static const char *const names[RT_NKINDS] = {
+#define RT_KIND_NAME(kind, name) [kind] = name,
+	    RT_KINDS(RT_KIND_NAME)
+#undef RT_KIND_NAME
+	};
+	return (unsigned)k < RT_NKINDS ? names[k] : "?";
 }
 
 static bool in(int64_t v, int64_t lo, int64_t hi)

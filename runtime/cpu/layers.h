@@ -38,6 +38,10 @@ typedef struct rt_shape {
 
 int rt__shape(const rt_layer_desc *d, rt_shape *s);
 
+/* The kind's name as the YAML spells it (RT_KINDS): messages, and the
+ * device's entry points' prefix. */
+const char *rt__kind_name(rt_kind k);
+
 /* Parameter tensors: fixed slots per kind; an absent tensor has size 0. */
 enum { EMB_TABLE, EMB_N };
 enum { HD_NORM, HD_W, HD_N };

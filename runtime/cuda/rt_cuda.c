@@ -453,9 +453,6 @@ int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *n
 	                         ctx->err, sizeof ctx->err);
 	if (rc)
 		return rc;
-	if ((rc = rt__dev_attach(ctx, dev, layer_mod)))
-		return rc;
-	ctx->dcomm = use_mpi ? NULL : &((rt_cuda *)dev->impl)->dcomm;
-	ctx->dev_mpi_stage = use_mpi;
-	return RT_OK;
+	return rt__dev_attach(ctx, dev, layer_mod, use_mpi ? NULL : &((rt_cuda *)dev->impl)->dcomm,
+	                      use_mpi);
 }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "emu_abi.h"
 #include "layers.h"
 
 typedef struct rt_dev rt_dev;
@@ -103,18 +104,18 @@ int dev_fail(rt_dev *d, int code, const char *fmt, ...) __attribute__((format(pr
 
 /* ---- the host emulator (dev_emu.c) ----------------------------------------- */
 
-/* One entry point of a module compiled for the host: call(args) runs the
- * kernel body for the current thread (the emulator sets threadIdx ...). */
-typedef struct dev_emu_entry {
-	const char *name;
-	void (*call)(void **args);
-} dev_emu_entry;
-
-/* Threads per block of the row kernels in the emulator (OCTO_ROW of the
- * modules compiled for the host). */
-#define DEV_EMU_ROW 32
+/* The emulator's ABI with the modules (emu_abi.h, compiled into them
+ * too): one entry point of a module compiled for the host, and the row
+ * kernels' threads per block there. */
+typedef octo_emu_entry dev_emu_entry;
+#define DEV_EMU_ROW OCTO_EMU_ROW
 
 int dev_emu_create(int rank, bool bf16, rt_dev **out);
+/* The emulator's stand-in for NCCL (dev_emu_comm.c): a device
+ * communicator (rt_internal.h) over MPI, freed by its destroy.  RT_OK, or
+ * a code with the message in err. */
+struct rt_dcomm;
+int dev_emu_comm_create(struct rt_dcomm **out, char *err, size_t errlen);
 /* Adds a module whose entry table ({NULL, NULL}-terminated) is linked into
  * the program; modules are numbered in the order they are added. */
 int dev_emu_add_table(rt_dev *d, const char *name, const dev_emu_entry *table);
@@ -125,7 +126,7 @@ int dev_emu_add_table(rt_dev *d, const char *name, const dev_emu_entry *table);
  * compiler's first error lines.  For tests and tools. */
 int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char *cxx,
                        const char *workdir);
-#define DEV_EMU_TABLE "octo_emu_table"
+#define DEV_EMU_TABLE OCTO_EMU_TABLE
 
 /* ---- the CUDA backend (runtime/cuda/rt_cuda.c, libocto_rt_cuda) ------------- */
 
@@ -193,7 +194,7 @@ DEV_KIND(mamba)
 
 /* ---- what the kinds share (dev_common.c) ----------------------------------- */
 
-/* A bump allocator over a device buffer, as kernels.inc's carve: with base
+/* A bump allocator over a device buffer, as kernels_common.inc's carve: with base
  * NULL it only counts (the sizes functions walk the same layout). */
 typedef struct dev_carve {
 	char *base;
@@ -216,7 +217,7 @@ int dev_each(rt_dev *d, const dev_layer *L, const char *fn, int64_t n, void **ar
 /* dev_run of a row kernel over `rows` rows (one block of d->row per row). */
 int dev_rows(rt_dev *d, const dev_layer *L, const char *fn, int64_t rows, void **args);
 
-/* The projections of kernels.inc, on the device:
+/* The projections of kernels_common.inc, on the device:
  * y (n x out) = beta y + x (n x in) . w (in x out);
  * dx (n x in) = beta dx + dy (n x out) . w^T;
  * dw (in x out, f32) += x^T . dy. */

@@ -1,5 +1,5 @@
 /* dev_attn.c: the attention layer on the device (dev.h): GQA / MHA with an
- * optional sliding window, and MLA.  F, B and W follow kernels.inc's
+ * optional sliding window, and MLA.  F, B and W follow kernels_attn.inc's
  * attn_fwd, attn_bwd and attn_w step by step (the math of docs/layers.md):
  * the projections are GEMMs, the rest the attention_* entry points of
  * codegen/cuda_kernels.c.

@@ -1,4 +1,4 @@
-/* dev_emb.c: the embedding on the device (kernels.inc's emb_*,
+/* dev_emb.c: the embedding on the device (kernels_emb.inc's emb_*,
  * docs/layers.md): F gathers table rows, B moves dy and the tokens into the
  * W stash (there is no input gradient), W scatter-adds them into the
  * table's gradient, t ascending per column.

@@ -47,17 +47,12 @@
 
 extern char **environ;
 
-/* What a module reads threadIdx ... and __syncthreads from.  The shim
- * (codegen/cuda_emu.h, struct octo_emu_ctx) has a C++ copy of this layout;
- * octo_emu_bind reports its size and sync offset, checked when a module is
- * added. */
-typedef struct dev_emu_dim3 {
-	unsigned x, y, z;
-} dev_emu_dim3;
-typedef struct dev_emu_ctx {
-	dev_emu_dim3 thread, block, block_dim, grid_dim;
-	void (*sync)(struct dev_emu_ctx *ctx);
-} dev_emu_ctx;
+/* What a module reads threadIdx ... and __syncthreads from is
+ * octo_emu_ctx (emu_abi.h): the modules are compiled against the same
+ * header's text, so the two cannot disagree, and no layout is checked at
+ * run time (a module is compiled by the octopipe that links it with this
+ * runtime, or at run time from its source). */
+typedef octo_emu_ctx dev_emu_ctx;
 
 enum { MAX_THREADS = 1024, STACK_BYTES = 256 << 10 };
 
@@ -412,11 +407,10 @@ static int emu_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigne
 		if (new_fiber(e, e->nfib))
 			return dev_fail(d, RT_ENOMEM, "emu module %s: kernel %s: no stack for thread %u",
 			                m->name, fn, e->nfib);
-	size_t layout[2];
-	m->table[0].call((void *[]){&e->ctx, layout});
-	e->ctx.block_dim = (dev_emu_dim3){block, 1, 1};
-	e->ctx.grid_dim = (dev_emu_dim3){grid, 1, 1};
-	e->ctx.thread = e->ctx.block = (dev_emu_dim3){0, 0, 0};
+	m->table[0].call((void *[]){&e->ctx});
+	e->ctx.block_dim = (octo_emu_dim3){block, 1, 1};
+	e->ctx.grid_dim = (octo_emu_dim3){grid, 1, 1};
+	e->ctx.thread = e->ctx.block = (octo_emu_dim3){0, 0, 0};
 	e->mod_name = m->name;
 	e->fn = fn;
 	e->call = ent->call;
@@ -510,13 +504,7 @@ static int add_module(rt_dev *d, const char *name, const dev_emu_entry *table, v
 	if (!table || !table[0].name || strcmp(table[0].name, "octo_emu_bind") != 0)
 		return dev_fail(d, RT_EARG, "emu module %s: the table does not start with octo_emu_bind "
 		                "(cg_cuda_emu_source makes it)", name);
-	size_t layout[2] = {0, 0};
-	table[0].call((void *[]){&e->ctx, layout});
-	if (layout[0] != sizeof(dev_emu_ctx) || layout[1] != offsetof(dev_emu_ctx, sync))
-		return dev_fail(d, RT_EARG, "emu module %s: its emulator state (size %zu, sync at %zu) "
-		                "is not dev_emu.c's (%zu, %zu): codegen/cuda_emu.h and dev_emu.c disagree",
-		                name, layout[0], layout[1], sizeof(dev_emu_ctx),
-		                offsetof(dev_emu_ctx, sync));
+	table[0].call((void *[]){&e->ctx});
 	if (e->nmods == e->capmods) {
 		int cap = e->capmods ? 2 * e->capmods : 8;
 		module *m = realloc(e->mods, (size_t)cap * sizeof *m);

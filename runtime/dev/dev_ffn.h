@@ -1,5 +1,5 @@
 /* dev_ffn.h: the feed-forward block on the device, which the mlp and the
- * moe (its experts and its shared MLP) share (dev_mlp.c; kernels.inc's
+ * moe (its experts and its shared MLP) share (dev_mlp.c; kernels_ffn.inc's
  * ffn_fwd, ffn_bwd, ffn_w).  Private to the device executor.
  *
  * A block on n rows of X [n][H] with weights w1 [H][F] (gate, or up when

@@ -1,4 +1,4 @@
-/* dev_head.c: the head on the device (kernels.inc's head_*,
+/* dev_head.c: the head on the device (kernels_head.inc's head_*,
  * docs/layers.md): F the logits z = norm(x) w, their log-sum-exp and the
  * cross-entropy sum; B recomputes z (T x V is not stashed) and turns it
  * into dz in place; W the two weight gradients.

@@ -2,11 +2,6 @@
  * shape and tensors, then its F, B, W in dev_<kind>.c. */
 #include "dev.h"
 
-static const char *const kind_prefix[RT_NKINDS] = {
-    [RT_EMBEDDING] = "embedding", [RT_ATTENTION] = "attention", [RT_MLP] = "mlp",
-    [RT_MOE] = "moe",             [RT_MAMBA] = "mamba",         [RT_HEAD] = "head",
-};
-
 typedef struct kind_fns {
 	int (*sizes)(const rt_shape *s, size_t esz, rt_sizes *sz);
 	int (*f)(rt_dev *d, const dev_layer *L, const dev_io *io);
@@ -28,7 +23,7 @@ int dev_layer_setup(dev_layer *L, const rt_layer_desc *d)
 		return rc;
 	L->desc = *d;
 	L->nparams = rt__tensors(&L->s, L->t, &L->nt);
-	L->kind = kind_prefix[d->kind];
+	L->kind = rt__kind_name(d->kind);
 	return RT_OK;
 }
 

@@ -1,9 +1,9 @@
 /* dev_mamba.c: the Mamba layer (versions 2 and 1) on the device: what
- * kernels.inc's mamba_fwd, mamba_bwd and mamba_w compute, as the GEMMs
+ * kernels_mamba.inc's mamba_fwd, mamba_bwd and mamba_w compute, as the GEMMs
  * in_proj, out_proj (and, version 1, x_proj and dt_proj) around the mamba_*
  * entry points of codegen/cuda_kernels.c (docs/cuda.md).
  *
- * The stashes follow kernels.inc's mamba_map but in the kernels' shapes:
+ * The stashes follow kernels_mamba.inc's mamba_map but in the kernels' shapes:
  * the norm statistics and the scan's chunk states are f32; the scan's dA
  * and dD are per-sequence f32 partials (W sums them: mamba_W_alog); v1 keeps
  * x_proj's whole output for W (dt_proj reads its first R columns in place).

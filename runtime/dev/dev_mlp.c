@@ -1,4 +1,4 @@
-/* dev_mlp.c: the mlp on the device (kernels.inc's mlp_*, docs/layers.md),
+/* dev_mlp.c: the mlp on the device (kernels_mlp.inc's mlp_*, docs/layers.md),
  * and the feed-forward block it shares with the moe (dev_ffn.h).
  *
  * Stashes, in the order carved (each piece 256-byte aligned; `real` is the

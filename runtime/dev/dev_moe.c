@@ -1,4 +1,4 @@
-/* dev_moe.c: the mixture of experts on the device (kernels.inc's moe_*,
+/* dev_moe.c: the mixture of experts on the device (kernels_moe.inc's moe_*,
  * docs/layers.md): the router GEMM, routing and layout kernels, the experts
  * as per-expert GEMMs over their rows of the gathered buffers (the
  * activations once over all rows), the shared experts as one MLP.

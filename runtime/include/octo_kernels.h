@@ -31,34 +31,47 @@
 extern "C" {
 #endif
 
-/* Result codes.  0 is success; failures are negative. */
-#define RT_OK 0
-#define RT_EINVAL (-1)  /* bad layer descriptor */
-#define RT_ENOMEM (-2)  /* allocation failure */
-#define RT_EARG (-3)    /* bad argument: NULL or misaligned buffer, bad index */
-#define RT_ERANGE (-4)  /* token or target id outside the vocabulary */
-/* The rest of libocto_rt (octo_rt.h) */
-#define RT_EMPI (-5)     /* an MPI call failed */
-#define RT_ETIMEOUT (-6) /* a wait passed its deadline (a peer is stuck or dead) */
-#define RT_EIO (-7)      /* a file could not be read or written */
-#define RT_ECKPT (-8)    /* a damaged checkpoint, or one of another model */
-#define RT_ELOSS (-9)    /* the loss is NaN or infinite */
-#define RT_ESTATE (-10)  /* a call out of order (no arena, W out of micro-batch order, ...) */
-#define RT_ENODEV (-11)  /* no CUDA device (or no driver) */
-#define RT_EDEVICE (-12) /* a device call failed: CUDA, cuBLAS, NCCL, or the emulator */
+/* Result codes.  0 is success; failures are negative.  One table for the
+ * codes and rt_strerror's messages: X(name, value, message). */
+#define RT_CODES(X)                                                                       \
+	X(RT_OK, 0, "success")                                                            \
+	X(RT_EINVAL, -1, "invalid layer descriptor")                                      \
+	X(RT_ENOMEM, -2, "out of memory")                                                 \
+	X(RT_EARG, -3, "invalid argument (NULL or misaligned buffer, or bad index)")      \
+	X(RT_ERANGE, -4, "token id outside the vocabulary")                               \
+	/* the rest of libocto_rt (octo_rt.h) */                                          \
+	X(RT_EMPI, -5, "MPI call failed")                                                 \
+	X(RT_ETIMEOUT, -6, "timed out waiting for a peer") /* stuck or dead */            \
+	X(RT_EIO, -7, "I/O error") /* a file could not be read or written */              \
+	X(RT_ECKPT, -8, "bad checkpoint") /* damaged, or of another model */              \
+	X(RT_ELOSS, -9, "loss is not finite")                                             \
+	X(RT_ESTATE, -10, "call out of order") /* no arena, W out of micro-batch order */ \
+	X(RT_ENODEV, -11, "no CUDA device") /* or no driver */                            \
+	X(RT_EDEVICE, -12, "a device call failed") /* CUDA, cuBLAS, NCCL, the emulator */
+
+enum rt_code {
+#define RT_CODE_ENUM(name, value, message) name = value,
+	RT_CODES(RT_CODE_ENUM)
+#undef RT_CODE_ENUM
+};
 
 /* A static English message for an RT_ code. */
 const char *rt_strerror(int code);
 
 /* Layer kinds and feed-forward activations, in the order of ir.h's tables
  * (IR_LAYER_KINDS, IR_ACTS), so a generated program may pass them through. */
+#define RT_KINDS(X)               \
+	X(RT_EMBEDDING, "embedding") \
+	X(RT_ATTENTION, "attention") \
+	X(RT_MLP, "mlp")             \
+	X(RT_MOE, "moe")             \
+	X(RT_MAMBA, "mamba")         \
+	X(RT_HEAD, "head")
+/* X(kind, the name the YAML spells and the device's entry points begin with) */
 typedef enum rt_kind {
-	RT_EMBEDDING,
-	RT_ATTENTION,
-	RT_MLP,
-	RT_MOE,
-	RT_MAMBA,
-	RT_HEAD,
+#define RT_KIND_ENUM(kind, name) kind,
+	RT_KINDS(RT_KIND_ENUM)
+#undef RT_KIND_ENUM
 	RT_NKINDS
 } rt_kind;
 

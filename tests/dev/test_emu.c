@@ -460,7 +460,7 @@ static void emu_attach(rt_ctx *c, const rt_layer_spec *L)
 		ck_assert_ptr_nonnull(dl);
 		ck_assert_ptr_nonnull(decay_tables[h] = dlsym(dl, DEV_EMU_TABLE));
 	}
-	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod), RT_OK);
+	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod, NULL, false), RT_OK);
 }
 
 /* The buffers in the device's block, at its layers' sizes. */
@@ -484,7 +484,7 @@ static void emu_buffers(rt_ctx *c, const rt_layer_spec *L, decay_bufs *b)
 		b->act[h] = base + off[2 + 2 * h], b->ws[h] = base + off[3 + 2 * h];
 }
 
-/* The device's optimizer (rt__dev_optimize) decays exactly the tensors
+/* The device's optimizer (the device executor's optimize, rt_device.c) decays exactly the tensors
  * docs/layers.md marks, as the host's does: Mamba-1's A_log not at all.
  * _i: 0 AdamW, 1 SGD (a process each: MPI starts once per process). */
 START_TEST(test_decay_device)

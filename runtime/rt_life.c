@@ -1,130 +1,23 @@
-/* rt_core.c: the context of a rank (MPI init and finalize, rank and world
- * size from the launcher), error messages and the job-wide abort, the
- * arena, the clock.  Every failure is recorded in the context (rt_errmsg)
- * and returned as an RT_ code; only rt_abort ends anything, and it ends the
+/* rt_life.c: the life cycle of a rank's context, the top of the runtime:
+ * rt_init (MPI init under a watchdog, the options and the environment,
+ * a barrier for the trace's common origin, the wait-for chain's
+ * communicator), rt_finalize (the trace written, the communication, the
+ * executor's and the data's state freed, MPI finalised) and the job-wide
+ * rt_abort.  Every failure is recorded in the context (rt_errmsg) and
+ * returned as an RT_ code; only rt_abort ends anything, and it ends the
  * whole job (MPI_Abort) so that no rank waits forever for a dead one. */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
 
-#include "dev.h"
+#include "rt_exec.h"
 #include "rt_internal.h"
-
-int rt__fail(rt_ctx *ctx, int code, const char *fmt, ...)
-{
-	va_list ap;
-	if (!ctx)
-		return code;
-	va_start(ap, fmt);
-	vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-const char *rt__mpierr(int rc, char *buf)
-{
-	int len = 0;
-	if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS)
-		snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
-	return buf;
-}
-
-int64_t rt__now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-uint64_t rt__fnv(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
-const char *rt__kind_name(rt_kind k)
-{
-	static const char *const names[RT_NKINDS] = {"embedding", "attention", "mlp",
-	                                             "moe",       "mamba",     "head"};
-	return (unsigned)k < RT_NKINDS ? names[k] : "?";
-}
-
-int rt__open_regular(const char *path, struct stat *st)
-{
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	if (fstat(fd, st)) {
-		int e = errno;
-		close(fd);
-		errno = e;
-		return -1;
-	}
-	if (!S_ISREG(st->st_mode)) {
-		close(fd);
-		return -2;
-	}
-	/* Regular files ignore O_NONBLOCK; cleared all the same. */
-	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	return fd;
-}
-
-FILE *rt__create_out(const char *path)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return NULL;
-	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	FILE *f = fdopen(fd, "w");
-	if (!f) {
-		int e = errno;
-		close(fd);
-		errno = e;
-	}
-	return f;
-}
-
-int rt__out_check(rt_ctx *ctx, const char *what, const char *path)
-{
-	struct stat st;
-	bool existed = stat(path, &st) == 0;
-	/* No O_TRUNC: an existing file keeps its bytes until the real write. */
-	int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return rt__fail(ctx, RT_EIO, "%s %s: cannot be written: %s", what, path,
-		                errno == ENXIO ? "a pipe that nobody reads" : strerror(errno));
-	close(fd);
-	if (!existed)
-		unlink(path);
-	return RT_OK;
-}
-
-const char *rt__file_kind(const struct stat *st)
-{
-	return S_ISDIR(st->st_mode)    ? "a directory"
-	       : S_ISCHR(st->st_mode)  ? "a character device"
-	       : S_ISBLK(st->st_mode)  ? "a block device"
-	       : S_ISFIFO(st->st_mode) ? "a pipe"
-	       : S_ISSOCK(st->st_mode) ? "a socket"
-	                               : "a special file";
-}
 
 /* Before a context exists, messages go straight to stderr. */
 static int early_fail(int code, const char *what, int rc)
@@ -253,6 +146,9 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 	c->ask = MPI_REQUEST_NULL;
 	c->waiting.state = RT_WS_RUNNING;
 	c->head = -1;
+	/* The host's kernels unless a device is attached (rt_device_attach_*):
+	 * the one place besides that where the executor is chosen. */
+	c->exec = &rt__exec_cpu;
 	MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &c->world);
 
@@ -311,10 +207,8 @@ int rt_finalize(rt_ctx *ctx)
 		rc = rt_trace_write(ctx, ctx->trace_dir);
 	rt__comm_free_all(ctx);
 	rt__ctl_free(ctx);
-	rt__dev_free_comm(ctx);
-	rt__dev_free(ctx);
-	free(ctx->text);
-	free(ctx->text_path);
+	ctx->exec->free(ctx); /* after the communication: its groups may be the device's */
+	rt__data_free(ctx);
 	free(ctx->ev);
 	free(ctx->trace_dir);
 	free(ctx->arena);
@@ -329,29 +223,14 @@ int rt_finalize(rt_ctx *ctx)
 	return rc;
 }
 
-int rt_rank(const rt_ctx *ctx)
-{
-	return ctx ? ctx->rank : -1;
-}
-
-int rt_world_size(const rt_ctx *ctx)
-{
-	return ctx ? ctx->world : 0;
-}
-
-const char *rt_errmsg(const rt_ctx *ctx)
-{
-	return ctx ? ctx->err : "";
-}
-
 int rt_abort(rt_ctx *ctx, int code)
 {
 	int inited = 0, finalized = 0;
 	const char *msg = ctx && ctx->err[0] ? ctx->err : rt_strerror(code);
 	if (ctx) /* without one, rt_init has already said what failed */
 		fprintf(stderr, "octopipe rank %d: error: %s\n", ctx->rank, msg);
-	if (ctx && ctx->dev && ctx->dev->ops->abort)
-		ctx->dev->ops->abort(ctx->dev);
+	if (ctx)
+		ctx->exec->abort(ctx);
 	fflush(stderr);
 	fflush(stdout);
 	MPI_Initialized(&inited);
@@ -361,69 +240,3 @@ int rt_abort(rt_ctx *ctx, int code)
 	return code;
 }
 
-/* ---- arena ---------------------------------------------------------------- */
-
-static size_t round_up(size_t n)
-{
-	return (n + RT_ALIGN - 1) & ~(size_t)(RT_ALIGN - 1);
-}
-
-int rt_arena_init(rt_ctx *ctx, size_t bytes)
-{
-	if (!ctx)
-		return RT_EARG;
-	if (ctx->arena)
-		return rt__fail(ctx, RT_ESTATE, "arena: already initialised (%zu bytes)", ctx->arena_size);
-	size_t sz = round_up(bytes ? bytes : 1);
-	if (sz < bytes || !(ctx->arena = aligned_alloc(RT_ALIGN, sz)))
-		return rt__fail(ctx, RT_ENOMEM, "arena of %zu bytes: out of memory", bytes);
-	ctx->arena_size = sz;
-	ctx->arena_top = ctx->arena_peak = 0;
-	return RT_OK;
-}
-
-int rt_arena_alloc(rt_ctx *ctx, size_t bytes, void **out)
-{
-	if (!ctx || !out)
-		return RT_EARG;
-	*out = NULL;
-	if (!ctx->arena)
-		return rt__fail(ctx, RT_ESTATE, "arena: rt_arena_init has not been called");
-	size_t free_ = ctx->arena_size - ctx->arena_top;
-	size_t need = round_up(bytes);
-	if (need < bytes || need > free_)
-		return rt__fail(ctx, RT_ENOMEM,
-		                "arena: out of memory: %zu bytes asked, %zu of %zu free (high-water %zu)",
-		                bytes, free_, ctx->arena_size, ctx->arena_peak);
-	*out = ctx->arena + ctx->arena_top;
-	ctx->arena_top += need;
-	if (ctx->arena_top > ctx->arena_peak)
-		ctx->arena_peak = ctx->arena_top;
-	return RT_OK;
-}
-
-size_t rt_arena_mark(const rt_ctx *ctx)
-{
-	return ctx ? ctx->arena_top : 0;
-}
-
-int rt_arena_release(rt_ctx *ctx, size_t mark)
-{
-	if (!ctx)
-		return RT_EARG;
-	if (mark > ctx->arena_top || mark % RT_ALIGN)
-		return rt__fail(ctx, RT_EARG, "arena: release to %zu, above the top %zu", mark,
-		                ctx->arena_top);
-	ctx->arena_top = mark;
-	return RT_OK;
-}
-
-int rt_arena_stats(const rt_ctx *ctx, rt_arena_info *out)
-{
-	if (!ctx || !out)
-		return RT_EARG;
-	out->size = ctx->arena_size;
-	out->used = ctx->arena_top;
-	out->peak = ctx->arena_peak;
-	return RT_OK;
-}

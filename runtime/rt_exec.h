@@ -1,0 +1,90 @@
+/* rt_exec.h: the executor of a rank -- what runs its layers' F, B, W and
+ * the optimizer step, and holds the training state the kernels read.  One
+ * table of functions, two implementations: the host's CPU kernels
+ * (rt_exec_cpu.c: the state is the host's arrays in the arena) and a
+ * device (rt_device.c: the state on the device, the host's arrays a copy).
+ * The table is chosen in two places only: rt_init takes the CPU's, and
+ * rt_device_attach_* (rt__dev_attach) replaces it with the device's; every
+ * other file calls through ctx->exec and never asks which it is.
+ *
+ * Every function returns RT_OK or an RT_ code with its message in ctx->err
+ * (the caller adds where it was: the step, the layer, the phase).  Private
+ * to the runtime. */
+#ifndef OCTO_RT_EXEC_H
+#define OCTO_RT_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "octo_rt.h"
+
+/* What an executor runs on, as the profile reports it. */
+typedef struct rt_exec_info {
+	const char *device; /* the device's name; NULL: the host's CPU kernels */
+	bool bf16;          /* the programs' buffers hold bf16 values (else f32) */
+	size_t value_bytes; /* one value of an activation or gradient in them */
+	size_t cache_bytes; /* the cache a cold run evicts (the host's per-core L2) */
+} rt_exec_info;
+
+typedef struct rt_exec {
+	const char *name; /* in the profile's header: "CPU kernels, f32", ... */
+	const char *on;   /* in messages after the micro-batch: "" or " on the device" */
+
+	/* ---- the model and the step (rt_model.c, rt_ckpt.c) ---- */
+	/* After the host's arrays are laid out and initialised. */
+	int (*model_init)(rt_ctx *ctx);
+	/* F, B, W of local layer h on the programs' buffers; F of the
+	 * embedding and the head takes micro-batch mb's ids from the data, and
+	 * the head's F records mb's loss (now, or by collect). */
+	int (*f)(rt_ctx *ctx, int h, int64_t mb, const void *x, void *y, void *act);
+	int (*b)(rt_ctx *ctx, int h, const void *dy, float dscale, void *dx, const void *act, void *ws);
+	int (*w)(rt_ctx *ctx, int h, const void *ws);
+	/* The step's work finished and the head's losses in ctx->mb_loss. */
+	int (*collect)(rt_ctx *ctx);
+	/* The optimizer step of every layer (step ctx->step + 1), gradients
+	 * cleared; the host's arrays may lag until pull. */
+	int (*optimize)(rt_ctx *ctx);
+	/* The host's parameters and moments current (a checkpoint, the model
+	 * hash, rt_layer_get read them). */
+	int (*pull)(rt_ctx *ctx);
+	/* The host's parameters and moments to the executor, gradients cleared
+	 * (after a checkpoint is loaded into them). */
+	int (*upload)(rt_ctx *ctx);
+	/* Clears layer h's gradients (the profile's W runs added to them). */
+	int (*zero_grad)(rt_ctx *ctx, int h);
+	/* Layer h's buffer sizes as this executor runs it (stashes in its
+	 * storage type). */
+	int (*sizes)(rt_ctx *ctx, int h, rt_sizes *sz);
+
+	/* ---- the memory the programs' buffers are in (rt_profile.c, rt_comm.c) ---- */
+	int (*alloc)(rt_ctx *ctx, size_t bytes, void **p); /* zeroed */
+	void (*release)(rt_ctx *ctx, void *p);               /* NULL is nothing */
+	/* n f32 values from the host into a buffer, in its storage type. */
+	int (*put)(rt_ctx *ctx, void *dst, const float *src, int64_t n);
+	/* Raw bytes between a buffer and host memory, complete on return. */
+	int (*to_host)(rt_ctx *ctx, void *dst, const void *src, size_t bytes);
+	int (*from_host)(rt_ctx *ctx, void *dst, const void *src, size_t bytes);
+	/* Waits for the work issued (a no-op on the host). */
+	int (*sync)(rt_ctx *ctx);
+	/* Writes buf (bytes, from alloc) to evict the cache before a cold run. */
+	int (*evict)(rt_ctx *ctx, void *buf, size_t bytes);
+	void (*info)(const rt_ctx *ctx, rt_exec_info *out);
+
+	/* ---- the end ---- */
+	/* Before MPI_Abort: stop what runs on the device (nothing on the host). */
+	void (*abort)(rt_ctx *ctx);
+	/* Frees the executor's state (rt_finalize, after the communication). */
+	void (*free)(rt_ctx *ctx);
+
+	/* Data parallelism will add here the reduction of the gradients over a
+	 * layer's replicas between collect and optimize (an all-reduce on the
+	 * executor's gradient buffers, through MPI or the device's
+	 * communicator). */
+} rt_exec;
+
+/* The host's CPU kernels (rt_exec_cpu.c): every context's until a device
+ * is attached. */
+extern const rt_exec rt__exec_cpu;
+
+#endif
