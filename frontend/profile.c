@@ -445,7 +445,7 @@ static int apply(prof *pr)
 			    : e->has[E_ACT] ? e->act_loc : e->loc;
 		for (int i = 0; i < m->nlayers; i++)
 			m->layers[i].cost = old[i];
-		return ir_step_bytes_error(m, over, loc);
+		return ir_step_bytes_error(m, over, loc, NULL);
 	}
 	for (int i = 0; i < m->nlayers; i++)
 		if (hit[i])

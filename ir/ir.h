@@ -665,8 +665,9 @@ uint64_t ir_boundary_bytes(const ir_module *m);
  * IR_MAX_STEP_BYTES, or -1 when they fit. */
 int ir_step_bytes_overflow(const ir_module *m);
 
-/* The error for it, at loc: names the layer and the limit.  Returns -1. */
-int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc);
+/* The error for it, at loc, to sink ds (NULL: the default sink): names the
+ * layer and the limit.  Returns -1. */
+int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc, diag_sink *ds);
 
 /* The model, cluster, training and plan lines of a summary; partition:
  * what the stages are (pass_partition_label). */

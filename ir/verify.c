@@ -176,7 +176,7 @@ static int verify_layers(const ir_module *m)
 	}
 	int over = errs ? -1 : ir_step_bytes_overflow(m);
 	if (over >= 0)
-		errs++, ir_step_bytes_error(m, over, loc_or(m->layer_loc, over, m->loc));
+		errs++, ir_step_bytes_error(m, over, loc_or(m->layer_loc, over, m->loc), NULL);
 	return errs;
 }
 
@@ -268,9 +268,9 @@ int ir_step_bytes_overflow(const ir_module *m)
 	return -1;
 }
 
-int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc)
+int ir_step_bytes_error(const ir_module *m, int layer, ir_loc loc, diag_sink *ds)
 {
-	diag_error(loc, "layer L%d: the step's bytes pass 2^60 (1 EiB) here (every layer's "
+	diag_sink_error(ds, loc, "layer L%d: the step's bytes pass 2^60 (1 EiB) here (every layer's "
 	           "resident bytes plus %lld micro-batches x its activation and W stashes and the "
 	           "activation and gradient it passes on): a size this large cannot be planned",
 	           layer, (long long)m->train.microbatches);

@@ -215,7 +215,7 @@ static int by_start(const void *a, const void *b)
 
 static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, uint64_t bytes)
 {
-	sim_result *r = sim_run(m);
+	sim_result *r = sim_run_to(m, cx->diag);
 	if (!r)
 		return -1;
 	int P = m->ndevices, M = (int)m->train.microbatches;

@@ -500,6 +500,6 @@ int pass_cost(ir_module *m, pass_ctx *cx)
 	int over = ir_step_bytes_overflow(m);
 	if (over >= 0)
 		return ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over]
-		                                                           : (ir_loc){0}, m->loc));
+		                                                           : (ir_loc){0}, m->loc), cx->diag);
 	return 0;
 }

@@ -392,7 +392,7 @@ int pass_memplan(ir_module *m, pass_ctx *cx)
 	int over = ir_step_bytes_overflow(m);
 	if (over >= 0)
 		return ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over]
-		                                                           : (ir_loc){0}, where));
+		                                                           : (ir_loc){0}, where), cx->diag);
 	ir_alloc_memplan(m);
 	for (int d = 0; d < m->ndevices; d++) {
 		ir_buf *b;

@@ -522,19 +522,24 @@ sim_result *sim_run_ready(const ir_module *m, bool *failed)
 
 sim_result *sim_run(const ir_module *m)
 {
+	return sim_run_to(m, NULL);
+}
+
+sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
+{
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
 	for (int l = 0; l < m->nlayers; l++)
 		if (!m->layers[l].cost.known) {
-			diag_error(where, "simulate: layer L%d has no cost; run the 'cost' pass first", l);
+			diag_sink_error(ds, where, "simulate: layer L%d has no cost; run the 'cost' pass first", l);
 			return NULL;
 		}
 	if (!m->ndevices || !m->nstages) {
-		diag_error(where, "simulate: the module has no programs; run 'schedule' first");
+		diag_sink_error(ds, where, "simulate: the module has no programs; run 'schedule' first");
 		return NULL;
 	}
 	int over = ir_step_bytes_overflow(m);
 	if (over >= 0) {
-		ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over] : (ir_loc){0}, where));
+		ir_step_bytes_error(m, over, ir_loc_or(m->layer_loc ? m->layer_loc[over] : (ir_loc){0}, where), ds);
 		return NULL;
 	}
 	arena *ar = arena_new();
@@ -631,7 +636,7 @@ sim_result *sim_run(const ir_module *m)
 		for (int d = 0; d < r->ndev; d++)
 			if (s.pc[d] < m->devices[d].nops) {
 				const ir_op *op = &m->devices[d].ops[s.pc[d]];
-				diag_error(where, "simulate: the programs cannot run to the end: D%d waits at op %d "
+				diag_sink_error(ds, where, "simulate: the programs cannot run to the end: D%d waits at op %d "
 				                  "(%s S%d m%d) for an input that is never produced",
 				           d, s.pc[d], ir_op_names[op->kind], op->stage, op->mb);
 				break;
@@ -673,7 +678,7 @@ sim_result *sim_run(const ir_module *m)
 	/* The readers keep every time and rate in range (docs/ir.md, "Ranges"),
 	 * so the step is finite; a module made some other way is refused. */
 	if (!isfinite(r->makespan)) {
-		diag_error(where, "simulate: the step takes longer than a double can count (a time or "
+		diag_sink_error(ds, where, "simulate: the step takes longer than a double can count (a time or "
 		                  "bandwidth out of the ranges of docs/ir.md)");
 		sim_free(r);
 		return NULL;

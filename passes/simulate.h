@@ -58,6 +58,9 @@ typedef struct sim_result {
  * costs or programs, or programs that cannot run to the end (an op waits
  * for one that its device's order puts after it). */
 sim_result *sim_run(const ir_module *m);
+/* The same, its diagnostics to sink ds (NULL: the default sink): a pass's
+ * own (pass_ctx.diag), or a quiet one where a failure is a verdict. */
+sim_result *sim_run_to(const ir_module *m, diag_sink *ds);
 /* sim_run when m has what it needs (costs on every layer, a program per
  * device); NULL otherwise, quietly, or after sim_run's diagnostic, with
  * *failed set.  What the driver and codegen print a plan's step from. */

@@ -98,7 +98,8 @@ typedef struct verdict {
 static verdict judge(const ir_module *m, uint64_t reserve)
 {
 	verdict v = {.makespan = INFINITY};
-	sim_result *r = sim_run(m);
+	diag_sink quiet = {0}; /* a plan that cannot run is a verdict, not an error */
+	sim_result *r = sim_run_to(m, &quiet);
 	if (!r)
 		return v;
 	v.ok = true;
@@ -182,7 +183,8 @@ static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
 {
 	if (!run_quiet(x, pass_lower_passes, NULL, 0))
 		return -1; /* the pipeline will report it on the real module */
-	sim_result *r = sim_run(x);
+	diag_sink quiet = {0};
+	sim_result *r = sim_run_to(x, &quiet);
 	int worst = -1;
 	for (int d = 0; r && d < r->ndev; d++)
 		if (r->dev[d].peak_mem > m->cluster.mem && (worst < 0 || r->dev[d].peak_mem > *need))

@@ -138,6 +138,17 @@ START_TEST(test_stuck_programs)
 	ck_assert_ptr_null(sim_run(mod));
 	ck_assert_ptr_nonnull(strstr(tu_captured(), "cannot run to the end"));
 	tu_release();
+	/* To a sink of its own (the tuner judging a candidate): counted and
+	 * kept there, nothing on the default one. */
+	diag_sink quiet = {0};
+	tu_capture();
+	int before = diag_errors;
+	ck_assert_ptr_null(sim_run_to(mod, &quiet));
+	ck_assert_int_eq(diag_errors, before);
+	ck_assert_str_eq(tu_captured(), "");
+	tu_release();
+	ck_assert_int_eq(quiet.errors, 1);
+	ck_assert_ptr_nonnull(strstr(quiet.first, "cannot run to the end"));
 	ir_free(mod);
 }
 END_TEST
