@@ -118,6 +118,10 @@ MPIRUN=$rec PATH=$tmp/nproc64:$PATH go "$L" --steps 2 --tag "a b" ""
 check "MPIRUN: the recorder runs, no ranks-over-cores line on 64 cores" "$tmp/out" eval '[ $st = 0 ] && [ ! -s "$tmp/out" ]'
 check "MPMD: -np 1 DIR/rank0 ARGS : -np 1 DIR/rank1 ARGS, an argument with a space and an empty one intact" "$tmp/argv" \
 	ends "$tmp/argv" -np 1 "$d/rank0" --steps 2 --tag "a b" "" : -np 1 "$d/rank1" --steps 2 --tag "a b" ""
+check "one node, no flags: mpirun's command line as it always was" "$tmp/argv" \
+	eval 'printf "%s\n" --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+		--mca btl_vader_eager_limit "$limit" --mca btl_vader_max_send_size "$limit" \
+		-np 1 "$d/rank0" --steps 2 --tag "a b" "" : -np 1 "$d/rank1" --steps 2 --tag "a b" "" | cmp -s - "$tmp/argv"'
 check "one node: the container defaults (root, --oversubscribe, btl self,vader) and the plan's limits" "$tmp/argv" \
 	eval 'has "$tmp/argv" --allow-run-as-root && has "$tmp/argv" --oversubscribe && follows "$tmp/argv" --mca btl &&
 		follows "$tmp/argv" btl self,vader && follows "$tmp/argv" btl_vader_eager_limit "$limit" &&
