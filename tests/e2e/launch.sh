@@ -161,6 +161,9 @@ check "--hostfile=FILE as well" "$tmp/argv" follows "$tmp/argv" --hostfile "$tmp
 go "$L" --hostfile "$tmp/none" --steps 2
 check "a hostfile that is not there: exit 2, named" "$tmp/out" \
 	eval '[ $st = 2 ] && grep -q "^launch: cannot read the hostfile .*none" "$tmp/out"'
+go "$L" --steps 2 --hostfile=
+check "--hostfile= without a FILE: exit 2, said" "$tmp/out" \
+	eval '[ $st = 2 ] && grep -q "^launch: --hostfile needs a FILE" "$tmp/out"'
 go "$L" --steps 2 --hostfile "$tmp/hosts"
 check "a hostfile run trains (the transport flags for many nodes work on one)" "$tmp/out" \
 	eval '[ $st = 0 ] && grep -q "^summary: 2 steps" "$tmp/out"'
