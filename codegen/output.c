@@ -1,7 +1,7 @@
 /* output.c: what every target writes into DIR besides its kernels:
  *
  *   DIR/rank0 .. rank{N-1}  the rank objects (host.c), linked (link.c)
- *   DIR/launch              mpirun in MPMD form
+ *   DIR/launch              the ranks as one job: mpirun, or srun under Slurm
  *   DIR/plan.opir           the plan, as IR text (with its proof)
  *   DIR/report.md           the plan against the baselines (report.c)
  *   DIR/timeline.svg        the simulated step
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cg_impl.h"
+#include "launch_text.h"
 #include "viz.h"
 
 int cg_fail_path(const char *what, const char *path)
@@ -98,15 +99,22 @@ out:
 	return rc;
 }
 
-/* DIR/launch: mpirun in MPMD form, one process per rank program, the
- * script's arguments passed to every rank.  Open MPI's flags for a
- * container: root is allowed, more ranks than cores, shared memory only
- * (no network probing, no CMA, which ptrace limits often break).  Without
- * CMA, a message above the eager limit moves in fragments that each need
+/* DIR/launch: the rank programs as one MPI job, under mpirun (one node,
+ * or the nodes of a hostfile) or srun (inside a Slurm allocation).  The
+ * script's fixed text is codegen/launch.sh.in (embedded by CMakeLists.txt
+ * as cg_launch_text): its usage comment, the rules for the user's flags,
+ * and the code, which reads what this compile made from three variables
+ * written in place of its "# @PLAN@" line -- the program of each rank, in
+ * rank order, and the plan's Open MPI parameters.
+ *
+ * The parameters: without CMA (which ptrace limits in containers often
+ * break) a message above the eager limit moves in fragments that each need
  * the sender inside MPI, i.e. between two of its kernels, which the
- * simulator (and the schedule) do not expect: the eager limit is raised to
+ * simulator (and the schedule) do not expect; the eager limit is raised to
  * the plan's largest message (up to 4 MiB), so a send completes on its
- * own. */
+ * own -- in shared memory, and between nodes over TCP where the plan's
+ * largest message is above TCP's own eager limit (64 KiB: there, a limit
+ * lowered to the plan's would turn eager sends into fragmented ones). */
 static int write_launch(const ir_module *m, const char *dir)
 {
 	char path[4096];
@@ -115,29 +123,34 @@ static int write_launch(const ir_module *m, const char *dir)
 		for (int i = 0; i < m->devices[d].nops; i++)
 			if (m->devices[d].ops[i].comm == IR_COMM_SEND && m->devices[d].ops[i].bytes > big)
 				big = m->devices[d].ops[i].bytes;
-	uint64_t eager = (big + 4096 + 4095) / 4096 * 4096;
+	unsigned long long eager = (big + 4096 + 4095) / 4096 * 4096;
+	const char *mark = "# @PLAN@\n", *rest = strstr(cg_launch_text, mark);
+	ir_assert(rest);
 	snprintf(path, sizeof path, "%s/launch", dir);
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return cg_fail_path("write", path);
-	fprintf(f,
-	        "#!/bin/sh\n"
-	        "# Runs the %d rank programs of %s (schedule %s, %d stages) as one MPI job.\n"
-	        "# Every argument goes to every rank: ./launch --steps 20 --checkpoint ck\n"
-	        "# (rank0 --help lists them).  MPIRUN overrides the launcher, MPIRUN_FLAGS its\n"
-	        "# flags (the default suits Open MPI in a container, as root or not, and sends\n"
-	        "# messages up to the plan's largest eagerly), MPIRUN_EXTRA adds to them.\n"
-	        "D=$(CDPATH= cd -- \"$(dirname -- \"$0\")\" && pwd)\n"
-	        "exec ${MPIRUN:-mpirun} ${MPIRUN_FLAGS:---allow-run-as-root --oversubscribe --mca btl "
-	        "self,vader --mca btl_vader_single_copy_mechanism none",
+	fprintf(f, "#!/bin/sh\n# launch: the %d rank programs of %s (schedule %s, %d stages) as one MPI job.\n",
 	        m->ndevices, m->model.name, ir_schedule_names[m->plan.schedule], m->nstages);
-	if (big && eager <= (4u << 20))
-		fprintf(f, " --mca btl_vader_eager_limit %llu --mca btl_vader_max_send_size %llu",
-		        (unsigned long long)eager, (unsigned long long)eager);
-	fprintf(f, "} ${MPIRUN_EXTRA:-} \\\n");
+	fwrite(cg_launch_text, 1, (size_t)(rest - cg_launch_text), f);
+	fputs("# What this compile made (octopipe compile writes these lines):\n"
+	      "# the program of each MPI rank, in rank order, and the Open MPI\n"
+	      "# parameters of the plan, in shared memory and between nodes.\n"
+	      "RANKS='", f);
 	for (int d = 0; d < m->ndevices; d++)
-		fprintf(f, "  -np 1 \"$D/rank%d\" \"$@\"%s\n", d, d + 1 < m->ndevices ? " : \\" : "");
-	if (fclose(f) != 0 || chmod(path, 0755) != 0)
+		fprintf(f, "%srank%d", d ? " " : "", d);
+	fputs("'\n", f);
+	int raise = big && eager <= (4u << 20);
+	fputs("PLAN_MCA='", f);
+	if (raise)
+		fprintf(f, "btl_vader_eager_limit %llu btl_vader_max_send_size %llu", eager, eager);
+	fputs("'\nPLAN_MCA_NET='", f);
+	if (raise && eager > (64u << 10))
+		fprintf(f, "btl_tcp_eager_limit %llu btl_tcp_max_send_size %llu", eager, eager);
+	fputs("'\n", f);
+	fputs(rest + strlen(mark), f);
+	int failed = ferror(f);
+	if (fclose(f) != 0 || failed || chmod(path, 0755) != 0)
 		return cg_fail_path("write", path);
 	return 0;
 }
