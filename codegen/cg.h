@@ -3,7 +3,7 @@
  * cg_compile.  What it writes into the directory:
  *
  *   rank0 .. rank{N-1}  one executable per rank
- *   launch              runs them together under mpirun
+ *   launch              runs them together (mpirun, or srun under Slurm)
  *   plan.opir           the plan, as IR text (with its proof)
  *   report.md           the plan against the baselines, what each rank holds
  *   timeline.svg        the simulated step (when the layers have costs)
