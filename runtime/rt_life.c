@@ -205,6 +205,17 @@ int rt_finalize(rt_ctx *ctx)
 		return RT_EARG;
 	if (ctx->trace_dir)
 		rc = rt_trace_write(ctx, ctx->trace_dir);
+	/* MPI_Finalize waits for every rank with no deadline: one stopped or
+	 * hung after the last collective (writing its trace, say) would hold
+	 * the others there for ever.  A barrier first, against the deadline
+	 * and answering the wait-for questions as every collective does: past
+	 * it the message names the rank that is not here and the job ends. */
+	if (ctx->mpi_owned && ctx->world > 1) {
+		MPI_Request r;
+		int brc = rt__coll(ctx, MPI_Ibarrier(MPI_COMM_WORLD, &r), &r, "finalize");
+		if (brc != RT_OK)
+			return rt_abort(ctx, brc);
+	}
 	rt__comm_free_all(ctx);
 	rt__ctl_free(ctx);
 	ctx->exec->free(ctx); /* after the communication: its groups may be the device's */

@@ -33,6 +33,7 @@ typedef struct opts {
 	const char *model, *text, *schedule, *cuts, *load, *save, *out, *profile, *pid_dir,
 		*exchange;
 	int steps, microbatches, stall_rank, stall_step, ffn;
+	bool stall_end; /* --stall-at-end: the stall rank hangs after the last collective */
 	long long inject_nan, arena;
 	unsigned long long seed;
 	double lr, wd;
@@ -45,7 +46,7 @@ static void usage(void)
 	        "                 [--text FILE | --synthetic] [--schedule gpipe|1f1b] [--cuts A,B,...]\n"
 	        "                 [--lr X] [--wd X] [--load DIR] [--save DIR] [--out DIR]\n"
 	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R] [--stall-step S]\n"
-	        "                 [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n");
+	        "                 [--stall-at-end] [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -76,6 +77,7 @@ static int parse(int argc, char **argv, opts *o)
 		else if (ARG("--inject-nan")) o->inject_nan = atoll(v);
 		else if (ARG("--stall-rank")) o->stall_rank = atoi(v);
 		else if (ARG("--stall-step")) o->stall_step = atoi(v);
+		else if (!strcmp(a, "--stall-at-end")) o->stall_end = true;
 		else if (ARG("--exchange")) o->exchange = v;
 		else if (ARG("--pid-dir")) o->pid_dir = v;
 		else if (ARG("--arena")) o->arena = atoll(v);
@@ -450,5 +452,9 @@ int main(int argc, char **argv)
 			return rt_abort(ctx, RT_EIO), 1;
 		}
 	}
+	/* --stall-at-end: hung after the last collective, before rt_finalize. */
+	if (o.stall_end && rank == o.stall_rank)
+		for (;;)
+			pause();
 	return rt_finalize(ctx) ? 1 : 0;
 }

@@ -15,7 +15,7 @@
 #                            S counted as the progress lines count
 #   kill                     SIGKILL one rank: the job ends non-zero because of it (not
 #                            the deadline), naming it
-#   stall                    a hung rank: the others time out (OCTO_COMM_TIMEOUT), name it
+#   stall                    a hung rank (in a step, before a collective, after the last): the others time out (OCTO_COMM_TIMEOUT), name it
 #                            and end the job
 #
 # The runtime fault suite (issue 14): what once lost state or gave a wrong answer.
@@ -337,6 +337,10 @@ stall)
 	# The same in a collective: rank 1 hangs before the model hash.
 	OCTO_COMM_TIMEOUT=20 fails 4 "octopipe rank [0-9]: error: rt_model_hash: timed out after 20 s in an operation of all ranks: rank 1 stopped answering" \
 		"rank 1 hangs before a collective: the others name it" --steps 2 --stall-rank 1 --stall-step 2
+	# And after the last one: MPI_Finalize has no deadline, rt_finalize's
+	# barrier does.
+	OCTO_COMM_TIMEOUT=20 fails 4 "octopipe rank [0-9]: error: finalize: timed out after 20 s in an operation of all ranks: rank 1 stopped answering" \
+		"rank 1 hangs after the last collective: the others name it" --steps 2 --stall-rank 1 --stall-step 1000 --stall-at-end
 	;;
 
 sync)
