@@ -114,6 +114,10 @@ expect "--emit=asm: error" 1 "--emit takes llvm, obj or both" "$octopipe" compil
 "$octopipe" plan "$dense" --devices 2 --schedule zbh1 --backend mpi -o "$tmp/p.opir" >/dev/null 2>&1
 expect "compile a plan (.opir)" 0 "compiled tiny-dense for 2 CPU ranks" "$octopipe" compile "$tmp/p.opir" -o "$tmp/po"
 expect "compile the same from YAML" 0 "compiled" "$octopipe" compile "$dense" --devices 2 --schedule zbh1 -o "$tmp/py"
+# An untuned compile has no tuner to report on: no progress line (its
+# baselines once printed "tune: 11259.5 s, ..." from a clock never started).
+! grep -q '^tune:' "$tmp/out" && ok "an untuned compile prints no tuner progress" ||
+	bad "an untuned compile printed a tuner progress line" "$tmp/out"
 "$tmp/po/launch" --steps 2 >"$tmp/po.log" 2>&1
 "$tmp/py/launch" --steps 2 >"$tmp/py.log" 2>&1
 [ -n "$(hash_of "$tmp/po.log")" ] && [ "$(hash_of "$tmp/po.log")" = "$(hash_of "$tmp/py.log")" ] &&

@@ -99,6 +99,14 @@ for model in $models; do
 	echo "tiny-$model:"
 	run "$model-cpu" "$y" --devices 1 || continue
 	run "$model-emu-1" "$y" --target cuda-emu --devices 1 || continue
+	# report.md names the target it was compiled for (it said "CPU ranks"
+	# for every target).
+	for t in "cpu:on 1 CPU rank" "emu-1:on 1 emulated-CUDA rank"; do
+		if ! head -1 "$tmp/$model-${t%%:*}/report.md" | grep -q "${t#*:}"; then
+			echo "FAIL: $model-${t%%:*}: report.md does not say '${t#*:}': $(head -1 "$tmp/$model-${t%%:*}/report.md")"
+			fail=1
+		fi
+	done
 	close "$model-emu-1" "$model-cpu" 1e-5
 	for plan in "${plans[@]}"; do
 		set -- $plan
