@@ -168,13 +168,27 @@ static int read_int_list(ydoc *d, yaml_node_t *seq, const char *key, int64_t lo,
 	return 0;
 }
 
-enum { PL_SCHEDULE, PL_CHUNKS, PL_PARTITION, PL_STAGES, PL_PLACEMENT };
+enum { PL_SCHEDULE, PL_CHUNKS, PL_PARTITION, PL_STAGES, PL_PLACEMENT, PL_DP, PL_RANK_ORDER,
+       PL_DIST_OPT, PL_DETERMINISTIC, PL_BUCKET };
 
-/* plan := {schedule, chunks, partition, stage_layers, placement}, all optional */
+/* on | off | true | false -> 1 | 0 */
+static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
+{
+	static const char *const names[] = {"off", "on", "false", "true"};
+	int i = 0;
+	if (ydoc_enum(d, n, what, "value", names, 4, &i) < 0)
+		return -1;
+	*out = i % 2;
+	return 0;
+}
+
+/* plan := {schedule, chunks, partition, stage_layers, placement, dp,
+ *          rank_order, distributed_optimizer, deterministic, bucket}, all optional */
 static int read_plan(fe *f, yaml_node_t *map)
 {
 	static const char *const keys[] = {"schedule", "chunks", "partition", "stage_layers",
-	                                   "placement"};
+	                                   "placement", "dp", "rank_order", "distributed_optimizer",
+	                                   "deterministic", "bucket"};
 	keyspec ks = {"in 'plan'", keys, NELEMS(keys), 0, 0, 0};
 	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
 	ydoc *d = f->d;
@@ -190,6 +204,23 @@ static int read_plan(fe *f, yaml_node_t *map)
 		return -1;
 	p->schedule = sched;
 	p->partition = part;
+	int order = p->rank_order;
+	if ((v[PL_DP] && ydoc_int(d, v[PL_DP], "'dp'", 1, 65536, &p->dp) < 0) ||
+	    (v[PL_RANK_ORDER] && ydoc_enum(d, v[PL_RANK_ORDER], "'rank_order'", "rank order",
+	                                   ir_rank_order_names, IR_NRANK_ORDERS, &order) < 0) ||
+	    (v[PL_DIST_OPT] && read_switch(d, v[PL_DIST_OPT], "'distributed_optimizer'",
+	                                   &p->dist_opt) < 0) ||
+	    (v[PL_DETERMINISTIC] && read_switch(d, v[PL_DETERMINISTIC], "'deterministic'",
+	                                        &p->deterministic) < 0) ||
+	    (v[PL_BUCKET] && ydoc_bytes(d, v[PL_BUCKET], "'bucket'", &p->bucket) < 0))
+		return -1;
+	p->rank_order = order;
+	if (v[PL_DP])
+		f->m->dp_loc = ydoc_at(d, v[PL_DP]);
+	if (v[PL_BUCKET] && p->bucket == 0) {
+		diag_error(ydoc_at(d, v[PL_BUCKET]), "'bucket' must be at least 1 byte");
+		return -1;
+	}
 	if (v[PL_CHUNKS])
 		f->m->chunks_loc = ydoc_at(d, v[PL_CHUNKS]);
 	if (part == IR_PART_GIVEN && !v[PL_STAGES]) {
@@ -231,7 +262,7 @@ static int check_placement(fe *f)
 	ydoc *d = f->d;
 	if (!f->placement || !p->nplacement) /* none, or dropped by --partition */
 		return 0;
-	int64_t devices = m->cluster.devices;
+	int64_t devices = ir_pipe_devices(m);
 	int64_t stages = p->partition == IR_PART_GIVEN ? p->ngiven : devices * ir_plan_chunks(p);
 	if (stages == 0)
 		return 0; /* zbv with a wrong chunk count: the partition pass says so */
@@ -334,7 +365,37 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	                  &backend) < 0)
 		return -1;
 	m->plan.backend = (ir_backend)backend;
+	if (override_num("'--dp'", ov->dp, 1, 65536, &m->plan.dp, ov->dp_at) < 0)
+		return -1;
+	if (ov->dp)
+		m->dp_loc = ov->dp_at;
+	int order = (int)m->plan.rank_order;
+	if (override_enum(m->arena, "rank order", ov->rank_order, ir_rank_order_names,
+	                  IR_NRANK_ORDERS, &order) < 0)
+		return -1;
+	m->plan.rank_order = (ir_rank_order)order;
+	if (ov->dist_opt)
+		m->plan.dist_opt = 1;
+	if (ov->deterministic)
+		m->plan.deterministic = 1;
+	if (ov->bucket)
+		m->plan.bucket = ov->bucket;
 	return 0;
+}
+
+/* The data-parallel options settled: one replica is no data parallelism
+ * (the options that need replicas are refused, at the dp field), and a
+ * plan with replicas gets the default bucket. */
+static int settle_dp(ir_module *m)
+{
+	ir_plan_opts *p = &m->plan;
+	if (p->dp == 1)
+		p->dp = 0;
+	if (p->dp > 1 && !p->bucket)
+		p->bucket = FE_DEFAULT_BUCKET;
+	if (p->dp <= 1 && p->bucket)
+		p->bucket = 0; /* a bucket size without replicas has nothing to size */
+	return ir_check_dp(m, NULL) ? -1 : 0;
 }
 
 /* ---- the file ---------------------------------------------------------------- */
@@ -406,7 +467,7 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	}
 	if (v[TOP_PLAN] && read_plan(&f, v[TOP_PLAN]) < 0)
 		goto out;
-	if (apply_overrides(&f, ov) < 0 || check_placement(&f) < 0)
+	if (apply_overrides(&f, ov) < 0 || settle_dp(f.m) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -443,5 +504,7 @@ int fe_apply_overrides(ir_module *m, const fe_overrides *ov)
 {
 	static const fe_overrides none;
 	fe f = {.m = m};
-	return apply_overrides(&f, ov ? ov : &none);
+	if (apply_overrides(&f, ov ? ov : &none) < 0)
+		return -1;
+	return settle_dp(m);
 }

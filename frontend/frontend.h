@@ -9,6 +9,10 @@
 
 #include "ir.h"
 
+/* The bucket of a data-parallel plan when none is given: bytes of f32
+ * gradient per collective (docs/dataparallel.md). */
+#define FE_DEFAULT_BUCKET (32ull << 20)
+
 /* Command-line overrides of the YAML; 0 / NULL = not given. */
 typedef struct fe_overrides {
 	int64_t devices;      /* --devices N */
@@ -19,10 +23,15 @@ typedef struct fe_overrides {
 	const char *partition; /* --partition NAME (not "given") */
 	const char *backend;   /* --backend nccl|mpi */
 	const char *dtype;     /* --dtype f32|bf16|f16 */
+	int64_t dp;            /* --dp D */
+	const char *rank_order; /* --rank-order pp-inner|dp-inner */
+	bool dist_opt;         /* --distributed-optimizer */
+	bool deterministic;    /* --deterministic */
+	uint64_t bucket;       /* --bucket BYTES */
 	/* Where the numeric flags and --cluster were written (a source made of
 	 * the command line, so that errors about them show the flag); unset:
 	 * unknown. */
-	ir_loc devices_at, microbatches_at, chunks_at, cluster_at, dtype_at;
+	ir_loc devices_at, microbatches_at, chunks_at, cluster_at, dtype_at, dp_at;
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

@@ -62,6 +62,7 @@ int ydoc_rate(ydoc *d, const yaml_node_t *n, const char *what, double *out);
 int ydoc_flops(ydoc *d, const yaml_node_t *n, const char *what, double *out);
 /* memory := bytes (with a size suffix) | unlimited (UINT64_MAX). */
 int ydoc_memory(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *out);
+int ydoc_bytes(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *out);
 /* duration := number (seconds) | number unit (s, ms, us, ns); in microseconds. */
 int ydoc_duration(ydoc *d, const yaml_node_t *n, const char *what, double *out);
 /* One of ir.h's names; `noun` says which table in messages. */

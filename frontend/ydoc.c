@@ -542,6 +542,12 @@ static int get_bytes(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *
 	return 0;
 }
 
+/* bytes := number [B|KiB|MiB|GiB|TiB] */
+int ydoc_bytes(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *out)
+{
+	return get_bytes(d, n, what, out);
+}
+
 /* memory := bytes | unlimited (UINT64_MAX: nothing is ever out of memory). */
 int ydoc_memory(ydoc *d, const yaml_node_t *n, const char *what, uint64_t *out)
 {

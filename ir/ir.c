@@ -43,6 +43,8 @@ const char *const ir_op_names[] = {IR_OPS(NAME)};
 const char *const ir_comm_names[] = {IR_COMMS(NAME)};
 const char *const ir_value_names[] = {"act", "grad", "wgrad"};
 const char *const ir_backend_names[] = {IR_BACKENDS(NAME)};
+const char *const ir_rank_order_names[] = {IR_RANK_ORDERS(NAME)};
+const char *const ir_switch_names[2] = {"off", "on"};
 const char *const ir_buf_names[] = {IR_BUFS(NAME)};
 const char *const ir_cost_field_names[] = {IR_COST_FIELDS(NAME)};
 #undef NAME
@@ -95,6 +97,12 @@ const ir_hline ir_hlines[] = {
 	IR_HLINES(X)
 #undef X
 };
+
+int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p)
+{
+	int64_t D = ir_dp(m), P = ir_pipe_devices(m);
+	return m->plan.rank_order == IR_RANKS_DP_INNER ? p * D + replica : replica * P + p;
+}
 
 int ir_lookup(const char *const *names, int n, const char *s)
 {
@@ -186,7 +194,7 @@ void ir_clear_stages(ir_module *m)
 
 void ir_alloc_devices(ir_module *m)
 {
-	int n = (int)m->cluster.devices;
+	int n = (int)ir_pipe_devices(m);
 	m->devices = arena_alloc(m->arena, (size_t)n * sizeof *m->devices);
 	m->op_loc = arena_alloc(m->arena, (size_t)n * sizeof *m->op_loc);
 	m->ndevices = n;
@@ -384,7 +392,7 @@ static uint64_t stage_bytes(const ir_module *m, int stage, bool wstash)
  * passes/prove.c; codegen completes every send by the end of the step. */
 static int wait_recv(const ir_module *m, const ir_op *w, const int *rcv)
 {
-	return rcv[((size_t)w->stage * (size_t)m->train.microbatches + (size_t)w->mb) * 2 + w->kind];
+	return rcv[((size_t)w->stage * (size_t)ir_local_mb(m) + (size_t)w->mb) * 2 + w->kind];
 }
 
 /* after[j]: the first wait whose receive was posted after op j (one whose
@@ -427,7 +435,7 @@ static int send_release(const ir_module *m, const ir_device *dev, int j, const i
 int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 {
 	const ir_device *dev = &m->devices[d];
-	int S = m->nstages, M = (int)m->train.microbatches, n = dev->nops;
+	int S = m->nstages, M = (int)ir_local_mb(m), n = dev->nops;
 	size_t nval = (size_t)S * M * 2, nop = (size_t)S * M * IR_NOPS;
 	/* Positions on this device: compute ops by (stage, mb, kind); sends and
 	 * receives by the value they move (kind F or B, stage, mb). */
@@ -463,6 +471,17 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 			/* Written from the post, read by its consumer. */
 			int cs = op->kind == IR_OP_F ? s + 1 : s - 1;
 			b[nb++] = (ir_buf){IR_BUF_RECV, op->kind, s, mb, i, POS(cs, mb, op->kind), 0, op->bytes};
+			continue;
+		}
+		if (op->comm >= IR_COMM_ALLREDUCE && op->comm != IR_COMM_UPDATE) {
+			/* A collective's bucket: from its post to its wait, the first
+			 * later wait that names it (the programs verify). */
+			int w = i + 1;
+			while (w < n && !(dev->ops[w].comm == IR_COMM_WAIT && dev->ops[w].coll == op->comm &&
+			                  dev->ops[w].stage == s && dev->ops[w].mb == mb))
+				w++;
+			ir_assert(w < n);
+			b[nb++] = (ir_buf){IR_BUF_BUCKET, IR_OP_W, s, mb, i, w, 0, op->bytes, op->comm};
 			continue;
 		}
 		if (op->comm != IR_COMM_NONE || op->kind == IR_OP_W)
@@ -592,7 +611,7 @@ static bool memplan_eq(const ir_module *a, const ir_module *b)
 			return false;
 		for (int i = 0; i < x->nbufs; i++) {
 			const ir_buf *p = &x->bufs[i], *q = &y->bufs[i];
-			if (p->kind != q->kind || p->value != q->value || p->stage != q->stage ||
+			if (p->kind != q->kind || p->coll != q->coll || p->value != q->value || p->stage != q->stage ||
 			    p->mb != q->mb || p->first != q->first || p->last != q->last ||
 			    p->off != q->off || p->size != q->size)
 				return false;
@@ -639,7 +658,8 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 			const ir_op *x = &da->ops[i], *y = &db->ops[i];
 			if (x->comm != y->comm || x->kind != y->kind || x->stage != y->stage ||
 			    x->mb != y->mb || x->peer != y->peer || x->group != y->group ||
-			    x->bytes != y->bytes)
+			    x->bytes != y->bytes || x->coll != y->coll || x->first != y->first ||
+			    x->last != y->last)
 				return false;
 		}
 	}

@@ -110,8 +110,19 @@ typedef enum ir_op_kind {
  * a compute op (F, B or W).  A send or a receive moves the value an op
  * produced: the activation of F(stage, mb) ("act") or the input gradient of
  * B(stage, mb) ("grad"); a wait blocks until this device's receive of that
- * value has completed. */
-#define IR_COMMS(X) X(NONE, "") X(SEND, "send") X(RECV, "recv") X(WAIT, "wait")
+ * value has completed.
+ *
+ * With data parallelism (plan dp > 1; docs/dataparallel.md) the ops of a
+ * stage's gradient buckets: a bucket is a run of the stage's layers
+ * (ir_op.first..last); all-reduce, reduce-scatter and all-gather post a
+ * collective over the DP group of the device (its replicas in every
+ * pipeline), a wait with ir_op.coll set completes one, and update is the
+ * optimizer step of the bucket (of its shard with the distributed
+ * optimizer).  For these ops ir_op.mb is the bucket's index in its stage. */
+#define IR_COMMS(X)                                                            \
+	X(NONE, "") X(SEND, "send") X(RECV, "recv") X(WAIT, "wait")                \
+	X(ALLREDUCE, "all-reduce") X(REDUCESCATTER, "reduce-scatter")              \
+	X(ALLGATHER, "all-gather") X(UPDATE, "update")
 typedef enum ir_comm {
 #define X(e, s) IR_COMM_##e,
 	IR_COMMS(X)
@@ -124,16 +135,33 @@ typedef enum ir_comm {
  * wstash: what B(stage, mb) keeps for W, from B to W; recv, send, pass: a
  * value (an activation or a gradient, named as comm ops name it) received
  * from another device, sent to one, or handed to a stage on the same
- * device. */
+ * device; bucket: a collective's buffer (docs/dataparallel.md), named by
+ * the collective (ir_buf.coll), its stage and bucket (mb), live from the
+ * post to its wait. */
 #define IR_BUFS(X)                                                             \
 	X(ACT, "act") X(WSTASH, "wstash") X(RECV, "recv") X(SEND, "send")          \
-	X(PASS, "pass")
+	X(PASS, "pass") X(BUCKET, "bucket")
 typedef enum ir_buf_kind {
 #define X(e, s) IR_BUF_##e,
 	IR_BUFS(X)
 #undef X
 	IR_NBUFS
 } ir_buf_kind;
+
+/* Rank layouts of a data-parallel plan (docs/dataparallel.md): pp-inner,
+ * rank = replica x P + pipeline device (a pipeline's devices are
+ * neighbours, on one node where they fit); dp-inner, rank = pipeline
+ * device x D + replica (a DP group's members are neighbours). */
+#define IR_RANK_ORDERS(X) X(PP_INNER, "pp-inner") X(DP_INNER, "dp-inner")
+typedef enum ir_rank_order {
+#define X(e, s) IR_RANKS_##e,
+	IR_RANK_ORDERS(X)
+#undef X
+	IR_NRANK_ORDERS
+} ir_rank_order;
+
+/* An option that is off or on, in the text. */
+extern const char *const ir_switch_names[2];
 
 /* Transport semantics the program is lowered and proven for. */
 #define IR_BACKENDS(X) X(NCCL, "nccl") X(MPI, "mpi")
@@ -205,6 +233,7 @@ extern const char *const ir_comm_names[IR_NCOMMS];
  * "grad" (B); W produces nothing that moves. */
 extern const char *const ir_value_names[IR_NOPS];
 extern const char *const ir_backend_names[IR_NBACKENDS];
+extern const char *const ir_rank_order_names[IR_NRANK_ORDERS];
 extern const char *const ir_buf_names[IR_NBUFS];
 
 /* Index of `s` in a name table of n entries, or -1. */
@@ -323,6 +352,16 @@ typedef struct ir_plan_opts {
 	int64_t *placement;   /* optional: device of each stage */
 	int nplacement;
 	ir_backend backend;   /* what `comm` lowers for and `verify` proves */
+	/* Data parallelism (docs/dataparallel.md): the cluster's devices are
+	 * dp replicas of a pipeline of devices / dp devices; the step's
+	 * micro-batches are split evenly over the replicas.  0 or 1: one
+	 * pipeline (and the other fields below are 0). */
+	int64_t dp;
+	ir_rank_order rank_order;
+	int dist_opt;         /* 1: the distributed optimizer (reduce-scatter, the
+	                       * update of a shard, all-gather) */
+	int deterministic;    /* 1: exact gradient sums, the same bits for every dp */
+	uint64_t bucket;      /* bytes of f32 gradient per bucket (at least one layer) */
 } ir_plan_opts;
 
 typedef struct ir_stage {
@@ -337,7 +376,9 @@ typedef struct ir_op {
 	ir_comm comm;     /* IR_COMM_NONE: compute */
 	int peer;         /* send, recv: the other device */
 	int group;        /* send, recv: posted together with the same group (> 0) */
-	uint64_t bytes;   /* send, recv */
+	uint64_t bytes;   /* send, recv, collectives */
+	ir_comm coll;     /* wait: the collective it completes; NONE: a receive */
+	int first, last;  /* collectives, update: the bucket's layers */
 } ir_op;
 
 typedef struct ir_device {
@@ -367,6 +408,7 @@ typedef struct ir_buf {
 	int first, last;  /* live from op `first` through op `last` of the program */
 	uint64_t off;     /* bytes from the start of the device's arena; IR_BUF_ALIGN'd */
 	uint64_t size;    /* bytes */
+	ir_comm coll;     /* bucket: its collective (mb: the bucket) */
 } ir_buf;
 
 /* The memory plan of one device (the `memplan` pass): its arena and the
@@ -400,6 +442,7 @@ typedef struct ir_module {
 	ir_loc microbatches_loc; /* the field or flag that set it, when known */
 	ir_loc chunks_loc;       /* the same for plan.chunks */
 	ir_loc dtype_loc;        /* the same for model.dtype */
+	ir_loc dp_loc;           /* the same for plan.dp */
 	struct {
 		ir_loc devices, mem;   /* the cluster field (a preset's too) or flag */
 	} cluster_at;
@@ -464,7 +507,12 @@ typedef struct ir_module {
 	X("partition", partition, ENUM(ir_partition_names), 0, 0)                  \
 	X("given", given, LIST(ngiven, 0, INT32_MAX), 1, 0)                        \
 	X("placement", placement, LIST(nplacement, 0, INT32_MAX), 2, 0)            \
-	X("backend", backend, ENUM(ir_backend_names), 0, 0)
+	X("backend", backend, ENUM(ir_backend_names), 0, 0)                        \
+	X("dp", dp, INT(0, 65536), 3, IR_HF_AT(dp_loc))                            \
+	X("rank_order", rank_order, ENUM(ir_rank_order_names), 3, 0)               \
+	X("dist_optimizer", dist_opt, ENUM(ir_switch_names), 3, 0)                 \
+	X("deterministic", deterministic, ENUM(ir_switch_names), 3, 0)             \
+	X("bucket", bucket, BYTES, 3, 0)
 
 /* X(enum suffix, keyword, module member): the line's struct is the
  * member, its table IR_<suffix>_FIELDS and its location member##_loc. */
@@ -544,6 +592,29 @@ int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, in
  * W, which ends the whole backward, when it does not. */
 ir_op_kind ir_value_maker(const ir_module *m, ir_op_kind value);
 
+/* Data parallelism (docs/dataparallel.md): the replicas (1 without), the
+ * devices of one pipeline (the programs), and the micro-batches each
+ * replica runs per step (the programs' micro-batches). */
+static inline int64_t ir_dp(const ir_module *m)
+{
+	return m->plan.dp > 1 ? m->plan.dp : 1;
+}
+static inline int64_t ir_pipe_devices(const ir_module *m)
+{
+	return m->cluster.devices / ir_dp(m);
+}
+static inline int64_t ir_local_mb(const ir_module *m)
+{
+	return m->train.microbatches / ir_dp(m);
+}
+/* The cluster rank of device p of replica r under the plan's rank order. */
+int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p);
+/* Is the op one of data parallelism's (a collective, its wait, update)? */
+static inline bool ir_is_dp_op(const ir_op *op)
+{
+	return op->comm >= IR_COMM_ALLREDUCE || (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE);
+}
+
 /* Does the module carry communication ops (has `comm` run)? */
 bool ir_lowered(const ir_module *m);
 
@@ -590,6 +661,11 @@ ir_module *ir_parse(const src_file *src);
  * through diag_error (at the element's location when known, else at the
  * module's) and returns the number found. */
 int ir_verify(const ir_module *m);
+
+/* The plan's data-parallel fields against the cluster and the training
+ * shape (dp divides the devices and the micro-batches, ...); reports to
+ * ds (NULL: the default sink) at the dp field and returns the count. */
+int ir_check_dp(const ir_module *m, diag_sink *ds);
 
 /* Checks of one layer's attributes against the model (ranges, required
  * attributes, divisibility).  Used by the verifier and by the frontend,

@@ -763,6 +763,28 @@ static void parse_layer(parser *ps)
 	expect_eol(ps);
 }
 
+/* 'L'FIRST'..L'LAST, one word; false after a diagnostic. */
+static bool layer_range(parser *ps, int *first, int *last)
+{
+	tok range = ps->t;
+	char *s = range.kind == T_WORD ? tok_str(ps, &range) : NULL;
+	char *dots = s ? strstr(s, "..") : NULL;
+	if (!dots) {
+		perr(ps, range.loc, "expected a layer range 'Lfirst..Llast', got %s",
+		     tok_desc(ps, &range));
+		return false;
+	}
+	tok a = range, b = range;
+	a.n = (int)(dots - s);
+	b.s = range.s + a.n + 2;
+	b.n = range.n - a.n - 2;
+	b.loc.col += a.n + 2;
+	if (!ref(ps, &a, 'L', first, "a layer") || !ref(ps, &b, 'L', last, "a layer"))
+		return false;
+	next(ps);
+	return true;
+}
+
 static void parse_stage(parser *ps)
 {
 	ir_module *m = ps->m;
@@ -776,23 +798,8 @@ static void parse_stage(parser *ps)
 		return;
 	}
 	next(ps);
-	/* L<first>..L<last> is one word. */
-	tok range = ps->t;
-	char *s = range.kind == T_WORD ? tok_str(ps, &range) : NULL;
-	char *dots = s ? strstr(s, "..") : NULL;
-	if (!dots) {
-		perr(ps, range.loc, "expected a layer range 'Lfirst..Llast', got %s",
-		     tok_desc(ps, &range));
+	if (!layer_range(ps, &first, &last))
 		return;
-	}
-	tok a = range, b = range;
-	a.n = (int)(dots - s);
-	b.s = range.s + a.n + 2;
-	b.n = range.n - a.n - 2;
-	b.loc.col += a.n + 2;
-	if (!ref(ps, &a, 'L', &first, "a layer") || !ref(ps, &b, 'L', &last, "a layer"))
-		return;
-	next(ps);
 	dev = -1; /* not placed yet */
 	if (ps->t.kind == T_WORD && ps->t.s[0] == '@') {
 		tok d = ps->t;
@@ -835,9 +842,49 @@ static bool stage_mb(parser *ps, int *stage, int *mb)
 	return true;
 }
 
+/* A collective's name after `wait`: its comm kind, or NONE (then the
+ * wait is a receive's).  Reads nothing when it is not one. */
+static ir_comm coll_word(parser *ps)
+{
+	char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
+	int c = v ? ir_lookup(ir_comm_names, IR_NCOMMS, v) : -1;
+	if (c < IR_COMM_ALLREDUCE || c == IR_COMM_UPDATE)
+		return IR_COMM_NONE;
+	next(ps);
+	return (ir_comm)c;
+}
+
+/* The rest of a data-parallel op (docs/dataparallel.md), after its word:
+ *   (all-reduce|reduce-scatter|all-gather) S b L..L BYTES
+ *   update S b L..L
+ *   wait (all-reduce|reduce-scatter|all-gather) S b */
+static bool parse_dp_op(parser *ps, ir_op *op)
+{
+	if (!ref(ps, &ps->t, 'S', &op->stage, "a stage"))
+		return false;
+	next(ps);
+	if (!ref(ps, &ps->t, 'b', &op->mb, "a bucket"))
+		return false;
+	next(ps);
+	if (op->comm == IR_COMM_WAIT)
+		return true;
+	if (!layer_range(ps, &op->first, &op->last))
+		return false;
+	if (op->comm == IR_COMM_UPDATE)
+		return true;
+	char *b = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
+	if (!parse_bytes(b, &op->bytes)) {
+		perr(ps, ps->t.loc, "expected a byte count such as 32KiB, got %s", tok_desc(ps, &ps->t));
+		return false;
+	}
+	next(ps);
+	return true;
+}
+
 /* op := (F|B|W) S m
  *     | (send|recv) (act|grad) S m D BYTES
- *     | wait (act|grad) S m */
+ *     | wait (act|grad) S m
+ *     | a data-parallel op (parse_dp_op) */
 static void parse_op(parser *ps, int dev, int group)
 {
 	ir_loc loc = ps->t.loc;
@@ -846,13 +893,28 @@ static void parse_op(parser *ps, int dev, int group)
 	int k = w ? ir_lookup(ir_op_names, IR_NOPS, w) : -1;
 	int c = w && k < 0 ? ir_lookup(ir_comm_names + 1, IR_NCOMMS - 1, w) + 1 : 0;
 	if (k < 0 && c <= 0) {
-		perr(ps, loc, "expected an op (F, B, W, send, recv, wait, group) or '}', got %s",
+		perr(ps, loc, "expected an op (F, B, W, send, recv, wait, all-reduce, reduce-scatter, "
+		              "all-gather, update, group) or '}', got %s",
 		     tok_desc(ps, &ps->t));
 		return;
 	}
 	next(ps);
 	op.comm = (ir_comm)c;
 	op.kind = (ir_op_kind)k;
+	if (c == IR_COMM_WAIT)
+		op.coll = coll_word(ps);
+	if (c >= IR_COMM_ALLREDUCE || op.coll != IR_COMM_NONE) {
+		op.kind = IR_OP_W;
+		if (group) {
+			perr(ps, loc, "a group holds only sends and receives");
+			return;
+		}
+		if (!parse_dp_op(ps, &op))
+			return;
+		ir_push_op(ps->m, dev, &op, loc);
+		expect_eol(ps);
+		return;
+	}
 	if (c && !parse_value(ps, w, &op.kind))
 		return;
 	if (group && op.comm != IR_COMM_SEND && op.comm != IR_COMM_RECV) {
@@ -937,16 +999,30 @@ static void parse_buf(parser *ps, int dev)
 	char *w = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
 	int k = w ? ir_lookup(ir_buf_names, IR_NBUFS, w) : -1;
 	if (k < 0) {
-		perr(ps, loc, "expected a buffer (act, wstash, recv, send, pass) or '}', got %s",
+		perr(ps, loc, "expected a buffer (act, wstash, recv, send, pass, bucket) or '}', got %s",
 		     tok_desc(ps, &ps->t));
 		return;
 	}
 	next(ps);
 	ir_buf b = {.kind = (ir_buf_kind)k, .value = IR_OP_F};
-	if (k != IR_BUF_ACT && k != IR_BUF_WSTASH && !parse_value(ps, w, &b.value))
+	if (k == IR_BUF_BUCKET) {
+		b.coll = coll_word(ps);
+		if (b.coll == IR_COMM_NONE) {
+			perr(ps, ps->t.loc, "expected a collective (all-reduce, reduce-scatter, all-gather) "
+			                    "after 'bucket', got %s", tok_desc(ps, &ps->t));
+			return;
+		}
+		if (!ref(ps, &ps->t, 'S', &b.stage, "a stage"))
+			return;
+		next(ps);
+		if (!ref(ps, &ps->t, 'b', &b.mb, "a bucket"))
+			return;
+		next(ps);
+	} else if (k != IR_BUF_ACT && k != IR_BUF_WSTASH && !parse_value(ps, w, &b.value)) {
 		return;
-	if (!stage_mb(ps, &b.stage, &b.mb))
+	} else if (!stage_mb(ps, &b.stage, &b.mb)) {
 		return;
+	}
 	fields fs;
 	read_fields(ps, &fs);
 	if (ps->err)

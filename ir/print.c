@@ -233,6 +233,23 @@ static void print_hline(FILE *out, const ir_module *m, const ir_hline *h)
 	fputc('\n', out);
 }
 
+/* all-reduce S1 b0 L3..L5 2MiB | wait all-reduce S1 b0 | update S1 b0 L3..L5 */
+static void print_dp_op(FILE *out, const char *ind, const ir_op *op)
+{
+	if (op->comm == IR_COMM_WAIT) {
+		fprintf(out, "%swait %s S%d b%d\n", ind, ir_comm_names[op->coll], op->stage, op->mb);
+		return;
+	}
+	fprintf(out, "%s%s S%d b%d L%d..L%d", ind, ir_comm_names[op->comm], op->stage, op->mb,
+	        op->first, op->last);
+	if (op->comm != IR_COMM_UPDATE) {
+		char b[32];
+		ir_fmt_bytes(b, sizeof b, op->bytes);
+		fprintf(out, " %s", b);
+	}
+	fputc('\n', out);
+}
+
 void ir_print(FILE *out, const ir_module *m)
 {
 	fprintf(out, "octopipe-ir %d\n", IR_VERSION);
@@ -261,6 +278,8 @@ void ir_print(FILE *out, const ir_module *m)
 				fputs("  group {\n", out);
 			if (op->comm == IR_COMM_NONE) {
 				fprintf(out, "%s%s S%d m%d\n", ind, ir_op_names[op->kind], op->stage, op->mb);
+			} else if (ir_is_dp_op(op)) {
+				print_dp_op(out, ind, op);
 			} else {
 				fprintf(out, "%s%s %s S%d m%d", ind, ir_comm_names[op->comm],
 				        ir_value_names[op->kind], op->stage, op->mb);
@@ -289,6 +308,11 @@ void ir_print(FILE *out, const ir_module *m)
 			ir_fmt_bytes(o, sizeof o, b->off);
 			ir_fmt_bytes(z, sizeof z, b->size);
 			fprintf(out, "  %s", ir_buf_names[b->kind]);
+			if (b->kind == IR_BUF_BUCKET)
+				fprintf(out, " %s S%d b%d off=%s size=%s live=%d..%d\n", ir_comm_names[b->coll],
+				        b->stage, b->mb, o, z, b->first, b->last);
+			if (b->kind == IR_BUF_BUCKET)
+				continue;
 			if (b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH)
 				fprintf(out, " %s", ir_value_names[b->value]);
 			fprintf(out, " S%d m%d off=%s size=%s live=%d..%d\n", b->stage, b->mb, o, z, b->first,

@@ -307,6 +307,41 @@ static int verify_cluster(const ir_module *m)
 	return 0;
 }
 
+/* The data-parallel fields of the plan (docs/dataparallel.md): dp divides
+ * the devices and the micro-batches; the other fields only with dp > 1. */
+int ir_check_dp(const ir_module *m, diag_sink *ds)
+{
+	const ir_plan_opts *p = &m->plan;
+	ir_loc loc = ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc));
+	int64_t D = p->dp;
+	if (D <= 1) {
+		if (p->dist_opt || p->bucket || p->rank_order != IR_RANKS_PP_INNER) {
+			diag_sink_error(ds, loc, "the data-parallel options (rank order, distributed optimizer, "
+			                         "bucket) need dp > 1");
+			return 1;
+		}
+		return 0;
+	}
+	if (m->cluster.devices % D != 0) {
+		diag_sink_error(ds, loc, "dp=%lld does not divide the cluster's %lld devices: the devices "
+		                         "are dp replicas of one pipeline", (long long)D,
+		                (long long)m->cluster.devices);
+		return 1;
+	}
+	if (m->train.microbatches % D != 0) {
+		diag_sink_error(ds, loc, "dp=%lld does not divide the step's %lld micro-batches: each "
+		                         "replica runs microbatches / dp of them", (long long)D,
+		                (long long)m->train.microbatches);
+		return 1;
+	}
+	if (!p->bucket) {
+		diag_sink_error(ds, loc, "dp=%lld needs a bucket size (bytes of gradient per collective)",
+		                (long long)D);
+		return 1;
+	}
+	return 0;
+}
+
 static int verify_header(const ir_module *m)
 {
 	int errs = 0;
@@ -361,12 +396,12 @@ static int verify_stages(const ir_module *m)
 		next = s->last + 1;
 		if (s->device == -1 && !m->ndevices)
 			continue; /* partitioned, not placed yet */
-		if (s->device < 0 || s->device >= m->cluster.devices) {
+		if (s->device < 0 || s->device >= ir_pipe_devices(m)) {
 			if (s->device < 0)
 				diag_error(loc, "stage S%d has a program but no device", i);
 			else
 				diag_error(loc, "stage S%d is placed on D%d, but the cluster has %lld devices",
-				           i, s->device, (long long)m->cluster.devices);
+				           i, s->device, (long long)ir_pipe_devices(m));
 			errs++;
 		}
 	}
@@ -382,17 +417,17 @@ static int verify_programs(const ir_module *m)
 {
 	if (!m->ndevices)
 		return 0;
-	if (m->ndevices != m->cluster.devices) {
+	if (m->ndevices != ir_pipe_devices(m)) {
 		diag_error(ir_loc_or(m->cluster_at.devices, ir_loc_or(m->cluster_loc, m->loc)),
 		           "%d device programs for a cluster of %lld devices", m->ndevices,
-		           (long long)m->cluster.devices);
+		           (long long)ir_pipe_devices(m));
 		return 1;
 	}
 	if (!m->nstages) {
 		diag_error(op_loc_or(m, 0, 0, m->loc), "device programs without stages");
 		return 1;
 	}
-	int64_t mbs = m->train.microbatches;
+	int64_t mbs = ir_local_mb(m);
 	int64_t want = (int64_t)m->nstages * mbs * IR_NOPS, have = 0;
 	for (int d = 0; d < m->ndevices; d++)
 		for (int i = 0; i < m->devices[d].nops; i++)
@@ -572,7 +607,7 @@ static int channel_pair(void *ctx, int i, int j)
  * device after the receive and before the op that uses it. */
 static int verify_comm(const ir_module *m)
 {
-	int S = m->nstages, M = (int)m->train.microbatches, P = m->ndevices, errs = 0;
+	int S = m->nstages, M = (int)ir_local_mb(m), P = m->ndevices, errs = 0;
 	size_t nv = (size_t)S * M * 2;
 	/* Per value (kind in F/B, stage, mb): positions of its ops. */
 	int *snd = malloc(nv * sizeof *snd), *rcv = malloc(nv * sizeof *rcv), *wt = malloc(nv * sizeof *wt);
@@ -596,7 +631,7 @@ static int verify_comm(const ir_module *m)
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops && errs < 20; i++) {
 			const ir_op *op = &dev->ops[i];
-			if (op->comm == IR_COMM_NONE)
+			if (op->comm == IR_COMM_NONE || ir_is_dp_op(op))
 				continue;
 			ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
 			const char *cn = ir_comm_names[op->comm];
@@ -854,6 +889,8 @@ int ir_verify(const ir_module *m)
 	int errs = verify_header(m);
 	if (!errs)
 		errs = verify_cluster(m);
+	if (!errs)
+		errs = ir_check_dp(m, NULL);
 	errs += verify_layers(m);
 	if (errs)
 		return errs;

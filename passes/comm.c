@@ -65,7 +65,7 @@ static bool outgoing(const ir_module *m, const ir_op *op, ir_op_kind *k, int *to
 static void place_receives(const ir_module *m, pass_ctx *cx, const ir_op *prog, int n,
                            int ahead, const long *sendpos, int *at)
 {
-	int S = m->nstages, M = (int)m->train.microbatches;
+	int S = m->nstages, M = (int)ir_local_mb(m);
 	for (int i = 0; i < n; i++) {
 		ir_op_kind k;
 		int st;
@@ -153,8 +153,8 @@ static void lower_device(ir_module *m, pass_ctx *cx, int d, const ir_op *prog, i
 				ir_op *x = &sl->ops[b - 1], *y = &sl->ops[b];
 				if (x->comm != IR_COMM_RECV || y->comm != IR_COMM_RECV)
 					break;
-				long kx = sendpos[((size_t)x->stage * m->train.microbatches + x->mb) * 2 + x->kind];
-				long ky = sendpos[((size_t)y->stage * m->train.microbatches + y->mb) * 2 + y->kind];
+				long kx = sendpos[((size_t)x->stage * ir_local_mb(m) + x->mb) * 2 + x->kind];
+				long ky = sendpos[((size_t)y->stage * ir_local_mb(m) + y->mb) * 2 + y->kind];
 				if (kx <= ky)
 					break;
 				ir_op t = *x;
@@ -218,7 +218,7 @@ static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, ui
 	sim_result *r = sim_run_to(m, cx->diag);
 	if (!r)
 		return -1;
-	int P = m->ndevices, M = (int)m->train.microbatches;
+	int P = m->ndevices, M = (int)ir_local_mb(m);
 	xfer_order *xs = arena_calloc(cx->scratch, (size_t)r->nxfers, sizeof *xs);
 	for (int i = 0; i < r->nxfers; i++)
 		xs[i] = (xfer_order){r->xfers[i].start, r->xfers[i].seq, r->xfers[i].kind,
@@ -313,14 +313,14 @@ int pass_comm(ir_module *m, pass_ctx *cx)
 		return lower_nccl(m, cx, prog, n, bytes);
 	}
 	/* MPI.  Each crossing value's position in its sender's program. */
-	size_t nv = (size_t)m->nstages * (size_t)m->train.microbatches * 2;
+	size_t nv = (size_t)m->nstages * (size_t)ir_local_mb(m) * 2;
 	long *sendpos = arena_calloc(cx->scratch, nv, sizeof *sendpos);
 	for (int d = 0; d < P; d++)
 		for (int i = 0; i < n[d]; i++) {
 			ir_op_kind k;
 			int to;
 			if (outgoing(m, &prog[d][i], &k, &to))
-				sendpos[((size_t)prog[d][i].stage * m->train.microbatches + prog[d][i].mb) * 2 + k] = i;
+				sendpos[((size_t)prog[d][i].stage * ir_local_mb(m) + prog[d][i].mb) * 2 + k] = i;
 		}
 	ir_clear_devices(m);
 	ir_alloc_devices(m);

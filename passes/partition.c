@@ -179,7 +179,7 @@ static void partition_balanced(ir_module *m, int S, arena *scratch)
  * pairs than PASS_MAX_PAIRS. */
 static int check_size(const ir_module *m, pass_ctx *cx, int64_t nstages)
 {
-	int64_t M = m->train.microbatches;
+	int64_t M = ir_local_mb(m);
 	if (nstages * M <= PASS_MAX_PAIRS)
 		return 0;
 	diag_sink_error(cx->diag, ir_loc_or(m->train_loc, m->loc),
@@ -207,11 +207,11 @@ static int check(const ir_module *m, pass_ctx *cx, int *nstages)
 		                (long long)p->chunks);
 		return -1;
 	}
-	int64_t n = m->cluster.devices * chunks;
+	int64_t n = ir_pipe_devices(m) * chunks;
 	if (n > m->nlayers) {
 		diag_sink_error(cx->diag, ir_loc_or(m->cluster_at.devices, plan_loc(m)),
 		                "cannot cut %d layers into %lld stages (%lld devices x %lld chunks)",
-		                m->nlayers, (long long)n, (long long)m->cluster.devices,
+		                m->nlayers, (long long)n, (long long)ir_pipe_devices(m),
 		                (long long)chunks);
 		return -1;
 	}

@@ -20,7 +20,7 @@ int pass_check_placement(const ir_module *m, pass_ctx *cx, int nstages)
 		diag_sink_error(cx->diag, where, "placement lists %d devices for %d stages", p->nplacement, nstages);
 		return -1;
 	}
-	int64_t P = m->cluster.devices;
+	int64_t P = ir_pipe_devices(m);
 	if (p->schedule == IR_SCHED_ZBV && !p->nplacement && nstages != 2 * P) {
 		diag_sink_error(cx->diag, where, "place: schedule zbv puts 2 stages on each of the %lld devices (a V), but the plan has %d stages",
 		                (long long)P, nstages);
@@ -44,7 +44,7 @@ int pass_place(ir_module *m, pass_ctx *cx)
 	}
 	if (pass_check_placement(m, cx, m->nstages))
 		return -1;
-	int64_t P = m->cluster.devices;
+	int64_t P = ir_pipe_devices(m);
 	bool v = p->schedule == IR_SCHED_ZBV && !p->nplacement;
 	ir_clear_devices(m);
 	for (int s = 0; s < m->nstages; s++)

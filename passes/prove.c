@@ -111,7 +111,7 @@ static void build_steps(graph *g)
 /* Key of a value: (kind, stage, mb). */
 static size_t vkey(const ir_module *m, const ir_op *op)
 {
-	return ((size_t)op->stage * (size_t)m->train.microbatches + (size_t)op->mb) * 2 + (size_t)op->kind;
+	return ((size_t)op->stage * (size_t)ir_local_mb(m) + (size_t)op->mb) * 2 + (size_t)op->kind;
 }
 
 typedef struct partner_ctx {
@@ -133,7 +133,7 @@ static void build_edges(graph *g)
 {
 	const ir_module *m = g->m;
 	ir_backend be = m->plan.backend;
-	int S = m->nstages, M = (int)m->train.microbatches;
+	int S = m->nstages, M = (int)ir_local_mb(m);
 	size_t nv = (size_t)S * M * 2;
 	int *recv_step = arena_calloc(g->a, nv, sizeof *recv_step);
 	int *made_step = arena_calloc(g->a, nv, sizeof *made_step); /* compute step that makes a sent value */

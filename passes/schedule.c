@@ -119,9 +119,9 @@ static void emit_phased(ir_module *m, pass_ctx *cx, int dev, const phased *ph)
  * placement).  Returns 0, or -1 after a diagnostic. */
 static int check_one_stage_per_device(const ir_module *m, pass_ctx *cx)
 {
-	int *owner = arena_calloc(cx->scratch, (size_t)m->cluster.devices, sizeof *owner);
+	int *owner = arena_calloc(cx->scratch, (size_t)ir_pipe_devices(m), sizeof *owner);
 	int rc = 0;
-	for (int d = 0; d < m->cluster.devices; d++)
+	for (int d = 0; d < ir_pipe_devices(m); d++)
 		owner[d] = -1;
 	for (int s = 0; s < m->nstages && !rc; s++) {
 		int d = m->stages[s].device;
@@ -143,7 +143,7 @@ static int check_one_stage_per_device(const ir_module *m, pass_ctx *cx)
  * diagnostic. */
 static int interleaved_chunks(const ir_module *m, pass_ctx *cx)
 {
-	int p = (int)m->cluster.devices, S = m->nstages;
+	int p = (int)ir_pipe_devices(m), S = m->nstages;
 	if (S % p) {
 		diag_sink_error(cx->diag, plan_loc(m), "schedule i1f1b interleaves chunks over the %d devices, but the plan has %d stages (not a multiple of %d)",
 		                p, S, p);
@@ -170,7 +170,7 @@ static int interleaved_chunks(const ir_module *m, pass_ctx *cx)
  * each (place's default for zbv).  Returns 0, or -1 after a diagnostic. */
 static int check_v_shape(const ir_module *m, pass_ctx *cx)
 {
-	int p = (int)m->cluster.devices, S = m->nstages;
+	int p = (int)ir_pipe_devices(m), S = m->nstages;
 	if (S != 2 * p) {
 		diag_sink_error(cx->diag, plan_loc(m), "schedule zbv runs two stages per device in a V: %d stages on %d devices, the plan has %d",
 		                2 * p, p, S);
@@ -198,7 +198,7 @@ static int check_v_shape(const ir_module *m, pass_ctx *cx)
  * fills the time the device would wait for the next gradient anyway. */
 static int schedule_gpipe(ir_module *m)
 {
-	int M = (int)m->train.microbatches;
+	int M = (int)ir_local_mb(m);
 	ir_alloc_devices(m);
 	for (int d = 0; d < m->ndevices; d++) {
 		for (int s = 0; s < m->nstages; s++)
@@ -219,7 +219,7 @@ static int schedule_gpipe(ir_module *m)
 /* 1F1B, and ZB-H1 with `zb`: the stage at position s holds s W's back. */
 static int schedule_1f1b(ir_module *m, pass_ctx *cx, bool zb)
 {
-	int S = m->nstages, M = (int)m->train.microbatches;
+	int S = m->nstages, M = (int)ir_local_mb(m);
 	if (check_one_stage_per_device(m, cx) < 0)
 		return -1;
 	work *seq = arena_calloc(cx->scratch, (size_t)M, sizeof *seq);
@@ -242,7 +242,7 @@ static int schedule_i1f1b(ir_module *m, pass_ctx *cx)
 	int V = interleaved_chunks(m, cx);
 	if (!V)
 		return -1;
-	int p = (int)m->cluster.devices, M = (int)m->train.microbatches;
+	int p = (int)ir_pipe_devices(m), M = (int)ir_local_mb(m);
 	if (V == 1) {
 		diag_sink_error(cx->diag, plan_loc(m), "schedule i1f1b needs 2 or more chunks per device; %d stages on %d devices is 1f1b",
 		                m->nstages, p);
@@ -390,8 +390,8 @@ static void start(greedy *g, int d, ir_op op, int t)
 
 static void schedule_greedy(ir_module *m, pass_ctx *cx, const int *cap, bool forward_first)
 {
-	greedy g = {.m = m, .S = m->nstages, .M = (int)m->train.microbatches,
-	            .P = (int)m->cluster.devices, .cap = cap, .forward_first = forward_first};
+	greedy g = {.m = m, .S = m->nstages, .M = (int)ir_local_mb(m),
+	            .P = (int)ir_pipe_devices(m), .cap = cap, .forward_first = forward_first};
 	g.done = arena_calloc(cx->scratch, (size_t)g.S * g.M * IR_NOPS, sizeof *g.done);
 	g.nf = arena_calloc(cx->scratch, (size_t)g.S, sizeof *g.nf);
 	g.nb = arena_calloc(cx->scratch, (size_t)g.S, sizeof *g.nb);
@@ -455,8 +455,8 @@ static int schedule_zbh2(ir_module *m, pass_ctx *cx)
 {
 	if (check_one_stage_per_device(m, cx) < 0)
 		return -1;
-	int *cap = arena_calloc(cx->scratch, (size_t)m->cluster.devices, sizeof *cap);
-	for (int d = 0; d < m->cluster.devices; d++)
+	int *cap = arena_calloc(cx->scratch, (size_t)ir_pipe_devices(m), sizeof *cap);
+	for (int d = 0; d < ir_pipe_devices(m); d++)
 		cap[d] = 2 * m->nstages - 1;
 	ir_alloc_devices(m);
 	schedule_greedy(m, cx, cap, false);
@@ -470,7 +470,7 @@ static int schedule_zbv(ir_module *m, pass_ctx *cx)
 {
 	if (check_v_shape(m, cx) < 0)
 		return -1;
-	int p = (int)m->cluster.devices;
+	int p = (int)ir_pipe_devices(m);
 	int *cap = arena_calloc(cx->scratch, (size_t)p, sizeof *cap);
 	for (int d = 0; d < p; d++)
 		cap[d] = 2 * p;

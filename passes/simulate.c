@@ -548,7 +548,7 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	r->ndev = m->ndevices;
 	r->dev = arena_alloc(ar, (size_t)r->ndev * sizeof *r->dev);
 	r->boundary_bytes = sim_boundary_bytes(m);
-	sim s = {.m = m, .r = r, .S = m->nstages, .M = (int)m->train.microbatches};
+	sim s = {.m = m, .r = r, .S = m->nstages, .M = (int)ir_local_mb(m)};
 	size_t nkeys = (size_t)s.S * (size_t)s.M * IR_NOPS;
 	s.arrive = malloc(nkeys * sizeof *s.arrive);
 	s.free_at = calloc((size_t)r->ndev, sizeof *s.free_at);

@@ -233,9 +233,9 @@ double tune_lower_bound(const ir_module *m)
 		path += c->f + c->b;
 		layer = all > layer ? all : layer;
 	}
-	double M = (double)m->train.microbatches;
+	double M = (double)ir_local_mb(m);
 	path += m->layers[0].cost.w;
-	work *= M / (double)m->cluster.devices;
+	work *= M / (double)ir_pipe_devices(m);
 	layer *= M;
 	double lb = work > path ? work : path;
 	return layer > lb ? layer : lb;
@@ -409,8 +409,8 @@ static int list_schedule(lsched *L, const knobs *k)
  * memory it would need. */
 static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 {
-	lsched L = {.m = c, .S = c->nstages, .M = (int)c->train.microbatches,
-	            .P = (int)c->cluster.devices};
+	lsched L = {.m = c, .S = c->nstages, .M = (int)ir_local_mb(c),
+	            .P = (int)ir_pipe_devices(c)};
 	int S = L.S, M = L.M, P = L.P;
 	/* Called for every candidate: its tables are freed with it. */
 	arena *a = arena_new();
@@ -570,7 +570,7 @@ static bool minmax_bounds(const ir_module *m, int S, int *bound)
 	c->plan.partition = IR_PART_BALANCED;
 	c->plan.schedule = IR_SCHED_1F1B;
 	c->plan.ngiven = c->plan.nplacement = 0;
-	c->cluster.devices = S; /* S stages of one chunk */
+	c->cluster.devices = S * ir_dp(m); /* S stages of one chunk (per replica) */
 	c->plan.chunks = 1;
 	static const pass_id cut[] = {PASS_partition};
 	bool ok = S <= m->nlayers && run_quiet(c, (pass_list){cut, 1}, NULL, 0) && c->nstages == S;
@@ -802,7 +802,7 @@ static void refine(tuner *t, const cand *from)
 static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t reserve,
                          double deadline, verdict *tight, bool *planned)
 {
-	int P = (int)m->cluster.devices;
+	int P = (int)ir_pipe_devices(m);
 	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve, .deadline = deadline,
 	           .doing = "planning the baselines", .a = cx->scratch, .budget = b};
 
@@ -889,7 +889,7 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 			/* Each stage count twice: the partition pass's balanced cut
 			 * (least largest stage), then the even one (also least
 			 * squares); the search needs both starting points. */
-			if (now() >= t.deadline || (int64_t)S * m->train.microbatches > PASS_MAX_PAIRS)
+			if (now() >= t.deadline || (int64_t)S * ir_local_mb(m) > PASS_MAX_PAIRS)
 				break;
 			if (S < 1 || !(even ? balanced_bounds(m, S, bound, t.deadline, t.a) : minmax_bounds(m, S, bound)))
 				continue;

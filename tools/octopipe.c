@@ -42,6 +42,11 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
 	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
 	X(BACKEND, "--backend", "nccl|mpi", C_MODEL, "transport semantics to lower for and prove (default nccl)") \
+	X(DP, "--dp", "D", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md)") \
+	X(RANK_ORDER, "--rank-order", "pp-inner|dp-inner", C_MODEL, "with --dp: number a pipeline's devices next to each other (pp-inner, the default) or a DP group's (dp-inner)") \
+	X(DIST_OPT, "--distributed-optimizer", NULL, C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather)") \
+	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
+	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the tuner's search (default 20)") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
@@ -289,6 +294,34 @@ static int parse_count(const args *a, opt_id id, int64_t max, int64_t *out)
 	return 0;
 }
 
+/* BYTES[B|KiB|MiB|GiB], at least one byte. */
+static int parse_size(const args *a, opt_id id, uint64_t *out)
+{
+	static const struct {
+		const char *suffix;
+		double scale;
+	} units[] = {{"GiB", 0x1p30}, {"MiB", 0x1p20}, {"KiB", 0x1p10}, {"B", 1}, {"", 1}};
+	const char *s = a->val[id];
+	size_t n = strlen(s);
+	for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+		size_t k = strlen(units[i].suffix);
+		if (n <= k || strcmp(s + n - k, units[i].suffix) != 0)
+			continue;
+		char num[64];
+		double v;
+		if (n - k >= sizeof num)
+			break;
+		memcpy(num, s, n - k);
+		num[n - k] = 0;
+		if (!flag_number(num, false, 0, 0x1p50 / units[i].scale, &v) || v * units[i].scale < 1)
+			break;
+		*out = (uint64_t)(v * units[i].scale + 0.5);
+		return 0;
+	}
+	return cli_error("%s must be a size such as 4MiB, 65536 or 1.5GiB (1 byte .. 1 PiB), got '%s'",
+	                 opts[id].flag, s);
+}
+
 static int parse_seconds(const args *a, opt_id id, double max, double *out)
 {
 	if (!flag_number(a->val[id], false, 0, max, out))
@@ -352,6 +385,14 @@ static ir_module *load_model(const args *a)
 		return NULL;
 	if (a->set[O_CHUNKS] && parse_count(a, O_CHUNKS, 1024, &ov.chunks))
 		return NULL;
+	if (a->set[O_DP] && parse_count(a, O_DP, 65536, &ov.dp))
+		return NULL;
+	if (a->set[O_BUCKET] && parse_size(a, O_BUCKET, &ov.bucket))
+		return NULL;
+	ov.dp_at = flag_loc(a, O_DP);
+	ov.rank_order = a->val[O_RANK_ORDER];
+	ov.dist_opt = a->set[O_DIST_OPT];
+	ov.deterministic = a->set[O_DETERMINISTIC];
 	ov.devices_at = flag_loc(a, O_DEVICES);
 	ov.microbatches_at = flag_loc(a, O_MICROBATCHES);
 	ov.chunks_at = flag_loc(a, O_CHUNKS);
@@ -509,7 +550,8 @@ static bool is_ir_file(const char *path)
 static int model_flags_on_ir(const args *a, bool backend_too)
 {
 	static const opt_id model_only[] = {O_DEVICES, O_DTYPE, O_MICROBATCHES, O_CLUSTER, O_SCHEDULE,
-	                                    O_CHUNKS, O_PARTITION, O_PROFILE, O_BACKEND};
+	                                    O_CHUNKS, O_PARTITION, O_PROFILE, O_DP, O_RANK_ORDER,
+	                                    O_DIST_OPT, O_DETERMINISTIC, O_BUCKET, O_BACKEND};
 	for (size_t i = 0; i < sizeof model_only / sizeof *model_only; i++) {
 		opt_id id = model_only[i];
 		if (a->set[id] && (id != O_BACKEND || backend_too))
