@@ -1006,6 +1006,7 @@ static void parse_buf(parser *ps, int dev)
 	next(ps);
 	ir_buf b = {.kind = (ir_buf_kind)k, .value = IR_OP_F};
 	if (k == IR_BUF_BUCKET) {
+		b.value = IR_OP_W;
 		b.coll = coll_word(ps);
 		if (b.coll == IR_COMM_NONE) {
 			perr(ps, ps->t.loc, "expected a collective (all-reduce, reduce-scatter, all-gather) "

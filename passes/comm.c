@@ -22,6 +22,8 @@
 
 #include "simulate.h"
 
+static int lower_p2p(ir_module *m, pass_ctx *cx);
+
 /* The value the compute op takes from another device, if any: its
  * producing (kind, stage) and device, or false. */
 static bool incoming(const ir_module *m, const ir_op *op, ir_op_kind *k, int *stage)
@@ -290,7 +292,128 @@ static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, ui
 	return rc;
 }
 
+/* ---- data parallelism (docs/dataparallel.md) ------------------------------ */
+
+/* Bytes of a collective's buffer over a bucket of n parameters: f32
+ * gradients (or, deterministic, RT_EXACT_DIGITS int64 digits each),
+ * padded to dp shards for the sharded collectives; an all-gather moves f32
+ * parameters.  The runtime's rt_coll_bytes is the same formula. */
+static uint64_t coll_bytes(const ir_module *m, ir_comm c, uint64_t n)
+{
+	uint64_t D = (uint64_t)ir_dp(m), esz = m->plan.deterministic ? 8 * 9 : 4;
+	uint64_t padded = ir_sat_mul((n + D - 1) / D, D);
+	switch (c) {
+	case IR_COMM_ALLREDUCE: return ir_sat_mul(n, esz);
+	case IR_COMM_REDUCESCATTER: return ir_sat_mul(padded, esz);
+	default: return ir_sat_mul(padded, 4);
+	}
+}
+
+typedef struct bucket {
+	int stage, index, first, last;
+	uint64_t params;
+} bucket;
+
+/* The buckets of stage s: runs of its layers of at most plan.bucket bytes
+ * of f32 gradient each (a larger layer alone), in layer order. */
+static int stage_buckets(const ir_module *m, int s, bucket *out)
+{
+	const ir_stage *st = &m->stages[s];
+	int nb = 0;
+	uint64_t bytes = 0;
+	for (int l = st->first; l <= st->last; l++) {
+		uint64_t lb = ir_sat_mul(m->layers[l].cost.params, 4);
+		if (nb && bytes && ir_sat_add(bytes, lb) > m->plan.bucket) {
+			bytes = 0;
+		} else if (nb) {
+			out[nb - 1].last = l;
+			out[nb - 1].params += m->layers[l].cost.params;
+			bytes = ir_sat_add(bytes, lb);
+			continue;
+		}
+		out[nb++] = (bucket){s, nb - 1, l, l, m->layers[l].cost.params};
+		out[nb - 1].index = nb - 1;
+		bytes = lb;
+	}
+	return nb;
+}
+
+/* Adds each stage's gradient reduction to its device's program: its
+ * buckets' all-reduces (reduce-scatters with the distributed optimizer)
+ * posted right after the stage's last W (and the gradient that W sends),
+ * so that they overlap the rest of the step; then, after the last compute
+ * op, each bucket's wait and update, and with the distributed optimizer the
+ * all-gathers of the updated shards and their waits. */
+static void lower_dp(ir_module *m, pass_ctx *cx)
+{
+	int P = m->ndevices;
+	ir_comm red = m->plan.dist_opt ? IR_COMM_REDUCESCATTER : IR_COMM_ALLREDUCE;
+	for (int d = 0; d < P; d++) {
+		int n = m->devices[d].nops;
+		ir_op *old = arena_calloc(cx->scratch, (size_t)n + 1, sizeof *old);
+		for (int i = 0; i < n; i++)
+			old[i] = m->devices[d].ops[i];
+		/* Each stage's last W here, and after it the send that W makes. */
+		int *after = arena_calloc(cx->scratch, (size_t)m->nstages, sizeof *after);
+		for (int s = 0; s < m->nstages; s++)
+			after[s] = -1;
+		for (int i = 0; i < n; i++)
+			if (old[i].comm == IR_COMM_NONE && old[i].kind == IR_OP_W)
+				after[old[i].stage] = i;
+		for (int s = 0; s < m->nstages; s++)
+			if (after[s] >= 0 && after[s] + 1 < n && old[after[s] + 1].comm == IR_COMM_SEND &&
+			    old[after[s] + 1].stage == s && old[after[s] + 1].kind == IR_OP_B &&
+			    old[after[s] + 1].mb == old[after[s]].mb)
+				after[s]++;
+		/* The buckets in the order their reductions are posted. */
+		bucket *bk = arena_calloc(cx->scratch, (size_t)m->nlayers + 1, sizeof *bk);
+		int nb = 0;
+		ir_device *dv = &m->devices[d];
+		dv->nops = 0;
+		for (int i = 0; i < n; i++) {
+			ir_push_op(m, d, &old[i], (ir_loc){0});
+			for (int s = 0; s < m->nstages; s++) {
+				if (after[s] != i)
+					continue;
+				int k = stage_buckets(m, s, bk + nb);
+				for (int j = nb; j < nb + k; j++)
+					ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = s, .mb = bk[j].index,
+					                         .comm = red, .first = bk[j].first, .last = bk[j].last,
+					                         .bytes = coll_bytes(m, red, bk[j].params)},
+					           (ir_loc){0});
+				nb += k;
+			}
+		}
+		for (int j = 0; j < nb; j++) {
+			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
+			                         .comm = IR_COMM_WAIT, .coll = red}, (ir_loc){0});
+			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
+			                         .comm = IR_COMM_UPDATE, .first = bk[j].first,
+			                         .last = bk[j].last}, (ir_loc){0});
+		}
+		if (!m->plan.dist_opt)
+			continue;
+		for (int j = 0; j < nb; j++)
+			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
+			                         .comm = IR_COMM_ALLGATHER, .first = bk[j].first,
+			                         .last = bk[j].last,
+			                         .bytes = coll_bytes(m, IR_COMM_ALLGATHER, bk[j].params)},
+			           (ir_loc){0});
+		for (int j = 0; j < nb; j++)
+			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
+			                         .comm = IR_COMM_WAIT, .coll = IR_COMM_ALLGATHER}, (ir_loc){0});
+	}
+}
+
 int pass_comm(ir_module *m, pass_ctx *cx)
+{
+	int rc = lower_p2p(m, cx);
+	if (!rc && ir_dp(m) > 1)
+		lower_dp(m, cx);
+	return rc;
+}
+
+static int lower_p2p(ir_module *m, pass_ctx *cx)
 {
 	if (!m->ndevices) {
 		diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc), "comm: the module has no programs; run 'schedule' first");
