@@ -30,7 +30,8 @@
 /* Op kinds of the table a rank program walks, in table order. */
 #define CG_OPS(X)                                                              \
 	X(F, "F") X(B, "B") X(W, "W") X(SEND, "send") X(RECV, "recv")              \
-	X(WAIT, "wait") X(GROUP_BEGIN, "group{") X(GROUP_END, "}group")
+	X(WAIT, "wait") X(GROUP_BEGIN, "group{") X(GROUP_END, "}group")            \
+	X(COLL, "coll") X(UPDATE, "update")
 typedef enum cg_op_kind {
 #define X(e, s) CG_##e,
 	CG_OPS(X)
@@ -44,14 +45,15 @@ extern const char *const cg_op_names[CG_NOPS];
  * the rank's buffer block, -1 for "none" (a NULL pointer). */
 typedef struct cg_op {
 	int32_t kind;   /* cg_op_kind */
-	int32_t h0, h1; /* F, B, W: the stage's local layers (positions in the layer table) */
+	int32_t h0, h1; /* F, B, W: the stage's local layers (positions in the layer table);
+	                 * coll, update: the bucket's */
 	int32_t mb;     /* micro-batch */
 	int32_t peer;   /* send, recv: the other rank */
 	int32_t tstage; /* send, recv: the tag's stage (the sending stage) */
-	int32_t tkind;  /* send, recv: the tag's rt_msg */
-	int32_t req;    /* send, recv, wait, group end: request slot; -1: none (in a group) */
-	int64_t bytes;  /* send, recv */
-	int64_t in;     /* F: x of the first layer; B: dy of the last; send, recv: the buffer */
+	int32_t tkind;  /* send, recv: the tag's rt_msg; coll: its rt_coll */
+	int32_t req;    /* send, recv, coll, wait, group end: request slot; -1: none (in a group) */
+	int64_t bytes;  /* send, recv, coll */
+	int64_t in;     /* F: x of the first layer; B: dy of the last; send, recv, coll: the buffer */
 	int64_t out;    /* F, B: the chain buffer between the stage's layers */
 	int64_t last;   /* F: y of the last layer; B: dx of the first */
 	int64_t act;    /* F, B: the stage's activation stash */
@@ -94,6 +96,19 @@ typedef struct cg_job {
 	const cg_options *o;
 	const sim_result *r;
 } cg_job;
+
+/* The ranks of the job: dp replicas of the module's pipeline devices
+ * (docs/dataparallel.md). */
+static inline int cg_nranks(const ir_module *m)
+{
+	return (int)(ir_dp(m) * m->ndevices);
+}
+
+/* The ranks of the job from the pipeline devices' lowered programs
+ * (pipe[p], cg_lower_rank): rank k is device p of replica r under the
+ * plan's rank order, with its peers, rank numbers and replica filled in.
+ * out has cg_nranks(m) entries. */
+void cg_replicate(const ir_module *m, const cg_rank *pipe, arena *a, cg_rank *out);
 
 /* mkdir -p dir.  Returns 0, or -1 after a diagnostic. */
 int cg_make_dir(const char *dir);

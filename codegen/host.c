@@ -14,6 +14,7 @@
  *   W   rt_run_w for each layer
  *   send, recv  rt_post_send / rt_post_recv (the tag's fields as scalars)
  *   wait        rt_wait; group{ }group  rt_group_begin / rt_group_end
+ *   coll        rt_post_coll (a bucket's collective); update  rt_update
  *
  * then waits for the step's unwaited sends (rt_waitall), ends the step
  * (rt_step_end: loss, AdamW) and reports it.  Any failing call branches to
@@ -79,7 +80,9 @@ static const field train_fields[] = {
     FLD(rt_train, optimizer, T_I32),   FLD(rt_train, lr, T_F32),
     FLD(rt_train, weight_decay, T_F32), FLD(rt_train, beta1, T_F32),
     FLD(rt_train, beta2, T_F32),       FLD(rt_train, eps, T_F32),
-    FLD(rt_train, text_file, T_PTR),
+    FLD(rt_train, text_file, T_PTR),   FLD(rt_train, dp, T_I64),
+    FLD(rt_train, replica, T_I64),     FLD(rt_train, pipe_rank, T_I64),
+    FLD(rt_train, dp_flags, T_I32),
 };
 static const field options_fields[] = {FLD(rt_options, flags, T_I32),
                                        FLD(rt_options, comm_timeout_s, T_F64),
@@ -269,6 +272,7 @@ typedef struct externs {
 	LLVMValueRef init, abort, finalize, model_bytes, arena_init, model_init, arena_alloc;
 	LLVMValueRef ckpt_load, ckpt_save, profile, step_begin, step_end;
 	LLVMValueRef run_f, run_b, run_w, send, recv, wait, waitall, group_begin, group_end;
+	LLVMValueRef post_coll, update; /* data parallelism */
 	LLVMValueRef dev_attach, dev_buffers; /* device ranks */
 	const char *dev_attach_name;
 } externs;
@@ -303,6 +307,8 @@ static void declare_runtime(hb *h, externs *x)
 	x->send = DECL("rt_post_send", i32, c, i32, p8, i64, i32, i32, i32, pi32);
 	x->recv = DECL("rt_post_recv", i32, c, i32, p8, i64, i32, i32, i32, pi32);
 	x->wait = DECL("rt_wait", i32, c, i32);
+	x->post_coll = DECL("rt_post_coll", i32, c, i32, i32, i32, p8, i64, pi32);
+	x->update = DECL("rt_update", i32, c, i32, i32);
 	x->waitall = DECL("rt_waitall", i32, c, i32, pi32);
 	x->group_begin = DECL("rt_group_begin", i32, c);
 	x->group_end = DECL("rt_group_end", i32, c, pi32);
@@ -601,6 +607,10 @@ static void build_main(hb *h, const cg_rank *r)
 		case CG_WAIT: rc = CALL(x.wait, ctx, LLVMBuildLoad2(h->b, h->i32, reqp, "")); break;
 		case CG_GROUP_BEGIN: rc = CALL(x.group_begin, ctx); break;
 		case CG_GROUP_END: rc = CALL(x.group_end, ctx, reqp); break;
+		case CG_COLL:
+			rc = CALL(x.post_coll, ctx, f[OP_TKIND], f[OP_H0], f[OP_H1], in8, f[OP_BYTES], reqp);
+			break;
+		case CG_UPDATE: rc = CALL(x.update, ctx, f[OP_H0], f[OP_H1]); break;
 		case CG_NOPS: ir_bug("codegen: bad op kind");
 		}
 		check(h, rc);

@@ -131,13 +131,13 @@ static int write_launch(const ir_module *m, const char *dir)
 	if (!f)
 		return cg_fail_path("write", path);
 	fprintf(f, "#!/bin/sh\n# launch: the %d rank programs of %s (schedule %s, %d stages) as one MPI job.\n",
-	        m->ndevices, m->model.name, ir_schedule_names[m->plan.schedule], m->nstages);
+	        cg_nranks(m), m->model.name, ir_schedule_names[m->plan.schedule], m->nstages);
 	fwrite(cg_launch_text, 1, (size_t)(rest - cg_launch_text), f);
 	fputs("# What this compile made (octopipe compile writes these lines):\n"
 	      "# the program of each MPI rank, in rank order, and the Open MPI\n"
 	      "# parameters of the plan, in shared memory and between nodes.\n"
 	      "RANKS='", f);
-	for (int d = 0; d < m->ndevices; d++)
+	for (int d = 0; d < cg_nranks(m); d++)
 		fprintf(f, "%srank%d", d ? " " : "", d);
 	fputs("'\n", f);
 	int raise = big && eager <= (4u << 20);
@@ -177,7 +177,7 @@ int cg_build_ranks(const cg_job *j, const cg_rank *ranks, char ***mods)
 	const ir_module *m = j->m;
 	const cg_options *o = j->o;
 	arena *a = arena_new();
-	int N = m->ndevices, rc = -1;
+	int N = cg_nranks(m), rc = -1;
 	uint64_t hash = compile_hash(m, ranks[0].dev);
 	char **obj = arena_alloc(a, (size_t)N * sizeof *obj), **exe = arena_alloc(a, (size_t)N * sizeof *exe);
 	for (int d = 0; d < N; d++) {

@@ -57,6 +57,9 @@ typedef struct lowering {
 	uint64_t *stash[2];  /* per stage: the runtime's act and W stash bytes (RT_ALIGN'd slices) */
 	int64_t *act_off, *ws_off, *val_off[2]; /* per (stage, mb); val_off by value kind F, B */
 	int64_t work;        /* the work buffer, or -1 */
+	rt_train train;      /* the runtime's settings (rt_coll_bytes) */
+	int nbk;             /* collectives' buffers: (coll, stage, bucket) and offset */
+	ir_buf *bk;
 } lowering;
 
 #define AT(s, mb) ((size_t)(s) * (size_t)L->M + (size_t)(mb))
@@ -67,6 +70,7 @@ static uint64_t needed(const lowering *L, const ir_buf *b)
 	switch (b->kind) {
 	case IR_BUF_ACT: return L->stash[0][b->stage];
 	case IR_BUF_WSTASH: return L->stash[1][b->stage];
+	case IR_BUF_BUCKET: return b->size; /* checked against the runtime's at its collective */
 	default: return value_bytes(L->m, L->device);
 	}
 }
@@ -110,12 +114,14 @@ static int plan_buffers(lowering *L, cg_rank *out)
 	uint64_t top = p->arena;
 	out->ir_arena = p->arena;
 	out->nbufs = n;
+	L->nbk = 0;
 	for (int i = 0; i < n; i++) {
 		const ir_buf *x = &p->bufs[i];
 		size_t k = AT(x->stage, x->mb);
 		switch (x->kind) {
 		case IR_BUF_ACT: L->act_off[k] = (int64_t)x->off; break;
 		case IR_BUF_WSTASH: L->ws_off[k] = (int64_t)x->off; break;
+		case IR_BUF_BUCKET: L->bk[L->nbk++] = *x; break;
 		default: L->val_off[x->value == IR_OP_B][k] = (int64_t)x->off; break;
 		}
 	}
@@ -129,6 +135,15 @@ static int plan_buffers(lowering *L, cg_rank *out)
 		}
 	out->buf_bytes = RUP(top);
 	return 0;
+}
+
+/* The buffer of collective c of stage s's bucket b (the memory plan's). */
+static const ir_buf *bucket_buf(const lowering *L, ir_comm c, int s, int b)
+{
+	for (int i = 0; i < L->nbk; i++)
+		if (L->bk[i].coll == c && L->bk[i].stage == s && L->bk[i].mb == b)
+			return &L->bk[i];
+	ir_bug("codegen: no %s buffer for S%d b%d", ir_comm_names[c], s, b);
 }
 
 static int64_t need_off(int64_t off, const char *what, int s, int mb)
@@ -219,11 +234,110 @@ static const char *about_text(const ir_module *m, double predicted_us, int d, bo
 	                    t, nops, data ? data : "synthetic tokens", (long long)m->train.steps);
 }
 
+/* The runtime's training settings of the module; the rank's place in the
+ * job (pipe_rank, replica) is set per rank. */
+static rt_train train_of(const ir_module *m, bool device)
+{
+	(void)device;
+	return (rt_train){.seed = m->train.seed, .nlayers = m->nlayers, .seq = m->model.seq,
+	                  .mbs = m->train.mbs, .vocab = m->model.vocab,
+	                  .microbatches = ir_local_mb(m),
+	                  .optimizer = m->train.optimizer == IR_OPT_SGD ? RT_SGD : RT_ADAMW,
+	                  .lr = (float)m->train.lr, .weight_decay = (float)m->train.weight_decay,
+	                  .dp = ir_dp(m) > 1 ? ir_dp(m) : 0,
+	                  .dp_flags = (m->plan.dist_opt ? RT_DP_DISTOPT : 0u) |
+	                              (m->plan.deterministic ? RT_DP_EXACT : 0u)};
+}
+
+/* A data-parallel op of the program (docs/dataparallel.md) as a row of the
+ * table: a collective posts on its bucket's buffer with a request slot of
+ * its own, which its wait names; update runs the bucket's optimizer step.
+ * c->kind < 0: nothing to add.  The collective's bytes must be the
+ * runtime's for the bucket's layers (rt_coll_bytes). */
+static int dp_op(lowering *L, const ir_op *op, ir_loc loc, cg_op *c, int *coll_slot, int *nslots,
+                 bool *waited)
+{
+	const ir_module *m = L->m;
+	const ir_device *dev = &m->devices[L->d];
+	const ir_stage *st = &m->stages[op->stage];
+	int s = op->stage;
+	if (op->comm == IR_COMM_WAIT) {
+		for (int j = (int)(op - dev->ops) - 1; j >= 0; j--) {
+			const ir_op *p = &dev->ops[j];
+			if (p->comm == op->coll && p->stage == s && p->mb == op->mb) {
+				c->kind = CG_WAIT;
+				c->req = coll_slot[j];
+				waited[c->req] = true;
+				return 0;
+			}
+		}
+		ir_bug("codegen: D%d waits for %s S%d b%d, never posted", L->d, ir_comm_names[op->coll], s,
+		       op->mb);
+	}
+	if (L->stage_h0[s] < 0 || op->first < st->first || op->last > st->last)
+		ir_bug("codegen: D%d's bucket S%d b%d is not in its stage", L->d, s, op->mb);
+	c->h0 = L->stage_h0[s] + (op->first - st->first);
+	c->h1 = L->stage_h0[s] + (op->last - st->first);
+	if (op->comm == IR_COMM_UPDATE) {
+		c->kind = CG_UPDATE;
+		return 0;
+	}
+	int kind = op->comm == IR_COMM_ALLREDUCE ? RT_ALL_REDUCE
+	         : op->comm == IR_COMM_REDUCESCATTER ? RT_REDUCE_SCATTER : RT_ALL_GATHER;
+	int64_t n = 0;
+	for (int h = c->h0; h <= c->h1; h++)
+		n += L->sz[h].params;
+	int64_t want = rt_coll_bytes(&L->train, kind, n);
+	if (want < 0 || op->bytes != (uint64_t)want) {
+		diag_error(loc, "codegen: %s S%d b%d moves %llu bytes, but the runtime's buffer for the "
+		                "%lld parameters of L%d..L%d is %lld bytes",
+		           ir_comm_names[op->comm], s, op->mb, (unsigned long long)op->bytes, (long long)n,
+		           op->first, op->last, (long long)want);
+		return -1;
+	}
+	const ir_buf *b = bucket_buf(L, op->comm, s, op->mb);
+	c->kind = CG_COLL;
+	c->tkind = kind;
+	c->bytes = (int64_t)op->bytes;
+	c->in = (int64_t)b->off;
+	c->req = (*nslots)++;
+	coll_slot[op - dev->ops] = c->req;
+	return 0;
+}
+
+void cg_replicate(const ir_module *m, const cg_rank *pipe, arena *a, cg_rank *out)
+{
+	int64_t D = ir_dp(m), P = m->ndevices;
+	for (int64_t r = 0; r < D; r++)
+		for (int64_t p = 0; p < P; p++) {
+			int64_t k = ir_rank_of(m, r, p);
+			cg_rank *x = &out[k];
+			*x = pipe[p];
+			x->rank = (int)k;
+			x->nranks = cg_nranks(m);
+			x->train.replica = D > 1 ? r : 0;
+			x->train.pipe_rank = p;
+			x->prog.rank = (int32_t)k;
+			x->prog.nranks = cg_nranks(m);
+			x->ops = arena_alloc(a, (size_t)(x->nops + 1) * sizeof *x->ops);
+			for (int i = 0; i < x->nops; i++) {
+				x->ops[i] = pipe[p].ops[i];
+				if (x->ops[i].kind == CG_SEND || x->ops[i].kind == CG_RECV)
+					x->ops[i].peer = (int32_t)ir_rank_of(m, r, pipe[p].ops[i].peer);
+			}
+			if (D > 1)
+				x->prog.about = arena_printf(a, "%s\nreplica %lld of %lld (data parallelism): "
+				                                "rank %lld runs pipeline device D%lld",
+				                             pipe[p].prog.about, (long long)r, (long long)D,
+				                             (long long)k, (long long)p);
+		}
+}
+
 int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, arena *a,
                   cg_rank *out)
 {
 	memset(out, 0, sizeof *out);
-	lowering Lv = {.m = m, .d = d, .S = m->nstages, .M = (int)m->train.microbatches,
+	lowering Lv = {.m = m, .d = d, .S = m->nstages, .M = (int)ir_local_mb(m),
 	               .device = device, .where = ir_loc_or(m->plan_loc, m->loc)};
 	lowering *L = &Lv;
 	const ir_device *dev = &m->devices[d];
@@ -288,6 +402,7 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	}
 	out->nlayers = nl;
 	out->prof_bytes = prof;
+	L->bk = arena_alloc(a, (size_t)(m->memplan ? m->memplan[d].nbufs + 1 : 1) * sizeof *L->bk);
 	if (plan_buffers(L, out))
 		return -1;
 
@@ -299,6 +414,8 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	int *next_w = arena_alloc(a, (size_t)L->S * sizeof(int));
 	int nslots = 0, n = 0, group = 0, group_slot = -1;
 	bool *waited = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(bool));
+	int *coll_slot = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(int)); /* per op: its slot */
+	L->train = train_of(m, device);
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
 		ir_loc loc = ir_loc_or(m->op_loc && m->op_loc[d] ? m->op_loc[d][i] : (ir_loc){0}, L->where);
@@ -319,7 +436,12 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 			group = op->group;
 		}
 		cg_op c = {.mb = mb, .req = -1, .in = -1, .out = -1, .last = -1, .act = -1, .ws = -1};
-		if (op->comm == IR_COMM_NONE) {
+		if (ir_is_dp_op(op)) {
+			if (dp_op(L, op, loc, &c, coll_slot, &nslots, waited) < 0)
+				return -1;
+			if (c.kind < 0)
+				continue;
+		} else if (op->comm == IR_COMM_NONE) {
 			c.kind = op->kind == IR_OP_F ? CG_F : op->kind == IR_OP_B ? CG_B : CG_W;
 			c.h0 = L->stage_h0[s];
 			c.h1 = c.h0 + m->stages[s].last - m->stages[s].first;
@@ -397,12 +519,9 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	out->nend = nend;
 
 	out->rank = d;
-	out->nranks = m->ndevices;
-	out->train = (rt_train){.seed = m->train.seed, .nlayers = m->nlayers, .seq = m->model.seq,
-	                        .mbs = m->train.mbs, .vocab = m->model.vocab,
-	                        .microbatches = m->train.microbatches,
-	                        .optimizer = m->train.optimizer == IR_OPT_SGD ? RT_SGD : RT_ADAMW,
-	                        .lr = (float)m->train.lr, .weight_decay = (float)m->train.weight_decay};
+	out->nranks = cg_nranks(m);
+	out->train = L->train;
+	out->train.pipe_rank = d;
 	const char *data = NULL;
 	if (m->train.data == IR_DATA_TEXT) {
 		const char *slash = strrchr(m->train.text_file, '/');
@@ -410,7 +529,7 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	}
 	out->prog = (rt_prog_info){
 	    .about = about_text(m, predicted_us, d, device, n, a, data), .data = data, .steps = m->train.steps,
-	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq,
-	    .predicted_us = predicted_us, .rank = d, .nranks = m->ndevices};
+	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq, /* the whole batch */
+	    .predicted_us = predicted_us, .rank = d, .nranks = cg_nranks(m)};
 	return 0;
 }

@@ -59,7 +59,7 @@ int cg_write_report(const cg_job *j, const cg_rank *ranks, const char *path)
 	char t[32], u[32], hb[96];
 	const char *noun, *flag, *how;
 	target_text(o, &noun, &flag, &how, hb, sizeof hb);
-	int N = m->ndevices;
+	int N = cg_nranks(m);
 	fprintf(f, "# %s on %d %s rank%s\n\n", m->model.name, N, noun, N == 1 ? "" : "s");
 	fprintf(f, "Compiled by `octopipe compile --target %s`: one executable per rank (%s), run "
 	           "together by `./launch` (arguments go to every rank: `./launch --steps %lld`).\n\n",

@@ -19,11 +19,13 @@ int cg_target_cpu(const cg_job *j)
 		return -1;
 	}
 	arena *a = arena_new();
-	int N = m->ndevices, rc = -1;
+	int P = m->ndevices, N = cg_nranks(m), rc = -1;
+	cg_rank *pipe = arena_alloc(a, (size_t)P * sizeof *pipe);
 	cg_rank *ranks = arena_alloc(a, (size_t)N * sizeof *ranks);
-	for (int d = 0; d < N; d++)
-		if (cg_lower_rank(m, j->r ? j->r->makespan : 0, d, false, a, &ranks[d]))
+	for (int d = 0; d < P; d++)
+		if (cg_lower_rank(m, j->r ? j->r->makespan : 0, d, false, a, &pipe[d]))
 			goto out;
+	cg_replicate(m, pipe, a, ranks);
 	if (cg_write_outputs(j, ranks))
 		goto out;
 
@@ -32,6 +34,9 @@ int cg_target_cpu(const cg_job *j)
 	if (!o->quiet) {
 		printf("\ncompiled %s for %d CPU rank%s (MPI) into %s/: rank0", m->model.name, N,
 		       N == 1 ? "" : "s", o->dir);
+		if (ir_dp(m) > 1)
+			printf(" (%lld replicas of a %d-rank pipeline, rank order %s)", (long long)ir_dp(m), P,
+			       ir_rank_order_names[m->plan.rank_order]);
 		if (N > 1)
 			printf(" .. rank%d", N - 1);
 		printf(", launch, plan.opir, report.md%s%s%s\n", j->r ? ", timeline.svg" : "",

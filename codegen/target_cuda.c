@@ -100,6 +100,13 @@ int cg_target_cuda(const cg_job *job)
 		           "model's dtype is %s (--dtype overrides it)", ir_dtype_names[m->model.dtype]);
 		return -1;
 	}
+	if (ir_dp(m) > 1 || m->plan.deterministic) {
+		diag_error(ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc)),
+		           "codegen: data parallelism and deterministic gradient sums run on CPU ranks "
+		           "(--target cpu) in this version; the device executor's collectives (NCCL) are "
+		           "not built yet");
+		return -1;
+	}
 	arena *a = arena_new();
 	int N = m->ndevices, rc = -1, nmods = 0;
 	bool bf16 = m->model.dtype == IR_DTYPE_BF16;
