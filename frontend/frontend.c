@@ -215,8 +215,13 @@ static int read_plan(fe *f, yaml_node_t *map)
 	    (v[PL_BUCKET] && ydoc_bytes(d, v[PL_BUCKET], "'bucket'", &p->bucket) < 0))
 		return -1;
 	p->rank_order = order;
-	if (v[PL_DP])
-		f->m->dp_loc = ydoc_at(d, v[PL_DP]);
+	/* Errors about the data-parallel options point at dp, or at the first
+	 * of the others given without it. */
+	for (int i = PL_DP; i <= PL_BUCKET; i++)
+		if (v[i]) {
+			f->m->dp_loc = ydoc_at(d, i == PL_DP ? v[i] : k[i]);
+			break;
+		}
 	if (v[PL_BUCKET] && p->bucket == 0) {
 		diag_error(ydoc_at(d, v[PL_BUCKET]), "'bucket' must be at least 1 byte");
 		return -1;
@@ -367,7 +372,7 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	m->plan.backend = (ir_backend)backend;
 	if (override_num("'--dp'", ov->dp, 1, 65536, &m->plan.dp, ov->dp_at) < 0)
 		return -1;
-	if (ov->dp)
+	if (ov->dp_at.src)
 		m->dp_loc = ov->dp_at;
 	int order = (int)m->plan.rank_order;
 	if (override_enum(m->arena, "rank order", ov->rank_order, ir_rank_order_names,

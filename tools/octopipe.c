@@ -389,7 +389,14 @@ static ir_module *load_model(const args *a)
 		return NULL;
 	if (a->set[O_BUCKET] && parse_size(a, O_BUCKET, &ov.bucket))
 		return NULL;
-	ov.dp_at = flag_loc(a, O_DP);
+	/* Errors about the data-parallel options point at --dp, or at the
+	 * first of the others given without it. */
+	static const opt_id dp_flags[] = {O_DP, O_RANK_ORDER, O_DIST_OPT, O_BUCKET};
+	for (size_t k = 0; k < sizeof dp_flags / sizeof *dp_flags; k++)
+		if (a->set[dp_flags[k]]) {
+			ov.dp_at = flag_loc(a, dp_flags[k]);
+			break;
+		}
 	ov.rank_order = a->val[O_RANK_ORDER];
 	ov.dist_opt = a->set[O_DIST_OPT];
 	ov.deterministic = a->set[O_DETERMINISTIC];
