@@ -232,7 +232,8 @@ static int save_manifest(rt_ctx *ctx, const char *dir)
 {
 	char path[4096];
 	MPI_Request req;
-	int rc = RT_OK, mine = 4 * ctx->nlay, total = 0;
+	/* replica 0's layers stand for every replica's */
+	int rc = RT_OK, mine = ctx->train.replica == 0 ? 4 * ctx->nlay : 0, total = 0;
 	int *counts = NULL, *displs = NULL;
 	man_layer *all = NULL, *loc = NULL;
 	char *text = NULL;
@@ -589,7 +590,7 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", rt__step_no(ctx));
 	if ((rc = check_dir_arg(ctx, dir)))
 		return rc;
-	if ((rc = ctx->exec->pull(ctx)))
+	if ((rc = ctx->exec->pull(ctx)) || (rc = rt__dp_sync_moments(ctx)))
 		return rc;
 	int64_t t0 = rt__now_ns();
 
@@ -603,8 +604,9 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 		return rc;
 	gen_path(gdir, sizeof gdir, dir, gen);
 
-	/* Every rank's layers, synced; then every rank knows they all are. */
-	for (int i = 0; !rc && i < ctx->nlay; i++)
+	/* Every rank's layers, synced; then every rank knows they all are.
+	 * Replicas hold the same layers: replica 0 writes them. */
+	for (int i = 0; !rc && ctx->train.replica == 0 && i < ctx->nlay; i++)
 		rc = save_layer(ctx, gdir, &ctx->lay[i]);
 	if (!rc)
 		rc = sync_dir(ctx, gdir);
@@ -977,8 +979,13 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 		}
 	if ((rc = same_save(ctx, dir_arg, &m)))
 		goto out;
-	for (int i = 0; i < ctx->nlay; i++)
-		memset(ctx->lay[i].g, 0, (size_t)ctx->lay[i].sz.params * sizeof(float));
+	for (int i = 0; i < ctx->nlay; i++) {
+		rt_lay *l = &ctx->lay[i];
+		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
+		if (l->acc)
+			memset(l->acc, 0, (size_t)l->sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
+		l->bk0 = l->bk1 = -1; /* every moment is whole again */
+	}
 	if ((rc = ctx->exec->upload(ctx)))
 		goto out;
 	ctx->step = m.step;

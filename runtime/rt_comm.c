@@ -63,6 +63,10 @@ static int encode_tag(rt_ctx *ctx, rt_tag t, int *out)
 
 static int describe(const rt_op *o, char *buf, size_t len)
 {
+	static const char *const coll[RT_NCOLL] = {"all-reduce", "reduce-scatter", "all-gather"};
+	if (o->coll >= 0)
+		return snprintf(buf, len, "%s of the DP group (local layers %d..%d, %zu bytes)",
+		                o->coll < RT_NCOLL ? coll[o->coll] : "?", o->h0, o->h1, o->bytes);
 	return snprintf(buf, len, "%s rank %d (stage %d, micro-batch %d, %s, %zu bytes)",
 	                o->send ? "send to" : "recv from", o->peer, (int)o->tag.stage,
 	                (int)o->tag.mb, msg_name(o->tag.kind), o->bytes);
@@ -172,7 +176,7 @@ static int post(rt_ctx *ctx, bool send, int peer, void *buf, size_t bytes, rt_ta
 {
 	int rc, mtag = 0, h;
 	char desc[160], mpimsg[MPI_MAX_ERROR_STRING];
-	rt_op op = {.peer = peer, .tag = tag, .bytes = bytes, .send = send};
+	rt_op op = {.peer = peer, .tag = tag, .bytes = bytes, .send = send, .coll = -1};
 
 	if (!ctx)
 		return RT_EARG;
@@ -482,6 +486,10 @@ out:
 
 static void set_waiting(rt_ctx *ctx, const rt_op *o)
 {
+	if (o->coll >= 0) {
+		ctx->waiting = (rt_waitstate){RT_WS_COLL, -1, 0, 0, (int64_t)o->coll, (int64_t)o->bytes};
+		return;
+	}
 	ctx->waiting = (rt_waitstate){o->send ? RT_WS_SEND : RT_WS_RECV, o->peer, o->tag.stage,
 	                              o->tag.mb, (int64_t)o->tag.kind, (int64_t)o->bytes};
 }
@@ -530,6 +538,8 @@ static int check_done(rt_ctx *ctx, rt_req *r, int j, MPI_Status *st)
 	int count = 0;
 	if (r->ops[j].dcomm)
 		return RT_OK;
+	if (r->ops[j].coll >= 0)
+		return r->ops[j].finish ? r->ops[j].finish(ctx, &r->ops[j]) : RT_OK;
 	if (!r->ops[j].send) {
 		MPI_Get_count(st, MPI_BYTE, &count);
 		if ((size_t)count != r->ops[j].bytes) {
@@ -633,7 +643,10 @@ static int waitall(rt_ctx *ctx, int n, const int *hs)
 					pending(ctx, n, hs, what, sizeof what);
 					rt__fail(ctx, RT_ETIMEOUT, "timed out after %g s waiting for: %s",
 					         ctx->timeout_s, what);
-					diagnose(ctx, r->ops[j].peer);
+					if (r->ops[j].coll >= 0)
+						diagnose_all(ctx);
+					else
+						diagnose(ctx, r->ops[j].peer);
 					return RT_ETIMEOUT;
 				}
 				/* Ranks may share cores: spin briefly, then sleep. */
@@ -667,6 +680,30 @@ static int waitall(rt_ctx *ctx, int n, const int *hs)
 int rt_wait(rt_ctx *ctx, int req)
 {
 	return rt_waitall(ctx, 1, &req);
+}
+
+int rt__coll_req(rt_ctx *ctx, const rt_op *op, int *req, MPI_Request **mr)
+{
+	*req = -1;
+	if (ctx->group >= 0)
+		return rt__fail(ctx, RT_ESTATE, "rt_post_coll: inside a group (a collective has a handle "
+		                "of its own)");
+	int h = new_req(ctx), rc;
+	if (h < 0)
+		return RT_ENOMEM;
+	if ((rc = push(ctx, &ctx->reqs[h], op, mr))) {
+		ctx->reqs[h].used = false;
+		return rc;
+	}
+	**mr = MPI_REQUEST_NULL;
+	*req = h;
+	return RT_OK;
+}
+
+void rt__coll_drop(rt_ctx *ctx, int req)
+{
+	ctx->reqs[req].used = false;
+	ctx->reqs[req].n = 0;
 }
 
 int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what)

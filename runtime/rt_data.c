@@ -160,7 +160,8 @@ int rt_data_sample(const rt_ctx *ctx, int64_t sample, int32_t *tokens)
 void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets)
 {
 	const rt_train *t = &ctx->train;
-	rt_data_sample(ctx, ctx->data_pos + mb, ctx->tokbuf);
+	/* local micro-batch mb of replica r is global micro-batch r*M + mb */
+	rt_data_sample(ctx, ctx->data_pos + t->replica * t->microbatches + mb, ctx->tokbuf);
 	for (int64_t b = 0; b < t->mbs; b++)
 		memcpy(ctx->idbuf + b * t->seq, ctx->tokbuf + b * (t->seq + 1) + (targets ? 1 : 0),
 		       (size_t)t->seq * sizeof(int32_t));

@@ -42,8 +42,9 @@ typedef struct rt_exec {
 	int (*w)(rt_ctx *ctx, int h, const void *ws);
 	/* The step's work finished and the head's losses in ctx->mb_loss. */
 	int (*collect)(rt_ctx *ctx);
-	/* The optimizer step of every layer (step ctx->step + 1), gradients
-	 * cleared; the host's arrays may lag until pull. */
+	/* The optimizer step of every layer rt_update has not updated this
+	 * step (step ctx->step + 1), gradients cleared; the host's arrays may
+	 * lag until pull. */
 	int (*optimize)(rt_ctx *ctx);
 	/* The host's parameters and moments current (a checkpoint, the model
 	 * hash, rt_layer_get read them). */
@@ -77,10 +78,10 @@ typedef struct rt_exec {
 	/* Frees the executor's state (rt_finalize, after the communication). */
 	void (*free)(rt_ctx *ctx);
 
-	/* Data parallelism will add here the reduction of the gradients over a
-	 * layer's replicas between collect and optimize (an all-reduce on the
-	 * executor's gradient buffers, through MPI or the device's
-	 * communicator). */
+	/* Data parallelism (rt_dp.c) reduces and updates the host's arrays
+	 * itself, so it runs on executors whose state is the host's (info's
+	 * device NULL): rt_model_init refuses it on a device.  A device's
+	 * version would add here the reduction of its gradient buffers (NCCL). */
 } rt_exec;
 
 /* The host's CPU kernels (rt_exec_cpu.c): every context's until a device

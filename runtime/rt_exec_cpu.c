@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "layers.h" /* RT_MAX_TENSORS */
 #include "rt_exec.h"
 #include "rt_internal.h"
 
@@ -57,20 +56,15 @@ static int cpu_w(rt_ctx *ctx, int h, const void *ws)
 
 static int cpu_optimize(rt_ctx *ctx)
 {
-	const rt_train *t = &ctx->train;
 	for (int i = 0; i < ctx->nlay; i++) {
 		rt_lay *l = &ctx->lay[i];
-		int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
-		bool dec[RT_MAX_TENSORS];
-		int n, rc;
-		if ((rc = rt__decays(&l->desc, off, len, dec, &n)))
+		int rc;
+		if (l->updated) /* rt_update did (rt_dp.c) */
+			continue;
+		if ((rc = rt__optim_range(&ctx->train, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v, 0,
+		                          l->sz.params)))
 			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
 			                (long long)l->index, rt_strerror(rc));
-		for (int k = 0; k < n; k++) {
-			rt_adamw_k c;
-			rt__adamw_consts(t, ctx->step + 1, dec[k] && t->weight_decay > 0, &c);
-			rt__adamw(&c, l->p + off[k], l->g + off[k], l->m + off[k], l->v + off[k], len[k]);
-		}
 		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
 	}
 	return RT_OK;

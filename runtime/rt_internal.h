@@ -2,8 +2,10 @@
  * and the functions they share, each under the file that defines it
  * (docs/runtime.md, "Files").  Bottom to top: rt_util.c (failure, clock,
  * hashing, names, files), rt_arena.c, rt_trace.c, rt_comm.c, rt_optim.c
- * (AdamW), rt_data.c (the tokens), the executors (rt_exec.h:
- * rt_exec_cpu.c, rt_device.c), rt_model.c (layers and the step),
+ * (AdamW), rt_exact.c (exact sums), rt_data.c (the tokens), the executors
+ * (rt_exec.h: rt_exec_cpu.c, rt_device.c), rt_dp.c (data parallelism:
+ * the DP group, bucket collectives, the sharded update), rt_model.c
+ * (layers and the step),
  * rt_ckpt.c, rt_profile.c, rt_cli.c, and rt_life.c (init, finalize) on
  * top.  Private. */
 #ifndef OCTO_RT_INTERNAL_H
@@ -25,12 +27,20 @@ typedef struct rt_lay {
 	rt_sizes sz;
 	uint64_t shape_hash; /* of the tensor table: the checkpoint's shape check */
 	float *p, *g, *m, *v; /* parameters, gradients, AdamW moments: sz.params floats each */
+	int64_t *acc;   /* RT_DP_EXACT: RT_EXACT_DIGITS per parameter (rt_exact.c); else NULL */
 	int64_t next_w; /* the micro-batch whose W comes next this step */
+	int red;        /* this step's reduction: RT_RED_... */
+	bool updated;   /* rt_update has run on it this step */
+	int bk0, bk1;   /* RT_DP_DISTOPT: the bucket whose shard this replica last updated
+	                   (its moments elsewhere are stale until gathered); bk0 -1: none */
 } rt_lay;
+
+/* rt_lay.red */
+enum { RT_RED_NONE, RT_RED_POSTED, RT_RED_ALL, RT_RED_SHARD };
 
 /* One pending communication handle: a send or receive, or a group. */
 typedef struct rt_op {
-	int peer;
+	int peer; /* -1: a collective of the DP group */
 	rt_tag tag;
 	size_t bytes;
 	bool send;
@@ -38,6 +48,11 @@ typedef struct rt_op {
 	bool dcomm; /* the device's communicator moves it (its MPI request is null) */
 	void *stage; /* a device rank over MPI: the host copy the message moves through */
 	void *dst;   /* and, for a receive, where it goes on the device */
+	/* a collective (rt_dp.c): its rt_coll kind (-1: a message), the
+	 * bucket, its buffer, and what completes it at the wait */
+	int coll, h0, h1;
+	void *cbuf;
+	int (*finish)(rt_ctx *ctx, const struct rt_op *op);
 } rt_op;
 
 typedef struct rt_req {
@@ -68,7 +83,7 @@ typedef struct rt_dcomm {
 typedef struct rt_event {
 	int64_t t0, t1; /* ns since the context's origin */
 	int64_t layer, mb, step, peer, bytes;
-	char name[8];  /* F B W send recv wait step ckpt ... */
+	char name[16]; /* F B W send recv wait step ckpt all-reduce ... */
 } rt_event;
 
 /* What a rank is doing, as it tells a rank that asks (rt_comm.c: the
@@ -126,6 +141,9 @@ struct rt_ctx {
 	int64_t *mb_count;
 	int64_t step, data_pos;
 	bool in_step;
+	/* data parallelism (rt_dp.c): train.dp >= 1 once set up; the DP group
+	 * (MPI_COMM_SELF when dp is 1) */
+	MPI_Comm dpc;
 
 	/* the executor (rt_exec.h): the table chosen once, and its own state
 	 * (rt_device.c's; NULL on a CPU rank), opaque to every other file */
@@ -212,6 +230,10 @@ void rt__ctl_free(rt_ctx *ctx);
 int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what);
 /* Lets MPI progress the pending operations (cheap; called around kernels). */
 void rt__progress(rt_ctx *ctx);
+/* A collective's handle (rt_dp.c): *op joins a new handle *req, and *mr is
+ * the MPI request to post it into; after a failed post, rt__coll_drop. */
+int rt__coll_req(rt_ctx *ctx, const rt_op *op, int *req, MPI_Request **mr);
+void rt__coll_drop(rt_ctx *ctx, int req);
 
 /* ---- rt_optim.c: the optimizer's math, the same on every executor ---- */
 
@@ -229,6 +251,19 @@ void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v
 /* The tensors of a layer (offset and length in its parameters) and which
  * of them decay: *n of at most RT_MAX_TENSORS. */
 int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n);
+/* The optimizer step `step` of elements [lo, hi) of a layer's parameters,
+ * each with its own tensor's constants (a range may span tensors). */
+int rt__optim_range(const rt_train *t, int64_t step, const rt_layer_desc *d, float *p,
+                    const float *g, float *m, float *v, int64_t lo, int64_t hi);
+
+/* ---- rt_exact.c: exact sums (RT_DP_EXACT) ---- */
+
+/* Adds x[0..n) into the accumulators acc[n][RT_EXACT_DIGITS]: -1, or the
+ * index of a value that is not finite (nothing added from it on). */
+int64_t rt__exact_add(int64_t *acc, const float *x, int64_t n);
+/* The accumulators rounded once to the nearest f32 (ties to even): -1, or
+ * the index of one that overflows (out from it on is unset). */
+int64_t rt__exact_round(const int64_t *acc, float *out, int64_t n);
 
 /* ---- rt_data.c: the tokens ---- */
 
@@ -239,6 +274,26 @@ void rt__data_free(rt_ctx *ctx);
 /* The inputs (targets: false) or targets of micro-batch mb of the current
  * step into ctx->idbuf. */
 void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets);
+
+/* ---- rt_dp.c: data parallelism (above the executors, below rt_model.c) ---- */
+
+/* After the layers are set up (rt_model_init; collective): the fields
+ * checked against every rank's, the DP communicator made. */
+int rt__dp_init(rt_ctx *ctx);
+void rt__dp_free(rt_ctx *ctx);
+/* Layer h's gradients of the step into l->g from the exact accumulators
+ * (RT_DP_EXACT, no reduction), which are cleared; an overflow names the
+ * layer. */
+int rt__dp_round(rt_ctx *ctx, int h);
+/* rt_step_end with dp > 1: every layer reduced and updated. */
+int rt__dp_check_updated(rt_ctx *ctx);
+/* The head of each replica: its micro-batches' losses to replica 0's head,
+ * which gets the step's loss in global micro-batch order (*have 1 there). */
+int rt__dp_loss(rt_ctx *ctx, double *loss, int64_t *count, int *have);
+/* RT_DP_DISTOPT: the moment shards the replicas updated, gathered, so that
+ * every replica holds the whole moments (a save, the hash).  Collective
+ * over the DP groups. */
+int rt__dp_sync_moments(rt_ctx *ctx);
 
 /* ---- rt_device.c ---- */
 struct rt_dev;

@@ -143,6 +143,7 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 	c->mpi_owned = !inited;
 	c->group = -1;
 	c->ctl = MPI_COMM_NULL;
+	c->dpc = MPI_COMM_NULL;
 	c->ask = MPI_REQUEST_NULL;
 	c->waiting.state = RT_WS_RUNNING;
 	c->head = -1;
@@ -218,6 +219,7 @@ int rt_finalize(rt_ctx *ctx)
 	}
 	rt__comm_free_all(ctx);
 	rt__ctl_free(ctx);
+	rt__dp_free(ctx);
 	ctx->exec->free(ctx); /* after the communication: its groups may be the device's */
 	rt__data_free(ctx);
 	free(ctx->ev);

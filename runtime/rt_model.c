@@ -18,6 +18,7 @@
 #include "rt_internal.h"
 
 #define MAX_MICROBATCHES (1 << 18) /* the message tag's field */
+#define MAX_DP (1 << 20)
 
 static size_t rup(size_t n)
 {
@@ -87,6 +88,23 @@ static int check_train(rt_ctx *ctx, const rt_train *t)
 		                "model: optimizer settings lr %g x weight_decay %g: the decay factor "
 		                "1 - lr x weight_decay is not a finite float",
 		                (double)t->lr, (double)t->weight_decay);
+	if (t->dp < 0 || t->dp > MAX_DP)
+		return rt__fail(ctx, RT_EARG, "model: dp %lld replicas (0 or 1: one; at most %d)",
+		                (long long)t->dp, MAX_DP);
+	if (t->replica < 0 || t->replica >= (t->dp > 1 ? t->dp : 1))
+		return rt__fail(ctx, RT_EARG, "model: replica %lld of dp %lld: it must be in 0..%lld",
+		                (long long)t->replica, (long long)t->dp,
+		                (long long)(t->dp > 1 ? t->dp : 1) - 1);
+	if (t->pipe_rank < 0 || t->pipe_rank >= (1 << 30))
+		return rt__fail(ctx, RT_EARG, "model: pipe_rank %lld: it must be in 0..2^30-1",
+		                (long long)t->pipe_rank);
+	if (t->dp_flags & ~(RT_DP_DISTOPT | RT_DP_EXACT))
+		return rt__fail(ctx, RT_EARG, "model: dp_flags 0x%x: unknown bits (RT_DP_DISTOPT, "
+		                "RT_DP_EXACT are 0x%x)", t->dp_flags, RT_DP_DISTOPT | RT_DP_EXACT);
+	if ((int64_t)(t->dp > 1 ? t->dp : 1) * t->microbatches > MAX_MICROBATCHES)
+		return rt__fail(ctx, RT_EARG, "model: dp %lld x %lld micro-batches per replica: more than "
+		                "%d per step", (long long)t->dp, (long long)t->microbatches,
+		                MAX_MICROBATCHES);
 	if (t->text_file && t->vocab < 256)
 		return rt__fail(ctx, RT_EARG,
 		                "model: text file %s: text data (one token per byte) needs a vocabulary of "
@@ -156,6 +174,8 @@ static int layout(rt_ctx *ctx, bool take, const rt_train *t, int n, const rt_lay
 		TAKE(lay[i].g, pb);
 		TAKE(lay[i].m, pb);
 		TAKE(lay[i].v, pb);
+		if (t->dp_flags & RT_DP_EXACT)
+			TAKE(lay[i].acc, (size_t)sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
 		if ((size_t)sz.scratch > scratch)
 			scratch = (size_t)sz.scratch;
 	}
@@ -208,6 +228,8 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 	rt_train tt = rt__optim_defaults(t);
 	if ((rc = layout(ctx, false, &tt, n, layers, &bytes)))
 		return rc;
+	if (tt.dp < 1)
+		tt.dp = 1;
 	if (bytes > ctx->arena_size - ctx->arena_top)
 		return rt__fail(ctx, RT_ENOMEM,
 		                "arena: out of memory: the model's %d layers need %zu bytes, %zu of %zu "
@@ -219,6 +241,8 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 	ctx->train = tt;
 	if ((rc = rt__data_load(ctx, t->text_file)))
 		goto out_arena;
+	if ((rc = rt__dp_init(ctx)))
+		goto out_dp;
 	ctx->head = -1;
 	for (int i = 0; i < ctx->nlay; i++) {
 		rt_lay *l = &ctx->lay[i];
@@ -226,22 +250,26 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 		if ((rc = rt_layer_init(&l->desc, ctx->train.seed, l->index, l->p))) {
 			rc = rt__fail(ctx, rc, "model: init of layer %lld: %s", (long long)l->index,
 			              rt_strerror(rc));
-			goto out_text;
+			goto out_dp;
 		}
 		memset(l->g, 0, pb);
 		memset(l->m, 0, pb);
 		memset(l->v, 0, pb);
+		if (l->acc)
+			memset(l->acc, 0, (size_t)l->sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
+		l->bk0 = l->bk1 = -1;
 		if (l->desc.kind == RT_HEAD)
 			ctx->head = i;
 	}
 	ctx->step = ctx->data_pos = 0;
 	ctx->in_step = false;
 	if ((rc = ctx->exec->model_init(ctx)))
-		goto out_text;
+		goto out_dp;
 	ctx->have_model = true;
 	return RT_OK;
 
-out_text:
+out_dp:
+	rt__dp_free(ctx);
 	rt__data_free(ctx);
 out_arena:
 	rt_arena_release(ctx, mark);
@@ -323,13 +351,17 @@ int rt_step_begin(rt_ctx *ctx)
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_step_begin: step %lld has not ended",
 		                rt__step_no(ctx));
-	if (ctx->step >= RT_MAX_COUNT || ctx->data_pos > RT_MAX_COUNT - ctx->train.microbatches)
+	if (ctx->step >= RT_MAX_COUNT ||
+	    ctx->data_pos > RT_MAX_COUNT - ctx->train.dp * ctx->train.microbatches)
 		return rt__fail(ctx, RT_EARG,
 		                "rt_step_begin: step %lld: the step count (or the data position, %lld) "
 		                "is at this runtime's limit (2^62)", rt__step_no(ctx),
 		                (long long)ctx->data_pos);
-	for (int i = 0; i < ctx->nlay; i++)
+	for (int i = 0; i < ctx->nlay; i++) {
 		ctx->lay[i].next_w = 0;
+		ctx->lay[i].red = RT_RED_NONE;
+		ctx->lay[i].updated = false;
+	}
 	for (int64_t m = 0; m < ctx->train.microbatches; m++) {
 		ctx->mb_loss[m] = 0;
 		ctx->mb_count[m] = -1;
@@ -361,8 +393,10 @@ int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const v
 	rt_lay *l = &ctx->lay[h];
 	const rt_train *t = &ctx->train;
 	/* loss = (sum of the step's per-token cross-entropies) / (its tokens):
-	 * every position has a target, so the count is known before F. */
-	float dscale = (float)(1.0 / ((double)t->microbatches * (double)t->mbs * (double)t->seq));
+	 * every position has a target, so the count is known before F.  The
+	 * step is every replica's micro-batches. */
+	float dscale = (float)(1.0 / ((double)t->dp * (double)t->microbatches * (double)t->mbs *
+	                              (double)t->seq));
 	rt__progress(ctx);
 	int64_t t0 = rt__now_ns();
 	if ((rc = ctx->exec->b(ctx, h, dy, dscale, dx, act, wstash)))
@@ -383,10 +417,26 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 		                "next: W runs in micro-batch order (the gradient sum depends on it)",
 		                rt__step_no(ctx), (long long)l->index, (long long)mb,
 		                (long long)l->next_w);
+	if (l->red != RT_RED_NONE || l->updated)
+		return rt__fail(ctx, RT_ESTATE, "step %lld: W of layer %lld on micro-batch %lld after its "
+		                "reduction or update", rt__step_no(ctx), (long long)l->index,
+		                (long long)mb);
 	rt__progress(ctx);
 	int64_t t0 = rt__now_ns();
+	/* Exact mode: this micro-batch's gradient alone, then added exactly. */
+	if (l->acc && (rc = ctx->exec->zero_grad(ctx, h)))
+		return kernel_fail(ctx, rc, "W", l, mb);
 	if ((rc = ctx->exec->w(ctx, h, wstash)))
 		return kernel_fail(ctx, rc, "W", l, mb);
+	if (l->acc) {
+		int64_t bad = rt__exact_add(l->acc, l->g, l->sz.params);
+		if (bad >= 0)
+			return rt__fail(ctx, RT_ELOSS,
+			                "step %lld: W of layer %lld (%s), micro-batch %lld: the gradient of "
+			                "parameter %lld is %s (the exact sum, RT_DP_EXACT, takes finite values)",
+			                rt__step_no(ctx), (long long)l->index, rt__kind_name(l->desc.kind),
+			                (long long)mb, (long long)bad, isnan(l->g[bad]) ? "NaN" : "infinite");
+	}
 	l->next_w++;
 	rt__trace(ctx, "W", t0, l->index, mb, -1, 0);
 	return RT_OK;
@@ -408,11 +458,15 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 			                "step %lld: layer %lld ran W on %lld of %lld micro-batches",
 			                rt__step_no(ctx), (long long)ctx->lay[i].index,
 			                (long long)ctx->lay[i].next_w, (long long)t->microbatches);
+	/* With replicas every layer was reduced and updated during the step. */
+	if (t->dp > 1 && (rc = rt__dp_check_updated(ctx)))
+		return rc;
 	if ((rc = ctx->exec->collect(ctx)))
 		return rc;
 	if (ctx->head >= 0) {
 		double sum = 0;
 		int64_t count = 0;
+		int have = 1;
 		for (int64_t m = 0; m < t->microbatches; m++) {
 			if (ctx->mb_count[m] < 0)
 				return rt__fail(ctx, RT_ESTATE, "step %lld: the head ran no F on micro-batch %lld",
@@ -420,32 +474,52 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 			sum += ctx->mb_loss[m];
 			count += ctx->mb_count[m];
 		}
+		/* With replicas, replica 0's head sums every replica's in global
+		 * micro-batch order: the same sum as one replica's. */
+		if (t->dp > 1 && (rc = rt__dp_loss(ctx, &sum, &count, &have)))
+			return rc;
 		double loss = count ? sum / (double)count : 0;
-		if (!isfinite(loss))
+		if (have && !isfinite(loss))
 			return rt__fail(ctx, RT_ELOSS, "step %lld: loss is %s", rt__step_no(ctx),
 			                isnan(loss) ? "NaN" : "infinite");
-		if (loss_out)
+		if (have && loss_out)
 			*loss_out = loss;
 		if (have_loss)
-			*have_loss = 1;
+			*have_loss = have;
 	}
 
+	/* The layers rt_update has not updated (dp <= 1): their exact sums
+	 * rounded, then the executor's optimizer step. */
+	for (int i = 0; i < ctx->nlay; i++) {
+		const rt_lay *l = &ctx->lay[i];
+		if (l->red == RT_RED_POSTED && !l->updated)
+			return rt__fail(ctx, RT_ESTATE, "step %lld: layer %lld: its reduction was posted "
+			                "and not waited for (rt_wait)", rt__step_no(ctx),
+			                (long long)l->index);
+		if (l->acc && !l->updated && l->red == RT_RED_NONE && (rc = rt__dp_round(ctx, i)))
+			return rc;
+	}
 	int64_t t0 = rt__now_ns();
 	if ((rc = ctx->exec->optimize(ctx)))
 		return rc;
 	rt__trace(ctx, "optim", t0, -1, -1, -1, 0);
 	ctx->step++;
-	ctx->data_pos += t->microbatches;
+	ctx->data_pos += t->dp * t->microbatches;
 	ctx->in_step = false;
 	return RT_OK;
 }
 
 /* ---- the model hash --------------------------------------------------------- */
 
-static int cmp_pair(const void *a, const void *b)
+/* (global index, replica, hash, rank): by index, then replica. */
+enum { H_INDEX, H_REPLICA, H_HASH, H_RANK, H_N };
+
+static int cmp_row(const void *a, const void *b)
 {
 	const uint64_t *x = a, *y = b;
-	return x[0] < y[0] ? -1 : x[0] > y[0];
+	if (x[H_INDEX] != y[H_INDEX])
+		return x[H_INDEX] < y[H_INDEX] ? -1 : 1;
+	return x[H_REPLICA] < y[H_REPLICA] ? -1 : x[H_REPLICA] > y[H_REPLICA];
 }
 
 int rt_model_hash(rt_ctx *ctx, uint64_t *out)
@@ -454,15 +528,15 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 	MPI_Request req;
 	if ((rc = need_model(ctx, "rt_model_hash")))
 		return rc;
-	if ((rc = ctx->exec->pull(ctx)))
-		return rc;
 	if (!out)
 		return RT_EARG;
+	if ((rc = ctx->exec->pull(ctx)) || (rc = rt__dp_sync_moments(ctx)))
+		return rc;
 	int *counts = calloc((size_t)ctx->world, sizeof *counts);
 	int *displs = calloc((size_t)ctx->world, sizeof *displs);
-	uint64_t *mine = malloc((size_t)ctx->nlay * 2 * sizeof *mine);
+	uint64_t *mine = malloc((size_t)ctx->nlay * H_N * sizeof *mine);
 	uint64_t *all = NULL;
-	int mycount = 2 * ctx->nlay, total = 0;
+	int mycount = H_N * ctx->nlay, total = 0;
 	if (!counts || !displs || !mine) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_model_hash: out of memory");
 		goto out;
@@ -472,8 +546,11 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 		size_t pb = (size_t)l->sz.params * sizeof(float);
 		uint64_t h = rt__fnv(RT_FNV_INIT, l->p, pb);
 		h = rt__fnv(h, l->m, pb);
-		mine[2 * i] = (uint64_t)l->index;
-		mine[2 * i + 1] = rt__fnv(h, l->v, pb);
+		uint64_t *row = mine + H_N * i;
+		row[H_INDEX] = (uint64_t)l->index;
+		row[H_REPLICA] = (uint64_t)ctx->train.replica;
+		row[H_HASH] = rt__fnv(h, l->v, pb);
+		row[H_RANK] = (uint64_t)ctx->rank;
 	}
 	if ((rc = rt__coll(ctx, MPI_Iallgather(&mycount, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD,
 	                                       &req),
@@ -483,7 +560,7 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 		displs[r] = total;
 		total += counts[r];
 	}
-	if (!(all = malloc((size_t)total * sizeof *all))) {
+	if (!(all = malloc((size_t)(total ? total : 1) * sizeof *all))) {
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_model_hash: out of memory");
 		goto out;
 	}
@@ -491,15 +568,35 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 	                                        MPI_UINT64_T, MPI_COMM_WORLD, &req),
 	                   &req, "rt_model_hash")))
 		goto out;
-	qsort(all, (size_t)total / 2, 2 * sizeof *all, cmp_pair);
+	int rows = total / H_N;
+	qsort(all, (size_t)rows, H_N * sizeof *all, cmp_row);
+	/* Each layer once: its replicas must hold the same bits. */
 	uint64_t h = RT_FNV_INIT;
-	for (int i = 0; i < total / 2; i++) {
-		if (i && all[2 * i] == all[2 * i - 2]) {
-			rc = rt__fail(ctx, RT_EARG, "rt_model_hash: layer %llu is on two ranks",
-			              (unsigned long long)all[2 * i]);
-			goto out;
+	for (int i = 0; i < rows; i++) {
+		const uint64_t *x = all + H_N * i, *p = x - H_N;
+		if (i && x[H_INDEX] == p[H_INDEX]) {
+			if (x[H_REPLICA] == p[H_REPLICA]) {
+				rc = rt__fail(ctx, RT_EARG, "rt_model_hash: layer %llu is on two ranks (%llu and "
+				              "%llu) of replica %llu", (unsigned long long)x[H_INDEX],
+				              (unsigned long long)p[H_RANK], (unsigned long long)x[H_RANK],
+				              (unsigned long long)x[H_REPLICA]);
+				goto out;
+			}
+			if (x[H_HASH] != p[H_HASH]) {
+				rc = rt__fail(ctx, RT_ESTATE,
+				              "rt_model_hash: layer %llu differs between replica %llu (rank %llu, "
+				              "hash 0x%016llx) and replica %llu (rank %llu, hash 0x%016llx): the "
+				              "replicas' parameters or AdamW moments have diverged",
+				              (unsigned long long)x[H_INDEX], (unsigned long long)p[H_REPLICA],
+				              (unsigned long long)p[H_RANK], (unsigned long long)p[H_HASH],
+				              (unsigned long long)x[H_REPLICA], (unsigned long long)x[H_RANK],
+				              (unsigned long long)x[H_HASH]);
+				goto out;
+			}
+			continue;
 		}
-		h = rt__fnv(h, &all[2 * i], 2 * sizeof *all);
+		uint64_t pair[2] = {x[H_INDEX], x[H_HASH]};
+		h = rt__fnv(h, pair, sizeof pair);
 	}
 	*out = h;
 	rc = RT_OK;

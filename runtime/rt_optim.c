@@ -72,3 +72,22 @@ void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v
 		p[i] = p[i] * k->keep - k->step_size * (m[i] / denom);
 	}
 }
+
+int rt__optim_range(const rt_train *t, int64_t step, const rt_layer_desc *d, float *p,
+                    const float *g, float *m, float *v, int64_t lo, int64_t hi)
+{
+	int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
+	bool dec[RT_MAX_TENSORS];
+	int n, rc;
+	if ((rc = rt__decays(d, off, len, dec, &n)))
+		return rc;
+	for (int k = 0; k < n; k++) {
+		int64_t a = off[k] > lo ? off[k] : lo, b = off[k] + len[k] < hi ? off[k] + len[k] : hi;
+		if (a >= b)
+			continue;
+		rt_adamw_k c;
+		rt__adamw_consts(t, step, dec[k] && t->weight_decay > 0, &c);
+		rt__adamw(&c, p + a, g + a, m + a, v + a, b - a);
+	}
+	return RT_OK;
+}

@@ -358,6 +358,9 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_profile: out of memory");
 		goto out;
 	}
+	/* Replicas hold the same layers: replica 0's rows stand for them. */
+	if (ctx->train.replica > 0)
+		mine = 0;
 	if ((rc = rt__coll(ctx, MPI_Igather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &req),
 	                   &req, "rt_profile")))
 		goto out;

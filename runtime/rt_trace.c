@@ -44,7 +44,9 @@ void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t
 
 static bool is_comm(const char *name)
 {
-	return !strcmp(name, "send") || !strcmp(name, "recv") || !strcmp(name, "wait");
+	return !strcmp(name, "send") || !strcmp(name, "recv") || !strcmp(name, "wait") ||
+	       !strcmp(name, "all-reduce") || !strcmp(name, "reduce-scatter") ||
+	       !strcmp(name, "all-gather");
 }
 
 int rt__trace_check(rt_ctx *ctx)

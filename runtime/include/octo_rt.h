@@ -107,7 +107,22 @@ typedef struct rt_train {
 	float weight_decay;   /* decoupled, on the tensors with rt_tensor_info.decay */
 	float beta1, beta2, eps; /* AdamW; 0: 0.9, 0.999, 1e-8 */
 	const char *text_file;   /* bytes of this file as tokens; NULL: synthetic tokens */
+	/* Data parallelism (docs/runtime.md, "Data parallelism"); all 0: one
+	 * replica, as before.  The job is dp replicas of a pipeline; a rank is
+	 * (replica, pipe_rank), and sends and receives still name ranks of
+	 * MPI_COMM_WORLD. */
+	int64_t dp;        /* replicas of the pipeline; 0 or 1: one */
+	int64_t replica;   /* this rank's replica, 0 <= replica < dp */
+	int64_t pipe_rank; /* this rank's device in its pipeline; the DP group of a rank = the ranks
+	                      with its pipe_rank, ordered by replica */
+	unsigned dp_flags; /* RT_DP_DISTOPT | RT_DP_EXACT */
 } rt_train;
+
+/* rt_train.dp_flags. */
+#define RT_DP_DISTOPT (1u << 0) /* distributed optimizer: each replica updates its shard of a bucket */
+#define RT_DP_EXACT (1u << 1)   /* deterministic gradient sums: exact, the same bits for any dp */
+/* The int64 digits of one parameter's exact accumulator (RT_DP_EXACT). */
+#define RT_EXACT_DIGITS 9
 
 /* One layer of this rank: its index in the whole model and its descriptor
  * (whose seq, mbs must be the rt_train's, and vocab too for the embedding
@@ -126,7 +141,11 @@ int rt_model_bytes(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *l
 /* Sets up this rank's n layers (ascending global index, any subset of the
  * model): parameters initialised from (seed, global index), zero gradients,
  * zero AdamW moments, step 0, data position 0.  Takes rt_model_bytes() from
- * the arena.  Reads the text file when there is one. */
+ * the arena.  Reads the text file when there is one.  Collective: checks
+ * that every rank agrees on dp and dp_flags and that each DP group holds
+ * replicas 0..dp-1 once each, and makes the DP communicator (dp > 1:
+ * MPI_Comm_split(WORLD, pipe_rank, replica), freed by rt_finalize).  A
+ * device rank refuses dp > 1 and RT_DP_EXACT. */
 int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *layers);
 
 /* Layers are named by their position h (0 <= h < n) in rt_model_init's list. */
@@ -146,7 +165,10 @@ int64_t rt_data_position(const rt_ctx *ctx);
 
 /* A hash of the parameters and optimizer state of every layer of the model,
  * in global layer order, the same on every rank and for every partition of
- * the layers over ranks.  Collective. */
+ * the layers over ranks.  Replicas hold the same layers: each layer counts
+ * once, and replicas whose copies differ are RT_ESTATE naming the layer and
+ * the replicas (with RT_DP_DISTOPT the moment shards are gathered first).
+ * Collective. */
 int rt_model_hash(rt_ctx *ctx, uint64_t *out);
 
 /* ---- a training step ------------------------------------------------------ */
@@ -168,12 +190,66 @@ int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const v
              void *wstash);
 int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash);
 
+/* ---- data parallelism: collectives on gradient buckets ------------------- */
+
+/* With dp replicas, `microbatches` is still what the program's ops run
+ * over: local micro-batch j of replica r is global micro-batch
+ * r*microbatches + j (sample data_position + r*microbatches + j); a step
+ * is dp*microbatches micro-batches, the head's dscale 1/(dp*microbatches*
+ * mbs*seq), and the data position advances by dp*microbatches.
+ *
+ * A bucket is the local layers h0..h1 (inclusive, rt_model_init's
+ * positions; consecutive layers of one stage).  Its collectives run over
+ * the rank's DP group (MPI_Comm_split of the world by pipe_rank, ordered by
+ * replica) and are MPI's own non-blocking ones. */
+typedef enum rt_coll { RT_ALL_REDUCE, RT_REDUCE_SCATTER, RT_ALL_GATHER, RT_NCOLL } rt_coll;
+
+/* Bytes of the buffer a collective over a bucket of nparams parameters
+ * needs (the compiler calls the same formula):
+ *   esz = RT_DP_EXACT ? 8*RT_EXACT_DIGITS : 4;  c = ceil(nparams / dp) (the shard);
+ *   RT_ALL_REDUCE: nparams*esz;  RT_REDUCE_SCATTER: c*dp*esz;  RT_ALL_GATHER: c*dp*4.
+ * -1 for a bad kind or a negative count. */
+int64_t rt_coll_bytes(const rt_train *t, int kind, int64_t nparams);
+
+/* Posts a collective over this rank's DP group on the bucket h0..h1; buf is
+ * `bytes` bytes (exactly rt_coll_bytes(t, kind, the bucket's parameters),
+ * else RT_EARG), untouched by the caller until the wait.
+ *   RT_ALL_REDUCE, RT_REDUCE_SCATTER: packs the layers' gradients (layer
+ *     order, each layer's parameter order; in exact mode the accumulators'
+ *     digits), zero-padded, and posts MPI_Iallreduce (in place) /
+ *     MPI_Ireduce_scatter_block (MPI_SUM; MPI_FLOAT, or MPI_INT64_T digits
+ *     in exact mode).  Every layer must have run W on every local
+ *     micro-batch (RT_ESTATE otherwise).
+ *   RT_ALL_GATHER: packs this replica's shard of the parameters (elements
+ *     [replica*c, replica*c + c) of the bucket's concatenation) and posts
+ *     MPI_Iallgather in place.
+ * *req is a handle for rt_wait / rt_waitall, like a send's (the deadline,
+ * the wait-for chain and the trace treat it alike; not inside a group).
+ * At the wait, a reduction's result goes into the layers' gradients (all
+ * of them after an all-reduce, the replica's shard after a reduce-scatter;
+ * exact digits rounded once to f32, an overflow RT_ELOSS naming the layer),
+ * an all-gather's into the layers' parameters.  CPU ranks only. */
+int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes, int *req);
+
+/* The optimizer step (rt_step_end's AdamW or SGD, the same per-tensor
+ * constants and decay flags) of the bucket h0..h1 once its reduction has
+ * completed (with dp <= 1 no reduction is needed): with RT_DP_DISTOPT only
+ * this replica's shard of the bucket (the other elements' moments are not
+ * touched), else every element.  Clears the layers' gradients and marks
+ * them updated for this step. */
+int rt_update(rt_ctx *ctx, int h0, int h1);
+
 /* Ends the step: checks that every local layer ran W on every micro-batch,
  * computes the loss on the rank that holds the head (mean over every token
  * of every micro-batch of the step; *have_loss = 1 there, 0 elsewhere) and
  * fails with RT_ELOSS if it is NaN or infinite, then updates the
- * parameters (AdamW), zeroes the gradients and advances the step and the
- * data position.  loss and have_loss may be NULL. */
+ * parameters (AdamW) of the layers rt_update has not, zeroes the gradients
+ * and advances the step and the data position.  With dp > 1 every local
+ * layer must have been reduced and updated (rt_post_coll, rt_update) during
+ * the step, else RT_ESTATE naming the layer; the heads' per-micro-batch
+ * losses are gathered to replica 0's head, which alone has the loss (summed
+ * in global micro-batch order: the same bits as dp = 1 when the weights
+ * are).  loss and have_loss may be NULL. */
 int rt_step_end(rt_ctx *ctx, double *loss, int *have_loss);
 
 /* The tokens of one sample (micro-batch): [mbs][seq + 1] int32; sequence b's

@@ -12,6 +12,14 @@
  * and has the switches the failure tests need (inject a NaN -- before a
  * step, or after the last one, before the save --, stall a rank,
  * exchange messages in an order that relies on buffering, write pids).
+ *
+ * Data parallelism: --dp D runs D replicas of the pipeline on D x stages
+ * ranks (rank = replica*stages + pipe_rank); --microbatches is the step's
+ * global count, M/D per replica.  Each stage, after its last W, reduces
+ * every bucket (--bucket N layers each) over its DP group -- an all-reduce,
+ * or with --distopt a reduce-scatter --, waits, rt_update, and with
+ * --distopt all-gathers the parameters.  --exact is the deterministic mode
+ * (with or without --dp); --bad-bucket passes a buffer 4 bytes short.
  * tests/runtime/run.sh drives it under mpirun. */
 #include <errno.h>
 #include <math.h>
@@ -34,6 +42,8 @@ typedef struct opts {
 		*exchange;
 	int steps, microbatches, stall_rank, stall_step, ffn;
 	bool stall_end; /* --stall-at-end: the stall rank hangs after the last collective */
+	int dp, bucket;  /* --dp D (0: no collectives), --bucket N layers */
+	bool distopt, exact, bad_bucket;
 	long long inject_nan, arena;
 	unsigned long long seed;
 	double lr, wd;
@@ -46,13 +56,15 @@ static void usage(void)
 	        "                 [--text FILE | --synthetic] [--schedule gpipe|1f1b] [--cuts A,B,...]\n"
 	        "                 [--lr X] [--wd X] [--load DIR] [--save DIR] [--out DIR]\n"
 	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R] [--stall-step S]\n"
-	        "                 [--stall-at-end] [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n");
+	        "                 [--stall-at-end] [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n"
+	        "                 [--dp D] [--distopt] [--exact] [--bucket N] [--bad-bucket]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
 	*o = (opts){.model = "dense", .schedule = "gpipe", .steps = 3, .microbatches = 8, .seed = 1,
-	            .lr = 1e-3, .wd = 0.1, .inject_nan = -1, .stall_rank = -1, .stall_step = 1, .ffn = 128};
+	            .lr = 1e-3, .wd = 0.1, .inject_nan = -1, .stall_rank = -1, .stall_step = 1, .ffn = 128,
+	            .bucket = 1};
 	const char *e = getenv("OCTO_INJECT_NAN");
 	if (e && *e)
 		o->inject_nan = atoll(e);
@@ -82,6 +94,11 @@ static int parse(int argc, char **argv, opts *o)
 		else if (ARG("--pid-dir")) o->pid_dir = v;
 		else if (ARG("--arena")) o->arena = atoll(v);
 		else if (ARG("--ffn")) o->ffn = atoi(v);
+		else if (ARG("--dp")) o->dp = atoi(v);
+		else if (ARG("--bucket")) o->bucket = atoi(v);
+		else if (!strcmp(a, "--distopt")) o->distopt = true;
+		else if (!strcmp(a, "--exact")) o->exact = true;
+		else if (!strcmp(a, "--bad-bucket")) o->bad_bucket = true;
 		else {
 			fprintf(stderr, "rt_driver: error: bad argument '%s'\n", a);
 			return -1;
@@ -96,8 +113,10 @@ static int parse(int argc, char **argv, opts *o)
 		fprintf(stderr, "rt_driver: error: --schedule: gpipe or 1f1b\n");
 		return -1;
 	}
-	if (o->steps < 0 || o->microbatches < 1 || o->microbatches > MAX_MB || o->ffn < 1) {
-		fprintf(stderr, "rt_driver: error: bad --steps, --microbatches or --ffn\n");
+	if (o->steps < 0 || o->microbatches < 1 || o->microbatches > MAX_MB || o->ffn < 1 || o->dp < 0 ||
+	    o->bucket < 1 || (o->dp && o->microbatches % o->dp)) {
+		fprintf(stderr, "rt_driver: error: bad --steps, --microbatches, --ffn, --dp or --bucket "
+		                "(--dp must divide --microbatches)\n");
 		return -1;
 	}
 	/* tiny-hybrid trains on text, tiny-dense on synthetic tokens, as their YAML files say. */
@@ -274,7 +293,13 @@ int main(int argc, char **argv)
 		rt_finalize(ctx);
 		return 2;
 	}
-	int rank = rt_rank(ctx), nst = rt_world_size(ctx);
+	int rank = rt_rank(ctx), world = rt_world_size(ctx), dp = o.dp > 1 ? o.dp : 1;
+	if (world % dp) {
+		fprintf(stderr, "rt_driver: error: %d ranks are not --dp %d replicas of a pipeline\n", world, dp);
+		return rt_abort(ctx, RT_EARG), 1;
+	}
+	/* rank = replica * stages + pipe_rank; peers in the same replica */
+	int nst = world / dp, replica = rank / nst, pr = rank % nst, base = replica * nst;
 	if (o.pid_dir) {
 		snprintf(path, sizeof path, "%s/rank%d.pid", o.pid_dir, rank);
 		FILE *f = fopen(path, "w");
@@ -295,13 +320,15 @@ int main(int argc, char **argv)
 		        nst, o.cuts ? o.cuts : "");
 		return rt_abort(ctx, RT_EARG), 1;
 	}
-	int lo = cut[rank], n = cut[rank + 1] - lo;
+	int lo = cut[pr], n = cut[pr + 1] - lo;
 	for (int i = 0; i < n; i++)
 		spec[i] = (rt_layer_spec){lo + i, L[lo + i]};
-	int M = o.microbatches;
+	int M = o.microbatches / dp; /* this replica's */
 	rt_train t = {.seed = o.seed, .nlayers = nl, .seq = 64, .mbs = 2, .vocab = 256,
 	              .microbatches = M, .optimizer = RT_ADAMW, .lr = (float)o.lr,
-	              .weight_decay = (float)o.wd, .text_file = o.text};
+	              .weight_decay = (float)o.wd, .text_file = o.text, .dp = o.dp,
+	              .replica = replica, .pipe_rank = pr,
+	              .dp_flags = (o.distopt ? RT_DP_DISTOPT : 0) | (o.exact ? RT_DP_EXACT : 0)};
 
 	/* The arena: the model, then per micro-batch an activation and a
 	 * gradient buffer and each layer's activation stash, and one W stash
@@ -320,6 +347,20 @@ int main(int argc, char **argv)
 	}
 	if (o.profile)
 		bytes += prof;
+	/* one buffer serves every bucket's collectives, one at a time */
+	int64_t coll_bytes = 0;
+	for (int b0 = 0; o.dp && b0 < n; b0 += o.bucket) {
+		int64_t np = 0;
+		for (int i = b0; i < n && i < b0 + o.bucket; i++) {
+			rt_sizes sz;
+			rt_layer_sizes(&spec[i].desc, &sz);
+			np += sz.params;
+		}
+		for (int k = 0; k < RT_NCOLL; k++)
+			if (rt_coll_bytes(&t, k, np) > coll_bytes)
+				coll_bytes = rt_coll_bytes(&t, k, np);
+	}
+	bytes += rup((size_t)coll_bytes);
 	if (o.arena > 0)
 		bytes = (size_t)o.arena;
 	if ((rc = rt_arena_init(ctx, bytes)) || (rc = rt_model_init(ctx, &t, n, spec)))
@@ -349,11 +390,14 @@ int main(int argc, char **argv)
 			if ((rc = rt_arena_alloc(ctx, (size_t)info[i].sizes.act, &act[i][m])))
 				return rt_abort(ctx, rc), 1;
 	}
-	int nops = make_schedule(o.schedule, rank, nst, M, ops);
-	bool first = rank == 0, last = rank == nst - 1;
+	void *cbuf = NULL;
+	if (coll_bytes && (rc = rt_arena_alloc(ctx, (size_t)coll_bytes, &cbuf)))
+		return rt_abort(ctx, rc), 1;
+	int nops = make_schedule(o.schedule, pr, nst, M, ops);
+	bool first = pr == 0, last = pr == nst - 1;
 
 	FILE *losses = NULL;
-	if (o.out && last) {
+	if (o.out && last && replica == 0) {
 		snprintf(path, sizeof path, "%s/losses.txt", o.out);
 		if (!(losses = fopen(path, "w"))) {
 			fprintf(stderr, "rt_driver: error: %s: %s\n", path, strerror(errno));
@@ -373,10 +417,10 @@ int main(int argc, char **argv)
 		/* Every receive of the step is posted up front; the tags tell the
 		 * micro-batches apart. */
 		for (int m = 0; m < M; m++) {
-			if (!first && (rc = rt_recv(ctx, rank - 1, xb[m], tok, (rt_tag){rank - 1, m, RT_MSG_ACT},
+			if (!first && (rc = rt_recv(ctx, base + pr - 1, xb[m], tok, (rt_tag){pr - 1, m, RT_MSG_ACT},
 			                            &rx[m])))
 				return rt_abort(ctx, rc), 1;
-			if (!last && (rc = rt_recv(ctx, rank + 1, gb[m], tok, (rt_tag){rank + 1, m, RT_MSG_GRAD},
+			if (!last && (rc = rt_recv(ctx, base + pr + 1, gb[m], tok, (rt_tag){pr + 1, m, RT_MSG_GRAD},
 			                           &rg[m])))
 				return rt_abort(ctx, rc), 1;
 		}
@@ -390,7 +434,7 @@ int main(int argc, char **argv)
 					if ((rc = rt_run_f(ctx, i, m, emb ? NULL : xb[m], head ? NULL : xb[m], act[i][m])))
 						return rt_abort(ctx, rc), 1;
 				}
-				if (!last && (rc = rt_send(ctx, rank + 1, xb[m], tok, (rt_tag){rank, m, RT_MSG_ACT},
+				if (!last && (rc = rt_send(ctx, base + pr + 1, xb[m], tok, (rt_tag){pr, m, RT_MSG_ACT},
 				                           &sends[ns++])))
 					return rt_abort(ctx, rc), 1;
 			} else {
@@ -402,7 +446,7 @@ int main(int argc, char **argv)
 					                   ws[i])))
 						return rt_abort(ctx, rc), 1;
 				}
-				if (!first && (rc = rt_send(ctx, rank - 1, gb[m], tok, (rt_tag){rank, m, RT_MSG_GRAD},
+				if (!first && (rc = rt_send(ctx, base + pr - 1, gb[m], tok, (rt_tag){pr, m, RT_MSG_GRAD},
 				                            &sends[ns++])))
 					return rt_abort(ctx, rc), 1;
 				for (int i = 0; i < n; i++)
@@ -412,7 +456,26 @@ int main(int argc, char **argv)
 		}
 		double loss;
 		int have;
-		if ((rc = rt_waitall(ctx, ns, sends)) || (rc = rt_step_end(ctx, &loss, &have)))
+		if ((rc = rt_waitall(ctx, ns, sends)))
+			return rt_abort(ctx, rc), 1;
+		/* After the stage's last W: per bucket, reduce, update, gather. */
+		for (int b0 = 0; o.dp && b0 < n; b0 += o.bucket) {
+			int b1 = b0 + o.bucket - 1 < n - 1 ? b0 + o.bucket - 1 : n - 1, req;
+			int64_t np = 0;
+			for (int i = b0; i <= b1; i++)
+				np += info[i].sizes.params;
+			int red = o.distopt ? RT_REDUCE_SCATTER : RT_ALL_REDUCE;
+			size_t rb = (size_t)rt_coll_bytes(&t, red, np) - (o.bad_bucket ? 4 : 0);
+			if ((rc = rt_post_coll(ctx, red, b0, b1, cbuf, rb, &req)) || (rc = rt_wait(ctx, req)) ||
+			    (rc = rt_update(ctx, b0, b1)))
+				return rt_abort(ctx, rc), 1;
+			if (o.distopt &&
+			    ((rc = rt_post_coll(ctx, RT_ALL_GATHER, b0, b1, cbuf,
+			                        (size_t)rt_coll_bytes(&t, RT_ALL_GATHER, np), &req)) ||
+			     (rc = rt_wait(ctx, req))))
+				return rt_abort(ctx, rc), 1;
+		}
+		if ((rc = rt_step_end(ctx, &loss, &have)))
 			return rt_abort(ctx, rc), 1;
 		if (have) { /* counted from 1, as the generated programs and the runtime's messages count */
 			printf("step %lld loss %.6f\n", (long long)rt_step_count(ctx), loss);
