@@ -31,11 +31,6 @@
 
 static const char *const coll_name[RT_NCOLL] = {"all-reduce", "reduce-scatter", "all-gather"};
 
-static int64_t dp_of(const rt_train *t)
-{
-	return t->dp > 1 ? t->dp : 1;
-}
-
 static bool is_exact(const rt_ctx *ctx)
 {
 	return ctx->train.dp_flags & RT_DP_EXACT;
@@ -44,19 +39,6 @@ static bool is_exact(const rt_ctx *ctx)
 static bool is_distopt(const rt_ctx *ctx)
 {
 	return ctx->train.dp_flags & RT_DP_DISTOPT;
-}
-
-int64_t rt_coll_bytes(const rt_train *t, int kind, int64_t nparams)
-{
-	if (!t || nparams < 0 || kind < 0 || kind >= RT_NCOLL)
-		return -1;
-	int64_t dp = dp_of(t), c = (nparams + dp - 1) / dp;
-	int64_t esz = (t->dp_flags & RT_DP_EXACT) ? 8 * RT_EXACT_DIGITS : 4;
-	switch (kind) {
-	case RT_ALL_REDUCE: return nparams * esz;
-	case RT_REDUCE_SCATTER: return c * dp * esz;
-	default: return c * dp * 4;
-	}
 }
 
 /* ---- the DP group ------------------------------------------------------------ */
