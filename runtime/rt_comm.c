@@ -5,7 +5,11 @@
  * rt_wait completes it.  A group collects several posts under one handle.
  * The MPI tag encodes (stage, micro-batch, kind), so two messages in flight
  * between the same ranks can never be taken for each other, whatever the
- * order the schedule posts them in.
+ * order the schedule posts them in.  A collective of the DP group
+ * (rt_dp.c posts it) takes a handle of the same table through
+ * rt__coll_req, so its wait has the same deadline and trace; its op
+ * carries the function that completes it (the result back into the
+ * layers), called through a pointer so that this file stays below rt_dp.c.
  *
  * Waits poll (MPI_Test, one request at a time) against a deadline instead
  * of blocking: a peer that died or a schedule that deadlocks becomes

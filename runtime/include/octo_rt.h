@@ -10,7 +10,9 @@
  *   rt_ckpt_load     optionally, resume
  *   per step:  rt_step_begin, rt_run_f / rt_run_b / rt_run_w per layer and
  *              micro-batch, rt_send / rt_recv / rt_wait between ranks,
- *              rt_step_end (loss on the rank that holds the head; AdamW)
+ *              with replicas (rt_train.dp) rt_post_coll / rt_wait / rt_update per
+ *              gradient bucket, rt_step_end (loss on the rank that holds the head,
+ *              replica 0's with replicas; AdamW)
  *   rt_ckpt_save, rt_trace_write, rt_profile as wanted
  *   rt_finalize
  *

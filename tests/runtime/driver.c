@@ -19,7 +19,9 @@
  * every bucket (--bucket N layers each) over its DP group -- an all-reduce,
  * or with --distopt a reduce-scatter --, waits, rt_update, and with
  * --distopt all-gathers the parameters.  --exact is the deterministic mode
- * (with or without --dp); --bad-bucket passes a buffer 4 bytes short.
+ * (with or without --dp); --bad-bucket passes a buffer 4 bytes short;
+ * --diverge R nudges a weight of replica R's first stage after training,
+ * which the model hash must refuse.
  * tests/runtime/run.sh drives it under mpirun. */
 #include <errno.h>
 #include <math.h>
@@ -43,6 +45,7 @@ typedef struct opts {
 	int steps, microbatches, stall_rank, stall_step, ffn;
 	bool stall_end; /* --stall-at-end: the stall rank hangs after the last collective */
 	int dp, bucket;  /* --dp D (0: no collectives), --bucket N layers */
+	int diverge;     /* --diverge R: replica R's weight nudged before the hash; -1 none */
 	bool distopt, exact, bad_bucket;
 	long long inject_nan, arena;
 	unsigned long long seed;
@@ -57,14 +60,14 @@ static void usage(void)
 	        "                 [--lr X] [--wd X] [--load DIR] [--save DIR] [--out DIR]\n"
 	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R] [--stall-step S]\n"
 	        "                 [--stall-at-end] [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n"
-	        "                 [--dp D] [--distopt] [--exact] [--bucket N] [--bad-bucket]\n");
+	        "                 [--dp D] [--distopt] [--exact] [--bucket N] [--bad-bucket] [--diverge R]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
 	*o = (opts){.model = "dense", .schedule = "gpipe", .steps = 3, .microbatches = 8, .seed = 1,
 	            .lr = 1e-3, .wd = 0.1, .inject_nan = -1, .stall_rank = -1, .stall_step = 1, .ffn = 128,
-	            .bucket = 1};
+	            .bucket = 1, .diverge = -1};
 	const char *e = getenv("OCTO_INJECT_NAN");
 	if (e && *e)
 		o->inject_nan = atoll(e);
@@ -96,6 +99,7 @@ static int parse(int argc, char **argv, opts *o)
 		else if (ARG("--ffn")) o->ffn = atoi(v);
 		else if (ARG("--dp")) o->dp = atoi(v);
 		else if (ARG("--bucket")) o->bucket = atoi(v);
+		else if (ARG("--diverge")) o->diverge = atoi(v);
 		else if (!strcmp(a, "--distopt")) o->distopt = true;
 		else if (!strcmp(a, "--exact")) o->exact = true;
 		else if (!strcmp(a, "--bad-bucket")) o->bad_bucket = true;
@@ -496,6 +500,8 @@ int main(int argc, char **argv)
 	}
 	if (o.save && (rc = rt_ckpt_save(ctx, o.save)))
 		return rt_abort(ctx, rc), 1;
+	if (replica == o.diverge && pr == 0)
+		info[0].params[0] = nextafterf(info[0].params[0], INFINITY);
 	uint64_t h;
 	if ((rc = rt_model_hash(ctx, &h)))
 		return rt_abort(ctx, rc), 1;

@@ -3,7 +3,9 @@
  * the step's order rules, the data definitions of docs/runtime.md, AdamW's
  * first step, weight decay per tensor as docs/layers.md lists it (SGD and
  * AdamW, every layer kind), point-to-point messages to itself (tags, groups, size
- * mismatch, timeouts), a checkpoint round trip, and the trace.  Multi-rank
+ * mismatch, timeouts), a checkpoint round trip, the trace, and data
+ * parallelism's single-process paths (rt_coll_bytes, refused settings,
+ * bucket collectives over a group of one with exact sums).  Multi-rank
  * behaviour is tests/runtime/run.sh's. */
 #include <check.h>
 #include <float.h>
@@ -568,6 +570,118 @@ START_TEST(test_trace)
 }
 END_TEST
 
+/* ---- data parallelism in one process (dp 1; run.sh dp has replicas) ---------- */
+
+START_TEST(test_coll_bytes)
+{
+	rt_train t = {.dp = 4};
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_ALL_REDUCE, 10), 40);
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_REDUCE_SCATTER, 10), 48); /* shard 3, padded */
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_ALL_GATHER, 10), 48);
+	t.dp_flags = RT_DP_EXACT;
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_ALL_REDUCE, 10), 10 * 8 * RT_EXACT_DIGITS);
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_REDUCE_SCATTER, 10), 12 * 8 * RT_EXACT_DIGITS);
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_ALL_GATHER, 10), 48); /* parameters: f32 */
+	t.dp = 0;
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_REDUCE_SCATTER, 10), 10 * 8 * RT_EXACT_DIGITS);
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_NCOLL, 10), -1);
+	ck_assert_int_eq(rt_coll_bytes(&t, RT_ALL_REDUCE, -1), -1);
+}
+END_TEST
+
+START_TEST(test_dp_errors)
+{
+	rt_layer_spec L[3];
+	size_t bytes;
+	tiny_layers(L);
+	rt_train t = tiny_train();
+	t.replica = 1;
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &bytes), RT_EARG);
+	t.replica = 0;
+	t.dp_flags = 4;
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_model_bytes(c, &t, 3, L, &bytes), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "dp_flags 0x4: unknown bits"));
+	t.dp_flags = 0;
+	t.dp = 2; /* one rank: no second replica */
+	ck_assert_int_eq(rt_model_bytes(c, &t, 3, L, &bytes), RT_OK);
+	ck_assert_int_eq(rt_arena_init(c, bytes + (1 << 20)), RT_OK);
+	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "the DP group of pipe_rank 0 has 1 rank(s) of the "
+	                                           "job's 1, dp is 2"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* One step with a bucket of every layer reduced over a group of one
+ * (loop: 0 all-reduce, 1 reduce-scatter with the distributed optimizer),
+ * exact sums: the same loss and hash as the step without collectives; and
+ * the order rules. */
+START_TEST(test_dp_single)
+{
+	bufs b1, b2;
+	rt_train t = tiny_train();
+	t.dp_flags = RT_DP_EXACT | (_i ? RT_DP_DISTOPT : 0);
+	rt_ctx *c1 = tiny_model(NULL, t, &b1);
+	t.dp = 1;
+	rt_ctx *c2 = tiny_model(NULL, t, &b2);
+	int64_t n = 0;
+	for (int h = 0; h < 3; h++) {
+		rt_layer_info in;
+		ck_assert_int_eq(rt_layer_get(c2, h, &in), RT_OK);
+		n += in.sizes.params;
+	}
+	int kind = _i ? RT_REDUCE_SCATTER : RT_ALL_REDUCE, r;
+	size_t bytes = (size_t)rt_coll_bytes(&t, kind, n);
+	void *buf = malloc(bytes);
+	for (int s = 0; s < 2; s++) {
+		double l1 = tiny_step(c1, &b1), l2 = -1;
+		int have = 0;
+		ck_assert_int_eq(rt_step_begin(c2), RT_OK);
+		ck_assert_int_eq(rt_post_coll(c2, kind, 0, 2, buf, bytes, &r), RT_ESTATE);
+		ck_assert_ptr_nonnull(strstr(rt_errmsg(c2), "ran W on 0 of 2 micro-batches"));
+		for (int m = 0; m < 2; m++) {
+			ck_assert_int_eq(rt_run_f(c2, 0, m, NULL, b2.x[m], b2.act[0][m]), RT_OK);
+			ck_assert_int_eq(rt_run_f(c2, 1, m, b2.x[m], b2.x[m], b2.act[1][m]), RT_OK);
+			ck_assert_int_eq(rt_run_f(c2, 2, m, b2.x[m], NULL, b2.act[2][m]), RT_OK);
+			ck_assert_int_eq(rt_run_b(c2, 2, m, NULL, b2.g[m], b2.act[2][m], b2.ws[2]), RT_OK);
+			ck_assert_int_eq(rt_run_b(c2, 1, m, b2.g[m], b2.g[m], b2.act[1][m], b2.ws[1]), RT_OK);
+			ck_assert_int_eq(rt_run_b(c2, 0, m, b2.g[m], NULL, b2.act[0][m], b2.ws[0]), RT_OK);
+			for (int h = 0; h < 3; h++)
+				ck_assert_int_eq(rt_run_w(c2, h, m, b2.ws[h]), RT_OK);
+		}
+		ck_assert_int_eq(rt_post_coll(c2, kind, 0, 2, buf, bytes - 8, &r), RT_EARG);
+		ck_assert_ptr_nonnull(strstr(rt_errmsg(c2), "(rt_coll_bytes)"));
+		ck_assert_int_eq(rt_post_coll(c2, kind, 0, 3, buf, bytes, &r), RT_EARG);
+		ck_assert_int_eq(rt_post_coll(c2, kind, 0, 2, buf, bytes, &r), RT_OK);
+		ck_assert_int_eq(rt_update(c2, 0, 2), RT_ESTATE);
+		ck_assert_ptr_nonnull(strstr(rt_errmsg(c2), "not waited for"));
+		ck_assert_int_eq(rt_step_end(c2, &l2, &have), RT_ESTATE);
+		ck_assert_int_eq(rt_wait(c2, r), RT_OK);
+		ck_assert_int_eq(rt_update(c2, 0, 1), RT_OK);
+		ck_assert_int_eq(rt_update(c2, 1, 2), RT_ESTATE);
+		ck_assert_ptr_nonnull(strstr(rt_errmsg(c2), "updated twice"));
+		ck_assert_int_eq(rt_update(c2, 2, 2), RT_OK);
+		if (_i) {
+			size_t gb = (size_t)rt_coll_bytes(&t, RT_ALL_GATHER, n);
+			ck_assert_int_eq(rt_post_coll(c2, RT_ALL_GATHER, 0, 2, buf, gb, &r), RT_OK);
+			ck_assert_int_eq(rt_wait(c2, r), RT_OK);
+		}
+		ck_assert_int_eq(rt_step_end(c2, &l2, &have), RT_OK);
+		ck_assert_int_eq(have, 1);
+		ck_assert(l1 == l2);
+	}
+	uint64_t h1, h2;
+	ck_assert_int_eq(rt_model_hash(c1, &h1), RT_OK);
+	ck_assert_int_eq(rt_model_hash(c2, &h2), RT_OK);
+	ck_assert(h1 == h2);
+	ck_assert_int_eq(rt_data_position(c2), 4);
+	free(buf);
+	ck_assert_int_eq(rt_finalize(c2), RT_OK);
+	ck_assert_int_eq(rt_finalize(c1), RT_OK);
+}
+END_TEST
+
 static Suite *rt_suite(void)
 {
 	Suite *s = suite_create("runtime");
@@ -586,6 +700,9 @@ static Suite *rt_suite(void)
 	tcase_add_test(tc, test_comm_timeout);
 	tcase_add_test(tc, test_ckpt_roundtrip);
 	tcase_add_test(tc, test_trace);
+	tcase_add_test(tc, test_coll_bytes);
+	tcase_add_test(tc, test_dp_errors);
+	tcase_add_loop_test(tc, test_dp_single, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
