@@ -392,6 +392,42 @@ int cost_layer(const ir_module *m, int layer, ir_cost *out)
 	return cost_layer_split(m, layer, out, NULL);
 }
 
+/* ---- data parallelism: the optimizer's state and step ---------------------- */
+
+uint64_t cost_optimizer_bytes(const ir_module *m)
+{
+	return (m->train.optimizer == IR_OPT_ADAMW ? ADAM_BYTES : 0) +
+	       (m->model.dtype != IR_DTYPE_F32 ? MASTER_BYTES : 0);
+}
+
+uint64_t cost_resident(const ir_module *m, int layer)
+{
+	ir_assert(layer >= 0 && layer < m->nlayers);
+	const ir_cost *c = &m->layers[layer].cost;
+	uint64_t D = (uint64_t)ir_dp(m);
+	if (D == 1 || !m->plan.dist_opt)
+		return c->resident;
+	/* A measured resident size keeps its unsharded part as measured. */
+	uint64_t per = cost_optimizer_bytes(m), whole = ir_sat_mul(c->params, per);
+	uint64_t rest = c->resident > whole ? c->resident - whole : 0;
+	uint64_t r = ir_sat_add(rest, ir_sat_mul((c->params + D - 1) / D, per));
+	return r < c->resident ? r : c->resident;
+}
+
+uint64_t cost_update_bytes(const ir_module *m)
+{
+	uint64_t b = m->train.optimizer == IR_OPT_ADAMW ? 7 * 4 : 3 * 4;
+	if (m->model.dtype != IR_DTYPE_F32)
+		b += (uint64_t)ir_dtype_bytes[m->model.dtype];
+	return b;
+}
+
+double cost_update_us(const ir_module *m, uint64_t n)
+{
+	double bytes = (double)n * (double)cost_update_bytes(m);
+	return 1e6 * bytes / m->cluster.membw + OP_US; /* 0 + OP_US when membw is infinite */
+}
+
 /* ---- the runtime's stash sizes ---------------------------------------------- */
 
 rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l)

@@ -17,6 +17,32 @@ int cost_layer(const ir_module *m, int layer, ir_cost *out);
  * flops may be NULL. */
 int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[IR_NOPS]);
 
+/* Layer `layer`'s resident bytes on each device that holds it under m's
+ * plan (docs/cost-model.md, "Data parallelism"): its cost's resident bytes,
+ * except that with the distributed optimizer (plan dp > 1, dist_optimizer
+ * on) the optimizer's own state -- the AdamW moments and the f32 master
+ * weights of a dtype other than f32, cost_optimizer_bytes per parameter --
+ * is held for ceil(params / dp) parameters instead of all of them (the
+ * weights and their gradients stay whole).  Never more than the cost's. */
+uint64_t cost_resident(const ir_module *m, int layer);
+
+/* Bytes per parameter of the optimizer's own state: 8 for AdamW's two f32
+ * moments (0 for SGD), plus 4 for the f32 master weights when the dtype is
+ * not f32.  What the distributed optimizer shards. */
+uint64_t cost_optimizer_bytes(const ir_module *m);
+
+/* Microseconds of the optimizer step over n parameters (an `update` op):
+ * memory-bound, n x cost_update_bytes / memory bandwidth, plus one op's
+ * launch overhead. */
+double cost_update_us(const ir_module *m, uint64_t n);
+
+/* Bytes the optimizer step moves per parameter: AdamW reads the f32
+ * weights (the master copy when the dtype is not f32), gradient and both
+ * moments and writes weights and moments back, 7 x 4 = 28 bytes; SGD reads
+ * weights and gradient and writes the weights, 12; a dtype other than f32
+ * adds the write of the weights in that dtype. */
+uint64_t cost_update_bytes(const ir_module *m);
+
 /* Layer l of m as the runtime describes it. */
 rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l);
 

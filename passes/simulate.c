@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
+
 typedef struct event {
 	double t;
 	int kind; /* 0: transfer start, 1: device op start (transfers first at a tie) */
@@ -86,11 +88,82 @@ double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
 	return t;
 }
 
+/* Do pipeline devices a and b sit on one node in every replica? */
+static bool same_node(const ir_module *m, int a, int b)
+{
+	int64_t n = m->cluster.per_node, D = ir_dp(m);
+	for (int64_t r = 0; r < D; r++)
+		if (ir_rank_of(m, r, a) / n != ir_rank_of(m, r, b) / n)
+			return false;
+	return true;
+}
+
 double sim_link_time(const ir_module *m, int a, int b, uint64_t bytes)
 {
 	const ir_cluster *c = &m->cluster;
-	const ir_link *l = a / c->per_node == b / c->per_node ? &c->intra : &c->inter;
+	const ir_link *l = same_node(m, a, b) ? &c->intra : &c->inter;
 	return l->lat + (isinf(l->bw) ? 0 : (double)bytes / l->bw * 1e6);
+}
+
+bool sim_group_intra(const ir_module *m, int p)
+{
+	int64_t n = m->cluster.per_node, D = ir_dp(m), node = ir_rank_of(m, 0, p) / n;
+	for (int64_t r = 1; r < D; r++)
+		if (ir_rank_of(m, r, p) / n != node)
+			return false;
+	return true;
+}
+
+double sim_coll_time(const ir_module *m, ir_comm c, int p, uint64_t bytes)
+{
+	const ir_link *l = sim_group_intra(m, p) ? &m->cluster.intra : &m->cluster.inter;
+	double D = (double)ir_dp(m), tb = isinf(l->bw) ? 0 : (double)bytes / l->bw * 1e6;
+	double ring = 2 * (D - 1) / D * tb + 2 * (D - 1) * l->lat;
+	double tree = 2 * ceil(log2(D)) * (l->lat + tb);
+	double t = ring < tree ? ring : tree;
+	return c == IR_COMM_ALLREDUCE ? t : t / 2;
+}
+
+double sim_update_time(const ir_module *m, const ir_op *op)
+{
+	uint64_t n = 0, D = (uint64_t)ir_dp(m);
+	for (int l = op->first; l <= op->last; l++)
+		n = ir_sat_add(n, m->layers[l].cost.params);
+	if (m->plan.dist_opt && D > 1)
+		n = (n + D - 1) / D;
+	return cost_update_us(m, n);
+}
+
+/* A collective: all-reduce, reduce-scatter or all-gather. */
+static bool is_coll(const ir_op *op)
+{
+	return op->comm == IR_COMM_ALLREDUCE || op->comm == IR_COMM_REDUCESCATTER ||
+	       op->comm == IR_COMM_ALLGATHER;
+}
+
+/* For each op of dev: the index of the collective a wait completes (the
+ * last one before it of that kind, stage and bucket), else -1. */
+static void coll_waits(const ir_device *dev, int *of)
+{
+	int *open = malloc(((size_t)dev->nops + 1) * sizeof *open), nopen = 0;
+	if (!open)
+		ir_bug("out of memory");
+	for (int i = 0; i < dev->nops; i++) {
+		const ir_op *op = &dev->ops[i];
+		of[i] = -1;
+		if (is_coll(op))
+			open[nopen++] = i;
+		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE)
+			for (int j = nopen - 1; j >= 0; j--) {
+				const ir_op *c = &dev->ops[open[j]];
+				if (c->comm == op->coll && c->stage == op->stage && c->mb == op->mb) {
+					of[i] = open[j];
+					open[j] = open[--nopen];
+					break;
+				}
+			}
+	}
+	free(open);
 }
 
 void sim_free(sim_result *r)
@@ -128,6 +201,11 @@ typedef struct sim {
 	double **step_end;
 	int *nsteps, *head;
 	double *head_since;
+	/* Data parallelism (lowered programs with collectives). */
+	bool dp;
+	double **cpost;    /* per device and op: when the host posted the collective; NAN: not yet */
+	int **coll_of;     /* per device and op: the collective a wait completes, else -1 */
+	double *coll_free; /* mpi, per device: when its last collective ends */
 } sim;
 
 static int key(const sim *s, int stage, int mb, ir_op_kind k)
@@ -141,6 +219,7 @@ static int vidx(const sim *s, int stage, int mb, ir_op_kind k)
 }
 
 static double xfer_start(const sim *s, int x);
+static void try_coll(sim *s, int d, int i);
 
 /* Queue transfer x's start once its ops allow it: on nccl, when its send
  * and its receive are each at the head of their device's communication
@@ -190,10 +269,43 @@ static void step_started(sim *s, int d, int step, double end)
 	for (int i = s->step_first[d][s->head[d]]; i < dev->nops && s->step_of[d][i] == s->head[d];
 	     i++) {
 		const ir_op *op = &dev->ops[i];
+		if (is_coll(op)) {
+			try_coll(s, d, i);
+			continue;
+		}
 		int x = s->vxfer[vidx(s, op->stage, op->mb, op->kind)];
 		if (x >= 0)
 			try_xfer(s, x);
 	}
+}
+
+/* Time collective i of device d once it may start: posted, and on nccl at
+ * the head of the communication stream; on mpi after the device's
+ * previous collective.  Every replica posts it at the same time, so the
+ * group starts it then. */
+static void try_coll(sim *s, int d, int i)
+{
+	sim_device *sd = &s->r->dev[d];
+	double st = s->cpost[d][i];
+	if (!isnan(sd->start[i]) || isnan(st))
+		return;
+	if (s->nccl) {
+		if (s->step_of[d][i] != s->head[d])
+			return;
+		if (s->head_since[d] > st)
+			st = s->head_since[d];
+	} else if (s->coll_free[d] > st) {
+		st = s->coll_free[d];
+	}
+	const ir_op *op = &s->m->devices[d].ops[i];
+	double t = sim_coll_time(s->m, op->comm, d, op->bytes);
+	sd->start[i] = st;
+	sd->end[i] = st + t;
+	sd->coll += t;
+	if (s->nccl)
+		step_started(s, d, s->step_of[d][i], sd->end[i]);
+	else
+		s->coll_free[d] = sd->end[i];
 }
 
 /* Push device d's next op if its input has arrived. */
@@ -206,7 +318,31 @@ static void try_device(sim *s, int d)
 	 * the host's time (the cluster's send_post, recv_post). */
 	while (s->pc[d] < dev->nops && dev->ops[s->pc[d]].comm != IR_COMM_NONE) {
 		const ir_op *op = &dev->ops[s->pc[d]];
-		if (s->lowered && !s->nccl && op->comm == IR_COMM_RECV) {
+		sim_device *sd = &s->r->dev[d];
+		int i = s->pc[d];
+		if (is_coll(op)) {
+			s->cpost[d][i] = s->free_at[d];
+			try_coll(s, d, i);
+		} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
+			/* Blocks the compute stream until its collective ends; taken
+			 * up again when the collective is timed. */
+			double e = sd->end[s->coll_of[d][i]];
+			if (isnan(e))
+				return;
+			sd->start[i] = s->free_at[d];
+			sd->end[i] = e > s->free_at[d] ? e : s->free_at[d];
+			sd->exposed += sd->end[i] - sd->start[i];
+			s->free_at[d] = sd->end[i];
+			if (sd->end[i] > s->r->makespan)
+				s->r->makespan = sd->end[i];
+		} else if (op->comm == IR_COMM_UPDATE) {
+			sd->start[i] = s->free_at[d];
+			sd->end[i] = sd->start[i] + sim_update_time(s->m, op);
+			sd->update += sd->end[i] - sd->start[i];
+			s->free_at[d] = sd->end[i];
+			if (sd->end[i] > s->r->makespan)
+				s->r->makespan = sd->end[i];
+		} else if (s->lowered && !s->nccl && op->comm == IR_COMM_RECV) {
 			int v = vidx(s, op->stage, op->mb, op->kind);
 			s->posted[v] = s->free_at[d];
 			s->free_at[d] += s->m->cluster.recv_post;
@@ -365,12 +501,17 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 		if (dev->ops[i].comm != IR_COMM_NONE)
 			continue;
 		sd->busy += sd->end[i] - sd->start[i];
+		if (sd->end[i] > sd->pipeline)
+			sd->pipeline = sd->end[i];
 		if (dev->ops[i].kind == IR_OP_B && first_b < 0)
 			first_b = sd->start[i];
 		if (dev->ops[i].kind == IR_OP_F && sd->end[i] > last_f_end)
 			last_f_end = sd->end[i];
 	}
-	double idle = r->makespan - sd->busy;
+	/* The waits for collectives and the updates come after the device's
+	 * last compute op (comm places them there): neither idle nor busy. */
+	double dp_time = sd->exposed + sd->update;
+	double idle = r->makespan - sd->busy - dp_time;
 	if (first_b < 0) {
 		sd->warmup = idle;
 		return;
@@ -388,7 +529,7 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 			busy_cool += b - (a > cool_from ? a : cool_from);
 	}
 	sd->warmup = first_b - busy_warm;
-	sd->cooldown = (r->makespan - cool_from) - busy_cool;
+	sd->cooldown = (r->makespan - cool_from) - busy_cool - dp_time;
 	sd->residual = idle - sd->warmup - sd->cooldown;
 	if (sd->residual < 0 && sd->residual > -1e-9 * r->makespan)
 		sd->residual = 0; /* rounding of the three sums */
@@ -405,11 +546,22 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 	for (int s = 0; s < m->nstages; s++)
 		if (m->stages[s].device == d)
 			for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
-				sd->resident = ir_sat_add(sd->resident, m->layers[l].cost.resident);
+				sd->resident = ir_sat_add(sd->resident, cost_resident(m, l));
+	int *coll_of = malloc(((size_t)dev->nops + 1) * sizeof *coll_of);
+	if (!coll_of)
+		ir_bug("out of memory");
+	coll_waits(dev, coll_of);
 	uint64_t cur = 0, peak = 0;
 	int inflight = 0;
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
+		/* A collective's buffer, from its post to its wait. */
+		if (is_coll(op))
+			cur = ir_sat_add(cur, op->bytes);
+		else if (coll_of[i] >= 0)
+			cur -= dev->ops[coll_of[i]].bytes;
+		if (cur > peak)
+			peak = cur;
 		if (op->comm != IR_COMM_NONE)
 			continue;
 		const ir_stage *st = &m->stages[op->stage];
@@ -435,6 +587,7 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 		if (inflight > sd->peak_inflight)
 			sd->peak_inflight = inflight;
 	}
+	free(coll_of);
 	sd->peak_act = peak;
 	/* memplan: the arena holds every buffer of the step, laid out; it is
 	 * what codegen allocates, so it is the peak (docs/memplan.md). */
@@ -478,6 +631,13 @@ static void setup_lowered(sim *s)
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *op = &dev->ops[i];
 			s->step_of[d][i] = -1;
+			if (is_coll(op)) { /* a step of its own */
+				s->dp = true;
+				s->step_first[d][n] = i;
+				s->step_of[d][i] = n;
+				s->step_left[d][n++] = 1;
+				continue;
+			}
 			if (op->comm != IR_COMM_SEND && op->comm != IR_COMM_RECV)
 				continue;
 			int v = vidx(s, op->stage, op->mb, op->kind);
@@ -491,6 +651,21 @@ static void setup_lowered(sim *s)
 		}
 		s->nsteps[d] = n;
 	}
+	s->cpost = calloc((size_t)P, sizeof *s->cpost);
+	s->coll_of = calloc((size_t)P, sizeof *s->coll_of);
+	s->coll_free = calloc((size_t)P, sizeof *s->coll_free);
+	if (!s->cpost || !s->coll_of || !s->coll_free)
+		ir_bug("out of memory");
+	for (int d = 0; s->dp && d < P; d++) {
+		const ir_device *dev = &m->devices[d];
+		s->cpost[d] = malloc(((size_t)dev->nops + 1) * sizeof **s->cpost);
+		s->coll_of[d] = malloc(((size_t)dev->nops + 1) * sizeof **s->coll_of);
+		if (!s->cpost[d] || !s->coll_of[d])
+			ir_bug("out of memory");
+		for (int i = 0; i < dev->nops; i++)
+			s->cpost[d][i] = NAN;
+		coll_waits(dev, s->coll_of[d]);
+	}
 }
 
 static void free_lowered(sim *s)
@@ -500,9 +675,12 @@ static void free_lowered(sim *s)
 		free(s->step_left[d]);
 		free(s->step_first[d]);
 		free(s->step_end[d]);
+		free(s->cpost[d]);
+		free(s->coll_of[d]);
 	}
 	void *bufs[] = {s->vxfer, s->vsend, s->vrecv, s->posted, s->step_of, s->step_left,
-	                s->step_first, s->step_end, s->nsteps, s->head, s->head_since};
+	                s->step_first, s->step_end, s->nsteps, s->head, s->head_since,
+	                s->cpost, s->coll_of, s->coll_free};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		free(bufs[i]);
 }
@@ -612,6 +790,8 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 				int v = vidx(&s, x->stage, x->mb, x->kind);
 				step_started(&s, x->src, s.step_of[x->src][s.vsend[v]], x->end);
 				step_started(&s, x->dst, s.step_of[x->dst][s.vrecv[v]], x->end);
+				if (s.dp) /* a collective it let start may free a wait */
+					try_device(&s, x->src);
 			}
 			try_device(&s, x->dst);
 			continue;
@@ -632,13 +812,21 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	}
 
 	int rc = 0;
-	if (done != total) {
+	bool stuck = done != total;
+	for (int d = 0; d < r->ndev; d++)
+		stuck |= s.pc[d] < m->devices[d].nops;
+	if (stuck) {
 		for (int d = 0; d < r->ndev; d++)
 			if (s.pc[d] < m->devices[d].nops) {
 				const ir_op *op = &m->devices[d].ops[s.pc[d]];
-				diag_sink_error(ds, where, "simulate: the programs cannot run to the end: D%d waits at op %d "
-				                  "(%s S%d m%d) for an input that is never produced",
-				           d, s.pc[d], ir_op_names[op->kind], op->stage, op->mb);
+				if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE)
+					diag_sink_error(ds, where, "simulate: the programs cannot run to the end: D%d waits at "
+					                "op %d (wait %s S%d b%d) for a collective that never starts",
+					                d, s.pc[d], ir_comm_names[op->coll], op->stage, op->mb);
+				else
+					diag_sink_error(ds, where, "simulate: the programs cannot run to the end: D%d waits at op %d "
+					                  "(%s S%d m%d) for an input that is never produced",
+					           d, s.pc[d], ir_op_names[op->kind], op->stage, op->mb);
 				break;
 			}
 		rc = -1;
@@ -667,14 +855,21 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	}
 
 	double idle = 0, flops = 0;
+	r->dp = ir_dp(m);
 	for (int d = 0; d < r->ndev; d++) {
+		sim_device *sd = &r->dev[d];
 		device_stats(m, r, d);
 		device_memory(m, r, d);
-		idle += r->makespan - r->dev[d].busy;
+		idle += r->makespan - sd->busy - sd->exposed - sd->update;
+		r->exposed = sd->exposed > r->exposed ? sd->exposed : r->exposed;
+		r->update = sd->update > r->update ? sd->update : r->update;
+		r->coll = sd->coll > r->coll ? sd->coll : r->coll;
 	}
 	for (int l = 0; l < m->nlayers; l++)
 		flops += m->layers[l].cost.flops;
-	flops *= (double)s.M;
+	/* Every replica's micro-batches, on every device of the cluster. */
+	int64_t Mg = m->train.microbatches > s.M ? m->train.microbatches : s.M;
+	flops *= (double)Mg;
 	/* The readers keep every time and rate in range (docs/ir.md, "Ranges"),
 	 * so the step is finite; a module made some other way is refused. */
 	if (!isfinite(r->makespan)) {
@@ -686,8 +881,8 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	double secs = r->makespan * 1e-6;
 	if (secs > 0) {
 		r->bubble_ratio = idle / (r->makespan * r->ndev);
-		r->tokens_per_s = (double)m->train.mbs * (double)m->model.seq * s.M / secs;
-		r->mfu = flops / (secs * (double)r->ndev * m->cluster.flops);
+		r->tokens_per_s = (double)m->train.mbs * (double)m->model.seq * (double)Mg / secs;
+		r->mfu = flops / (secs * (double)r->ndev * (double)r->dp * m->cluster.flops);
 	}
 	return r;
 }

@@ -10,7 +10,19 @@
  * that starts when its producer has finished and both ends are free: a
  * device sends one transfer at a time and receives one at a time (full
  * duplex).  Events are taken in time order (ties by device, then op), so
- * the result is deterministic; O(ops log ops). */
+ * the result is deterministic; O(ops log ops).
+ *
+ * Data parallelism (plan dp = D > 1; docs/simulator.md, "Data
+ * parallelism"): the programs are one pipeline's P devices, and every
+ * replica runs them at the same times (SPMD), so a collective starts on
+ * every member of its DP group at once, when this device's may start: on
+ * nccl at its place on the communication stream (in program order with
+ * the sends and receives), on mpi once posted (a device's collectives one
+ * after another, beside its transfers).  It takes sim_coll_time; a wait
+ * holds the compute stream until its collective ends (the exposed
+ * reduction); an update runs on the compute stream (sim_update_time).
+ * Links are chosen by cluster rank (ir_rank_of): the slowest link any
+ * replica's pair of devices, or the DP group, spans. */
 #ifndef OCTO_SIMULATE_H
 #define OCTO_SIMULATE_H
 
@@ -30,11 +42,18 @@ typedef struct sim_xfer {
 
 typedef struct sim_device {
 	double *start, *end; /* per op of the device's program, microseconds */
-	double busy;         /* compute time */
+	double busy;         /* compute time: F, B and W */
 	double warmup;       /* idle before the first B starts */
-	double cooldown;     /* idle after the last F ends (and after the first B starts) */
-	double residual;     /* all other idle time */
-	uint64_t resident;   /* weights, gradients, optimizer state of its stages */
+	double cooldown;     /* idle after the last F ends (and after the first B starts),
+	                      * less exposed and update */
+	double residual;     /* all other idle time; busy + warmup + cooldown + residual
+	                      * + exposed + update is the makespan */
+	double pipeline;     /* end of its last F, B or W */
+	double exposed;      /* compute stream held by waits for collectives */
+	double update;       /* the optimizer steps (update ops) */
+	double coll;         /* its collectives' time on the communication stream */
+	uint64_t resident;   /* weights, gradients, optimizer state of its stages
+	                      * (cost_resident: sharded by the distributed optimizer) */
 	uint64_t peak_act;   /* peak of stashed activations (F..B) and W stash (B..W) */
 	uint64_t peak_mem;   /* resident + peak_act */
 	int peak_inflight;   /* most micro-batches between F and B at once, any stage */
@@ -43,9 +62,11 @@ typedef struct sim_device {
 typedef struct sim_result {
 	arena *arena;        /* owns everything below */
 	double makespan;     /* microseconds, one step */
-	double bubble_ratio; /* idle / (devices x makespan) */
-	double tokens_per_s;
-	double mfu;          /* model FLOPs / (makespan x devices x peak FLOP/s) */
+	double bubble_ratio; /* idle / (devices x makespan): warm-up, cool-down, residual */
+	double tokens_per_s; /* the step's tokens, every replica's: microbatches x mbs x seq */
+	double mfu;          /* model FLOPs / (makespan x cluster devices x peak FLOP/s) */
+	int64_t dp;          /* replicas (1: none); dev[] is one pipeline's devices */
+	double exposed, update, coll; /* the largest over the devices of each */
 	int ndev;
 	sim_device *dev;
 	sim_xfer *xfers;
@@ -71,9 +92,28 @@ void sim_free(sim_result *r);
  * one micro-batch: micro-batch size x sequence x hidden x dtype size. */
 uint64_t sim_boundary_bytes(const ir_module *m);
 
-/* Link time in microseconds for `bytes` from device a to device b: the
- * intra-node link when they share a node, else the inter-node one. */
+/* Link time in microseconds for `bytes` from pipeline device a to b: the
+ * intra-node link when they share a node in every replica (their cluster
+ * ranks, ir_rank_of, divided by per_node, are equal), else the inter-node
+ * one. */
 double sim_link_time(const ir_module *m, int a, int b, uint64_t bytes);
+
+/* Does the DP group of pipeline device p (its D replicas' ranks) sit on one
+ * node? */
+bool sim_group_intra(const ir_module *m, int p);
+
+/* Microseconds of collective c (all-reduce, reduce-scatter or all-gather)
+ * of a `bytes` buffer over the DP group of pipeline device p, on the
+ * slowest link the group spans (bw, lat): the less of a ring,
+ *     all-reduce 2(D-1)/D x bytes / bw + 2(D-1) x lat,
+ * and a tree, 2 ceil(log2 D) x (lat + bytes / bw); a reduce-scatter or an
+ * all-gather half of that (bytes: the whole buffer). */
+double sim_coll_time(const ir_module *m, ir_comm c, int p, uint64_t bytes);
+
+/* Microseconds of an update op: the optimizer step over its bucket's
+ * parameters, ceil(params / D) of them with the distributed optimizer
+ * (cost_update_us). */
+double sim_update_time(const ir_module *m, const ir_op *op);
 
 /* Time of a stage's op (sum over its layers), microseconds. */
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k);

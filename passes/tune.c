@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "copy.h"
+#include "cost.h"
 #include "pass.h"
 #include "simulate.h"
 
@@ -467,7 +468,7 @@ static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 			L.limit[d] = (int64_t)(c->cluster.mem - reserve);
 		for (int s = 0; s < S; s++)
 			for (int l = c->stages[s].first; l <= c->stages[s].last; l++)
-				L.limit[c->stages[s].device] -= (int64_t)c->layers[l].cost.resident;
+				L.limit[c->stages[s].device] -= (int64_t)cost_resident(c, l);
 	}
 	int rc = list_schedule(&L, k);
 	arena_free(a);

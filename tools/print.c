@@ -55,6 +55,19 @@ static double warmup_s(const sim_device *d) { return d->warmup * 1e-6; }
 static double cooldown_s(const sim_device *d) { return d->cooldown * 1e-6; }
 static double residual_s(const sim_device *d) { return d->residual * 1e-6; }
 static double peak_mem(const sim_device *d) { return (double)d->peak_mem; }
+static double pipeline_s(const sim_device *d) { return d->pipeline * 1e-6; }
+static double exposed_s(const sim_device *d) { return d->exposed * 1e-6; }
+static double update_s(const sim_device *d) { return d->update * 1e-6; }
+static double coll_s(const sim_device *d) { return d->coll * 1e-6; }
+
+/* "2 x 4 (pp-inner), distributed optimizer on": the data-parallel shape. */
+static const char *dp_shape(char *buf, size_t n, const ir_module *m)
+{
+	snprintf(buf, n, "%lld x %lld (%s), distributed optimizer %s", (long long)ir_dp(m),
+	         (long long)ir_pipe_devices(m), ir_rank_order_names[m->plan.rank_order],
+	         ir_switch_names[m->plan.dist_opt != 0]);
+	return buf;
+}
 
 /* The simulator's fields of the JSON object (docs/cli.md). */
 static void print_sim_json(const sim_result *r, bool times_only)
@@ -69,6 +82,14 @@ static void print_sim_json(const sim_result *r, bool times_only)
 	print_array("warmup_s", r, warmup_s);
 	print_array("cooldown_s", r, cooldown_s);
 	print_array("residual_s", r, residual_s);
+	if (r->dp > 1) {
+		printf(", \"collectives_s\": %.9g, \"exposed_reduction_s\": %.9g, \"update_s\": %.9g",
+		       r->coll * 1e-6, r->exposed * 1e-6, r->update * 1e-6);
+		print_array("pipeline_per_device_s", r, pipeline_s);
+		print_array("exposed_reduction_per_device_s", r, exposed_s);
+		print_array("update_per_device_s", r, update_s);
+		print_array("collectives_per_device_s", r, coll_s);
+	}
 }
 
 void print_plan_json(const ir_module *m, const sim_result *r)
@@ -90,6 +111,12 @@ void print_plan_json(const ir_module *m, const sim_result *r)
 	for (int d = 0; d < m->ndevices; d++)
 		printf("%s%d", d ? ", " : "", m->devices[d].nops);
 	printf("]");
+	if (ir_dp(m) > 1)
+		printf(", \"dp\": %lld, \"pipeline_devices\": %lld, \"rank_order\": \"%s\", "
+		       "\"dist_optimizer\": %s, \"deterministic\": %s, \"bucket_bytes\": %llu",
+		       (long long)ir_dp(m), (long long)ir_pipe_devices(m),
+		       ir_rank_order_names[m->plan.rank_order], m->plan.dist_opt ? "true" : "false",
+		       m->plan.deterministic ? "true" : "false", (unsigned long long)m->plan.bucket);
 	if (r)
 		print_sim_json(r, ir_times_only(m));
 	printf("}\n");
@@ -123,14 +150,28 @@ void print_sim_table(const ir_module *m, const sim_result *r)
 		printf("note: MFU above 100 %%: the layers' times are shorter than their FLOPs take at the "
 		       "cluster's peak_flops (%g FLOP/s); the peak, or the times, are not this machine's\n",
 		       m->cluster.flops);
-	printf("%-7s %12s %12s %12s %12s %12s\n", "device", "busy", "warm-up", "cool-down",
-	       "residual", "peak memory");
+	bool dp = r->dp > 1;
+	if (dp) {
+		char shape[96];
+		printf("data parallel %s: collectives %s, exposed reduction %s, update %s (the most of "
+		       "any device)\n", dp_shape(shape, sizeof shape, m), fmt_time(t, sizeof t, r->coll),
+		       fmt_time(u, sizeof u, r->exposed), fmt_time(v, sizeof v, r->update));
+	}
+	printf("%-7s %12s %12s %12s %12s", "device", "busy", "warm-up", "cool-down", "residual");
+	if (dp)
+		printf(" %12s %12s %12s %12s", "pipeline", "exposed red", "update", "collectives");
+	printf(" %12s\n", "peak memory");
 	for (int d = 0; d < r->ndev; d++) {
 		const sim_device *sd = &r->dev[d];
 		bool over = sd->peak_mem > m->cluster.mem;
-		printf("D%-6d %12s %12s %12s %12s %12s%s\n", d, fmt_time(t, sizeof t, sd->busy),
+		printf("D%-6d %12s %12s %12s %12s", d, fmt_time(t, sizeof t, sd->busy),
 		       fmt_time(u, sizeof u, sd->warmup), fmt_time(v, sizeof v, sd->cooldown),
-		       fmt_time(w, sizeof w, sd->residual), fmt_peak(x, sizeof x, m, sd->peak_mem),
+		       fmt_time(w, sizeof w, sd->residual));
+		if (dp)
+			printf(" %12s %12s %12s %12s", fmt_time(t, sizeof t, sd->pipeline),
+			       fmt_time(u, sizeof u, sd->exposed), fmt_time(v, sizeof v, sd->update),
+			       fmt_time(w, sizeof w, sd->coll));
+		printf(" %12s%s\n", fmt_peak(x, sizeof x, m, sd->peak_mem),
 		       over ? "  exceeds the device's memory" : "");
 	}
 }
@@ -177,6 +218,13 @@ void print_comparison(const ir_module *m, const sim_result *r, const plan_compar
 void print_plan_table(const ir_module *m)
 {
 	ir_print_summary(stdout, m, pass_partition_label(m));
+	if (ir_dp(m) > 1) {
+		char shape[96], bucket[32];
+		ir_fmt_size(bucket, sizeof bucket, m->plan.bucket);
+		printf("data parallel: %s replicas x pipeline devices; deterministic %s, buckets of %s; "
+		       "the devices below are one pipeline's, every replica runs them\n",
+		       dp_shape(shape, sizeof shape, m), ir_switch_names[m->plan.deterministic != 0], bucket);
+	}
 	if (!m->nstages)
 		return;
 	printf("\n%-6s %-14s %-7s %s\n", "stage", "layers", "device", "kinds (e embedding, h head, "
@@ -207,6 +255,10 @@ void print_plan_table(const ir_module *m)
 			const ir_op *op = &dev->ops[i];
 			if (op->comm == IR_COMM_NONE)
 				printf(" %s%d.%d", ir_op_names[op->kind], op->stage, op->mb);
+			else if (ir_is_dp_op(op) && op->comm == IR_COMM_WAIT)
+				printf(" wait:%s%d.b%d", ir_comm_names[op->coll], op->stage, op->mb);
+			else if (ir_is_dp_op(op))
+				printf(" %s:%d.b%d", ir_comm_names[op->comm], op->stage, op->mb);
 			else if (op->comm == IR_COMM_WAIT)
 				printf(" wait:%s%d.%d", ir_value_names[op->kind], op->stage, op->mb);
 			else

@@ -1,10 +1,12 @@
 /* test_sim.c: Check suite for the simulator: closed forms on uniform
- * costs, the idle split, link costs, memory, deadlock detection and
- * determinism.  (The baselines' closed forms are in test_schedules.c.) */
+ * costs, the idle split, link costs, memory, deadlock detection,
+ * determinism, and data parallelism (collectives, exposed reduction, the
+ * distributed optimizer's memory).  (The baselines' closed forms are in test_schedules.c.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "pass.h"
 #include "simulate.h"
 #include "testutil.h"
@@ -255,6 +257,174 @@ START_TEST(test_posting_cost)
 }
 END_TEST
 
+/* ---- data parallelism ---------------------------------------------------- */
+
+/* Collective times (simulate.h): intra link 1e9 B/s and 5us, inter 1e8 B/s
+ * and 20us; a DP group of 4.  Large buffers ride the ring, small ones the
+ * tree; pp-inner puts a group's members P ranks apart, dp-inner side by
+ * side, and the pipeline's links move the other way. */
+START_TEST(test_dp_collective_cost)
+{
+	ir_module *m = ir_new();
+	m->model = (ir_model_info){"dp", 64, 256, 16, IR_DTYPE_F32};
+	m->cluster = (ir_cluster){.name = "c", .devices = 8, .per_node = 8, .mem = 1 << 30,
+	                          .flops = 1e12, .membw = 1e10, .intra = {1e9, 5}, .inter = {1e8, 20}};
+	m->plan.dp = 4; /* P = 2 */
+	m->plan.rank_order = IR_RANKS_PP_INNER;
+	double big = 1e8, small = 1000;
+	/* One node of 8: everything intra.  Ring 2(3/4) 1e5 + 6 x 5; tree
+	 * 2 x 2 x (5 + 1e5). */
+	ck_assert(sim_group_intra(m, 0) && sim_group_intra(m, 1));
+	ck_assert_double_eq_tol(sim_coll_time(m, IR_COMM_ALLREDUCE, 0, (uint64_t)big), 150000 + 30, 1e-6);
+	ck_assert_double_eq_tol(sim_coll_time(m, IR_COMM_REDUCESCATTER, 0, (uint64_t)big), 75015, 1e-6);
+	ck_assert_double_eq_tol(sim_coll_time(m, IR_COMM_ALLGATHER, 1, (uint64_t)big), 75015, 1e-6);
+	/* 1000 bytes: ring 1.5 + 30, tree 4 x (5 + 1) = 24. */
+	ck_assert_double_eq_tol(sim_coll_time(m, IR_COMM_ALLREDUCE, 0, (uint64_t)small), 24, 1e-9);
+	ck_assert_double_eq_tol(sim_coll_time(m, IR_COMM_REDUCESCATTER, 0, (uint64_t)small), 12, 1e-9);
+	/* Nodes of 4.  pp-inner: device 0's group is ranks 0, 2, 4, 6, across
+	 * two nodes (inter: ring 2(3/4) 1e6 + 6 x 20); a pipeline, ranks 2r
+	 * and 2r + 1, stays on its node. */
+	m->cluster.per_node = 4;
+	ck_assert(!sim_group_intra(m, 0));
+	ck_assert_double_eq_tol(sim_coll_time(m, IR_COMM_ALLREDUCE, 0, (uint64_t)big), 1.5e6 + 120, 1e-6);
+	ck_assert_double_eq_tol(sim_link_time(m, 0, 1, 1000), 5 + 1, 1e-9);
+	/* dp-inner: device p's group is ranks 4p .. 4p + 3, one node; the
+	 * pipeline's neighbours are 4 ranks apart, on two nodes. */
+	m->plan.rank_order = IR_RANKS_DP_INNER;
+	ck_assert(sim_group_intra(m, 0) && sim_group_intra(m, 1));
+	ck_assert_double_eq_tol(sim_coll_time(m, IR_COMM_ALLREDUCE, 1, (uint64_t)big), 150030, 1e-6);
+	ck_assert_double_eq_tol(sim_link_time(m, 0, 1, 1000), 20 + 10, 1e-9);
+	/* An update: AdamW moves 28 bytes a parameter; 1e6 of them at 1e10 B/s
+	 * is 2800us, plus the cost model's 4us launch; the distributed
+	 * optimizer updates a quarter of them. */
+	ir_layer *l = ir_add_layer(m, IR_LAYER_MLP, (ir_loc){0});
+	l->cost = (ir_cost){.known = true, .params = 1000000};
+	ir_op up = {.kind = IR_OP_W, .comm = IR_COMM_UPDATE, .first = 0, .last = 0};
+	ck_assert_double_eq_tol(sim_update_time(m, &up), 2800 + 4, 1e-9);
+	m->plan.dist_opt = 1;
+	ck_assert_double_eq_tol(sim_update_time(m, &up), 700 + 4, 1e-9);
+	ir_free(m);
+}
+END_TEST
+
+/* One device per pipeline, D replicas, two stages on it: S0 = [embedding]
+ * (no parameters: its reduction moves nothing, in no time on a link
+ * without latency) and S1 = [mlp with `params` parameters, head]; two
+ * micro-batches per replica, each F0 F1 B1 W1 B0 W0.  S1's all-reduce is
+ * posted after its last W and overlaps the last B0 and W0 (b0 each); the
+ * waits come after them. */
+static ir_module *dp_two_stages(int D, double b0, uint64_t params, int dist_opt, ir_backend be)
+{
+	ir_module *m = ir_new();
+	m->model = (ir_model_info){"dp", 64, 256, 16, IR_DTYPE_F32};
+	m->train = (ir_train){.mbs = 1, .microbatches = 2 * D, .steps = 1, .lr = 1e-3, .seed = 1};
+	m->cluster = (ir_cluster){.name = "c", .devices = D, .per_node = 8, .mem = 1ull << 40,
+	                          .flops = 1e12, .membw = 1e12, .intra = {4e9, 0}, .inter = {4e9, 0}};
+	m->plan = (ir_plan_opts){.schedule = IR_SCHED_1F1B, .chunks = 1, .partition = IR_PART_UNIFORM,
+	                         .backend = be, .dp = D, .rank_order = IR_RANKS_PP_INNER,
+	                         .dist_opt = dist_opt, .bucket = 1ull << 30};
+	ir_layer *l = ir_add_layer(m, IR_LAYER_EMBEDDING, (ir_loc){0});
+	l->cost = (ir_cost){.known = true, .f = 10, .b = b0, .w = b0, .act = 1024, .wstash = 256};
+	l = ir_add_layer(m, IR_LAYER_MLP, (ir_loc){0});
+	l->attr[IR_ATTR_FFN] = 128;
+	l->cost = (ir_cost){.known = true, .f = 10, .b = 10, .w = 10, .flops = 1e6, .act = 4096,
+	                    .wstash = 1024, .params = params, .resident = params * 16};
+	l = ir_add_layer(m, IR_LAYER_HEAD, (ir_loc){0});
+	l->cost = (ir_cost){.known = true};
+	ir_add_stage(m, 0, 0, 0, (ir_loc){0});
+	ir_add_stage(m, 1, 2, 0, (ir_loc){0});
+	ir_alloc_devices(m);
+	ck_assert_int_eq(m->ndevices, 1);
+	for (int mb = 0; mb < 2; mb++) {
+		ir_add_op(m, 0, IR_OP_F, 0, mb, (ir_loc){0});
+		ir_add_op(m, 0, IR_OP_F, 1, mb, (ir_loc){0});
+		ir_add_op(m, 0, IR_OP_B, 1, mb, (ir_loc){0});
+		ir_add_op(m, 0, IR_OP_W, 1, mb, (ir_loc){0});
+		ir_add_op(m, 0, IR_OP_B, 0, mb, (ir_loc){0});
+		ir_add_op(m, 0, IR_OP_W, 0, mb, (ir_loc){0});
+	}
+	pass_id lower[] = {PASS_comm, PASS_verify, PASS_memplan};
+	ck_assert_int_eq(pass_run(m, lower, 3, NULL), 0);
+	return m;
+}
+
+/* S1's all-reduce: 4 x params bytes over 2 members at 4e9 B/s, ring
+ * 2(1/2) x bytes / bw = params / 1e3 us.  With 1e6 parameters that is
+ * 1000us: hidden behind B0 + W0 = 1200us, exposed for 800us behind 200us. */
+START_TEST(test_dp_exposed_reduction)
+{
+	for (int be = 0; be < IR_NBACKENDS; be++) {
+		ir_module *m = dp_two_stages(2, 600, 1000000, 0, (ir_backend)be);
+		sim_result *r = sim_run(m);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_int_eq(r->dp, 2);
+		const sim_device *sd = &r->dev[0];
+		ck_assert_double_eq_tol(sd->coll, 1000, 1e-9);
+		ck_assert_double_eq(sd->exposed, 0);
+		/* Two updates: 4us each plus 28 bytes a parameter at 1e12 B/s. */
+		ck_assert_double_eq_tol(sd->update, 2 * 4 + 1e6 * 28 / 1e12 * 1e6, 1e-9);
+		ck_assert_double_eq_tol(r->makespan, sd->pipeline + sd->update, 1e-9);
+		ck_assert_double_eq_tol(sd->busy + sd->warmup + sd->cooldown + sd->residual + sd->exposed +
+		                        sd->update, r->makespan, 1e-9);
+		/* Global tokens: 4 micro-batches of 16 tokens (2 per replica). */
+		ck_assert_double_eq_tol(r->tokens_per_s, 4 * 16 / (r->makespan * 1e-6), 1e-6);
+		sim_free(r);
+		ir_free(m);
+
+		m = dp_two_stages(2, 100, 1000000, 0, (ir_backend)be);
+		r = sim_run(m);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_double_eq_tol(r->dev[0].exposed, 800, 1e-9);
+		ck_assert_double_eq_tol(r->exposed, 800, 1e-9);
+		ck_assert_double_eq_tol(r->makespan, r->dev[0].pipeline + 800 + r->dev[0].update, 1e-9);
+		sim_free(r);
+		ir_free(m);
+	}
+}
+END_TEST
+
+/* The distributed optimizer holds the AdamW moments of ceil(params / D)
+ * parameters: 8 x (n - n / D) bytes fewer per device for the same arena
+ * (n even, so the reduce-scatter's buffer is the all-reduce's size), and
+ * the simulator's peak is the resident bytes plus the memory plan's arena,
+ * which holds the collectives' buffers. */
+START_TEST(test_dp_memory)
+{
+	const uint64_t n = 1000000;
+	for (int D = 2; D <= 4; D += 2) {
+		ir_module *a = dp_two_stages(D, 100, n, 0, IR_BACKEND_NCCL);
+		ir_module *b = dp_two_stages(D, 100, n, 1, IR_BACKEND_NCCL);
+		sim_result *ra = sim_run(a), *rb = sim_run(b);
+		ck_assert_uint_eq(ra->dev[0].resident, 16 * n);
+		ck_assert_uint_eq(rb->dev[0].resident, 8 * n + 8 * (n / D));
+		for (int k = 0; k < 2; k++) {
+			const ir_module *m = k ? b : a;
+			const sim_result *r = k ? rb : ra;
+			bool bucket = false;
+			for (int i = 0; i < m->memplan[0].nbufs; i++)
+				bucket |= m->memplan[0].bufs[i].kind == IR_BUF_BUCKET &&
+				          m->memplan[0].bufs[i].size == 4 * n;
+			ck_assert(bucket);
+			ck_assert_uint_eq(r->dev[0].peak_act, m->memplan[0].arena);
+			ck_assert_uint_eq(r->dev[0].peak_mem, r->dev[0].resident + m->memplan[0].arena);
+		}
+		ck_assert_uint_eq(a->memplan[0].arena, b->memplan[0].arena);
+		ck_assert_uint_eq(ra->dev[0].peak_mem - rb->dev[0].peak_mem, 8 * (n - n / D));
+		sim_free(ra);
+		sim_free(rb);
+		ir_free(a);
+		ir_free(b);
+	}
+	/* An odd count rounds the shard up; bf16 shards the f32 master too. */
+	ir_module *m = dp_two_stages(4, 100, 1000001, 1, IR_BACKEND_NCCL);
+	ck_assert_uint_eq(cost_resident(m, 1), 8 * 1000001 + 8 * 250001);
+	m->model.dtype = IR_DTYPE_BF16;
+	m->layers[1].cost.resident = 1000001 * (2 + 4 + 8 + 4);
+	ck_assert_uint_eq(cost_resident(m, 1), 1000001 * (2 + 4) + 250001 * 12);
+	ir_free(m);
+}
+END_TEST
+
 static Suite *sim_suite(void)
 {
 	Suite *s = suite_create("simulate");
@@ -269,6 +439,9 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_deterministic_and_fast);
 	tcase_add_test(tc, test_cache_model);
 	tcase_add_test(tc, test_posting_cost);
+	tcase_add_test(tc, test_dp_collective_cost);
+	tcase_add_test(tc, test_dp_exposed_reduction);
+	tcase_add_test(tc, test_dp_memory);
 	suite_add_tcase(s, tc);
 	return s;
 }
