@@ -725,6 +725,252 @@ static int verify_comm(const ir_module *m)
 	return errs;
 }
 
+/* Bytes of a bucket's collective over n parameters (docs/ir.md,
+ * "Data-parallel ops"; the runtime's rt_coll_bytes and comm's coll_bytes
+ * are the same formula): a reduction moves n gradients of esz bytes (4, or
+ * 72 for the deterministic mode's exact partial sums), padded to a
+ * multiple of dp for reduce-scatter; all-gather moves the padded f32
+ * parameters. */
+static uint64_t dp_coll_bytes(const ir_module *m, ir_comm c, uint64_t n)
+{
+	uint64_t D = (uint64_t)ir_dp(m), esz = m->plan.deterministic ? 72 : 4;
+	uint64_t padded = ir_sat_mul((n + D - 1) / D, D);
+	switch (c) {
+	case IR_COMM_ALLREDUCE: return ir_sat_mul(n, esz);
+	case IR_COMM_REDUCESCATTER: return ir_sat_mul(padded, esz);
+	default: return ir_sat_mul(padded, 4);
+	}
+}
+
+/* Where a bucket's ops are in its stage's program: -1 when absent. */
+typedef struct dp_slot {
+	int red, red_wait, upd, ag, ag_wait;
+} dp_slot;
+
+/* "all-reduce S1 b0", as the text names a data-parallel op. */
+static const char *dp_name(char *s, size_t n, const ir_op *op)
+{
+	if (op->comm == IR_COMM_WAIT)
+		snprintf(s, n, "wait %s S%d b%d", ir_comm_names[op->coll], op->stage, op->mb);
+	else
+		snprintf(s, n, "%s S%d b%d", ir_comm_names[op->comm], op->stage, op->mb);
+	return s;
+}
+
+/* Data-parallel ops (docs/ir.md, "Invariants" 6): only with dp > 1; on
+ * their stage's device; per stage, buckets b0..bk that cover its layers in
+ * order, each with one reduction (all-reduce, or reduce-scatter with the
+ * distributed optimizer) after the stage's last W, one wait after it, one
+ * update after the wait and, with the distributed optimizer, one
+ * all-gather after the update and one wait after that; the collectives'
+ * bytes those of their layers' parameters when the costs are known. */
+static int verify_dp(const ir_module *m)
+{
+	int errs = 0, L = m->nlayers, P = m->ndevices;
+	bool dist = m->plan.dist_opt;
+	ir_comm red = dist ? IR_COMM_REDUCESCATTER : IR_COMM_ALLREDUCE;
+	char x[64], y[64];
+	/* One slot per (stage, bucket): stage s's buckets at layers[first + b]. */
+	dp_slot *slot = malloc(((size_t)L + 1) * sizeof *slot);
+	int *last_w = malloc(((size_t)m->nstages + 1) * sizeof *last_w);
+	if (!slot || !last_w)
+		ir_bug("out of memory");
+	for (int l = 0; l < L; l++)
+		slot[l] = (dp_slot){-1, -1, -1, -1, -1};
+	for (int s = 0; s < m->nstages; s++)
+		last_w[s] = -1;
+	for (int d = 0; d < P; d++)
+		for (int i = 0; i < m->devices[d].nops; i++) {
+			const ir_op *op = &m->devices[d].ops[i];
+			if (op->comm == IR_COMM_NONE && op->kind == IR_OP_W)
+				last_w[op->stage] = i;
+		}
+	for (int d = 0; d < P && errs < 20; d++) {
+		const ir_device *dev = &m->devices[d];
+		for (int i = 0; i < dev->nops && errs < 20; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (!ir_is_dp_op(op))
+				continue;
+			ir_loc loc = op_loc_or(m, d, i, m->loc);
+			dp_name(x, sizeof x, op);
+			if (ir_dp(m) <= 1) {
+				diag_error(loc, "D%d: %s: data-parallel ops need a plan with dp > 1", d, x);
+				errs++;
+				break;
+			}
+			int s = op->stage;
+			if (s < 0 || s >= m->nstages) {
+				diag_error(loc, "D%d: %s names stage S%d; the plan has %d stages", d, x, s, m->nstages);
+				errs++;
+				continue;
+			}
+			const ir_stage *st = &m->stages[s];
+			int nl = st->last - st->first + 1;
+			if (st->device != d) {
+				diag_error(loc, "D%d: %s belongs on D%d, where S%d is placed", d, x, st->device, s);
+				errs++;
+				continue;
+			}
+			if (op->mb < 0 || op->mb >= nl) {
+				diag_error(loc, "D%d: %s: S%d's %d layer%s make at most %d buckets", d, x, s, nl,
+				           nl == 1 ? "" : "s", nl);
+				errs++;
+				continue;
+			}
+			ir_comm c = op->comm == IR_COMM_WAIT ? op->coll : op->comm;
+			if ((c == IR_COMM_ALLREDUCE || c == IR_COMM_REDUCESCATTER) && c != red) {
+				diag_error(loc, "D%d: %s: %s the distributed optimizer a bucket's reduction is %s",
+				           d, x, dist ? "with" : "without", dist ? "a reduce-scatter" : "an all-reduce");
+				errs++;
+				continue;
+			}
+			if (c == IR_COMM_ALLGATHER && !dist) {
+				diag_error(loc, "D%d: %s: an all-gather needs the distributed optimizer "
+				                "(dist_optimizer=on)", d, x);
+				errs++;
+				continue;
+			}
+			if (op->comm != IR_COMM_WAIT && (op->first < st->first || op->last > st->last ||
+			                                 op->first > op->last)) {
+				diag_error(loc, "D%d: %s covers L%d..L%d, not within S%d's L%d..L%d", d, x,
+				           op->first, op->last, s, st->first, st->last);
+				errs++;
+				continue;
+			}
+			dp_slot *b = &slot[st->first + op->mb];
+			int *at = op->comm == IR_COMM_UPDATE ? &b->upd
+			        : op->comm == IR_COMM_ALLGATHER ? &b->ag
+			        : op->comm != IR_COMM_WAIT ? &b->red
+			        : c == IR_COMM_ALLGATHER ? &b->ag_wait : &b->red_wait;
+			if (*at >= 0) {
+				diag_error(loc, "D%d: second %s%s (the first is op %d)", d, x,
+				           op->comm == IR_COMM_WAIT || op->comm == IR_COMM_UPDATE ? "" : ": one per bucket",
+				           *at);
+				errs++;
+				continue;
+			}
+			*at = i;
+		}
+	}
+	if (errs || ir_dp(m) <= 1) {
+		free(slot);
+		free(last_w);
+		return errs;
+	}
+	/* Per stage: its buckets in order, then each bucket's ops in order. */
+	for (int s = 0; s < m->nstages && errs < 20; s++) {
+		const ir_stage *st = &m->stages[s];
+		int d = st->device, nl = st->last - st->first + 1, b = 0;
+		const ir_op *ops = m->devices[d].ops;
+		ir_loc sloc = loc_or(m->stage_loc, s, m->loc);
+		for (int next = st->first; next <= st->last && errs < 20; b++) {
+			const dp_slot *k = &slot[st->first + b];
+			if (k->red < 0) {
+				/* At the bucket's first op that is there, else the stage. */
+				int any = k->red_wait >= 0 ? k->red_wait : k->upd >= 0 ? k->upd : k->ag >= 0 ? k->ag : k->ag_wait;
+				diag_error(any >= 0 ? op_loc_or(m, d, any, sloc) : sloc,
+				           "S%d: layers L%d..L%d are in no bucket: b%d has no %s", s, next, st->last,
+				           b, ir_comm_names[red]);
+				errs++;
+				break;
+			}
+			const ir_op *r = &ops[k->red];
+			ir_loc rloc = op_loc_or(m, d, k->red, m->loc);
+			dp_name(x, sizeof x, r);
+			if (r->first != next) {
+				diag_error(rloc, "D%d: %s covers L%d..L%d; S%d's buckets cover its layers in order, "
+				                 "so b%d starts at L%d", d, x, r->first, r->last, s, b, next);
+				errs++;
+				break;
+			}
+			next = r->last + 1;
+			if (k->red < last_w[s]) {
+				diag_error(rloc, "D%d: %s comes before W S%d m%lld, the stage's last W: a bucket is "
+				                 "reduced once the step's gradients are all in", d, x, s,
+				           (long long)ir_local_mb(m) - 1);
+				errs++;
+				continue;
+			}
+			/* Each op after the one before it in the bucket's chain. */
+			const struct {
+				int at;
+				ir_comm comm, coll;
+				int after;
+				const char *after_what;
+			} chain[] = {
+				{k->red_wait, IR_COMM_WAIT, red, k->red, dist ? "its reduce-scatter" : "its all-reduce"},
+				{k->upd, IR_COMM_UPDATE, IR_COMM_NONE, k->red_wait, "the wait of its reduction"},
+				{k->ag, IR_COMM_ALLGATHER, IR_COMM_NONE, k->upd, "its update"},
+				{k->ag_wait, IR_COMM_WAIT, IR_COMM_ALLGATHER, k->ag, "its all-gather"},
+			};
+			int nchain = dist ? 4 : 2;
+			for (int j = 0; j < nchain && errs < 20; j++) {
+				ir_op want = {.kind = IR_OP_W, .stage = s, .mb = b, .comm = chain[j].comm,
+				              .coll = chain[j].coll};
+				dp_name(y, sizeof y, &want);
+				if (chain[j].at < 0) {
+					char z[64];
+					diag_error(op_loc_or(m, d, chain[j].after, m->loc), "D%d: no %s after %s", d, y,
+					           dp_name(z, sizeof z, &ops[chain[j].after]));
+					errs++;
+					break;
+				}
+				if (chain[j].at < chain[j].after) {
+					diag_error(op_loc_or(m, d, chain[j].at, m->loc), "D%d: %s comes before %s", d, y,
+					           chain[j].after_what);
+					errs++;
+					break;
+				}
+				const ir_op *o = &ops[chain[j].at];
+				if (o->comm != IR_COMM_WAIT && (o->first != r->first || o->last != r->last)) {
+					diag_error(op_loc_or(m, d, chain[j].at, m->loc),
+					           "D%d: %s covers L%d..L%d; its bucket is L%d..L%d", d, y, o->first,
+					           o->last, r->first, r->last);
+					errs++;
+					break;
+				}
+			}
+			/* Bytes, when the bucket's costs are known. */
+			bool known = true;
+			uint64_t n = 0;
+			for (int l = r->first; l <= r->last; l++)
+				known &= m->layers[l].cost.known, n = ir_sat_add(n, m->layers[l].cost.params);
+			int colls[] = {k->red, dist ? k->ag : -1};
+			for (int j = 0; j < 2 && known && errs < 20; j++) {
+				if (colls[j] < 0)
+					continue;
+				const ir_op *o = &ops[colls[j]];
+				uint64_t want = dp_coll_bytes(m, o->comm, n);
+				if (o->bytes != want) {
+					char have[32], need[32];
+					ir_fmt_bytes(have, sizeof have, o->bytes);
+					ir_fmt_bytes(need, sizeof need, want);
+					diag_error(op_loc_or(m, d, colls[j], m->loc),
+					           "D%d: %s is %s; the %llu parameters of L%d..L%d need %s (dp=%lld, "
+					           "deterministic=%s)", d, dp_name(y, sizeof y, o), have,
+					           (unsigned long long)n, o->first, o->last, need, (long long)ir_dp(m),
+					           ir_switch_names[m->plan.deterministic != 0]);
+					errs++;
+				}
+			}
+		}
+		/* Nothing past the last bucket. */
+		for (int j = b; j < nl && errs < 20; j++) {
+			const dp_slot *k = &slot[st->first + j];
+			int any = k->red >= 0 ? k->red : k->red_wait >= 0 ? k->red_wait : k->upd >= 0 ? k->upd
+			        : k->ag >= 0 ? k->ag : k->ag_wait;
+			if (any >= 0) {
+				diag_error(op_loc_or(m, d, any, m->loc), "D%d: %s: S%d's layers end in b%d",
+				           d, dp_name(x, sizeof x, &ops[any]), s, b - 1);
+				errs++;
+			}
+		}
+	}
+	free(slot);
+	free(last_w);
+	return errs;
+}
+
 /* "act S1 m3 off=0B size=512KiB live=12..40", as the text form writes it. */
 static const char *buf_desc(char *s, size_t n, const ir_buf *b)
 {
@@ -902,6 +1148,8 @@ int ir_verify(const ir_module *m)
 		errs = verify_w_order(m);
 	if (!errs && ir_lowered(m))
 		errs = verify_comm(m);
+	if (!errs && ir_lowered(m))
+		errs = verify_dp(m);
 	if (!errs && m->memplan)
 		errs = verify_memplan(m);
 	return errs;
