@@ -158,7 +158,9 @@ int main(int argc, char **argv)
 				for (int dist = 0; dist < (D > 1 ? 2 : 1); dist++) {
 					row r = {.n = N, .d = D, .p = P, .dist = dist};
 					snprintf(r.model, sizeof r.model, "%s", strrchr(path, '/') + 1);
-					r.model[strcspn(r.model, ".")] = 0;
+					size_t len = strlen(r.model);
+					if (len > 5 && strcmp(r.model + len - 5, ".yaml") == 0)
+						r.model[len - 5] = 0;
 					plan(path, &r);
 					print_row(&r);
 					fflush(stdout);
