@@ -392,6 +392,8 @@ static uint64_t stage_bytes(const ir_module *m, int stage, bool wstash)
  * passes/prove.c; codegen completes every send by the end of the step. */
 static int wait_recv(const ir_module *m, const ir_op *w, const int *rcv)
 {
+	if (w->coll != IR_COMM_NONE) /* a collective's wait: no receive */
+		return -1;
 	return rcv[((size_t)w->stage * (size_t)ir_local_mb(m) + (size_t)w->mb) * 2 + w->kind];
 }
 

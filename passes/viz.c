@@ -144,9 +144,9 @@ static void check_pair(const ir_module *m, const sim_result *r)
 
 /* ---- Chrome trace ---------------------------------------------------------- */
 
-enum { TID_COMPUTE, TID_SEND, TID_RECV };
+enum { TID_COMPUTE, TID_SEND, TID_RECV, TID_COLL };
 
-static const char *const tid_names[] = {"compute", "comm send", "comm recv"};
+static const char *const tid_names[] = {"compute", "comm send", "comm recv", "collectives"};
 
 /* Separates events, so the array has no trailing comma. */
 static void next_event(FILE *f, bool *first)
@@ -201,7 +201,7 @@ int viz_trace(const ir_module *m, const sim_result *r, const char *path)
 		snprintf(name, sizeof name, "D%d", d);
 		put_meta(f, &first, "process_name", d, 0, name, 0);
 		put_meta(f, &first, "process_sort_index", d, 0, NULL, d);
-		for (int t = TID_COMPUTE; t <= TID_RECV; t++) {
+		for (int t = TID_COMPUTE; t <= (m->plan.dp > 1 ? TID_COLL : TID_RECV); t++) {
 			put_meta(f, &first, "thread_name", d, t, tid_names[t], 0);
 			put_meta(f, &first, "thread_sort_index", d, t, NULL, t);
 		}
@@ -216,6 +216,21 @@ int viz_trace(const ir_module *m, const sim_result *r, const char *path)
 			double s = grid(sd->start[i]), e = grid(sd->end[i]);
 			if (!isfinite(s) || !isfinite(e))
 				continue;
+			if (ir_is_dp_op(op)) {
+				/* Data parallelism: "all-reduce s1 b0" on the collectives'
+				 * thread; its wait and the update on the compute stream. */
+				bool wait = op->comm == IR_COMM_WAIT, coll = !wait && op->comm != IR_COMM_UPDATE;
+				if (wait && e <= s)
+					continue;
+				next_event(f, &first);
+				fprintf(f, "{\"name\":\"%s%s s%d b%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
+				           "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"stage\":%d,\"bucket\":%d,"
+				           "\"bytes\":%llu}}",
+				        wait ? "wait " : "", ir_comm_names[wait ? op->coll : op->comm], op->stage, op->mb,
+				        ir_comm_names[op->comm], d, coll ? TID_COLL : TID_COMPUTE, s, e - s, op->stage,
+				        op->mb, (unsigned long long)op->bytes);
+				continue;
+			}
 			const char *k = op_name(op->kind);
 			next_event(f, &first);
 			fprintf(f, "{\"name\":\"%s s%d m%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
@@ -516,7 +531,7 @@ static int svg_panel(FILE *f, const ir_module *m, const sim_result *r, double sp
 			const ir_op *op = &dev->ops[i];
 			const ir_stage *st = op_stage(m, op);
 			double s = sd->start[i], e = sd->end[i];
-			if (!isfinite(s) || !isfinite(e))
+			if (!isfinite(s) || !isfinite(e) || ir_is_dp_op(op)) /* the figure draws F, B, W */
 				continue;
 			const char *k = op_name(op->kind);
 			int c = chunk[op->stage];

@@ -19,8 +19,11 @@
  * slice "send F s3 m7 -> D2" on its source's "comm send" thread (1) and a
  * slice "recv F s3 m7 <- D0" on its destination's "comm recv" thread (2):
  * links are full duplex, so sends and receives of one device may overlap
- * and need tracks of their own to stay properly nested.  Ops or transfers
- * with non-finite times are left out.  Returns 0, or -1 after a diagnostic
+ * and need tracks of their own to stay properly nested.  With data
+ * parallelism a fourth thread, "collectives" (3), holds each collective
+ * ("all-reduce s1 b0", args stage, bucket, bytes), and the compute thread
+ * the updates and the waits that held it ("wait all-reduce s1 b0").  Ops
+ * or transfers with non-finite times are left out.  Returns 0, or -1 after a diagnostic
  * ("octopipe: error: cannot write 'x': reason"). */
 int viz_trace(const ir_module *m, const sim_result *r, const char *path);
 

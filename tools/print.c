@@ -60,10 +60,12 @@ static double exposed_s(const sim_device *d) { return d->exposed * 1e-6; }
 static double update_s(const sim_device *d) { return d->update * 1e-6; }
 static double coll_s(const sim_device *d) { return d->coll * 1e-6; }
 
-/* "2 x 4 (pp-inner), distributed optimizer on": the data-parallel shape. */
+/* "2 x 4 (replicas x pipeline devices, pp-inner ranks), distributed
+ * optimizer on": the data-parallel shape. */
 static const char *dp_shape(char *buf, size_t n, const ir_module *m)
 {
-	snprintf(buf, n, "%lld x %lld (%s), distributed optimizer %s", (long long)ir_dp(m),
+	snprintf(buf, n, "%lld x %lld (replicas x pipeline devices, %s ranks), distributed optimizer %s",
+	         (long long)ir_dp(m),
 	         (long long)ir_pipe_devices(m), ir_rank_order_names[m->plan.rank_order],
 	         ir_switch_names[m->plan.dist_opt != 0]);
 	return buf;
@@ -152,7 +154,7 @@ void print_sim_table(const ir_module *m, const sim_result *r)
 		       m->cluster.flops);
 	bool dp = r->dp > 1;
 	if (dp) {
-		char shape[96];
+		char shape[128];
 		printf("data parallel %s: collectives %s, exposed reduction %s, update %s (the most of "
 		       "any device)\n", dp_shape(shape, sizeof shape, m), fmt_time(t, sizeof t, r->coll),
 		       fmt_time(u, sizeof u, r->exposed), fmt_time(v, sizeof v, r->update));
@@ -219,10 +221,10 @@ void print_plan_table(const ir_module *m)
 {
 	ir_print_summary(stdout, m, pass_partition_label(m));
 	if (ir_dp(m) > 1) {
-		char shape[96], bucket[32];
+		char shape[128], bucket[32];
 		ir_fmt_size(bucket, sizeof bucket, m->plan.bucket);
-		printf("data parallel: %s replicas x pipeline devices; deterministic %s, buckets of %s; "
-		       "the devices below are one pipeline's, every replica runs them\n",
+		printf("data parallel: %s, deterministic %s, buckets of %s; the devices below are one "
+		       "pipeline's, every replica runs them\n",
 		       dp_shape(shape, sizeof shape, m), ir_switch_names[m->plan.deterministic != 0], bucket);
 	}
 	if (!m->nstages)
