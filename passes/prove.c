@@ -30,24 +30,38 @@
  * nccl the k-th send and the k-th receive of a channel; on mpi the send and
  * the receive with its tag, the value's stage, micro-batch and kind), each
  * side's completion needs the other side posted: P(recv) -> C(send) and
- * P(send) -> C(recv).  The programs are deadlock-free if and only if this
+ * P(send) -> C(recv).  Collectives (all-reduce, reduce-scatter,
+ * all-gather) are posts like transfers: on nccl's communication stream in
+ * program order, non-blocking under mpi; each waits for the op that made
+ * its buffer (the stage's last W, or the bucket's update); a collective's
+ * wait completes after it; and a member's collective completes only once
+ * every member of its DP group has posted it (the same kind, stage and
+ * bucket): P(member's) -> C(own).  The replicas run the same programs, so
+ * pass_verify proves the quotient, one copy (D = 1 below, where that edge
+ * is P -> C itself); prove_replicas builds the D copies from programs given
+ * per replica (prove.h; docs/deadlock.md, "Collectives", for why the
+ * quotient decides).  The programs are deadlock-free if and only if this
  * graph is acyclic; a topological order is the certificate, and a cycle is
  * the counterexample, printed step by step. */
-#include "pass.h"
+#include "prove.h"
 
 #include <string.h>
 
 typedef struct step {
-	int dev;
+	int rep, dev;      /* replica (0 in the quotient) and pipeline device */
 	int first, last;   /* ops of the step: one, or a whole group */
 } step;
 
 typedef struct graph {
 	const ir_module *m;
+	const prove_replica *reps;
+	int D, P;          /* replicas and devices per replica */
 	step *steps;
 	int nsteps, capsteps;
-	int *of_op_base;   /* per device: index into op_step */
-	int *op_step;      /* per op (all devices, flattened): its step */
+	int *of_op_base;   /* per replica and device (r * P + d): index into op_step */
+	int *op_step;      /* per op (all programs, flattened): its step */
+	int *coll_step;    /* per replica and collective (r * nkeys + ckey): its step, or -1 */
+	size_t nkeys;
 	int *eu, *ev;      /* edges */
 	long nedges, capedges;
 	arena *a;          /* the pass's scratch: all of the above */
@@ -69,43 +83,69 @@ static void edge(graph *g, int u, int v)
 #define P_(s) (2 * (s))
 #define C_(s) (2 * (s) + 1)
 
-static int step_of(const graph *g, int d, int i)
+static const ir_device *prog(const graph *g, int r, int d)
 {
-	return g->op_step[g->of_op_base[d] + i];
+	return &g->reps[r].devices[d];
+}
+
+static int step_of(const graph *g, int r, int d, int i)
+{
+	return g->op_step[g->of_op_base[r * g->P + d] + i];
 }
 
 static const ir_op *first_op(const graph *g, int s)
 {
-	return &g->m->devices[g->steps[s].dev].ops[g->steps[s].first];
+	return &prog(g, g->steps[s].rep, g->steps[s].dev)->ops[g->steps[s].first];
 }
 
-/* Split every program into steps. */
+static bool is_coll(const ir_op *op)
+{
+	return op->comm == IR_COMM_ALLREDUCE || op->comm == IR_COMM_REDUCESCATTER ||
+	       op->comm == IR_COMM_ALLGATHER;
+}
+
+/* A post: a transfer or a collective, which the communication stream runs
+ * (nccl) or which returns at once (mpi). */
+static bool is_post(const ir_op *op)
+{
+	return op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV || is_coll(op);
+}
+
+/* A collective's key in its DP group: (stage, bucket, kind); a stage's
+ * buckets sit at its layers (ir_verify: at most one per layer). */
+static size_t ckey(const ir_module *m, int stage, int bucket, ir_comm c)
+{
+	return ((size_t)m->stages[stage].first + (size_t)bucket) * 3 + (size_t)(c - IR_COMM_ALLREDUCE);
+}
+
+/* Split every program of every replica into steps. */
 static void build_steps(graph *g)
 {
-	const ir_module *m = g->m;
 	int total = 0;
-	g->of_op_base = arena_calloc(g->a, (size_t)m->ndevices, sizeof *g->of_op_base);
-	for (int d = 0; d < m->ndevices; d++)
-		g->of_op_base[d] = total, total += m->devices[d].nops;
-	g->op_step = arena_calloc(g->a, (size_t)total, sizeof *g->op_step);
-	for (int d = 0; d < m->ndevices; d++) {
-		const ir_device *dev = &m->devices[d];
-		for (int i = 0; i < dev->nops;) {
-			int j = i;
-			/* A group is one step under both backends: the runtime posts
-			 * its ops together and gives them one handle (rt_comm.c), so a
-			 * wait on any value of the group completes only when all of
-			 * the group's sends and receives have. */
-			if (dev->ops[i].group)
-				while (j + 1 < dev->nops && dev->ops[j + 1].group == dev->ops[i].group)
-					j++;
-			step *s = VEC_PUSH(g->a, g->steps, g->nsteps, g->capsteps);
-			s->dev = d, s->first = i, s->last = j;
-			for (int k = i; k <= j; k++)
-				g->op_step[g->of_op_base[d] + k] = g->nsteps - 1;
-			i = j + 1;
+	g->of_op_base = arena_calloc(g->a, (size_t)g->D * g->P, sizeof *g->of_op_base);
+	for (int r = 0; r < g->D; r++)
+		for (int d = 0; d < g->P; d++)
+			g->of_op_base[r * g->P + d] = total, total += prog(g, r, d)->nops;
+	g->op_step = arena_calloc(g->a, (size_t)total + 1, sizeof *g->op_step);
+	for (int r = 0; r < g->D; r++)
+		for (int d = 0; d < g->P; d++) {
+			const ir_device *dev = prog(g, r, d);
+			for (int i = 0; i < dev->nops;) {
+				int j = i;
+				/* A group is one step under both backends: the runtime posts
+				 * its ops together and gives them one handle (rt_comm.c), so a
+				 * wait on any value of the group completes only when all of
+				 * the group's sends and receives have. */
+				if (dev->ops[i].group)
+					while (j + 1 < dev->nops && dev->ops[j + 1].group == dev->ops[i].group)
+						j++;
+				step *s = VEC_PUSH(g->a, g->steps, g->nsteps, g->capsteps);
+				s->rep = r, s->dev = d, s->first = i, s->last = j;
+				for (int k = i; k <= j; k++)
+					g->op_step[g->of_op_base[r * g->P + d] + k] = g->nsteps - 1;
+				i = j + 1;
+			}
 		}
-	}
 }
 
 /* Key of a value: (kind, stage, mb). */
@@ -116,17 +156,34 @@ static size_t vkey(const ir_module *m, const ir_op *op)
 
 typedef struct partner_ctx {
 	graph *g;
-	int a, b;
+	int r, a, b;
 } partner_ctx;
 
 /* Rendezvous: each side completes only once the other is posted. */
 static int partner_edges(void *ctx, int i, int j)
 {
 	partner_ctx *c = ctx;
-	int x = step_of(c->g, c->a, i), y = step_of(c->g, c->b, j);
+	int x = step_of(c->g, c->r, c->a, i), y = step_of(c->g, c->r, c->b, j);
 	edge(c->g, P_(y), C_(x));
 	edge(c->g, P_(x), C_(y));
 	return 0;
+}
+
+/* The module as replica r sees it: m with r's programs. */
+static ir_module replica_view(const graph *g, int r)
+{
+	ir_module v = *g->m;
+	v.devices = (ir_device *)g->reps[r].devices;
+	v.op_loc = (ir_loc **)g->reps[r].op_loc;
+	v.memplan = NULL;
+	return v;
+}
+
+static ir_loc op_at(const graph *g, int r, int d, int i)
+{
+	const ir_module *m = g->m;
+	ir_loc *const *locs = g->reps[r].op_loc;
+	return locs && locs[d] && locs[d][i].src ? locs[d][i] : ir_loc_or(m->plan_loc, m->loc);
 }
 
 static void build_edges(graph *g)
@@ -137,102 +194,154 @@ static void build_edges(graph *g)
 	size_t nv = (size_t)S * M * 2;
 	int *recv_step = arena_calloc(g->a, nv, sizeof *recv_step);
 	int *made_step = arena_calloc(g->a, nv, sizeof *made_step); /* compute step that makes a sent value */
-	for (size_t i = 0; i < nv; i++)
-		recv_step[i] = made_step[i] = -1;
-	for (int d = 0; d < m->ndevices; d++) {
-		const ir_device *dev = &m->devices[d];
-		for (int i = 0; i < dev->nops; i++) {
-			const ir_op *op = &dev->ops[i];
-			if (op->comm == IR_COMM_RECV)
-				recv_step[vkey(m, op)] = step_of(g, d, i);
-			if (op->comm != IR_COMM_NONE)
-				continue;
-			for (int k = IR_OP_F; k <= IR_OP_B; k++)
-				if (ir_value_maker(m, (ir_op_kind)k) == op->kind) {
-					ir_op v = *op; /* the value this op makes */
-					v.kind = (ir_op_kind)k;
-					made_step[vkey(m, &v)] = step_of(g, d, i);
-				}
-		}
-	}
+	int *last_w = arena_calloc(g->a, (size_t)S + 1, sizeof *last_w); /* per stage: its last W's step */
+	int *upd_step = arena_calloc(g->a, (size_t)m->nlayers + 1, sizeof *upd_step); /* per bucket */
 	for (int s = 0; s < g->nsteps; s++)
 		edge(g, P_(s), C_(s));
-	/* Program order. */
-	for (int d = 0; d < m->ndevices; d++) {
-		const ir_device *dev = &m->devices[d];
-		int prev_compute = -1, prev_comm = -1, prev_any = -1;
-		for (int i = 0; i < dev->nops;) {
-			int s = step_of(g, d, i);
-			const ir_op *op = &dev->ops[i];
-			bool comm = op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV;
-			if (be == IR_BACKEND_NCCL) {
-				if (comm) {
-					if (prev_comm >= 0)
-						edge(g, C_(prev_comm), P_(s));
-					prev_comm = s;
-				} else {
-					if (prev_compute >= 0)
-						edge(g, C_(prev_compute), P_(s));
-					prev_compute = s;
-				}
-			} else if (prev_any >= 0) {
-				const ir_op *po = first_op(g, prev_any);
-				bool posted = po->comm == IR_COMM_SEND || po->comm == IR_COMM_RECV;
-				edge(g, posted ? P_(prev_any) : C_(prev_any), P_(s));
+	for (int r = 0; r < g->D; r++) {
+		int *coll = g->coll_step + (size_t)r * g->nkeys;
+		for (size_t i = 0; i < nv; i++)
+			recv_step[i] = made_step[i] = -1;
+		for (int s = 0; s < S; s++)
+			last_w[s] = -1;
+		for (int d = 0; d < g->P; d++) {
+			const ir_device *dev = prog(g, r, d);
+			for (int i = 0; i < dev->nops; i++) {
+				const ir_op *op = &dev->ops[i];
+				if (is_coll(op))
+					coll[ckey(m, op->stage, op->mb, op->comm)] = step_of(g, r, d, i);
+				if (op->comm == IR_COMM_UPDATE)
+					upd_step[m->stages[op->stage].first + op->mb] = step_of(g, r, d, i);
+				if (op->comm == IR_COMM_RECV)
+					recv_step[vkey(m, op)] = step_of(g, r, d, i);
+				if (op->comm != IR_COMM_NONE)
+					continue;
+				if (op->kind == IR_OP_W)
+					last_w[op->stage] = step_of(g, r, d, i); /* W's run in micro-batch order */
+				for (int k = IR_OP_F; k <= IR_OP_B; k++)
+					if (ir_value_maker(m, (ir_op_kind)k) == op->kind) {
+						ir_op v = *op; /* the value this op makes */
+						v.kind = (ir_op_kind)k;
+						made_step[vkey(m, &v)] = step_of(g, r, d, i);
+					}
 			}
-			prev_any = s;
-			/* A send waits for the op that made its value; a wait for its receive. */
-			for (int k = g->steps[s].first; k <= g->steps[s].last; k++) {
-				const ir_op *o = &dev->ops[k];
-				size_t v = vkey(m, o);
-				if (o->comm == IR_COMM_SEND && made_step[v] >= 0)
-					edge(g, C_(made_step[v]), P_(s));
-				if (o->comm == IR_COMM_WAIT && recv_step[v] >= 0)
-					edge(g, C_(recv_step[v]), C_(s));
-			}
-			i = g->steps[s].last + 1;
 		}
+		/* Program order. */
+		for (int d = 0; d < g->P; d++) {
+			const ir_device *dev = prog(g, r, d);
+			int prev_compute = -1, prev_comm = -1, prev_any = -1;
+			for (int i = 0; i < dev->nops;) {
+				int s = step_of(g, r, d, i);
+				const ir_op *op = &dev->ops[i];
+				if (be == IR_BACKEND_NCCL) {
+					/* Transfers and collectives on the communication stream;
+					 * compute ops, waits and updates on the compute stream. */
+					if (is_post(op)) {
+						if (prev_comm >= 0)
+							edge(g, C_(prev_comm), P_(s));
+						prev_comm = s;
+					} else {
+						if (prev_compute >= 0)
+							edge(g, C_(prev_compute), P_(s));
+						prev_compute = s;
+					}
+				} else if (prev_any >= 0) {
+					edge(g, is_post(first_op(g, prev_any)) ? P_(prev_any) : C_(prev_any), P_(s));
+				}
+				prev_any = s;
+				/* A send waits for the op that made its value, a collective
+				 * for the op that made its buffer (a reduction the stage's
+				 * last W, an all-gather the bucket's update); a wait for its
+				 * receive or its collective. */
+				for (int k = g->steps[s].first; k <= g->steps[s].last; k++) {
+					const ir_op *o = &dev->ops[k];
+					if (o->comm == IR_COMM_SEND && made_step[vkey(m, o)] >= 0)
+						edge(g, C_(made_step[vkey(m, o)]), P_(s));
+					if (o->comm == IR_COMM_WAIT && o->coll == IR_COMM_NONE && recv_step[vkey(m, o)] >= 0)
+						edge(g, C_(recv_step[vkey(m, o)]), C_(s));
+					if (o->comm == IR_COMM_WAIT && o->coll != IR_COMM_NONE &&
+					    coll[ckey(m, o->stage, o->mb, o->coll)] >= 0)
+						edge(g, C_(coll[ckey(m, o->stage, o->mb, o->coll)]), C_(s));
+					int maker = o->comm == IR_COMM_ALLGATHER ? upd_step[m->stages[o->stage].first + o->mb]
+					          : is_coll(o) ? last_w[o->stage] : -1;
+					if (maker >= 0)
+						edge(g, C_(maker), P_(s));
+				}
+				i = g->steps[s].last + 1;
+			}
+		}
+		/* Partners: as the backend matches (nccl first in, first out per
+		 * channel; mpi by tag), within the replica. */
+		ir_module v = replica_view(g, r);
+		for (int a = 0; a < g->P; a++)
+			for (int b = 0; b < g->P; b++)
+				if (a != b)
+					ir_channel_pairs(&v, a, b, partner_edges, &(partner_ctx){g, r, a, b});
 	}
-	/* Partners: as the backend matches (nccl first in, first out per
-	 * channel; mpi by tag). */
-	for (int a = 0; a < m->ndevices; a++)
-		for (int b = 0; b < m->ndevices; b++)
-			if (a != b)
-				ir_channel_pairs(m, a, b, partner_edges, &(partner_ctx){g, a, b});
+	/* Collectives: a member's completes only once every member of its DP
+	 * group has posted it (in the quotient, its own post: P -> C). */
+	for (size_t k = 0; k < g->nkeys && g->D > 1; k++)
+		for (int r = 0; r < g->D; r++)
+			for (int q = 0; q < g->D; q++) {
+				int x = g->coll_step[(size_t)r * g->nkeys + k], y = g->coll_step[(size_t)q * g->nkeys + k];
+				if (q != r && x >= 0 && y >= 0)
+					edge(g, P_(y), C_(x));
+			}
+}
+
+/* "D1", or with replicas "R1 D1 (rank 3)". */
+static const char *rank_name(const graph *g, int r, int d, char *buf, size_t n)
+{
+	if (g->D == 1)
+		snprintf(buf, n, "D%d", d);
+	else
+		snprintf(buf, n, "R%d D%d (rank %lld)", r, d, (long long)ir_rank_of(g->m, r, d));
+	return buf;
 }
 
 static void describe(const graph *g, int s, char *buf, size_t n)
 {
 	const step *st = &g->steps[s];
 	const ir_op *op = first_op(g, s);
+	char who[48], peer[48];
+	rank_name(g, st->rep, st->dev, who, sizeof who);
+	if (op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV)
+		rank_name(g, st->rep, op->peer, peer, sizeof peer);
 	if (st->last > st->first) {
-		snprintf(buf, n, "D%d: group of %d (first: %s %s S%d m%d with D%d)", st->dev,
+		snprintf(buf, n, "%s: group of %d (first: %s %s S%d m%d with %s)", who,
 		         st->last - st->first + 1, ir_comm_names[op->comm], ir_value_names[op->kind],
-		         op->stage, op->mb, op->peer);
+		         op->stage, op->mb, peer);
 	} else if (op->comm == IR_COMM_NONE) {
-		snprintf(buf, n, "D%d: %s S%d m%d", st->dev, ir_op_names[op->kind], op->stage, op->mb);
+		snprintf(buf, n, "%s: %s S%d m%d", who, ir_op_names[op->kind], op->stage, op->mb);
+	} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
+		snprintf(buf, n, "%s: wait %s S%d b%d", who, ir_comm_names[op->coll], op->stage, op->mb);
 	} else if (op->comm == IR_COMM_WAIT) {
-		snprintf(buf, n, "D%d: wait %s S%d m%d", st->dev, ir_value_names[op->kind], op->stage, op->mb);
+		snprintf(buf, n, "%s: wait %s S%d m%d", who, ir_value_names[op->kind], op->stage, op->mb);
+	} else if (op->comm == IR_COMM_UPDATE) {
+		snprintf(buf, n, "%s: update S%d b%d", who, op->stage, op->mb);
+	} else if (is_coll(op)) {
+		snprintf(buf, n, "%s: %s S%d b%d over the DP group of D%d", who, ir_comm_names[op->comm],
+		         op->stage, op->mb, st->dev);
 	} else {
-		snprintf(buf, n, "D%d: %s %s S%d m%d %s D%d", st->dev, ir_comm_names[op->comm],
+		snprintf(buf, n, "%s: %s %s S%d m%d %s %s", who, ir_comm_names[op->comm],
 		         ir_value_names[op->kind], op->stage, op->mb,
-		         op->comm == IR_COMM_SEND ? "to" : "from", op->peer);
+		         op->comm == IR_COMM_SEND ? "to" : "from", peer);
 	}
 }
 
 /* Kahn's algorithm; on a cycle, walk it and print it. */
-static int prove(graph *g)
+static int prove(graph *g, ir_proof *out)
 {
 	int N = 2 * g->nsteps;
-	int *deg = arena_calloc(g->a, (size_t)N, sizeof *deg);
+	int *deg = arena_calloc(g->a, (size_t)N + 1, sizeof *deg);
 	int *head = arena_calloc(g->a, (size_t)N + 1, sizeof *head);
-	int *adj = arena_calloc(g->a, (size_t)g->nedges, sizeof *adj);
-	int *queue = arena_calloc(g->a, (size_t)N, sizeof *queue);
+	int *adj = arena_calloc(g->a, (size_t)g->nedges + 1, sizeof *adj);
+	int *queue = arena_calloc(g->a, (size_t)N + 1, sizeof *queue);
 	for (long e = 0; e < g->nedges; e++)
 		head[g->eu[e] + 1]++, deg[g->ev[e]]++;
 	for (int u = 0; u < N; u++)
 		head[u + 1] += head[u];
-	int *fill = arena_calloc(g->a, (size_t)N, sizeof *fill);
+	int *fill = arena_calloc(g->a, (size_t)N + 1, sizeof *fill);
 	memcpy(fill, head, (size_t)N * sizeof *fill);
 	for (long e = 0; e < g->nedges; e++)
 		adj[fill[g->eu[e]]++] = g->ev[e];
@@ -248,54 +357,143 @@ static int prove(graph *g)
 			if (--deg[adj[k]] == 0)
 				queue[qt++] = adj[k];
 	}
-	int rc = 0;
 	const ir_module *m = g->m;
 	if (qt == N) {
-		ir_module *mm = (ir_module *)m;
-		mm->proof = (ir_proof){true, m->plan.backend, g->nsteps, hash};
-	} else {
-		/* Every event left waits on another left: follow such edges from
-		 * one until an event repeats; the loop is the cycle. */
-		int *seen = arena_calloc(g->a, (size_t)N, sizeof *seen), u = -1;
-		for (int x = 0; x < N && u < 0; x++)
-			if (deg[x])
-				u = x;
-		/* Walk predecessors that are still blocked: build reverse lists. */
-		int *pred = arena_calloc(g->a, (size_t)N, sizeof *pred);
-		for (int x = 0; x < N; x++)
-			pred[x] = -1;
-		for (long e = 0; e < g->nedges; e++)
-			if (deg[g->eu[e]] && deg[g->ev[e]] && pred[g->ev[e]] < 0)
-				pred[g->ev[e]] = g->eu[e];
-		int t = 1;
-		while (!seen[u]) {
-			seen[u] = t++;
-			u = pred[u];
-			ir_assert(u >= 0);
-		}
-		/* u is on the cycle: print it in the order events wait on each other. */
+		*out = (ir_proof){true, m->plan.backend, g->nsteps, hash};
+		return PROVE_OK;
+	}
+	/* Every event left waits on another left: follow such edges from
+	 * one until an event repeats; the loop is the cycle. */
+	int *seen = arena_calloc(g->a, (size_t)N, sizeof *seen), u = -1;
+	for (int x = 0; x < N && u < 0; x++)
+		if (deg[x])
+			u = x;
+	/* Walk predecessors that are still blocked: build reverse lists. */
+	int *pred = arena_calloc(g->a, (size_t)N, sizeof *pred);
+	for (int x = 0; x < N; x++)
+		pred[x] = -1;
+	for (long e = 0; e < g->nedges; e++)
+		if (deg[g->eu[e]] && deg[g->ev[e]] && pred[g->ev[e]] < 0)
+			pred[g->ev[e]] = g->eu[e];
+	int t = 1;
+	while (!seen[u]) {
+		seen[u] = t++;
+		u = pred[u];
+		ir_assert(u >= 0);
+	}
+	/* u is on the cycle: print it in the order events wait on each other. */
+	if (g->D == 1)
 		diag_sink_error(g->diag, ir_loc_or(m->plan_loc, m->loc),
 		                "verify: the programs can deadlock under %s semantics; a cycle of waits:",
 		                ir_backend_names[m->plan.backend]);
-		int start = u, last_step = -1, shown = 0, steps = 0;
-		do {
-			int s = u / 2;
-			if (s != last_step) {
-				if (shown < 64) {
-					char buf[160];
-					describe(g, s, buf, sizeof buf);
-					diag_sink_line(g->diag, "  %s %s", buf, u % 2 ? "cannot complete" : "cannot be posted");
-					shown++;
-				}
-				steps++;
+	else
+		diag_sink_error(g->diag, ir_loc_or(m->plan_loc, m->loc),
+		                "verify: the programs of the %d replicas can deadlock under %s semantics; a "
+		                "cycle of waits:", g->D, ir_backend_names[m->plan.backend]);
+	int start = u, last_step = -1, shown = 0, steps = 0;
+	do {
+		int s = u / 2;
+		if (s != last_step) {
+			if (shown < 64) {
+				char buf[200];
+				describe(g, s, buf, sizeof buf);
+				diag_sink_line(g->diag, "  %s %s", buf, u % 2 ? "cannot complete" : "cannot be posted");
+				shown++;
 			}
-			last_step = s;
-			u = pred[u];
-		} while (u != start);
-		if (steps > shown)
-			diag_sink_line(g->diag, "  ... and %d more steps of the cycle", steps - shown);
-		rc = -1;
+			steps++;
+		}
+		last_step = s;
+		u = pred[u];
+	} while (u != start);
+	if (steps > shown)
+		diag_sink_line(g->diag, "  ... and %d more steps of the cycle", steps - shown);
+	return PROVE_CYCLE;
+}
+
+/* The members of each DP group agree on each collective's bytes. */
+static int check_bytes(graph *g)
+{
+	for (int r = 1; r < g->D; r++)
+		for (int d = 0; d < g->P; d++) {
+			const ir_device *dev = prog(g, r, d);
+			for (int i = 0; i < dev->nops; i++) {
+				const ir_op *op = &dev->ops[i];
+				if (!is_coll(op))
+					continue;
+				int k0 = g->coll_step[ckey(g->m, op->stage, op->mb, op->comm)];
+				if (k0 < 0)
+					continue; /* not in replica 0: ir_verify refused that */
+				const step *s0 = &g->steps[k0];
+				const ir_op *o0 = &prog(g, 0, s0->dev)->ops[s0->first];
+				if (o0->bytes != op->bytes) {
+					diag_sink_error(g->diag, op_at(g, r, d, i),
+					                "verify: replica %d posts %s S%d b%d of %llu bytes, replica 0 of "
+					                "%llu: the members of a DP group must agree on a collective's size",
+					                r, ir_comm_names[op->comm], op->stage, op->mb,
+					                (unsigned long long)op->bytes, (unsigned long long)o0->bytes);
+					return PROVE_INVALID;
+				}
+			}
+		}
+	return PROVE_OK;
+}
+
+/* The k-th collective each member of a DP group posts is the same one:
+ * MPI and NCCL match a group's collectives by the order of their posts. */
+static int check_order(graph *g)
+{
+	for (int d = 0; d < g->P; d++)
+		for (int r = 1; r < g->D; r++) {
+			const ir_device *a = prog(g, 0, d), *b = prog(g, r, d);
+			int i = 0, j = 0, k = 0;
+			for (;; i++, j++, k++) {
+				while (i < a->nops && !is_coll(&a->ops[i]))
+					i++;
+				while (j < b->nops && !is_coll(&b->ops[j]))
+					j++;
+				if (i >= a->nops || j >= b->nops)
+					break; /* the same set of collectives (ir_verify): both end */
+				const ir_op *x = &a->ops[i], *y = &b->ops[j];
+				if (x->comm != y->comm || x->stage != y->stage || x->mb != y->mb) {
+					diag_sink_error(g->diag, op_at(g, r, d, j),
+					                "verify: the DP group of D%d disagrees on its collective %d: replica "
+					                "%d posts %s S%d b%d where replica 0 posts %s S%d b%d (MPI and NCCL "
+					                "match a group's collectives by the order of their posts)",
+					                d, k, r, ir_comm_names[y->comm], y->stage, y->mb,
+					                ir_comm_names[x->comm], x->stage, x->mb);
+					return PROVE_INVALID;
+				}
+			}
+		}
+	return PROVE_OK;
+}
+
+int prove_replicas(const ir_module *m, const prove_replica *reps, int D, arena *a,
+                   diag_sink *diag, ir_proof *proof)
+{
+	ir_assert(D >= 1 && (D == 1 || D == ir_dp(m)));
+	graph g = {.m = m, .reps = reps, .D = D, .P = m->ndevices, .a = a, .diag = diag};
+	for (int r = 0; r < D; r++) {
+		if (reps[r].devices == m->devices)
+			continue; /* the module's own: its caller verified them */
+		ir_module v = replica_view(&g, r);
+		if (ir_verify(&v) != 0)
+			return PROVE_INVALID;
 	}
+	g.nkeys = (size_t)m->nlayers * 3;
+	g.coll_step = arena_calloc(a, (size_t)D * g.nkeys + 1, sizeof *g.coll_step);
+	for (size_t k = 0; k < (size_t)D * g.nkeys; k++)
+		g.coll_step[k] = -1;
+	build_steps(&g);
+	build_edges(&g);
+	int rc = check_bytes(&g);
+	ir_proof got;
+	if (rc == PROVE_OK)
+		rc = prove(&g, &got);
+	if (rc == PROVE_OK)
+		rc = check_order(&g);
+	if (rc == PROVE_OK && proof)
+		*proof = got;
 	return rc;
 }
 
@@ -319,10 +517,11 @@ int pass_verify(ir_module *m, pass_ctx *cx)
 		return -1;
 	bool had = m->proof.proven;
 	ir_proof old = m->proof;
-	graph g = {.m = m, .a = cx->scratch, .diag = cx->diag};
-	build_steps(&g);
-	build_edges(&g);
-	int rc = prove(&g);
+	/* The quotient: the replicas run these same programs, so one copy, in
+	 * which each collective waits for its own post, decides (docs/deadlock.md,
+	 * "Collectives"). */
+	prove_replica q = {m->devices, (ir_loc *const *)m->op_loc};
+	int rc = prove_replicas(m, &q, 1, cx->scratch, cx->diag, &m->proof) == PROVE_OK ? 0 : -1;
 	if (rc == 0 && had && (old.backend != m->proof.backend || old.steps != m->proof.steps ||
 	                       old.order != m->proof.order)) {
 		diag_sink_error(cx->diag, ir_loc_or(m->plan_loc, m->loc),

@@ -37,6 +37,7 @@
 
 #include "frontend.h"
 #include "pass.h"
+#include "prove.h"
 #include "testutil.h"
 #include "simulate.h"
 #include "tune.h"
@@ -70,16 +71,25 @@ static int pick(rng *r, int n)
 
 /* ---- the programs, as the explorer reads them ---------------------------- */
 
-enum { X_COMPUTE, X_WAIT, X_SEND, X_RECV };
+/* X_COLL: an all-reduce, reduce-scatter or all-gather (posted, and
+ * complete once every member of its DP group has posted it); X_CWAIT: the
+ * wait of one.  An update is a compute op: it touches no other rank. */
+enum { X_COMPUTE, X_WAIT, X_SEND, X_RECV, X_COLL, X_CWAIT };
+
+/* Ranks the explorer's state holds: D replicas x P devices. */
+enum { XMAXR = 16, XMAXD = 4 };
 
 typedef struct xop {
 	int type;
-	int kind, stage, mb; /* send, recv, wait: the value */
-	int peer;    /* send, recv: the other device */
-	int run;     /* send, recv: first op of its run (its group, or itself) */
-	int end;     /* send, recv: one past the last op of its run */
+	int kind, stage, mb; /* send, recv, wait: the value; collective, its wait: stage, bucket */
+	int comm;    /* collective and its wait: the collective's kind */
+	int peer;    /* send, recv: the other rank */
+	int run;     /* send, recv: first op of its run (its group, or itself); collective: itself */
+	int end;     /* send, recv: one past the last op of its run; collective: itself + 1 */
 	int partner; /* send, recv: index, on peer, of the op it matches */
-	int recv;    /* wait: index of its receive */
+	int recv;    /* wait: index of its receive; collective's wait: of its collective */
+	int member[XMAXD]; /* collective: index of the same collective (kind, stage,
+	              * bucket) in the program of each member of its DP group */
 } xop;
 
 /* How a receive finds its message: NCCL (and the emulator's stand-in) has
@@ -88,10 +98,12 @@ typedef struct xop {
  * first in, first out only among equal tags. */
 typedef enum matching { MATCH_FIFO, MATCH_TAG } matching;
 
+/* The programs of D replicas of a P-device pipeline: rank r * P + d runs
+ * replica r's program of device d. */
 typedef struct xprog {
-	int P;
-	int n[4];
-	xop *ops[4];
+	int R, P, D;
+	int n[XMAXR];
+	xop *ops[XMAXR];
 } xprog;
 
 static bool is_xfer(const ir_op *o)
@@ -116,23 +128,35 @@ static int nth(const xprog *x, int d, int t, int p, const xop *v, matching mt, i
 	return -1;
 }
 
-/* Read the module's programs.  Groups are maximal runs of transfers with
- * the same non-zero group; every send meets its receive by mt. */
-static void xprog_build(const ir_module *m, xprog *x, matching mt)
+static bool is_coll(const ir_op *o)
 {
-	x->P = m->ndevices;
-	REQUIRE(x->P <= 4, "%d devices; the explorer's state holds 4", x->P);
-	for (int d = 0; d < x->P; d++) {
-		const ir_device *dev = &m->devices[d];
-		x->n[d] = dev->nops;
-		x->ops[d] = calloc((size_t)dev->nops + 1, sizeof *x->ops[d]);
+	return o->comm == IR_COMM_ALLREDUCE || o->comm == IR_COMM_REDUCESCATTER ||
+	       o->comm == IR_COMM_ALLGATHER;
+}
+
+/* Read D replicas' programs (reps[r]: replica r's P programs).  Groups are
+ * maximal runs of transfers with the same non-zero group; every send meets
+ * its receive in its replica by mt; a collective meets the collective of
+ * the same kind, stage and bucket in every member of its DP group (device
+ * d of each replica). */
+static void xprog_build(const ir_module *m, const ir_device *const *reps, int D, xprog *x,
+                        matching mt)
+{
+	x->P = m->ndevices, x->D = D, x->R = D * m->ndevices;
+	REQUIRE(x->R <= XMAXR && D <= XMAXD, "%d ranks; the explorer's state holds %d", x->R, XMAXR);
+	for (int q = 0; q < x->R; q++) {
+		int r = q / x->P;
+		const ir_device *dev = &reps[r][q % x->P];
+		x->n[q] = dev->nops;
+		x->ops[q] = calloc((size_t)dev->nops + 1, sizeof *x->ops[q]);
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *o = &dev->ops[i];
-			xop *e = &x->ops[d][i];
-			*e = (xop){.kind = o->kind, .stage = o->stage, .mb = o->mb, .peer = o->peer,
-			           .partner = -1, .recv = -1};
+			xop *e = &x->ops[q][i];
+			*e = (xop){.kind = o->kind, .stage = o->stage, .mb = o->mb, .peer = r * x->P + o->peer,
+			           .partner = -1, .recv = -1, .run = i, .end = i + 1};
 			switch (o->comm) {
 			case IR_COMM_NONE:
+			case IR_COMM_UPDATE:
 				e->type = X_COMPUTE;
 				break;
 			case IR_COMM_SEND:
@@ -140,33 +164,54 @@ static void xprog_build(const ir_module *m, xprog *x, matching mt)
 				e->type = o->comm == IR_COMM_SEND ? X_SEND : X_RECV;
 				bool cont = i > 0 && o->group && is_xfer(&dev->ops[i - 1]) &&
 				            dev->ops[i - 1].group == o->group;
-				e->run = cont ? x->ops[d][i - 1].run : i;
+				e->run = cont ? x->ops[q][i - 1].run : i;
 				for (int k = e->run; k <= i; k++)
-					x->ops[d][k].end = i + 1;
+					x->ops[q][k].end = i + 1;
 				break;
 			}
 			case IR_COMM_WAIT:
-				e->type = X_WAIT;
+				e->type = o->coll ? X_CWAIT : X_WAIT;
+				e->comm = o->coll;
 				break;
 			default:
-				ck_abort();
+				REQUIRE(is_coll(o), "an op the explorer does not know");
+				e->type = X_COLL;
+				e->comm = o->comm;
 			}
 		}
 		for (int i = 0; i < dev->nops; i++) {
-			xop *e = &x->ops[d][i];
-			if (e->type != X_WAIT)
+			xop *e = &x->ops[q][i];
+			if (e->type != X_WAIT && e->type != X_CWAIT)
 				continue;
-			for (int j = 0; j < dev->nops; j++)
-				if (x->ops[d][j].type == X_RECV && same_value(&x->ops[d][j], e))
+			for (int j = 0; j < dev->nops; j++) {
+				const xop *o = &x->ops[q][j];
+				if (e->type == X_WAIT ? o->type == X_RECV && same_value(o, e)
+				                      : o->type == X_COLL && o->comm == e->comm && o->stage == e->stage &&
+				                            o->mb == e->mb)
 					e->recv = j;
-			REQUIRE(e->recv >= 0, "D%d: wait without its receive", d);
+			}
+			REQUIRE(e->recv >= 0, "rank %d: wait without its receive or collective", q);
 		}
 	}
 	/* Partners: the k-th send of a to b (of its value, by tag) meets the
 	 * k-th receive on b from a (of that value). */
-	for (int a = 0; a < x->P; a++)
+	for (int a = 0; a < x->R; a++)
 		for (int i = 0; i < x->n[a]; i++) {
 			xop *s = &x->ops[a][i];
+			if (s->type == X_COLL) {
+				/* The same collective in each member of the group. */
+				for (int r = 0; r < D; r++) {
+					int q = r * x->P + a % x->P;
+					s->member[r] = -1;
+					for (int j = 0; j < x->n[q]; j++) {
+						const xop *o = &x->ops[q][j];
+						if (o->type == X_COLL && o->comm == s->comm && o->stage == s->stage && o->mb == s->mb)
+							s->member[r] = j;
+					}
+					REQUIRE(s->member[r] >= 0, "rank %d: a collective that rank %d lacks", a, q);
+				}
+				continue;
+			}
 			if (s->type != X_SEND)
 				continue;
 			int k = 0;
@@ -175,26 +220,26 @@ static void xprog_build(const ir_module *m, xprog *x, matching mt)
 				k += o->type == X_SEND && o->peer == s->peer && (mt == MATCH_FIFO || same_value(o, s));
 			}
 			int j = nth(x, s->peer, X_RECV, a, s, mt, k);
-			REQUIRE(j >= 0, "D%d: a send without a receive", a);
+			REQUIRE(j >= 0, "rank %d: a send without a receive", a);
 			xop *r = &x->ops[s->peer][j];
-			REQUIRE(r->partner < 0, "D%d: a receive with two sends", s->peer);
+			REQUIRE(r->partner < 0, "rank %d: a receive with two sends", s->peer);
 			s->partner = j, r->partner = i;
 		}
-	for (int d = 0; d < x->P; d++)
+	for (int d = 0; d < x->R; d++)
 		for (int i = 0; i < x->n[d]; i++)
 			REQUIRE(x->ops[d][i].type != X_RECV || x->ops[d][i].partner >= 0,
-			        "D%d: a receive without a send", d);
+			        "rank %d: a receive without a send", d);
 }
 
 static void xprog_free(xprog *x)
 {
-	for (int d = 0; d < x->P; d++)
+	for (int d = 0; d < x->R; d++)
 		free(x->ops[d]);
 }
 
 /* ---- the state space -------------------------------------------------------- */
 
-enum { KEY = 8 };
+enum { KEY = 2 * XMAXR };
 typedef union state {
 	uint8_t b[KEY];
 	uint64_t w[KEY / 8];
@@ -304,8 +349,13 @@ static void visit(explorer *e, const state *s)
  *               posted (its kernel starts) and completes once every op's
  *               partner is posted too; a wait has nothing left to wait for.
  *
- * State: b[d] the program counter of device d (every op before it is
- * posted, or run); SEM_STREAM: b[4 + d], the run at the counter is
+ * Collectives (DESIGN.md, "Scaling out"): a collective is posted like a
+ * transfer (SEM_HOST: it returns; SEM_STREAM: it takes the device's turn
+ * until it completes) and completes once every member of its DP group has
+ * posted it; its wait blocks until then.
+ *
+ * State: b[q] the program counter of rank q (every op before it is
+ * posted, or run); SEM_STREAM: b[XMAXR + q], the run at the counter is
  * posted. */
 typedef enum semantics { SEM_HOST, SEM_STREAM } semantics;
 
@@ -321,89 +371,137 @@ static bool host_matched(const xprog *x, const state *s, int d, int i)
 	return i < s->b[d] && o->partner < s->b[o->peer];
 }
 
+/* Has every member of the DP group posted collective i of rank q (SEM_HOST:
+ * before its counter)? */
+static bool host_coll_done(const xprog *x, const state *s, int q, int i)
+{
+	const xop *c = &x->ops[q][i];
+	bool done = true;
+	for (int r = 0; r < x->D; r++)
+		done &= c->member[r] < s->b[r * x->P + q % x->P];
+	return done;
+}
+
+/* Can rank d pass the op at its counter, and is that a local move (a
+ * compute op, an update or a wait that may pass: it changes nothing any
+ * other rank reads, and nothing can take it back)? */
+static bool host_enabled(const xprog *x, const state *s, int d, bool *local)
+{
+	const xop *o = &x->ops[d][s->b[d]];
+	*local = o->type == X_COMPUTE || o->type == X_WAIT || o->type == X_CWAIT;
+	if (o->type == X_WAIT) {
+		const xop *r = &x->ops[d][o->recv];
+		for (int i = r->run; i < r->end; i++)
+			if (!host_matched(x, s, d, i))
+				return false;
+	}
+	if (o->type == X_CWAIT)
+		return host_coll_done(x, s, d, o->recv);
+	return true;
+}
+
+/* With replicas (D > 1) the explorer takes a local move alone when one is
+ * there: it is independent of every other move and stays enabled, so the
+ * states it skips hold no deadlock that the taken path misses (a
+ * persistent set of one move); without it, D copies of a program would
+ * multiply their interleavings. */
+/* Explore every interleaving even with replicas (the reduction's check). */
+static bool no_reduction;
+
 static int host_moves(explorer *e, const state *s)
 {
 	const xprog *x = e->x;
 	int moves = 0;
-	for (int d = 0; d < x->P; d++) {
+	bool local;
+	for (int d = 0; d < x->R && x->D > 1 && !no_reduction; d++)
+		if (s->b[d] < x->n[d] && host_enabled(x, s, d, &local) && local) {
+			state t = *s;
+			t.b[d]++;
+			visit(e, &t);
+			return 1;
+		}
+	for (int d = 0; d < x->R; d++) {
 		int pc = s->b[d];
-		if (pc >= x->n[d])
+		if (pc >= x->n[d] || !host_enabled(x, s, d, &local))
 			continue;
 		const xop *o = &x->ops[d][pc];
-		int to = pc + 1;
-		if (o->type == X_SEND || o->type == X_RECV)
-			to = o->end; /* the run posts at once */
-		if (o->type == X_WAIT) {
-			const xop *r = &x->ops[d][o->recv];
-			bool done = true;
-			for (int i = r->run; i < r->end; i++)
-				done &= host_matched(x, s, d, i);
-			if (!done)
-				continue;
-		}
 		state t = *s;
-		t.b[d] = (uint8_t)to;
+		t.b[d] = (uint8_t)(o->type == X_SEND || o->type == X_RECV ? o->end : pc + 1); /* a run posts at once */
 		visit(e, &t);
 		moves++;
 	}
 	return moves;
 }
 
-/* Every op run; then every message is matched, as both ends are posted. */
+/* Every op run; then every message is matched, as both ends are posted,
+ * and every collective complete. */
 static bool host_final(const xprog *x, const state *s)
 {
-	for (int d = 0; d < x->P; d++)
+	for (int d = 0; d < x->R; d++)
 		if (s->b[d] < x->n[d])
 			return false;
 	return true;
 }
 
-/* SEM_STREAM: is op i of device d posted?  Before the counter, or in the
+/* SEM_STREAM: is op i of rank d posted?  Before the counter, or in the
  * posted run at it. */
 static bool stream_posted(const xprog *x, const state *s, int d, int i)
 {
 	int pc = s->b[d];
-	return i < pc || (s->b[4 + d] && pc < x->n[d] && x->ops[d][i].run == pc &&
-	                  (x->ops[d][i].type == X_SEND || x->ops[d][i].type == X_RECV));
+	return i < pc || (s->b[XMAXR + d] && pc < x->n[d] && x->ops[d][i].run == pc &&
+	                  (x->ops[d][i].type == X_SEND || x->ops[d][i].type == X_RECV ||
+	                   x->ops[d][i].type == X_COLL));
 }
 
 static int stream_moves(explorer *e, const state *s)
 {
 	const xprog *x = e->x;
 	int moves = 0;
-	for (int d = 0; d < x->P; d++) {
-		int pc = s->b[d];
-		if (pc >= x->n[d])
-			continue;
-		const xop *o = &x->ops[d][pc];
-		state t = *s;
-		if (o->type == X_SEND || o->type == X_RECV) {
-			if (!s->b[4 + d]) {
-				t.b[4 + d] = 1;
+	for (int pass = x->D > 1 && !no_reduction ? 0 : 1; pass < 2; pass++) /* with replicas: a local move alone first */
+		for (int d = 0; d < x->R; d++) {
+			int pc = s->b[d];
+			if (pc >= x->n[d])
+				continue;
+			const xop *o = &x->ops[d][pc];
+			bool post = o->type == X_SEND || o->type == X_RECV || o->type == X_COLL;
+			if (pass == 0 && post)
+				continue;
+			state t = *s;
+			if (post) {
+				if (!s->b[XMAXR + d]) {
+					t.b[XMAXR + d] = 1;
+				} else {
+					/* A run completes once every op's partner is posted; a
+					 * collective once every member has posted it. */
+					bool done = true;
+					if (o->type == X_COLL)
+						for (int r = 0; r < x->D; r++)
+							done &= stream_posted(x, s, r * x->P + d % x->P, o->member[r]);
+					else
+						for (int i = pc; i < o->end; i++)
+							done &= stream_posted(x, s, x->ops[d][i].peer, x->ops[d][i].partner);
+					if (!done)
+						continue;
+					t.b[d] = (uint8_t)o->end;
+					t.b[XMAXR + d] = 0;
+				}
 			} else {
-				bool done = true;
-				for (int i = pc; i < o->end; i++)
-					done &= stream_posted(x, s, x->ops[d][i].peer, x->ops[d][i].partner);
-				if (!done)
-					continue;
-				t.b[d] = (uint8_t)o->end;
-				t.b[4 + d] = 0;
+				/* A compute op runs; a wait's receive or collective is
+				 * before the counter, so done. */
+				REQUIRE(o->type == X_COMPUTE || x->ops[d][o->recv].end <= pc, "a wait before its receive");
+				t.b[d] = (uint8_t)(pc + 1);
 			}
-		} else {
-			/* A compute op runs; a wait's receive is before the counter,
-			 * so done. */
-			REQUIRE(o->type == X_COMPUTE || x->ops[d][o->recv].end <= pc, "a wait before its receive");
-			t.b[d] = (uint8_t)(pc + 1);
+			visit(e, &t);
+			moves++;
+			if (pass == 0)
+				return moves;
 		}
-		visit(e, &t);
-		moves++;
-	}
 	return moves;
 }
 
 static bool stream_final(const xprog *x, const state *s)
 {
-	for (int d = 0; d < x->P; d++)
+	for (int d = 0; d < x->R; d++)
 		if (s->b[d] < x->n[d])
 			return false;
 	return true;
@@ -419,8 +517,8 @@ static int explore(const xprog *x, semantics sem, size_t limit, size_t *nstates)
 	set_clear(&seen);
 	explorer e = {.x = x, .seen = &seen, .limit = limit};
 	state s0 = {{0}};
-	for (int d = 0; d < x->P; d++)
-		REQUIRE(x->n[d] < 255, "D%d: %d ops do not fit a state byte", d, x->n[d]);
+	for (int d = 0; d < x->R; d++)
+		REQUIRE(x->n[d] < 255, "rank %d: %d ops do not fit a state byte", d, x->n[d]);
 	visit(&e, &s0);
 	int verdict = FREE;
 	while (e.nstack && verdict == FREE) {
@@ -450,7 +548,8 @@ static int explore_module(const ir_module *m, semantics sem, matching mt, size_t
                           size_t *nstates)
 {
 	xprog x;
-	xprog_build(m, &x, mt);
+	const ir_device *one = m->devices;
+	xprog_build(m, &one, 1, &x, mt);
 	int v = explore(&x, sem, limit, nstates);
 	xprog_free(&x);
 	return v;
@@ -972,6 +1071,7 @@ START_TEST(test_xcheck)
 	       "ir_verify, %d past the state limit, %d disagreements; %zu states explored (at most %zu "
 	       "in one case), %.1f s\n",
 	       t.bases, t.unbuilt, t.rejected, t.too_big, t.disagree, t.states, t.max_states, secs);
+	fflush(stdout);
 	ck_assert_int_eq(t.disagree, 0);
 	ck_assert_msg(t.too_big * 100 <= t.cases, "%d cases past the state limit", t.too_big);
 	ck_assert_int_gt(t.agree_free, 0);
@@ -980,6 +1080,493 @@ START_TEST(test_xcheck)
 	ck_assert_int_gt(t.grouped[IR_BACKEND_MPI][0], 0);
 	ck_assert_int_gt(t.grouped[IR_BACKEND_MPI][1], 0);
 	ck_assert_int_gt(t.tag_only[0], 0);
+}
+END_TEST
+
+/* ---- data parallelism: replicas and collectives ---------------------------------- */
+
+/* The programs of D replicas, each its own copy (rep[r][d]), mutable. */
+typedef struct replicas {
+	int D, P;
+	ir_device dev[XMAXD][4];
+} replicas;
+
+static void replicas_fill(replicas *x, const ir_module *m, int D)
+{
+	x->D = D, x->P = m->ndevices;
+	for (int r = 0; r < D; r++)
+		for (int d = 0; d < x->P; d++) {
+			const ir_device *src = &m->devices[d];
+			ir_device *dst = &x->dev[r][d];
+			dst->ops = malloc(((size_t)src->nops + 1) * sizeof *dst->ops);
+			REQUIRE(dst->ops, "out of memory");
+			if (src->nops)
+				memcpy(dst->ops, src->ops, (size_t)src->nops * sizeof *dst->ops);
+			dst->nops = dst->capops = src->nops;
+		}
+}
+
+static void replicas_free(replicas *x)
+{
+	for (int r = 0; r < x->D; r++)
+		for (int d = 0; d < x->P; d++)
+			free(x->dev[r][d].ops);
+}
+
+/* m, with replica r's programs. */
+static ir_module replica_view(const ir_module *m, replicas *x, int r)
+{
+	ir_module v = *m;
+	v.devices = x->dev[r];
+	v.op_loc = NULL;
+	v.memplan = NULL;
+	return v;
+}
+
+static int explore_replicas(const ir_module *m, replicas *x, semantics sem, matching mt,
+                            size_t limit, size_t *nstates)
+{
+	const ir_device *reps[XMAXD];
+	for (int r = 0; r < x->D; r++)
+		reps[r] = x->dev[r];
+	xprog p;
+	xprog_build(m, reps, x->D, &p, mt);
+	int v = explore(&p, sem, limit, nstates);
+	xprog_free(&p);
+	return v;
+}
+
+static int explore_replicas_backend(const ir_module *m, replicas *x, size_t limit, size_t *nstates)
+{
+	if (m->plan.backend == IR_BACKEND_MPI)
+		return explore_replicas(m, x, SEM_HOST, MATCH_TAG, limit, nstates);
+	return explore_replicas(m, x, SEM_STREAM, MATCH_FIFO, limit, nstates);
+}
+
+/* prove_replicas on x; what it printed, in *said (malloc'd). */
+static int prove_x(const ir_module *m, replicas *x, char **said, ir_proof *proof)
+{
+	prove_replica reps[XMAXD];
+	for (int r = 0; r < x->D; r++)
+		reps[r] = (prove_replica){x->dev[r], NULL};
+	arena *a = arena_new();
+	tu_capture();
+	int rc = prove_replicas(m, reps, x->D, a, NULL, proof);
+	*said = strdup(tu_captured());
+	tu_release();
+	arena_free(a);
+	return rc;
+}
+
+/* A small data-parallel module, planned and lowered (no tuner: the
+ * schedules' own programs), or NULL when the random plan cannot be built. */
+static ir_module *build_dp(rng *r, arena *a, int *D)
+{
+	*D = 2 + pick(r, 2);
+	/* Three replicas multiply the states: one micro-batch, one chunk. */
+	int P = 2 + pick(r, *D == 2 ? 2 : 1), M = *D == 2 ? 1 + pick(r, 2) : 1, L = 3 + pick(r, 3);
+	char layers[512] = "[{kind: embedding}";
+	for (int i = 0; i < L - 2; i++)
+		strcat(layers, pick(r, 2) ? ", {kind: mlp, ffn: 128}" : ", {kind: attention, heads: 4}");
+	strcat(layers, ", {kind: head}]");
+	const char *text = arena_printf(a,
+	                                "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32}\n"
+	                                "layers: %s\n"
+	                                "cluster: cpu-local\n",
+	                                layers);
+	static const uint64_t buckets[] = {1, 200 << 10, 32 << 20};
+	fe_overrides ov = {.devices = *D * P,
+	                   .microbatches = *D * M,
+	                   .schedule = sched_names[pick(r, 6)], /* not tuned */
+	                   .chunks = *D == 2 ? 1 + pick(r, 2) : 1,
+	                   .backend = pick(r, 2) ? "mpi" : "nccl",
+	                   .dp = *D,
+	                   .dist_opt = pick(r, 2),
+	                   .deterministic = pick(r, 4) == 0,
+	                   .bucket = buckets[pick(r, 3)]};
+	tu_capture();
+	ir_module *m = fe_load_src(src_from_string(a, "x.yaml", text), &ov);
+	static const pass_id lower[] = {PASS_cost, PASS_partition, PASS_place, PASS_schedule, PASS_comm};
+	if (m && pass_run(m, lower, (int)(sizeof lower / sizeof *lower), NULL) != 0) {
+		ir_free(m);
+		m = NULL;
+	}
+	tu_release();
+	return m;
+}
+
+static bool ok_coll(const ir_device *dev, int i)
+{
+	return is_coll(&dev->ops[i]);
+}
+static bool ok_cwait(const ir_device *dev, int i)
+{
+	return dev->ops[i].comm == IR_COMM_WAIT && dev->ops[i].coll;
+}
+static bool ok_update(const ir_device *dev, int i)
+{
+	return dev->ops[i].comm == IR_COMM_UPDATE;
+}
+
+enum { DM_MOVE_COLL, DM_MOVE_CWAIT, DM_MOVE_UPDATE, DM_SWAP_COLLS, DM_DROP_WAIT, DM_P2P, NDMUT };
+static const char *const dmut_names[NDMUT] = {"move collective", "move its wait", "move update",
+                                               "swap collectives", "drop a wait", "a p2p mutation"};
+
+/* One data-parallel mutation of v's programs; false when it found nothing
+ * to change. */
+static bool mutate_dp(rng *r, ir_module *v, int kind)
+{
+	ir_device *dev = &v->devices[pick(r, v->ndevices)];
+	int i, j;
+	switch (kind) {
+	case DM_MOVE_COLL:
+	case DM_MOVE_CWAIT:
+	case DM_MOVE_UPDATE: {
+		bool (*ok)(const ir_device *, int) = kind == DM_MOVE_COLL ? ok_coll : kind == DM_MOVE_CWAIT ? ok_cwait : ok_update;
+		if ((i = pick_op(r, dev, ok)) < 0)
+			return false;
+		int to;
+		if (pick(r, 2)) {
+			/* Up to 8 places away. */
+			to = i + (pick(r, 2) ? 1 : -1) * (1 + pick(r, 8));
+			to = to < 0 ? 0 : to >= dev->nops ? dev->nops - 1 : to;
+		} else {
+			/* Anywhere the structural checks allow: after the op before
+			 * it in its bucket's chain (the stage's last W, the
+			 * collective, the wait, the update), before the one after. */
+			const ir_op *o = &dev->ops[i];
+			int after = -1, before = dev->nops;
+			for (int k = 0; k < dev->nops; k++) {
+				const ir_op *p = &dev->ops[k];
+				bool mine = p->stage == o->stage && p->mb == o->mb;
+				bool red_wait = p->comm == IR_COMM_WAIT && mine &&
+				                (p->coll == IR_COMM_ALLREDUCE || p->coll == IR_COMM_REDUCESCATTER);
+				if (kind == DM_MOVE_COLL) {
+					if (o->comm != IR_COMM_ALLGATHER && p->comm == IR_COMM_NONE && p->kind == IR_OP_W &&
+					    p->stage == o->stage)
+						after = k;
+					if (o->comm == IR_COMM_ALLGATHER && p->comm == IR_COMM_UPDATE && mine)
+						after = k;
+					if (p->comm == IR_COMM_WAIT && p->coll == o->comm && mine)
+						before = k;
+				} else if (kind == DM_MOVE_CWAIT) {
+					if (p->comm == o->coll && mine)
+						after = k;
+					if (o->coll != IR_COMM_ALLGATHER && p->comm == IR_COMM_UPDATE && mine)
+						before = k;
+				} else {
+					if (red_wait)
+						after = k;
+					if (p->comm == IR_COMM_ALLGATHER && mine)
+						before = k;
+				}
+			}
+			int lo = after < 0 ? 0 : after - (after > i) + 1;
+			int hi = before >= dev->nops ? dev->nops - 1 : before - (before > i);
+			if (lo > hi)
+				return false;
+			to = lo + pick(r, hi - lo + 1);
+		}
+		if (to == i)
+			return false;
+		move_op(dev, i, to);
+		return true;
+	}
+	case DM_SWAP_COLLS: {
+		int cand[64], n = 0;
+		for (int k = 0; k < dev->nops && n < 64; k++)
+			if (is_coll(&dev->ops[k]))
+				cand[n++] = k;
+		if (n < 2)
+			return false;
+		i = cand[pick(r, n)], j = cand[pick(r, n)];
+		if (i == j)
+			return false;
+		ir_op t = dev->ops[i];
+		dev->ops[i] = dev->ops[j], dev->ops[j] = t;
+		return true;
+	}
+	case DM_DROP_WAIT:
+		if ((i = pick_op(r, dev, ok_cwait)) < 0)
+			return false;
+		memmove(&dev->ops[i], &dev->ops[i + 1], (size_t)(dev->nops - i - 1) * sizeof *dev->ops);
+		dev->nops--;
+		return true;
+	default:
+		return mutate(r, v, pick(r, NMUT));
+	}
+}
+
+typedef struct dtally {
+	int bases, unbuilt, cases, rejected, too_big, disagree;
+	int by[IR_NBACKENDS][3];   /* [backend][free, deadlock, order mismatch] */
+	int scope[2][3];           /* [one replica?][free, deadlock, order mismatch] */
+	int by_mut[NDMUT][3];
+	int rej_by_mut[NDMUT];      /* mutants ir_verify refuses, by their last mutation */
+	int quotient;              /* identical replicas: the quotient and the D copies agree */
+	int by_d[XMAXD + 1];       /* cases per D */
+	int emu_unsound;
+	int reduction_checked;     /* cases also explored without the local-move reduction */
+	size_t states, max_states;
+} dtally;
+
+/* The proof (of the D copies; with identical replicas also of the quotient,
+ * pass_verify) against the explorer on the D replicas.  False on
+ * disagreement. */
+static bool check_dp(ir_module *m, replicas *x, bool identical, dtally *t, int last_mut)
+{
+	size_t n = 0, ne = 0;
+	int want = explore_replicas_backend(m, x, 400000, &n);
+	t->states += n;
+	t->max_states = n > t->max_states ? n : t->max_states;
+	if (want == TOO_BIG) {
+		t->too_big++;
+		if (getenv("XDP_DEBUG"))
+			printf("too big: D=%d P=%d M=%lld S=%d %s\n", x->D, x->P, (long long)ir_local_mb(m), m->nstages, ir_backend_names[m->plan.backend]);
+		return true;
+	}
+	char *said;
+	ir_proof pr = {0};
+	int rc = prove_x(m, x, &said, &pr);
+	bool ok = rc == PROVE_OK ? want == FREE : rc == PROVE_CYCLE ? want == DEADLOCK : want == FREE;
+	ok &= rc != PROVE_INVALID || !identical; /* identical replicas agree on every order */
+	if (identical) {
+		/* The quotient: the module's own programs are replica 0's. */
+		ir_device *own = m->devices;
+		m->devices = x->dev[0];
+		m->proof = (ir_proof){0};
+		tu_capture();
+		int q = pass_run_one(m, PASS_verify, NULL);
+		tu_release();
+		m->devices = own;
+		bool agree = (q == 0) == (rc == PROVE_OK) &&
+		             (q != 0 || pr.steps == (int64_t)x->D * m->proof.steps);
+		t->quotient += agree;
+		ok &= agree;
+	}
+	if (rc == PROVE_OK && m->plan.backend == IR_BACKEND_NCCL) {
+		int emu = explore_replicas(m, x, SEM_HOST, MATCH_FIFO, 400000, &ne);
+		t->emu_unsound += emu == DEADLOCK;
+		ok &= emu != DEADLOCK;
+	}
+	t->cases++;
+	t->by_d[x->D]++;
+	int v = rc == PROVE_OK ? 0 : rc == PROVE_CYCLE ? 1 : 2;
+	if (ok) {
+		t->by[m->plan.backend][v]++;
+		t->scope[!identical][v]++;
+		if (last_mut >= 0)
+			t->by_mut[last_mut][v]++;
+	} else if (++t->disagree <= 3) {
+		printf("xcheck-dp: DISAGREEMENT: the proof says %s, the explorer %s (%zu states, %s)\n",
+		       rc == PROVE_OK ? "deadlock-free" : rc == PROVE_CYCLE ? "deadlock" : "order mismatch",
+		       want == FREE ? "deadlock-free" : "deadlock", n,
+		       identical ? "identical replicas" : "one replica mutated");
+		printf("%s", said);
+		for (int r = 0; r < x->D; r++) {
+			ir_module vw = replica_view(m, x, r);
+			printf("; replica %d\n", r);
+			ir_print(stdout, &vw);
+		}
+	}
+	free(said);
+	return ok;
+}
+
+enum { NDPBASES = 160, DPMUTANTS = 16 };
+
+START_TEST(test_xcheck_dp)
+{
+	rng r = {0xd1a7a9a11e1ull};
+	dtally t = {0};
+	double t0 = now();
+	for (int c = 0; c < NDPBASES; c++) {
+		arena *a;
+		ir_module *m;
+		int D;
+		for (int tries = 0;; tries++) {
+			ck_assert_msg(tries < 1000, "no random data-parallel plan builds");
+			a = arena_new();
+			if ((m = build_dp(&r, a, &D)))
+				break;
+			t.unbuilt++;
+			arena_free(a);
+		}
+		t.bases++;
+		replicas base;
+		replicas_fill(&base, m, D);
+		{
+			replicas x;
+			replicas_fill(&x, m, D);
+			check_dp(m, &x, true, &t, -1);
+			replicas_free(&x);
+		}
+		for (int k = 0; k < DPMUTANTS; k++) {
+			replicas x;
+			replicas_fill(&x, m, D);
+			/* Every replica alike (the quotient's case), or one alone. */
+			bool one = pick(&r, 2);
+			int target = one ? pick(&r, D) : 0, nmut = 1 + pick(&r, 3), last = -1;
+			ir_module v = replica_view(m, &x, target);
+			for (int i = 0; i < nmut; i++) {
+				int kind = pick(&r, NDMUT);
+				if (kind == DM_SWAP_COLLS && !one)
+					continue; /* in one replica only: alike, it is a valid reordering */
+				if (mutate_dp(&r, &v, kind))
+					last = kind;
+			}
+			if (last < 0) {
+				replicas_free(&x);
+				continue;
+			}
+			normalize_groups(&v);
+			if (!one)
+				for (int q = 1; q < D; q++)
+					for (int d = 0; d < x.P; d++) {
+						x.dev[q][d].nops = x.dev[0][d].nops;
+						memcpy(x.dev[q][d].ops, x.dev[0][d].ops, (size_t)x.dev[0][d].nops * sizeof *x.dev[0][d].ops);
+					}
+			tu_capture();
+			int errs = ir_verify(&v);
+			tu_release();
+			if (errs) {
+				t.rejected++;
+				t.rej_by_mut[last]++;
+				replicas_free(&x);
+				continue;
+			}
+			check_dp(m, &x, !one, &t, last);
+			/* Now and then the explorer without its reduction: the same
+			 * verdict (on the smaller cases). */
+			if (D == 2 && k % 4 == 0) {
+				size_t n1, n2;
+				int with = explore_replicas_backend(m, &x, 400000, &n1);
+				no_reduction = true;
+				int without = explore_replicas_backend(m, &x, 400000, &n2);
+				no_reduction = false;
+				if (with != TOO_BIG && without != TOO_BIG) {
+					t.reduction_checked++;
+					ck_assert_msg(with == without, "the explorer's reduction changes a verdict");
+				}
+			}
+			replicas_free(&x);
+		}
+		replicas_free(&base);
+		ir_free(m);
+		arena_free(a);
+	}
+	double secs = now() - t0;
+	printf("xcheck-dp: %d cases (D=2: %d, D=3: %d): %d deadlock-free, %d deadlock, %d order "
+	       "mismatches; %s\n", t.cases, t.by_d[2], t.by_d[3],
+	       t.scope[0][0] + t.scope[1][0], t.scope[0][1] + t.scope[1][1], t.scope[0][2] + t.scope[1][2],
+	       t.disagree ? "VERDICTS DISAGREE" : "verdicts agree");
+	printf("xcheck-dp:   nccl %d free / %d deadlock / %d order, mpi %d free / %d deadlock / %d order\n",
+	       t.by[IR_BACKEND_NCCL][0], t.by[IR_BACKEND_NCCL][1], t.by[IR_BACKEND_NCCL][2],
+	       t.by[IR_BACKEND_MPI][0], t.by[IR_BACKEND_MPI][1], t.by[IR_BACKEND_MPI][2]);
+	printf("xcheck-dp:   replicas alike %d free / %d deadlock (quotient = D copies: %d); one "
+	       "replica mutated %d free / %d deadlock / %d order\n",
+	       t.scope[0][0], t.scope[0][1], t.quotient, t.scope[1][0], t.scope[1][1], t.scope[1][2]);
+	for (int k = 0; k < NDMUT; k++)
+		printf("xcheck-dp:   last mutation %-17s %4d free / %4d deadlock / %4d order (%d refused by "
+		       "ir_verify)\n", dmut_names[k], t.by_mut[k][0], t.by_mut[k][1], t.by_mut[k][2],
+		       t.rej_by_mut[k]);
+	printf("xcheck-dp: %d lowered programs (%d random plans not buildable), %d mutants rejected by "
+	       "ir_verify, %d past the state limit, %d disagreements, %d proven nccl programs "
+	       "deadlocking on the emulator; %zu states (at most %zu in one case), %.1f s\n",
+	       t.bases, t.unbuilt, t.rejected, t.too_big, t.disagree, t.emu_unsound, t.states,
+	       t.max_states, secs);
+	printf("xcheck-dp: %d cases explored again without the local-move reduction: the same verdicts\n",
+	       t.reduction_checked);
+	fflush(stdout);
+	ck_assert_int_eq(t.disagree, 0);
+	ck_assert_msg(t.too_big * 100 <= t.cases, "%d cases past the state limit", t.too_big);
+	ck_assert_int_gt(t.scope[0][0], 0);
+	ck_assert_int_gt(t.scope[1][1], 0);
+	ck_assert_int_gt(t.scope[1][2], 0);
+	ck_assert_int_gt(t.reduction_checked, 0);
+}
+END_TEST
+
+/* Replica 1 posts the two reductions of one stage in the other order.
+ * nccl: each waits on the serial stream for the other's members, a cycle.
+ * mpi with each wait right after its post: a cycle too.  mpi with the
+ * waits at the end (as comm lowers): no cycle, but the members disagree on
+ * the order of their collectives, which the runtimes match by position. */
+START_TEST(test_replicas)
+{
+	static const char *const yaml =
+	    "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32}\n"
+	    "layers: [{kind: embedding}, {kind: mlp, ffn: 128}, {kind: attention, heads: 4}, {kind: head}]\n"
+	    "cluster: cpu-local\n";
+	for (int be = 0; be < 3; be++) {
+		arena *a = arena_new();
+		fe_overrides ov = {.devices = 4, .microbatches = 4, .schedule = "1f1b", .dp = 2, .bucket = 1,
+		                   .backend = be ? "mpi" : "nccl"};
+		tu_capture();
+		ir_module *m = fe_load_src(src_from_string(a, "x.yaml", yaml), &ov);
+		static const pass_id lower[] = {PASS_cost, PASS_partition, PASS_place, PASS_schedule, PASS_comm,
+		                                PASS_verify};
+		int rc = m ? pass_run(m, lower, 6, NULL) : -1;
+		tu_release();
+		ck_assert_int_eq(rc, 0);
+		int64_t qsteps = m->proof.steps;
+		replicas x;
+		replicas_fill(&x, m, 2);
+		char *said;
+		ir_proof pr;
+		/* Alike: proven, twice the quotient's steps. */
+		ck_assert_int_eq(prove_x(m, &x, &said, &pr), PROVE_OK);
+		ck_assert_int_eq(pr.steps, 2 * qsteps);
+		free(said);
+		/* D0's two reductions (S0 b0, S0 b1), their waits and updates. */
+		ir_device *d0 = &x.dev[1][0];
+		int c[2] = {-1, -1};
+		for (int i = 0, k = 0; i < d0->nops; i++)
+			if (is_coll(&d0->ops[i]))
+				c[k++] = i;
+		ck_assert(c[0] >= 0 && c[1] == c[0] + 1);
+		if (be == 2) {
+			/* Each collective's wait and update right after it, in both
+			 * replicas, replica 1 in the other order. */
+			for (int r = 0; r < 2; r++) {
+				ir_device *dv = &x.dev[r][0];
+				ir_op t[6], *o = &dv->ops[c[0]];
+				ck_assert_int_eq(dv->nops, c[0] + 6);
+				int first = r == 0 ? 0 : 1;
+				for (int k = 0; k < 2; k++) {
+					int b = k == 0 ? first : 1 - first;
+					t[3 * k] = o[b];      /* all-reduce S0 b */
+					t[3 * k + 1] = o[2 + 2 * b]; /* its wait */
+					t[3 * k + 2] = o[3 + 2 * b]; /* its update */
+				}
+				memcpy(o, t, sizeof t);
+			}
+		} else {
+			ir_op t = d0->ops[c[0]];
+			d0->ops[c[0]] = d0->ops[c[1]], d0->ops[c[1]] = t;
+		}
+		rc = prove_x(m, &x, &said, &pr);
+		size_t n;
+		int want = explore_replicas_backend(m, &x, 1000000, &n);
+		if (be == 1) {
+			ck_assert_int_eq(rc, PROVE_INVALID);
+			ck_assert_int_eq(want, FREE);
+			ck_assert_msg(strstr(said, "the DP group of D0 disagrees on its collective 0: replica 1 "
+			                           "posts all-reduce S0 b1 where replica 0 posts all-reduce S0 b0"),
+			              "%s", said);
+		} else {
+			ck_assert_int_eq(rc, PROVE_CYCLE);
+			ck_assert_int_eq(want, DEADLOCK);
+			ck_assert_msg(strstr(said, "R1 D0 (rank 2): all-reduce S0 b") && strstr(said, "R0 D0 (rank 0)"),
+			              "%s", said);
+		}
+		printf("xcheck: replicas, %s%s:\n%s", ir_backend_names[m->plan.backend],
+		       be == 2 ? ", waits in program order" : "", said);
+		free(said);
+		replicas_free(&x);
+		ir_free(m);
+		arena_free(a);
+	}
 }
 END_TEST
 
@@ -1042,6 +1629,11 @@ static Suite *xcheck_suite(void)
 	tcase_add_test(tc, test_corpus);
 	tcase_add_test(tc, test_xcheck);
 	suite_add_tcase(s, tc);
+	TCase *dp = tcase_create("replicas");
+	tcase_set_timeout(dp, 600);
+	tcase_add_test(dp, test_replicas);
+	tcase_add_test(dp, test_xcheck_dp);
+	suite_add_tcase(s, dp);
 	return s;
 }
 
