@@ -757,7 +757,7 @@ static const char *dp_name(char *s, size_t n, const ir_op *op)
 	return s;
 }
 
-/* Data-parallel ops (docs/ir.md, "Invariants" 6): only with dp > 1; on
+/* Data-parallel ops (docs/ir.md, "Data-parallel ops"): only with dp > 1; on
  * their stage's device; per stage, buckets b0..bk that cover its layers in
  * order, each with one reduction (all-reduce, or reduce-scatter with the
  * distributed optimizer) after the stage's last W, one wait after it, one
