@@ -37,6 +37,8 @@ const char *const cg_op_names[CG_NOPS] = {
 _Static_assert((int)IR_LAYER_EMBEDDING == (int)RT_EMBEDDING && (int)IR_LAYER_HEAD == (int)RT_HEAD &&
                    (int)IR_NLAYER_KINDS == (int)RT_NKINDS,
                "layer kinds of ir.h and octo_kernels.h differ");
+_Static_assert(IR_EXACT_VALUE_BYTES == 8 * RT_EXACT_DIGITS,
+               "a deterministic reduction's value bytes of ir.h and octo_rt.h differ");
 _Static_assert((int)IR_ACT_SWIGLU == (int)RT_SWIGLU && (int)IR_NACTS == (int)RT_NACTS,
                "activations of ir.h and octo_kernels.h differ");
 

@@ -398,8 +398,6 @@ static int settle_dp(ir_module *m)
 		p->dp = 0;
 	if (p->dp > 1 && !p->bucket)
 		p->bucket = FE_DEFAULT_BUCKET;
-	if (p->dp <= 1 && p->bucket)
-		p->bucket = 0; /* a bucket size without replicas has nothing to size */
 	return ir_check_dp(m, NULL) ? -1 : 0;
 }
 

@@ -104,6 +104,18 @@ int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p)
 	return m->plan.rank_order == IR_RANKS_DP_INNER ? p * D + replica : replica * P + p;
 }
 
+uint64_t ir_coll_bytes(const ir_module *m, ir_comm c, uint64_t n)
+{
+	uint64_t D = (uint64_t)ir_dp(m), esz = m->plan.deterministic ? IR_EXACT_VALUE_BYTES : 4;
+	uint64_t padded = ir_sat_mul((n + D - 1) / D, D);
+	switch (c) {
+	case IR_COMM_ALLREDUCE: return ir_sat_mul(n, esz);
+	case IR_COMM_REDUCESCATTER: return ir_sat_mul(padded, esz);
+	case IR_COMM_ALLGATHER: return ir_sat_mul(padded, 4);
+	default: ir_bug("ir_coll_bytes: %s is not a collective", ir_comm_names[c]);
+	}
+}
+
 int ir_lookup(const char *const *names, int n, const char *s)
 {
 	for (int i = 0; i < n; i++)

@@ -609,6 +609,15 @@ static inline int64_t ir_local_mb(const ir_module *m)
 }
 /* The cluster rank of device p of replica r under the plan's rank order. */
 int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p);
+/* Bytes a value of a deterministic reduction takes: the exact sum's nine
+ * int64 digits (the runtime's RT_EXACT_DIGITS; docs/dataparallel.md). */
+#define IR_EXACT_VALUE_BYTES 72
+/* Bytes of collective c's buffer over a bucket of n parameters
+ * (docs/dataparallel.md): a reduction moves n f32 gradients (or exact
+ * sums, deterministic), zero-padded to dp equal shards for reduce-scatter;
+ * an all-gather the padded f32 parameters.  Saturating.  The runtime's
+ * rt_coll_bytes is the same formula, and codegen checks the two agree. */
+uint64_t ir_coll_bytes(const ir_module *m, ir_comm c, uint64_t n);
 /* Is the op one of data parallelism's (a collective, its wait, update)? */
 static inline bool ir_is_dp_op(const ir_op *op)
 {
@@ -654,6 +663,10 @@ void ir_print(FILE *out, const ir_module *m);
 char *ir_print_string(const ir_module *m); /* malloc'd */
 /* Parse IR text.  NULL after a diagnostic on a syntax or value error. */
 ir_module *ir_parse(const src_file *src);
+/* A byte count as the text writes one: an integer with B, KiB, MiB, GiB or
+ * TiB ("32MiB", "65536B"), or "unlimited" (UINT64_MAX).  False when it is
+ * not one or does not fit in 64 bits. */
+bool ir_parse_bytes(const char *s, uint64_t *out);
 
 /* ---- verifier --------------------------------------------------------- */
 

@@ -245,7 +245,7 @@ static bool parse_rate(const char *s, double *out)
 	return parse_f64(s, "", out);
 }
 
-static bool parse_bytes(const char *s, uint64_t *out)
+bool ir_parse_bytes(const char *s, uint64_t *out)
 {
 	static const struct { const char *sfx; int shift; } sf[] = {
 	    {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}};
@@ -391,7 +391,7 @@ static void get_bytes(parser *ps, fields *fs, const char *key, uint64_t *out,
                       const char *what)
 {
 	field *f = get(ps, fs, key, true, what);
-	if (f && !parse_bytes(f->val, out))
+	if (f && !ir_parse_bytes(f->val, out))
 		perr(ps, f->vloc, "'%s' must be a byte count such as 512B, 4KiB or 2GiB, got '%s'",
 		     key, f->val);
 }
@@ -873,7 +873,7 @@ static bool parse_dp_op(parser *ps, ir_op *op)
 	if (op->comm == IR_COMM_UPDATE)
 		return true;
 	char *b = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
-	if (!parse_bytes(b, &op->bytes)) {
+	if (!ir_parse_bytes(b, &op->bytes)) {
 		perr(ps, ps->t.loc, "expected a byte count such as 32KiB, got %s", tok_desc(ps, &ps->t));
 		return false;
 	}
@@ -928,7 +928,7 @@ static void parse_op(parser *ps, int dev, int group)
 			return;
 		next(ps);
 		char *b = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
-		if (!parse_bytes(b, &op.bytes)) {
+		if (!ir_parse_bytes(b, &op.bytes)) {
 			perr(ps, ps->t.loc, "expected a byte count such as 32KiB, got %s", tok_desc(ps, &ps->t));
 			return;
 		}
@@ -1082,7 +1082,7 @@ static void parse_memplan(parser *ps, int expect)
 	}
 	next(ps);
 	char *v = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
-	if (!parse_bytes(v, &m->memplan[idx].arena)) {
+	if (!ir_parse_bytes(v, &m->memplan[idx].arena)) {
 		perr(ps, ps->t.loc, "'arena' must be a byte count such as 512B, 4KiB or 2GiB, got %s",
 		     tok_desc(ps, &ps->t));
 		return;

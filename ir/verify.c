@@ -725,23 +725,6 @@ static int verify_comm(const ir_module *m)
 	return errs;
 }
 
-/* Bytes of a bucket's collective over n parameters (docs/ir.md,
- * "Data-parallel ops"; the runtime's rt_coll_bytes and comm's coll_bytes
- * are the same formula): a reduction moves n gradients of esz bytes (4, or
- * 72 for the deterministic mode's exact partial sums), padded to a
- * multiple of dp for reduce-scatter; all-gather moves the padded f32
- * parameters. */
-static uint64_t dp_coll_bytes(const ir_module *m, ir_comm c, uint64_t n)
-{
-	uint64_t D = (uint64_t)ir_dp(m), esz = m->plan.deterministic ? 72 : 4;
-	uint64_t padded = ir_sat_mul((n + D - 1) / D, D);
-	switch (c) {
-	case IR_COMM_ALLREDUCE: return ir_sat_mul(n, esz);
-	case IR_COMM_REDUCESCATTER: return ir_sat_mul(padded, esz);
-	default: return ir_sat_mul(padded, 4);
-	}
-}
-
 /* Where a bucket's ops are in its stage's program: -1 when absent. */
 typedef struct dp_slot {
 	int red, red_wait, upd, ag, ag_wait;
@@ -940,7 +923,7 @@ static int verify_dp(const ir_module *m)
 				if (colls[j] < 0)
 					continue;
 				const ir_op *o = &ops[colls[j]];
-				uint64_t want = dp_coll_bytes(m, o->comm, n);
+				uint64_t want = ir_coll_bytes(m, o->comm, n);
 				if (o->bytes != want) {
 					char have[32], need[32];
 					ir_fmt_bytes(have, sizeof have, o->bytes);

@@ -294,21 +294,6 @@ static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, ui
 
 /* ---- data parallelism (docs/dataparallel.md) ------------------------------ */
 
-/* Bytes of a collective's buffer over a bucket of n parameters: f32
- * gradients (or, deterministic, RT_EXACT_DIGITS int64 digits each),
- * padded to dp shards for the sharded collectives; an all-gather moves f32
- * parameters.  The runtime's rt_coll_bytes is the same formula. */
-static uint64_t coll_bytes(const ir_module *m, ir_comm c, uint64_t n)
-{
-	uint64_t D = (uint64_t)ir_dp(m), esz = m->plan.deterministic ? 8 * 9 : 4;
-	uint64_t padded = ir_sat_mul((n + D - 1) / D, D);
-	switch (c) {
-	case IR_COMM_ALLREDUCE: return ir_sat_mul(n, esz);
-	case IR_COMM_REDUCESCATTER: return ir_sat_mul(padded, esz);
-	default: return ir_sat_mul(padded, 4);
-	}
-}
-
 typedef struct bucket {
 	int stage, index, first, last;
 	uint64_t params;
@@ -322,18 +307,15 @@ static int stage_buckets(const ir_module *m, int s, bucket *out)
 	int nb = 0;
 	uint64_t bytes = 0;
 	for (int l = st->first; l <= st->last; l++) {
-		uint64_t lb = ir_sat_mul(m->layers[l].cost.params, 4);
-		if (nb && bytes && ir_sat_add(bytes, lb) > m->plan.bucket) {
+		uint64_t params = m->layers[l].cost.params, lb = ir_sat_mul(params, 4);
+		if (nb == 0 || (bytes && ir_sat_add(bytes, lb) > m->plan.bucket)) {
+			out[nb] = (bucket){.stage = s, .index = nb, .first = l};
+			nb++;
 			bytes = 0;
-		} else if (nb) {
-			out[nb - 1].last = l;
-			out[nb - 1].params += m->layers[l].cost.params;
-			bytes = ir_sat_add(bytes, lb);
-			continue;
 		}
-		out[nb++] = (bucket){s, nb - 1, l, l, m->layers[l].cost.params};
-		out[nb - 1].index = nb - 1;
-		bytes = lb;
+		out[nb - 1].last = l;
+		out[nb - 1].params += params;
+		bytes = ir_sat_add(bytes, lb);
 	}
 	return nb;
 }
@@ -344,64 +326,67 @@ static int stage_buckets(const ir_module *m, int s, bucket *out)
  * so that they overlap the rest of the step; then, after the last compute
  * op, each bucket's wait and update, and with the distributed optimizer the
  * all-gathers of the updated shards and their waits. */
+/* Appends to device d's program bucket b's op `comm` (a wait when coll is
+ * set), with the collective's bytes. */
+static void push_dp(ir_module *m, int d, const bucket *b, ir_comm comm, ir_comm coll)
+{
+	ir_op op = {.kind = IR_OP_W, .stage = b->stage, .mb = b->index, .comm = comm, .coll = coll};
+	if (comm != IR_COMM_WAIT)
+		op.first = b->first, op.last = b->last;
+	if (comm != IR_COMM_WAIT && comm != IR_COMM_UPDATE)
+		op.bytes = ir_coll_bytes(m, comm, b->params);
+	ir_push_op(m, d, &op, (ir_loc){0});
+}
+
 static void lower_dp(ir_module *m, pass_ctx *cx)
 {
-	int P = m->ndevices;
 	ir_comm red = m->plan.dist_opt ? IR_COMM_REDUCESCATTER : IR_COMM_ALLREDUCE;
-	for (int d = 0; d < P; d++) {
+	bucket *bk = arena_calloc(cx->scratch, (size_t)m->nlayers + 1, sizeof *bk);
+	for (int d = 0; d < m->ndevices; d++) {
 		int n = m->devices[d].nops;
 		ir_op *old = arena_calloc(cx->scratch, (size_t)n + 1, sizeof *old);
 		for (int i = 0; i < n; i++)
 			old[i] = m->devices[d].ops[i];
-		/* Each stage's last W here, and after it the send that W makes. */
-		int *after = arena_calloc(cx->scratch, (size_t)m->nstages, sizeof *after);
+		/* closes[i]: the stage whose reductions go after op i -- its last W,
+		 * or the gradient send that W makes right after it; else -1. */
+		int *last = arena_calloc(cx->scratch, (size_t)m->nstages, sizeof *last);
+		int *closes = arena_calloc(cx->scratch, (size_t)n + 1, sizeof *closes);
 		for (int s = 0; s < m->nstages; s++)
-			after[s] = -1;
-		for (int i = 0; i < n; i++)
+			last[s] = -1;
+		for (int i = 0; i < n; i++) {
+			closes[i] = -1;
 			if (old[i].comm == IR_COMM_NONE && old[i].kind == IR_OP_W)
-				after[old[i].stage] = i;
-		for (int s = 0; s < m->nstages; s++)
-			if (after[s] >= 0 && after[s] + 1 < n && old[after[s] + 1].comm == IR_COMM_SEND &&
-			    old[after[s] + 1].stage == s && old[after[s] + 1].kind == IR_OP_B &&
-			    old[after[s] + 1].mb == old[after[s]].mb)
-				after[s]++;
+				last[old[i].stage] = i;
+		}
+		for (int s = 0; s < m->nstages; s++) {
+			int i = last[s];
+			if (i < 0)
+				continue;
+			if (i + 1 < n && old[i + 1].comm == IR_COMM_SEND && old[i + 1].stage == s &&
+			    old[i + 1].kind == IR_OP_B && old[i + 1].mb == old[i].mb)
+				i++;
+			closes[i] = s;
+		}
 		/* The buckets in the order their reductions are posted. */
-		bucket *bk = arena_calloc(cx->scratch, (size_t)m->nlayers + 1, sizeof *bk);
 		int nb = 0;
-		ir_device *dv = &m->devices[d];
-		dv->nops = 0;
+		m->devices[d].nops = 0;
 		for (int i = 0; i < n; i++) {
 			ir_push_op(m, d, &old[i], (ir_loc){0});
-			for (int s = 0; s < m->nstages; s++) {
-				if (after[s] != i)
-					continue;
-				int k = stage_buckets(m, s, bk + nb);
-				for (int j = nb; j < nb + k; j++)
-					ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = s, .mb = bk[j].index,
-					                         .comm = red, .first = bk[j].first, .last = bk[j].last,
-					                         .bytes = coll_bytes(m, red, bk[j].params)},
-					           (ir_loc){0});
-				nb += k;
-			}
+			if (closes[i] < 0)
+				continue;
+			int k = stage_buckets(m, closes[i], bk + nb);
+			for (int j = nb; j < nb + k; j++)
+				push_dp(m, d, &bk[j], red, IR_COMM_NONE);
+			nb += k;
 		}
 		for (int j = 0; j < nb; j++) {
-			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
-			                         .comm = IR_COMM_WAIT, .coll = red}, (ir_loc){0});
-			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
-			                         .comm = IR_COMM_UPDATE, .first = bk[j].first,
-			                         .last = bk[j].last}, (ir_loc){0});
+			push_dp(m, d, &bk[j], IR_COMM_WAIT, red);
+			push_dp(m, d, &bk[j], IR_COMM_UPDATE, IR_COMM_NONE);
 		}
-		if (!m->plan.dist_opt)
-			continue;
-		for (int j = 0; j < nb; j++)
-			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
-			                         .comm = IR_COMM_ALLGATHER, .first = bk[j].first,
-			                         .last = bk[j].last,
-			                         .bytes = coll_bytes(m, IR_COMM_ALLGATHER, bk[j].params)},
-			           (ir_loc){0});
-		for (int j = 0; j < nb; j++)
-			ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = bk[j].stage, .mb = bk[j].index,
-			                         .comm = IR_COMM_WAIT, .coll = IR_COMM_ALLGATHER}, (ir_loc){0});
+		for (int j = 0; m->plan.dist_opt && j < nb; j++)
+			push_dp(m, d, &bk[j], IR_COMM_ALLGATHER, IR_COMM_NONE);
+		for (int j = 0; m->plan.dist_opt && j < nb; j++)
+			push_dp(m, d, &bk[j], IR_COMM_WAIT, IR_COMM_ALLGATHER);
 	}
 }
 

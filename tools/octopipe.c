@@ -294,31 +294,19 @@ static int parse_count(const args *a, opt_id id, int64_t max, int64_t *out)
 	return 0;
 }
 
-/* BYTES[B|KiB|MiB|GiB], at least one byte. */
+/* A size: the IR's byte counts ("4MiB", "65536B") or a plain count of
+ * bytes, from 1 byte to 1 PiB. */
 static int parse_size(const args *a, opt_id id, uint64_t *out)
 {
-	static const struct {
-		const char *suffix;
-		double scale;
-	} units[] = {{"GiB", 0x1p30}, {"MiB", 0x1p20}, {"KiB", 0x1p10}, {"B", 1}, {"", 1}};
+	double v;
 	const char *s = a->val[id];
-	size_t n = strlen(s);
-	for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
-		size_t k = strlen(units[i].suffix);
-		if (n <= k || strcmp(s + n - k, units[i].suffix) != 0)
-			continue;
-		char num[64];
-		double v;
-		if (n - k >= sizeof num)
-			break;
-		memcpy(num, s, n - k);
-		num[n - k] = 0;
-		if (!flag_number(num, false, 0, 0x1p50 / units[i].scale, &v) || v * units[i].scale < 1)
-			break;
-		*out = (uint64_t)(v * units[i].scale + 0.5);
+	if (flag_number(s, true, 1, 0x1p50, &v)) {
+		*out = (uint64_t)v;
 		return 0;
 	}
-	return cli_error("%s must be a size such as 4MiB, 65536 or 1.5GiB (1 byte .. 1 PiB), got '%s'",
+	if (strcmp(s, "unlimited") != 0 && ir_parse_bytes(s, out) && *out >= 1 && *out <= (1ull << 50))
+		return 0;
+	return cli_error("%s must be a size such as 4MiB or 65536 (1 byte .. 1 PiB), got '%s'",
 	                 opts[id].flag, s);
 }
 

@@ -172,6 +172,14 @@ expect 0 "data parallel 2 x 2 (replicas x pipeline devices, dp-inner ranks), dis
 expect 0 "pipeline  exposed red       update  collectives  peak memory" plan $m --devices 4 --dp 2 --schedule 1f1b
 expect 0 '"dp": 2, "pipeline_devices": 2, "rank_order": "pp-inner", "dist_optimizer": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json
 expect 0 '"exposed_reduction_s": ' plan $m --devices 4 --dp 2 --schedule 1f1b --json
+# the data-parallel flags: located errors (docs/dataparallel.md, "Asking for it")
+expect 1 "<command line>:1:51: error: dp=3 does not divide the cluster's 4 devices" plan $m --devices 4 --dp 3
+expect 1 "error: dp=2 does not divide the step's 3 micro-batches" plan $m --devices 4 --dp 2 --microbatches 3
+expect 1 "<command line>:1:51: error: the data-parallel options (rank order, distributed optimizer, bucket) need dp > 1" plan $m --devices 4 --bucket 4MiB
+expect 1 "--bucket must be a size such as 4MiB or 65536 (1 byte .. 1 PiB), got '0B'" plan $m --devices 4 --dp 2 --bucket 0B
+expect 1 "unknown rank order 'pp-outer'; did you mean 'pp-inner'?" plan $m --devices 4 --dp 2 --rank-order pp-outer
+expect 1 "--dp applies to a model, not to IR text" sim tests/e2e/deadlock-mpi.opir --dp 2
+expect 1 "codegen: data parallelism and deterministic gradient sums run on CPU ranks" compile $m --devices 4 --dp 2 --target cuda-emu -o "$tmp/dp-emu"
 p=tests/cli/published.json
 expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2
 expect 0 "tokens/s, MFU n/a" plan --profile $p --devices 2
