@@ -571,20 +571,27 @@ static const char *const sched_names[] = {"1f1b", "gpipe", "i1f1b", "zbh1", "zbh
 /* The tuner's budget for the random plans (test_xcheck sets it). */
 static tune_budget budget;
 
+/* The YAML of a model of L layers: the embedding, a random run of MLP and
+ * attention layers, the head. */
+static const char *model_text(rng *r, arena *a, int L)
+{
+	char layers[512] = "[{kind: embedding}";
+	for (int i = 0; i < L - 2; i++)
+		strcat(layers, pick(r, 2) ? ", {kind: mlp, ffn: 128}" : ", {kind: attention, heads: 4}");
+	strcat(layers, ", {kind: head}]");
+	return arena_printf(a,
+	                    "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32}\n"
+	                    "layers: %s\n"
+	                    "cluster: cpu-local\n",
+	                    layers);
+}
+
 /* A small planned and lowered module, or NULL when the random plan cannot
  * be built (a schedule that cannot serve the placement, too few layers). */
 static ir_module *build(rng *r, arena *a)
 {
 	int P = 2 + pick(r, 3), M = 1 + pick(r, 3), L = 3 + pick(r, 4);
-	char layers[512] = "[{kind: embedding}";
-	for (int i = 0; i < L - 2; i++)
-		strcat(layers, pick(r, 2) ? ", {kind: mlp, ffn: 128}" : ", {kind: attention, heads: 4}");
-	strcat(layers, ", {kind: head}]");
-	const char *text = arena_printf(a,
-	                                "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32}\n"
-	                                "layers: %s\n"
-	                                "cluster: cpu-local\n",
-	                                layers);
+	const char *text = model_text(r, a, L);
 	fe_overrides ov = {.devices = P,
 	                   .microbatches = M,
 	                   .schedule = sched_names[pick(r, 7)],
@@ -1165,15 +1172,7 @@ static ir_module *build_dp(rng *r, arena *a, int *D)
 	*D = 2 + pick(r, 2);
 	/* Three replicas multiply the states: one micro-batch, one chunk. */
 	int P = 2 + pick(r, *D == 2 ? 2 : 1), M = *D == 2 ? 1 + pick(r, 2) : 1, L = 3 + pick(r, 3);
-	char layers[512] = "[{kind: embedding}";
-	for (int i = 0; i < L - 2; i++)
-		strcat(layers, pick(r, 2) ? ", {kind: mlp, ffn: 128}" : ", {kind: attention, heads: 4}");
-	strcat(layers, ", {kind: head}]");
-	const char *text = arena_printf(a,
-	                                "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32}\n"
-	                                "layers: %s\n"
-	                                "cluster: cpu-local\n",
-	                                layers);
+	const char *text = model_text(r, a, L);
 	static const uint64_t buckets[] = {1, 200 << 10, 32 << 20};
 	fe_overrides ov = {.devices = *D * P,
 	                   .microbatches = *D * M,
