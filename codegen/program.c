@@ -254,27 +254,24 @@ static rt_train train_of(const ir_module *m, bool device)
 /* A data-parallel op of the program (docs/dataparallel.md) as a row of the
  * table: a collective posts on its bucket's buffer with a request slot of
  * its own, which its wait names; update runs the bucket's optimizer step.
- * c->kind < 0: nothing to add.  The collective's bytes must be the
+ * coll_of: ir_coll_waits of the program.  The collective's bytes must be the
  * runtime's for the bucket's layers (rt_coll_bytes). */
-static int dp_op(lowering *L, const ir_op *op, ir_loc loc, cg_op *c, int *coll_slot, int *nslots,
-                 bool *waited)
+static int dp_op(lowering *L, const ir_op *op, ir_loc loc, cg_op *c, const int *coll_of,
+                 int *coll_slot, int *nslots, bool *waited)
 {
 	const ir_module *m = L->m;
 	const ir_device *dev = &m->devices[L->d];
 	const ir_stage *st = &m->stages[op->stage];
 	int s = op->stage;
 	if (op->comm == IR_COMM_WAIT) {
-		for (int j = (int)(op - dev->ops) - 1; j >= 0; j--) {
-			const ir_op *p = &dev->ops[j];
-			if (p->comm == op->coll && p->stage == s && p->mb == op->mb) {
-				c->kind = CG_WAIT;
-				c->req = coll_slot[j];
-				waited[c->req] = true;
-				return 0;
-			}
-		}
-		ir_bug("codegen: D%d waits for %s S%d b%d, never posted", L->d, ir_comm_names[op->coll], s,
-		       op->mb);
+		int j = coll_of[op - dev->ops];
+		if (j < 0)
+			ir_bug("codegen: D%d waits for %s S%d b%d, never posted", L->d,
+			       ir_comm_names[op->coll], s, op->mb);
+		c->kind = CG_WAIT;
+		c->req = coll_slot[j];
+		waited[c->req] = true;
+		return 0;
 	}
 	if (L->stage_h0[s] < 0 || op->first < st->first || op->last > st->last)
 		ir_bug("codegen: D%d's bucket S%d b%d is not in its stage", L->d, s, op->mb);
@@ -417,6 +414,8 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	int nslots = 0, n = 0, group = 0, group_slot = -1;
 	bool *waited = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(bool));
 	int *coll_slot = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(int)); /* per op: its slot */
+	int *coll_of = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(int));   /* a wait's collective */
+	ir_coll_waits(dev, coll_of);
 	L->train = train_of(m, device);
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
@@ -439,10 +438,8 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 		}
 		cg_op c = {.mb = mb, .req = -1, .in = -1, .out = -1, .last = -1, .act = -1, .ws = -1};
 		if (ir_is_dp_op(op)) {
-			if (dp_op(L, op, loc, &c, coll_slot, &nslots, waited) < 0)
+			if (dp_op(L, op, loc, &c, coll_of, coll_slot, &nslots, waited) < 0)
 				return -1;
-			if (c.kind < 0)
-				continue;
 		} else if (op->comm == IR_COMM_NONE) {
 			c.kind = op->kind == IR_OP_F ? CG_F : op->kind == IR_OP_B ? CG_B : CG_W;
 			c.h0 = L->stage_h0[s];

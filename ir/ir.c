@@ -104,6 +104,29 @@ int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p)
 	return m->plan.rank_order == IR_RANKS_DP_INNER ? p * D + replica : replica * P + p;
 }
 
+static void *xmalloc(size_t n);
+
+void ir_coll_waits(const ir_device *dev, int *of)
+{
+	int *open = xmalloc(((size_t)dev->nops + 1) * sizeof *open), nopen = 0;
+	for (int i = 0; i < dev->nops; i++) {
+		const ir_op *op = &dev->ops[i];
+		of[i] = -1;
+		if (ir_is_coll(op))
+			open[nopen++] = i;
+		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE)
+			for (int j = nopen - 1; j >= 0; j--) {
+				const ir_op *c = &dev->ops[open[j]];
+				if (c->comm == op->coll && c->stage == op->stage && c->mb == op->mb) {
+					of[i] = open[j];
+					open[j] = open[--nopen];
+					break;
+				}
+			}
+	}
+	free(open);
+}
+
 uint64_t ir_coll_bytes(const ir_module *m, ir_comm c, uint64_t n)
 {
 	uint64_t D = (uint64_t)ir_dp(m), esz = m->plan.deterministic ? IR_EXACT_VALUE_BYTES : 4;
@@ -473,6 +496,15 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 	uint64_t value_bytes = (uint64_t)m->train.mbs * (uint64_t)m->model.seq *
 	                       (uint64_t)m->model.hidden * (uint64_t)ir_dtype_bytes[m->model.dtype];
 	int *after = waits_after(m, dev, rcv);
+	/* coll_wait[i]: the wait of the collective at op i. */
+	int *of = xmalloc(((size_t)n + 1) * sizeof *of), *coll_wait = xmalloc(((size_t)n + 1) * sizeof *coll_wait);
+	ir_coll_waits(dev, of);
+	for (int i = 0; i < n; i++)
+		coll_wait[i] = -1;
+	for (int i = 0; i < n; i++)
+		if (of[i] >= 0)
+			coll_wait[of[i]] = i;
+	free(of);
 	uint64_t *sbytes = xmalloc(((size_t)S + 1) * 2 * sizeof *sbytes); /* per stage: act, wstash */
 	for (int s = 0; s < S; s++)
 		sbytes[2 * s] = stage_bytes(m, s, false), sbytes[2 * s + 1] = stage_bytes(m, s, true);
@@ -487,15 +519,12 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 			b[nb++] = (ir_buf){IR_BUF_RECV, op->kind, s, mb, i, POS(cs, mb, op->kind), 0, op->bytes};
 			continue;
 		}
-		if (op->comm >= IR_COMM_ALLREDUCE && op->comm != IR_COMM_UPDATE) {
-			/* A collective's bucket: from its post to its wait, the first
-			 * later wait that names it (the programs verify). */
-			int w = i + 1;
-			while (w < n && !(dev->ops[w].comm == IR_COMM_WAIT && dev->ops[w].coll == op->comm &&
-			                  dev->ops[w].stage == s && dev->ops[w].mb == mb))
-				w++;
-			ir_assert(w < n);
-			b[nb++] = (ir_buf){IR_BUF_BUCKET, IR_OP_W, s, mb, i, w, 0, op->bytes, op->comm};
+		if (ir_is_coll(op)) {
+			/* A collective's bucket: from its post to its wait (the programs
+			 * verify: there is one). */
+			ir_assert(coll_wait[i] >= 0);
+			b[nb++] = (ir_buf){IR_BUF_BUCKET, IR_OP_W, s, mb, i, coll_wait[i], 0, op->bytes,
+			                   op->comm};
 			continue;
 		}
 		if (op->comm != IR_COMM_NONE || op->kind == IR_OP_W)
@@ -525,6 +554,7 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 	free(snd);
 	free(rcv);
 	free(after);
+	free(coll_wait);
 	free(sbytes);
 	*out = b;
 	return nb;

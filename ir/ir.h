@@ -609,6 +609,11 @@ static inline int64_t ir_local_mb(const ir_module *m)
 }
 /* The cluster rank of device p of replica r under the plan's rank order. */
 int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p);
+/* Pairs the collectives of a device program with their waits: of[i] for
+ * the wait at op i is the index of the collective it completes (the
+ * latest one before it of its kind, stage and bucket that no wait has
+ * taken), -1 for every other op.  of has dev->nops entries. */
+void ir_coll_waits(const ir_device *dev, int *of);
 /* Bytes a value of a deterministic reduction takes: the exact sum's nine
  * int64 digits (the runtime's RT_EXACT_DIGITS; docs/dataparallel.md). */
 #define IR_EXACT_VALUE_BYTES 72
@@ -618,6 +623,12 @@ int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p);
  * an all-gather the padded f32 parameters.  Saturating.  The runtime's
  * rt_coll_bytes is the same formula, and codegen checks the two agree. */
 uint64_t ir_coll_bytes(const ir_module *m, ir_comm c, uint64_t n);
+/* Is the op a collective (all-reduce, reduce-scatter, all-gather)? */
+static inline bool ir_is_coll(const ir_op *op)
+{
+	return op->comm == IR_COMM_ALLREDUCE || op->comm == IR_COMM_REDUCESCATTER ||
+	       op->comm == IR_COMM_ALLGATHER;
+}
 /* Is the op one of data parallelism's (a collective, its wait, update)? */
 static inline bool ir_is_dp_op(const ir_op *op)
 {

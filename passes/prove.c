@@ -98,17 +98,11 @@ static const ir_op *first_op(const graph *g, int s)
 	return &prog(g, g->steps[s].rep, g->steps[s].dev)->ops[g->steps[s].first];
 }
 
-static bool is_coll(const ir_op *op)
-{
-	return op->comm == IR_COMM_ALLREDUCE || op->comm == IR_COMM_REDUCESCATTER ||
-	       op->comm == IR_COMM_ALLGATHER;
-}
-
 /* A post: a transfer or a collective, which the communication stream runs
  * (nccl) or which returns at once (mpi). */
 static bool is_post(const ir_op *op)
 {
-	return op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV || is_coll(op);
+	return op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV || ir_is_coll(op);
 }
 
 /* A collective's key in its DP group: (stage, bucket, kind); a stage's
@@ -208,7 +202,7 @@ static void build_edges(graph *g)
 			const ir_device *dev = prog(g, r, d);
 			for (int i = 0; i < dev->nops; i++) {
 				const ir_op *op = &dev->ops[i];
-				if (is_coll(op))
+				if (ir_is_coll(op))
 					coll[ckey(m, op->stage, op->mb, op->comm)] = step_of(g, r, d, i);
 				if (op->comm == IR_COMM_UPDATE)
 					upd_step[m->stages[op->stage].first + op->mb] = step_of(g, r, d, i);
@@ -263,7 +257,7 @@ static void build_edges(graph *g)
 					    coll[ckey(m, o->stage, o->mb, o->coll)] >= 0)
 						edge(g, C_(coll[ckey(m, o->stage, o->mb, o->coll)]), C_(s));
 					int maker = o->comm == IR_COMM_ALLGATHER ? upd_step[m->stages[o->stage].first + o->mb]
-					          : is_coll(o) ? last_w[o->stage] : -1;
+					          : ir_is_coll(o) ? last_w[o->stage] : -1;
 					if (maker >= 0)
 						edge(g, C_(maker), P_(s));
 				}
@@ -319,7 +313,7 @@ static void describe(const graph *g, int s, char *buf, size_t n)
 		snprintf(buf, n, "%s: wait %s S%d m%d", who, ir_value_names[op->kind], op->stage, op->mb);
 	} else if (op->comm == IR_COMM_UPDATE) {
 		snprintf(buf, n, "%s: update S%d b%d", who, op->stage, op->mb);
-	} else if (is_coll(op)) {
+	} else if (ir_is_coll(op)) {
 		snprintf(buf, n, "%s: %s S%d b%d over the DP group of D%d", who, ir_comm_names[op->comm],
 		         op->stage, op->mb, st->dev);
 	} else {
@@ -418,7 +412,7 @@ static int check_bytes(graph *g)
 			const ir_device *dev = prog(g, r, d);
 			for (int i = 0; i < dev->nops; i++) {
 				const ir_op *op = &dev->ops[i];
-				if (!is_coll(op))
+				if (!ir_is_coll(op))
 					continue;
 				int k0 = g->coll_step[ckey(g->m, op->stage, op->mb, op->comm)];
 				if (k0 < 0)
@@ -447,9 +441,9 @@ static int check_order(graph *g)
 			const ir_device *a = prog(g, 0, d), *b = prog(g, r, d);
 			int i = 0, j = 0, k = 0;
 			for (;; i++, j++, k++) {
-				while (i < a->nops && !is_coll(&a->ops[i]))
+				while (i < a->nops && !ir_is_coll(&a->ops[i]))
 					i++;
-				while (j < b->nops && !is_coll(&b->ops[j]))
+				while (j < b->nops && !ir_is_coll(&b->ops[j]))
 					j++;
 				if (i >= a->nops || j >= b->nops)
 					break; /* the same set of collectives (ir_verify): both end */

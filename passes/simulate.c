@@ -134,38 +134,6 @@ double sim_update_time(const ir_module *m, const ir_op *op)
 	return cost_update_us(m, n);
 }
 
-/* A collective: all-reduce, reduce-scatter or all-gather. */
-static bool is_coll(const ir_op *op)
-{
-	return op->comm == IR_COMM_ALLREDUCE || op->comm == IR_COMM_REDUCESCATTER ||
-	       op->comm == IR_COMM_ALLGATHER;
-}
-
-/* For each op of dev: the index of the collective a wait completes (the
- * last one before it of that kind, stage and bucket), else -1. */
-static void coll_waits(const ir_device *dev, int *of)
-{
-	int *open = malloc(((size_t)dev->nops + 1) * sizeof *open), nopen = 0;
-	if (!open)
-		ir_bug("out of memory");
-	for (int i = 0; i < dev->nops; i++) {
-		const ir_op *op = &dev->ops[i];
-		of[i] = -1;
-		if (is_coll(op))
-			open[nopen++] = i;
-		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE)
-			for (int j = nopen - 1; j >= 0; j--) {
-				const ir_op *c = &dev->ops[open[j]];
-				if (c->comm == op->coll && c->stage == op->stage && c->mb == op->mb) {
-					of[i] = open[j];
-					open[j] = open[--nopen];
-					break;
-				}
-			}
-	}
-	free(open);
-}
-
 void sim_free(sim_result *r)
 {
 	if (r)
@@ -269,7 +237,7 @@ static void step_started(sim *s, int d, int step, double end)
 	for (int i = s->step_first[d][s->head[d]]; i < dev->nops && s->step_of[d][i] == s->head[d];
 	     i++) {
 		const ir_op *op = &dev->ops[i];
-		if (is_coll(op)) {
+		if (ir_is_coll(op)) {
 			try_coll(s, d, i);
 			continue;
 		}
@@ -320,7 +288,7 @@ static void try_device(sim *s, int d)
 		const ir_op *op = &dev->ops[s->pc[d]];
 		sim_device *sd = &s->r->dev[d];
 		int i = s->pc[d];
-		if (is_coll(op)) {
+		if (ir_is_coll(op)) {
 			s->cpost[d][i] = s->free_at[d];
 			try_coll(s, d, i);
 		} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
@@ -550,13 +518,13 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 	int *coll_of = malloc(((size_t)dev->nops + 1) * sizeof *coll_of);
 	if (!coll_of)
 		ir_bug("out of memory");
-	coll_waits(dev, coll_of);
+	ir_coll_waits(dev, coll_of);
 	uint64_t cur = 0, peak = 0;
 	int inflight = 0;
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
 		/* A collective's buffer, from its post to its wait. */
-		if (is_coll(op))
+		if (ir_is_coll(op))
 			cur = ir_sat_add(cur, op->bytes);
 		else if (coll_of[i] >= 0)
 			cur -= dev->ops[coll_of[i]].bytes;
@@ -631,7 +599,7 @@ static void setup_lowered(sim *s)
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *op = &dev->ops[i];
 			s->step_of[d][i] = -1;
-			if (is_coll(op)) { /* a step of its own */
+			if (ir_is_coll(op)) { /* a step of its own */
 				s->dp = true;
 				s->step_first[d][n] = i;
 				s->step_of[d][i] = n;
@@ -664,7 +632,7 @@ static void setup_lowered(sim *s)
 			ir_bug("out of memory");
 		for (int i = 0; i < dev->nops; i++)
 			s->cpost[d][i] = NAN;
-		coll_waits(dev, s->coll_of[d]);
+		ir_coll_waits(dev, s->coll_of[d]);
 	}
 }
 
