@@ -404,14 +404,18 @@ uint64_t cost_resident(const ir_module *m, int layer)
 {
 	ir_assert(layer >= 0 && layer < m->nlayers);
 	const ir_cost *c = &m->layers[layer].cost;
-	uint64_t D = (uint64_t)ir_dp(m);
-	if (D == 1 || !m->plan.dist_opt)
-		return c->resident;
-	/* A measured resident size keeps its unsharded part as measured. */
-	uint64_t per = cost_optimizer_bytes(m), whole = ir_sat_mul(c->params, per);
-	uint64_t rest = c->resident > whole ? c->resident - whole : 0;
-	uint64_t r = ir_sat_add(rest, ir_sat_mul((c->params + D - 1) / D, per));
-	return r < c->resident ? r : c->resident;
+	uint64_t D = (uint64_t)ir_dp(m), r = c->resident;
+	if (D > 1 && m->plan.dist_opt) {
+		/* A measured resident size keeps its unsharded part as measured. */
+		uint64_t per = cost_optimizer_bytes(m), whole = ir_sat_mul(c->params, per);
+		uint64_t rest = c->resident > whole ? c->resident - whole : 0;
+		uint64_t shard = ir_sat_add(rest, ir_sat_mul((c->params + D - 1) / D, per));
+		r = shard < r ? shard : r;
+	}
+	/* Deterministic: the exact sum's digits of every parameter (rt_exact.c). */
+	if (m->plan.deterministic)
+		r = ir_sat_add(r, ir_sat_mul(c->params, IR_EXACT_VALUE_BYTES));
+	return r;
 }
 
 uint64_t cost_update_bytes(const ir_module *m)

@@ -23,7 +23,9 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
  * on) the optimizer's own state -- the AdamW moments and the f32 master
  * weights of a dtype other than f32, cost_optimizer_bytes per parameter --
  * is held for ceil(params / dp) parameters instead of all of them (the
- * weights and their gradients stay whole).  Never more than the cost's. */
+ * weights and their gradients stay whole); and with deterministic sums
+ * (plan deterministic on, any dp) IR_EXACT_VALUE_BYTES more per parameter,
+ * the runtime's exact accumulator. */
 uint64_t cost_resident(const ir_module *m, int layer);
 
 /* Bytes per parameter of the optimizer's own state: 8 for AdamW's two f32

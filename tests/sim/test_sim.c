@@ -421,6 +421,10 @@ START_TEST(test_dp_memory)
 	m->model.dtype = IR_DTYPE_BF16;
 	m->layers[1].cost.resident = 1000001 * (2 + 4 + 8 + 4);
 	ck_assert_uint_eq(cost_resident(m, 1), 1000001 * (2 + 4) + 250001 * 12);
+	/* Deterministic sums hold the runtime's exact accumulator besides. */
+	m->plan.deterministic = 1;
+	ck_assert_uint_eq(cost_resident(m, 1),
+	                  1000001 * (2 + 4) + 250001 * 12 + 1000001 * IR_EXACT_VALUE_BYTES);
 	ir_free(m);
 }
 END_TEST
