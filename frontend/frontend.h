@@ -24,7 +24,7 @@ typedef struct fe_overrides {
 	const char *backend;   /* --backend nccl|mpi */
 	const char *dtype;     /* --dtype f32|bf16|f16 */
 	int64_t dp;            /* --dp D */
-	const char *rank_order; /* --rank-order pp-inner|dp-inner */
+	const char *rank_order; /* --rank-order auto|pp-inner|dp-inner */
 	bool dist_opt;         /* --distributed-optimizer */
 	bool deterministic;    /* --deterministic */
 	uint64_t bucket;       /* --bucket BYTES */

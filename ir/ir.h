@@ -151,8 +151,10 @@ typedef enum ir_buf_kind {
 /* Rank layouts of a data-parallel plan (docs/dataparallel.md): pp-inner,
  * rank = replica x P + pipeline device (a pipeline's devices are
  * neighbours, on one node where they fit); dp-inner, rank = pipeline
- * device x D + replica (a DP group's members are neighbours). */
-#define IR_RANK_ORDERS(X) X(PP_INNER, "pp-inner") X(DP_INNER, "dp-inner")
+ * device x D + replica (a DP group's members are neighbours); auto, the
+ * default: `comm` takes the one whose lowered step simulates faster (until
+ * then links are priced as pp-inner's). */
+#define IR_RANK_ORDERS(X) X(AUTO, "auto") X(PP_INNER, "pp-inner") X(DP_INNER, "dp-inner")
 typedef enum ir_rank_order {
 #define X(e, s) IR_RANKS_##e,
 	IR_RANK_ORDERS(X)

@@ -315,7 +315,7 @@ int ir_check_dp(const ir_module *m, diag_sink *ds)
 	ir_loc loc = ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc));
 	int64_t D = p->dp;
 	if (D <= 1) {
-		if (p->dist_opt || p->bucket || p->rank_order != IR_RANKS_PP_INNER) {
+		if (p->dist_opt || p->bucket || p->rank_order != IR_RANKS_AUTO) {
 			diag_sink_error(ds, loc, "the data-parallel options (rank order, distributed optimizer, "
 			                         "bucket) need dp > 1");
 			return 1;
@@ -1131,6 +1131,12 @@ int ir_verify(const ir_module *m)
 		errs = verify_w_order(m);
 	if (!errs && ir_lowered(m))
 		errs = verify_comm(m);
+	if (!errs && ir_lowered(m) && ir_dp(m) > 1 && m->plan.rank_order == IR_RANKS_AUTO) {
+		diag_error(ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc)),
+		           "lowered programs with dp > 1 need a rank order (pp-inner or dp-inner): `comm` "
+		           "chooses one for rank_order=auto");
+		errs++;
+	}
 	if (!errs && ir_lowered(m))
 		errs = verify_dp(m);
 	if (!errs && m->memplan)

@@ -18,7 +18,10 @@
  * question; it answers with a proof or a cycle. */
 #include "pass.h"
 
+#include <math.h>
 #include <stdlib.h>
+
+#include "copy.h"
 
 #include "simulate.h"
 
@@ -390,12 +393,41 @@ static void lower_dp(ir_module *m, pass_ctx *cx)
 	}
 }
 
-int pass_comm(ir_module *m, pass_ctx *cx)
+static int lower(ir_module *m, pass_ctx *cx)
 {
 	int rc = lower_p2p(m, cx);
 	if (!rc && ir_dp(m) > 1)
 		lower_dp(m, cx);
 	return rc;
+}
+
+/* The rank order left open (auto): the one whose lowered step simulates
+ * faster, pp-inner on a tie.  They differ only in which links the
+ * transfers and the collectives cross (docs/dataparallel.md). */
+static void choose_rank_order(ir_module *m, pass_ctx *cx)
+{
+	double best = INFINITY;
+	ir_rank_order pick = IR_RANKS_PP_INNER;
+	for (int o = IR_RANKS_PP_INNER; o <= IR_RANKS_DP_INNER; o++) {
+		ir_module *c = ir_copy_header(m);
+		c->plan.rank_order = (ir_rank_order)o;
+		ir_copy_plan(c, m, true);
+		diag_sink quiet = {0}; /* an order that cannot be lowered loses */
+		pass_ctx qx = {.diag = &quiet, .scratch = cx->scratch, .budget = cx->budget};
+		sim_result *r = lower(c, &qx) == 0 ? sim_run_to(c, &quiet) : NULL;
+		if (r && r->makespan < best)
+			best = r->makespan, pick = (ir_rank_order)o;
+		sim_free(r);
+		ir_free(c);
+	}
+	m->plan.rank_order = pick;
+}
+
+int pass_comm(ir_module *m, pass_ctx *cx)
+{
+	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1 && m->plan.rank_order == IR_RANKS_AUTO)
+		choose_rank_order(m, cx);
+	return lower(m, cx);
 }
 
 static int lower_p2p(ir_module *m, pass_ctx *cx)

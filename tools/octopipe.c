@@ -43,7 +43,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
 	X(BACKEND, "--backend", "nccl|mpi", C_MODEL, "transport semantics to lower for and prove (default nccl)") \
 	X(DP, "--dp", "D", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md)") \
-	X(RANK_ORDER, "--rank-order", "pp-inner|dp-inner", C_MODEL, "with --dp: number a pipeline's devices next to each other (pp-inner, the default) or a DP group's (dp-inner)") \
+	X(RANK_ORDER, "--rank-order", "auto|pp-inner|dp-inner", C_MODEL, "with --dp: number a pipeline's devices next to each other (pp-inner) or a DP group's (dp-inner); auto, the default: the one whose step simulates faster") \
 	X(DIST_OPT, "--distributed-optimizer", NULL, C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather)") \
 	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \

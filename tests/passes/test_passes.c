@@ -8,6 +8,7 @@
 
 #include "frontend.h"
 #include "pass.h"
+#include "simulate.h"
 #include "testutil.h"
 
 /* A module with `body` mlp layers between embedding and head, built
@@ -243,6 +244,57 @@ START_TEST(test_tiny_models_plan)
 }
 END_TEST
 
+/* The step of chain(body, 4 devices, mb micro-batches) as 2 replicas of a
+ * 2-device pipeline, a node per 2 devices and a slow link between nodes,
+ * 1F1B, under rank order o; *chosen: the order the plan ends with. */
+static double dp_step(int body, int ffn, int mbs, int mb, ir_rank_order o, ir_rank_order *chosen)
+{
+	ir_module *m = chain(body, 4, mb, 1);
+	m->train.mbs = mbs;
+	m->cluster.per_node = 2;
+	m->cluster.inter = (ir_link){1e8, 20};
+	m->plan.schedule = IR_SCHED_1F1B;
+	m->plan.dp = 2;
+	m->plan.bucket = 1 << 20;
+	m->plan.rank_order = o;
+	for (int l = 1; l <= body; l++)
+		m->layers[l].attr[IR_ATTR_FFN] = ffn;
+	ck_assert_int_eq(run_default(m), 0);
+	sim_result *r = sim_run(m);
+	ck_assert_ptr_nonnull(r);
+	double t = r->makespan;
+	*chosen = m->plan.rank_order;
+	sim_free(r);
+	ir_free(m);
+	return t;
+}
+
+/* rank_order=auto (the default): `comm` keeps the order whose step
+ * simulates faster -- pp-inner where the pipeline's transfers dominate,
+ * dp-inner where the gradients' collectives do. */
+START_TEST(test_rank_order_auto)
+{
+	static const struct {
+		int body, ffn, mbs, mb;
+		ir_rank_order want;
+	} cases[] = {
+		{2, 128, 64, 16, IR_RANKS_PP_INNER}, /* large activations, small layers */
+		{4, 4096, 1, 2, IR_RANKS_DP_INNER},  /* large layers, small activations */
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		ir_rank_order got, pp, dp;
+		double t = dp_step(cases[i].body, cases[i].ffn, cases[i].mbs, cases[i].mb, IR_RANKS_AUTO, &got);
+		double tp = dp_step(cases[i].body, cases[i].ffn, cases[i].mbs, cases[i].mb, IR_RANKS_PP_INNER, &pp);
+		double td = dp_step(cases[i].body, cases[i].ffn, cases[i].mbs, cases[i].mb, IR_RANKS_DP_INNER, &dp);
+		ck_assert_int_eq(pp, IR_RANKS_PP_INNER);
+		ck_assert_int_eq(dp, IR_RANKS_DP_INNER);
+		ck_assert_msg(got == cases[i].want, "case %zu: auto chose %s (pp-inner %g us, dp-inner %g us)",
+		              i, ir_rank_order_names[got], tp, td);
+		ck_assert(t == (tp < td ? tp : td) && (tp < td) == (got == IR_RANKS_PP_INNER));
+	}
+}
+END_TEST
+
 /* Every zoo model, planned (1F1B: some do not fit 4 devices' memory, which
  * the tuner would refuse), survives print and parse field for field. */
 START_TEST(test_zoo_roundtrip)
@@ -281,6 +333,7 @@ static Suite *passes_suite(void)
 	tcase_add_test(tc, test_pass_list_parsing);
 	tcase_add_test(tc, test_dump_banners);
 	tcase_add_test(tc, test_tiny_models_plan);
+	tcase_add_test(tc, test_rank_order_auto);
 	tcase_add_test(tc, test_zoo_roundtrip);
 	tcase_add_test(tc, test_pipeline_for_and_lacking);
 	tcase_add_test(tc, test_diagnostics_to_the_sink);
