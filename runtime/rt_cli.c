@@ -226,7 +226,9 @@ int rt_cli_finish(rt_cli *cli, rt_ctx *ctx)
 	if (rc)
 		return rc;
 	const rt_prog_info *p = cli->prog;
-	if (cli->done > 0 && ctx->head >= 0) {
+	/* The rank that printed the losses: the head's, of replica 0 with data
+	 * parallelism (the others' heads hold no loss). */
+	if (cli->done > 0 && ctx->head >= 0 && ctx->train.replica == 0) {
 		/* The first step pays for page faults and MPI's connection set-up. */
 		int64_t n = cli->done > 1 ? cli->done - 1 : 1;
 		double mean = cli->done > 1 ? cli->rest_s / (double)n : cli->first_s;
