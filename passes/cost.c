@@ -53,6 +53,8 @@
 #define GRAD_BYTES 4    /* fp32 gradient accumulation buffer */
 #define ADAM_BYTES 8    /* AdamW: first and second moments in fp32 */
 #define MASTER_BYTES 4  /* fp32 master weights, when the dtype is not f32 */
+#define EXACT_ADD_BYTES 136 /* deterministic W: gradient cleared and read (8), the
+                          * accumulator's one or two cache lines read and written (128) */
 
 /* FLOPs per output element of each activation (swiglu: silu(a) * b). */
 static const double act_flops[IR_NACTS] = {
@@ -430,6 +432,28 @@ double cost_update_us(const ir_module *m, uint64_t n)
 {
 	double bytes = (double)n * (double)cost_update_bytes(m);
 	return 1e6 * bytes / m->cluster.membw + OP_US; /* 0 + OP_US when membw is infinite */
+}
+
+static double membound_us(const ir_module *m, double bytes)
+{
+	return 1e6 * bytes / m->cluster.membw; /* 0 when membw is infinite */
+}
+
+double cost_pack_us(const ir_module *m, uint64_t n)
+{
+	double e = m->plan.deterministic ? IR_EXACT_VALUE_BYTES : GRAD_BYTES;
+	return membound_us(m, (double)n * 2 * e);
+}
+
+double cost_unpack_us(const ir_module *m, uint64_t n)
+{
+	double e = m->plan.deterministic ? IR_EXACT_VALUE_BYTES : GRAD_BYTES;
+	return membound_us(m, (double)n * (e + GRAD_BYTES));
+}
+
+double cost_exact_add_us(const ir_module *m, uint64_t n)
+{
+	return m->plan.deterministic ? membound_us(m, (double)n * EXACT_ADD_BYTES) : 0;
 }
 
 /* ---- the runtime's stash sizes ---------------------------------------------- */

@@ -45,6 +45,18 @@ double cost_update_us(const ir_module *m, uint64_t n);
  * adds the write of the weights in that dtype. */
 uint64_t cost_update_bytes(const ir_module *m);
 
+/* The host's work around a bucket's reduction (docs/cost-model.md, "Data
+ * parallelism"), memory-bound, for n parameters: packing its gradients
+ * into the collective's buffer at the post (read and write 4 bytes each, or
+ * the exact sums' 72) and unpacking the result at the wait (the exact
+ * sums' 72 read, 4 written; 8 plainly).  Deterministic sums also cost
+ * every W an exact add per parameter (cost_exact_add_us: the gradient
+ * cleared and read, 8 bytes, and the accumulator's cache line or two that
+ * its mantissa lands in read and written, 128). */
+double cost_pack_us(const ir_module *m, uint64_t n);
+double cost_unpack_us(const ir_module *m, uint64_t n);
+double cost_exact_add_us(const ir_module *m, uint64_t n);
+
 /* Layer l of m as the runtime describes it. */
 rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l);
 

@@ -124,11 +124,18 @@ double sim_coll_time(const ir_module *m, ir_comm c, int p, uint64_t bytes)
 	return c == IR_COMM_ALLREDUCE ? t : t / 2;
 }
 
-double sim_update_time(const ir_module *m, const ir_op *op)
+/* The parameters of the bucket a data-parallel op names. */
+static uint64_t bucket_params(const ir_module *m, const ir_op *op)
 {
-	uint64_t n = 0, D = (uint64_t)ir_dp(m);
+	uint64_t n = 0;
 	for (int l = op->first; l <= op->last; l++)
 		n = ir_sat_add(n, m->layers[l].cost.params);
+	return n;
+}
+
+double sim_update_time(const ir_module *m, const ir_op *op)
+{
+	uint64_t n = bucket_params(m, op), D = (uint64_t)ir_dp(m);
 	if (m->plan.dist_opt && D > 1)
 		n = (n + D - 1) / D;
 	return cost_update_us(m, n);
@@ -154,6 +161,7 @@ typedef struct sim {
 	double *ready;   /* per transfer: producer's end */
 	double *stime;   /* per (stage, kind): op duration */
 	double **optime; /* cache model: per device and op, its duration; NULL: stime */
+	double *wexact;  /* per stage: what deterministic sums add to its W (0: none) */
 	heap h;
 	/* Lowered programs: transfers follow the send and receive ops. */
 	bool lowered, nccl;
@@ -289,17 +297,26 @@ static void try_device(sim *s, int d)
 		sim_device *sd = &s->r->dev[d];
 		int i = s->pc[d];
 		if (ir_is_coll(op)) {
+			/* The host packs the bucket (counted with the updates), then posts. */
+			double pack = cost_pack_us(s->m, bucket_params(s->m, op));
+			s->free_at[d] += pack;
+			sd->update += pack;
 			s->cpost[d][i] = s->free_at[d];
 			try_coll(s, d, i);
 		} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
-			/* Blocks the compute stream until its collective ends; taken
-			 * up again when the collective is timed. */
+			/* Blocks the compute stream until its collective ends, then the
+			 * host unpacks the result; taken up again when the collective
+			 * is timed. */
+			const ir_op *c = &dev->ops[s->coll_of[d][i]];
 			double e = sd->end[s->coll_of[d][i]];
 			if (isnan(e))
 				return;
 			sd->start[i] = s->free_at[d];
 			sd->end[i] = e > s->free_at[d] ? e : s->free_at[d];
 			sd->exposed += sd->end[i] - sd->start[i];
+			double unpack = cost_unpack_us(s->m, bucket_params(s->m, c));
+			sd->end[i] += unpack;
+			sd->update += unpack;
 			s->free_at[d] = sd->end[i];
 			if (sd->end[i] > s->r->makespan)
 				s->r->makespan = sd->end[i];
@@ -703,13 +720,14 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	s.pc = calloc((size_t)r->ndev, sizeof *s.pc);
 	s.queued = calloc((size_t)r->ndev, sizeof *s.queued);
 	s.stime = malloc((size_t)s.S * IR_NOPS * sizeof *s.stime);
+	s.wexact = calloc((size_t)s.S + 1, sizeof *s.wexact);
 	/* At most one transfer per F and per B. */
 	size_t maxx = 2 * (size_t)s.S * (size_t)s.M;
 	r->xfers = arena_alloc(ar, maxx * sizeof *r->xfers);
 	s.consumer = malloc(maxx * sizeof *s.consumer);
 	s.ready = malloc(maxx * sizeof *s.ready);
 	if (!s.arrive || !s.free_at || !s.send_free || !s.recv_free || !s.pc || !s.queued || !s.stime ||
-	    !s.consumer || !s.ready)
+	    !s.wexact || !s.consumer || !s.ready)
 		ir_bug("out of memory");
 	for (size_t i = 0; i < nkeys; i++)
 		s.arrive[i] = NAN;
@@ -718,6 +736,9 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	for (int st = 0; st < s.S; st++)
 		for (int k = 0; k < IR_NOPS; k++)
 			s.stime[st * IR_NOPS + k] = sim_stage_time(m, st, (ir_op_kind)k);
+	for (int st = 0; st < s.S; st++)
+		for (int l = m->stages[st].first; l <= m->stages[st].last; l++)
+			s.wexact[st] += cost_exact_add_us(m, m->layers[l].cost.params);
 	s.optime = cache_times(m, s.M);
 	s.earliest = calloc(maxx, sizeof *s.earliest);
 	s.xqueued = calloc(maxx, sizeof *s.xqueued);
@@ -768,6 +789,8 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 		s.queued[d] = false;
 		const ir_op *op = &m->devices[d].ops[s.pc[d]];
 		double end = e.t + (s.optime ? s.optime[d][s.pc[d]] : s.stime[op->stage * IR_NOPS + op->kind]);
+		if (op->kind == IR_OP_W) /* deterministic sums: each W's exact add */
+			end += s.wexact[op->stage];
 		r->dev[d].start[s.pc[d]] = e.t;
 		r->dev[d].end[s.pc[d]] = end;
 		s.free_at[d] = end;
@@ -806,6 +829,7 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	free(s.pc);
 	free(s.queued);
 	free(s.stime);
+	free(s.wexact);
 	if (s.optime)
 		for (int d = 0; d < r->ndev; d++)
 			free(s.optime[d]);

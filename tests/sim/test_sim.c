@@ -361,13 +361,30 @@ START_TEST(test_dp_exposed_reduction)
 		const sim_device *sd = &r->dev[0];
 		ck_assert_double_eq_tol(sd->coll, 1000, 1e-9);
 		ck_assert_double_eq(sd->exposed, 0);
-		/* Two updates: 4us each plus 28 bytes a parameter at 1e12 B/s. */
-		ck_assert_double_eq_tol(sd->update, 2 * 4 + 1e6 * 28 / 1e12 * 1e6, 1e-9);
-		ck_assert_double_eq_tol(r->makespan, sd->pipeline + sd->update, 1e-9);
+		/* Two updates: 4us each plus 28 bytes a parameter at 1e12 B/s; and
+		 * the host's packing of S1's bucket (8 bytes a parameter) and
+		 * unpacking of its sum (8). */
+		ck_assert_double_eq_tol(sd->update, 2 * 4 + 1e6 * (28 + 8 + 8) / 1e12 * 1e6, 1e-9);
+		/* S1's packing runs between its last W and S0's (inside the
+		 * pipeline's span); the rest of the updates after it. */
+		double pack = 1e6 * 8 / 1e12 * 1e6;
+		ck_assert_double_eq_tol(r->makespan, sd->pipeline + sd->update - pack, 1e-9);
 		ck_assert_double_eq_tol(sd->busy + sd->warmup + sd->cooldown + sd->residual + sd->exposed +
 		                        sd->update, r->makespan, 1e-9);
 		/* Global tokens: 4 micro-batches of 16 tokens (2 per replica). */
 		ck_assert_double_eq_tol(r->tokens_per_s, 4 * 16 / (r->makespan * 1e-6), 1e-6);
+		sim_free(r);
+		ir_free(m);
+
+		/* Deterministic sums: each of S1's two W's adds its 1e6 gradients
+		 * exactly, 136 bytes a parameter at 1e12 B/s. */
+		m = dp_two_stages(2, 600, 1000000, 0, (ir_backend)be);
+		r = sim_run(m);
+		double busy = r->dev[0].busy;
+		sim_free(r);
+		m->plan.deterministic = 1;
+		r = sim_run(m);
+		ck_assert_double_eq_tol(r->dev[0].busy - busy, 2 * 1e6 * 136 / 1e12 * 1e6, 1e-9);
 		sim_free(r);
 		ir_free(m);
 
@@ -376,7 +393,7 @@ START_TEST(test_dp_exposed_reduction)
 		ck_assert_ptr_nonnull(r);
 		ck_assert_double_eq_tol(r->dev[0].exposed, 800, 1e-9);
 		ck_assert_double_eq_tol(r->exposed, 800, 1e-9);
-		ck_assert_double_eq_tol(r->makespan, r->dev[0].pipeline + 800 + r->dev[0].update, 1e-9);
+		ck_assert_double_eq_tol(r->makespan, r->dev[0].pipeline + 800 + r->dev[0].update - pack, 1e-9);
 		sim_free(r);
 		ir_free(m);
 	}
