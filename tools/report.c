@@ -80,16 +80,18 @@ typedef struct run {
 	double *t0, *t1;     /* per device, op, step: first start, last end (us) */
 	int *base;           /* per device: offset of its ops in the arrays above */
 	int total;
+	double *red, *upd;   /* data parallelism, per device and step: the time in waits of
+	                      * collectives, and in bucket updates (us) */
 } run;
 
 #define AT(rn, d, i, s) (((size_t)(rn)->base[d] + (size_t)(i)) * (size_t)(rn)->nsteps + (size_t)(s))
 
 /* One rank's trace into rn (two passes: the first, with rn->t0 NULL, only
  * counts the steps). */
-static int read_rank(run *rn, int d, const char *path, const char *text, int *stage_of)
+static int read_rank(run *rn, int d, int rank, const char *path, const char *text, int *stage_of)
 {
 	const ir_module *m = rn->m;
-	int64_t M = m->train.microbatches;
+	int64_t M = ir_local_mb(m);
 	for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
 		const char *nl = strchr(line, '\n');
 		size_t len = nl ? (size_t)(nl - line) : strlen(line);
@@ -100,7 +102,10 @@ static int read_rank(run *rn, int d, const char *path, const char *text, int *st
 		ev[len] = 0;
 		int kind = strstr(ev, "\"cat\":\"F\"") ? IR_OP_F : strstr(ev, "\"cat\":\"B\"") ? IR_OP_B
 		         : strstr(ev, "\"cat\":\"W\"") ? IR_OP_W : -1;
-		if (kind < 0)
+		/* A collective's wait ("wait", no peer) or a bucket's update
+		 * ("optim L<first>"): data parallelism's time, per step. */
+		bool red = strstr(ev, "\"name\":\"wait\",") != NULL, upd = strstr(ev, "\"name\":\"optim L") != NULL;
+		if (kind < 0 && !red && !upd)
 			continue;
 		double ts, dur, step, layer, mb, pid;
 		if (!field(ev, "\"ts\":", &ts) || !field(ev, "\"dur\":", &dur) || dur < 0 ||
@@ -108,8 +113,13 @@ static int read_rank(run *rn, int d, const char *path, const char *text, int *st
 		    !int_field(ev, "\"mb\":", &mb) || !int_field(ev, "\"pid\":", &pid))
 			return fail("%s: an event without ts, dur (finite, not negative), step, layer, mb or pid "
 			            "(whole numbers): not a trace written by libocto_rt", path);
-		if ((int)pid != d)
-			return fail("%s: an event of rank %d in rank %d's file", path, (int)pid, d);
+		if ((int)pid != rank)
+			return fail("%s: an event of rank %d in rank %d's file", path, (int)pid, rank);
+		if (kind < 0) {
+			if (rn->t0 && step < rn->nsteps)
+				(red ? rn->red : rn->upd)[(size_t)d * (size_t)rn->nsteps + (size_t)step] += dur;
+			continue;
+		}
 		if (layer < 0 || layer >= m->nlayers || mb < 0 || mb >= (double)M || step < 0 || step > 1e7)
 			return fail("%s: %s of layer %.0f, micro-batch %.0f: the plan has %d layers and %lld "
 			            "micro-batches: this trace is from another plan",
@@ -117,7 +127,7 @@ static int read_rank(run *rn, int d, const char *path, const char *text, int *st
 		int s = stage_of[(int)layer];
 		if (m->stages[s].device != d)
 			return fail("%s: rank %d ran layer %.0f, but the plan (stage S%d) puts it on D%d: this "
-			            "trace is from another plan", path, d, layer, s, m->stages[s].device);
+			            "trace is from another plan", path, rank, layer, s, m->stages[s].device);
 		if (!rn->t0) {
 			if ((int)step + 1 > rn->nsteps)
 				rn->nsteps = (int)step + 1;
@@ -254,17 +264,22 @@ int report_run(const char *dir)
 	for (int s = 0; s < m->nstages; s++)
 		for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
 			stage_of[l] = s;
-	snprintf(path, sizeof path, "%s/trace-rank%d.json", tdir, nd);
+	/* With data parallelism the job has dp x nd ranks; replica 0's stand
+	 * for the pipeline (every replica runs the same programs). */
+	int nranks = (int)ir_dp(m) * nd;
+	snprintf(path, sizeof path, "%s/trace-rank%d.json", tdir, nranks);
 	if (exists(path)) {
-		rc = fail("%s: a trace of rank %d, but the plan has %d devices: these traces are from "
-		          "another plan", path, nd, nd);
+		rc = fail("%s: a trace of rank %d, but the plan has %d ranks: these traces are from "
+		          "another plan", path, nranks, nranks);
 		goto out;
 	}
 	rn.m = m;
 	for (int d = 0; d < nd; d++) {
-		snprintf(path, sizeof path, "%s/trace-rank%d.json", tdir, d);
+		int rank = (int)ir_rank_of(m, 0, d);
+		snprintf(path, sizeof path, "%s/trace-rank%d.json", tdir, rank);
 		if (!exists(path)) {
-			rc = fail("%s: missing (the plan has %d ranks; every rank's trace is needed)", path, nd);
+			rc = fail("%s: missing (the plan has %d ranks; every rank's trace is needed)", path,
+			          nranks);
 			goto out;
 		}
 		const src_file *ts = src_read(ar, path); /* owned by the arena */
@@ -276,7 +291,7 @@ int report_run(const char *dir)
 			rc = fail("%s: not a trace written by libocto_rt", path);
 			goto out;
 		}
-		if (read_rank(&rn, d, path, texts[d], stage_of))
+		if (read_rank(&rn, d, rank, path, texts[d], stage_of))
 			goto out;
 	}
 	if (rn.nsteps == 0) {
@@ -285,7 +300,7 @@ int report_run(const char *dir)
 	}
 
 	/* Index the compute ops, then the second pass. */
-	int64_t M = m->train.microbatches;
+	int64_t M = ir_local_mb(m);
 	rn.opidx = malloc((size_t)IR_NOPS * (size_t)m->nstages * (size_t)M * sizeof *rn.opidx);
 	rn.base = malloc((size_t)nd * sizeof *rn.base);
 	for (int d = 0; d < nd; d++) {
@@ -302,8 +317,10 @@ int report_run(const char *dir)
 	rn.count = calloc(cells, sizeof *rn.count);
 	rn.t0 = malloc(cells * sizeof *rn.t0);
 	rn.t1 = malloc(cells * sizeof *rn.t1);
+	rn.red = calloc((size_t)nd * (size_t)rn.nsteps, sizeof *rn.red);
+	rn.upd = calloc((size_t)nd * (size_t)rn.nsteps, sizeof *rn.upd);
 	for (int d = 0; d < nd; d++)
-		if (read_rank(&rn, d, "", texts[d], stage_of))
+		if (read_rank(&rn, d, (int)ir_rank_of(m, 0, d), "", texts[d], stage_of))
 			goto out;
 	for (int d = 0; d < nd; d++)
 		for (int i = 0; i < m->devices[d].nops; i++) {
@@ -315,7 +332,7 @@ int report_run(const char *dir)
 				if (rn.count[AT(&rn, d, i, s)] != st->last - st->first + 1) {
 					rc = fail("%s/trace-rank%d.json: step %d has %d layer events for %s S%d m%d, whose "
 					          "stage has %d layers: the run stopped early, or the trace is from another plan",
-					          tdir, d, s, rn.count[AT(&rn, d, i, s)], ir_op_names[op->kind], op->stage,
+					          tdir, (int)ir_rank_of(m, 0, d), s, rn.count[AT(&rn, d, i, s)], ir_op_names[op->kind], op->stage,
 					          op->mb, st->last - st->first + 1);
 					goto out;
 				}
@@ -371,23 +388,47 @@ int report_run(const char *dir)
 	}
 	meas->bubble_ratio = measured > 0 ? idle / (nd * measured) : 0;
 
-	/* The table. */
+	/* The table.  With data parallelism the step of F, B and W (the span
+	 * measured) is the simulator's pipeline time; the waits of the
+	 * collectives and the updates after it have rows of their own. */
 	char a[24], b[24], c[24], e[24];
-	double err = 100 * (measured / pred->makespan - 1);
+	bool dp = ir_dp(m) > 1;
+	double pspan = pred->makespan;
+	if (dp) {
+		pspan = 0;
+		for (int d = 0; d < nd; d++)
+			pspan = fmax(pspan, pred->dev[d].pipeline);
+	}
+	double err = 100 * (measured / pspan - 1);
 	printf("report: %s: %s, schedule %s, %d devices, %lld micro-batches; %d traced steps, "
 	       "medians of steps %d..%d\n", dir, m->model.name, ir_schedule_names[m->plan.schedule], nd,
 	       (long long)M, rn.nsteps, first + 1, rn.nsteps);
 	printf("\n%-22s %12s %12s %8s\n", "", "predicted", "measured", "error");
-	printf("%-22s %12s %12s %+7.1f%%\n", "step time", time_text(a, pred->makespan), time_text(b, measured), err);
+	printf("%-22s %12s %12s %+7.1f%%\n", dp ? "step time (F, B, W)" : "step time",
+	       time_text(a, pspan), time_text(b, measured), err);
 	for (int d = 0; d < nd; d++) {
 		double pb = pred->dev[d].busy, mb_ = meas->dev[d].busy;
 		char lab[32];
 		snprintf(lab, sizeof lab, "D%d busy", d);
 		printf("%-22s %12s %12s %+7.1f%%\n", lab, time_text(a, pb), time_text(b, mb_), 100 * (mb_ / pb - 1));
 		snprintf(lab, sizeof lab, "D%d bubble", d);
-		printf("%-22s %12s %12s %+7.1f%%\n", lab, time_text(c, pred->makespan - pb), time_text(e, measured - mb_),
-		       pred->makespan - pb > 0 ? 100 * ((measured - mb_) / (pred->makespan - pb) - 1) : 0.0);
+		printf("%-22s %12s %12s %+7.1f%%\n", lab, time_text(c, pspan - pb), time_text(e, measured - mb_),
+		       pspan - pb > 0 ? 100 * ((measured - mb_) / (pspan - pb) - 1) : 0.0);
+		for (int k = 0; dp && k < 2; k++) {
+			double *v = k ? rn.upd : rn.red, p = k ? pred->dev[d].update : pred->dev[d].exposed;
+			for (int s = first; s < rn.nsteps; s++)
+				tmp[s - first] = v[(size_t)d * (size_t)rn.nsteps + (size_t)s];
+			double x = ir_median(tmp, used);
+			snprintf(lab, sizeof lab, k ? "D%d updates" : "D%d exposed reduction", d);
+			printf("%-22s %12s %12s", lab, time_text(a, p), time_text(b, x));
+			if (p > 0)
+				printf(" %+7.1f%%", 100 * (x / p - 1));
+			printf("\n");
+		}
 	}
+	if (dp)
+		printf("(replica 0's ranks; updates: the optimizer steps of the buckets, predicted with "
+		       "the host's packing around the collectives)\n");
 	if (isfinite(period))
 		printf("(the whole step, first op to the next step's, with AdamW and the step's end, "
 		       "which the simulator leaves out: %s)\n", time_text(a, period));
@@ -443,6 +484,8 @@ out:
 	free(tmp);
 	free(span);
 	free(rn.t1);
+	free(rn.red);
+	free(rn.upd);
 	free(rn.t0);
 	free(rn.count);
 	free(rn.base);
