@@ -72,7 +72,8 @@ static const field desc_fields[] = {
     FLD(rt_layer_desc, conv, T_I64),         FLD(rt_layer_desc, groups, T_I64),
     FLD(rt_layer_desc, dt_rank, T_I64),
 };
-static const field spec_fields[] = {FLD(rt_layer_spec, index, T_I64), FLD(rt_layer_spec, desc, T_DESC)};
+static const field spec_fields[] = {FLD(rt_layer_spec, index, T_I64), FLD(rt_layer_spec, desc, T_DESC),
+                                    FLD(rt_layer_spec, bucket_start, T_I32)};
 static const field train_fields[] = {
     FLD(rt_train, seed, T_I64),        FLD(rt_train, nlayers, T_I64),
     FLD(rt_train, seq, T_I64),         FLD(rt_train, mbs, T_I64),

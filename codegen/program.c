@@ -379,6 +379,7 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 			rt_layer_spec *sp = &out->layers[h];
 			sp->index = l;
 			sp->desc = cost_rt_desc(m, &m->layers[l]);
+			sp->bucket_start = 0; /* the reductions' first layers: below */
 			if (rt_layer_check(&sp->desc) != RT_OK ||
 			    (device ? dev_layer_sizes(&sp->desc, m->model.dtype == IR_DTYPE_BF16, &L->sz[h])
 			            : rt_layer_sizes(&sp->desc, &L->sz[h])) != RT_OK) {
@@ -440,6 +441,10 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 		if (ir_is_dp_op(op)) {
 			if (dp_op(L, op, loc, &c, coll_of, coll_slot, &nslots, waited) < 0)
 				return -1;
+			/* The runtime lays the distributed optimizer's moment shards
+			 * out per bucket, and takes only the buckets declared. */
+			if (c.kind != CG_WAIT)
+				out->layers[c.h0].bucket_start = 1;
 		} else if (op->comm == IR_COMM_NONE) {
 			c.kind = op->kind == IR_OP_F ? CG_F : op->kind == IR_OP_B ? CG_B : CG_W;
 			c.h0 = L->stage_h0[s];

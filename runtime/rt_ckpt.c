@@ -149,16 +149,17 @@ static int sync_dir(rt_ctx *ctx, const char *dir)
 	return RT_OK;
 }
 
-/* Every number of layer l must be finite, and the second moments not
- * negative (their square root divides the update): else RT_ECKPT naming
- * the file, the layer, the tensor, the array and the element.  Checked on
- * what is saved and on what is loaded, so a NaN enters neither a save nor
- * a run. */
-static int check_numbers(rt_ctx *ctx, const char *path, const rt_lay *l, const char *after)
+/* Every number of layer l (its parameters, its whole moments m and v)
+ * must be finite, and the second moments not negative (their square root
+ * divides the update): else RT_ECKPT naming the file, the layer, the
+ * tensor, the array and the element.  Checked on what is saved and on what
+ * is loaded, so a NaN enters neither a save nor a run. */
+static int check_numbers(rt_ctx *ctx, const char *path, const rt_lay *l, const float *m,
+                         const float *v, const char *after)
 {
 	static const char *const what[3] = {"the parameters", "the AdamW first moment (m)",
 	                                    "the AdamW second moment (v)"};
-	const float *arr[3] = {l->p, l->m, l->v};
+	const float *arr[3] = {l->p, m, v};
 	for (int a = 0; a < 3; a++)
 		for (int64_t i = 0; i < l->sz.params; i++) {
 			float x = arr[a][i];
@@ -189,7 +190,9 @@ static int check_numbers(rt_ctx *ctx, const char *path, const rt_lay *l, const c
 	return RT_OK;
 }
 
-static int save_layer(rt_ctx *ctx, const char *dir, const rt_lay *l)
+/* Layer l's file, with its whole moments m and v (rt__dp_moments). */
+static int save_layer(rt_ctx *ctx, const char *dir, const rt_lay *l, const float *m,
+                      const float *v)
 {
 	char path[4096];
 	size_t pb = (size_t)l->sz.params * sizeof(float);
@@ -204,13 +207,13 @@ static int save_layer(rt_ctx *ctx, const char *dir, const rt_lay *l)
 	h.step = ctx->step;
 	h.data_pos = ctx->data_pos;
 	h.seed = ctx->train.seed;
-	h.payload_sum = rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), l->m, pb), l->v, pb);
+	h.payload_sum = rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), m, pb), v, pb);
 	h.header_sum = rt__fnv(RT_FNV_INIT, &h, offsetof(ckpt_hdr, header_sum));
 	layer_path(path, sizeof path, dir, l->index);
-	int rc = check_numbers(ctx, path, l, " (not saved)");
+	int rc = check_numbers(ctx, path, l, m, v, " (not saved)");
 	if (rc)
 		return rc;
-	const void *parts[4] = {&h, l->p, l->m, l->v};
+	const void *parts[4] = {&h, l->p, m, v};
 	size_t sizes[4] = {sizeof h, pb, pb, pb};
 	return write_atomic(ctx, path, 4, parts, sizes);
 }
@@ -576,6 +579,14 @@ int rt_ckpt_check(rt_ctx *ctx, const char *dir)
 	return agree(ctx, rc, dir, false, "write to the directory");
 }
 
+/* rt__dp_moments's: replica 0 writes the layer (replicas hold the same). */
+static int save_cb(rt_ctx *ctx, int h, const float *m, const float *v, void *dir)
+{
+	if (ctx->train.replica != 0)
+		return RT_OK;
+	return save_layer(ctx, dir, &ctx->lay[h], m, v);
+}
+
 int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 {
 	MPI_Request req;
@@ -590,7 +601,7 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", rt__step_no(ctx));
 	if ((rc = check_dir_arg(ctx, dir)))
 		return rc;
-	if ((rc = ctx->exec->pull(ctx)) || (rc = rt__dp_sync_moments(ctx)))
+	if ((rc = ctx->exec->pull(ctx)))
 		return rc;
 	int64_t t0 = rt__now_ns();
 
@@ -605,9 +616,10 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 	gen_path(gdir, sizeof gdir, dir, gen);
 
 	/* Every rank's layers, synced; then every rank knows they all are.
-	 * Replicas hold the same layers: replica 0 writes them. */
-	for (int i = 0; !rc && ctx->train.replica == 0 && i < ctx->nlay; i++)
-		rc = save_layer(ctx, gdir, &ctx->lay[i]);
+	 * Replicas hold the same layers: replica 0 writes them, with the
+	 * moments whole (with the distributed optimizer every replica takes
+	 * part in gathering them, a bucket at a time). */
+	rc = rt__dp_moments(ctx, save_cb, gdir);
 	if (!rc)
 		rc = sync_dir(ctx, gdir);
 	if ((rc = agree(ctx, rc, dir, true, "write its layers")))
@@ -806,6 +818,8 @@ static int check_manifest(rt_ctx *ctx, const char *dir, const manifest *m)
 	return RT_OK;
 }
 
+/* Layer l from its file: the parameters, and of the whole moments the
+ * part the layer holds ([mlo, mhi); the file is checked whole). */
 static int load_layer(rt_ctx *ctx, const char *dir, const manifest *m, rt_lay *l)
 {
 	char path[4096];
@@ -813,13 +827,24 @@ static int load_layer(rt_ctx *ctx, const char *dir, const manifest *m, rt_lay *l
 	ckpt_hdr h;
 	struct stat st;
 	int rc = RT_OK;
+	bool whole = l->mlo == 0 && l->mhi == l->sz.params;
+	float *fm = l->m, *fv = l->v;
+	if (!whole && (!(fm = malloc(pb ? pb : 1)) || !(fv = malloc(pb ? pb : 1)))) {
+		free(fm);
+		return rt__fail(ctx, RT_ENOMEM, "checkpoint: layer %lld: out of memory",
+		                (long long)l->index);
+	}
 	layer_path(path, sizeof path, dir, l->index);
 	int fd = rt__open_regular(path, &st);
-	if (fd == -2)
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: not a regular file (%s)", path,
-		                rt__file_kind(&st));
-	if (fd < 0)
-		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(errno));
+	if (fd == -2) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: not a regular file (%s)", path,
+		              rt__file_kind(&st));
+		goto out_free;
+	}
+	if (fd < 0) {
+		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: %s", path, strerror(errno));
+		goto out_free;
+	}
 	if (read_all(fd, &h, sizeof h)) {
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: truncated: no header", path);
 		goto out;
@@ -870,16 +895,23 @@ static int load_layer(rt_ctx *ctx, const char *dir, const manifest *m, rt_lay *l
 		              (uint64_t)st.st_size < sizeof h + 3 * pb ? "truncated" : "damaged");
 		goto out;
 	}
-	if (read_all(fd, l->p, pb) || read_all(fd, l->m, pb) || read_all(fd, l->v, pb)) {
+	if (read_all(fd, l->p, pb) || read_all(fd, fm, pb) || read_all(fd, fv, pb)) {
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: read: %s", path, strerror(errno));
 		goto out;
 	}
-	if (rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), l->m, pb), l->v, pb) != h.payload_sum)
+	if (rt__fnv(rt__fnv(rt__fnv(RT_FNV_INIT, l->p, pb), fm, pb), fv, pb) != h.payload_sum)
 		rc = rt__fail(ctx, RT_ECKPT, "checkpoint %s: checksum mismatch: the file is damaged", path);
-	else
-		rc = check_numbers(ctx, path, l, "");
+	else if (!(rc = check_numbers(ctx, path, l, fm, fv, "")) && !whole) {
+		memcpy(l->m, fm + l->mlo, rt__mom_bytes(l));
+		memcpy(l->v, fv + l->mlo, rt__mom_bytes(l));
+	}
 out:
 	close(fd);
+out_free:
+	if (!whole) {
+		free(fm);
+		free(fv);
+	}
 	return rc;
 }
 
@@ -970,10 +1002,9 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 			/* Leave no half-loaded model behind: start over from init. */
 			for (int j = 0; j <= i; j++) {
 				rt_lay *l = &ctx->lay[j];
-				size_t pb = (size_t)l->sz.params * sizeof(float);
 				rt_layer_init(&l->desc, ctx->train.seed, l->index, l->p);
-				memset(l->m, 0, pb);
-				memset(l->v, 0, pb);
+				memset(l->m, 0, rt__mom_bytes(l));
+				memset(l->v, 0, rt__mom_bytes(l));
 			}
 			goto out;
 		}
@@ -984,7 +1015,6 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
 		if (l->acc)
 			memset(l->acc, 0, (size_t)l->sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
-		l->bk0 = l->bk1 = -1; /* every moment is whole again */
 	}
 	if ((rc = ctx->exec->upload(ctx)))
 		goto out;

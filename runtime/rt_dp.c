@@ -11,15 +11,18 @@
  * all-gather of the parameters), registered in rt_comm.c's request table so
  * that rt_wait completes them under the deadline; at the wait the result
  * goes back into the layers (finish).  rt_update is the optimizer step of a
- * reduced bucket, on this replica's shard with the distributed optimizer.
- * It also gathers the heads' losses to replica 0 in global micro-batch
- * order, and the moment shards before a save or the model hash.
+ * reduced bucket, on this replica's shard with the distributed optimizer,
+ * whose moments are the only ones the replica holds (rt_model.c lays them
+ * out per declared bucket).  It also gathers the heads' losses to replica 0
+ * in global micro-batch order, and a bucket's moment shards into a
+ * temporary buffer for a save or the model hash.
  *
  * Guarantees: the bucket layout in a buffer is one formula (rt_coll_bytes,
- * shard c = ceil(n / dp), replica r's shard elements [r*c, r*c + c) of the
- * layers' concatenated arrays); AdamW on a shard is AdamW on the whole
- * tensor restricted to it (elementwise, each element with its own tensor's
- * constants), so sharding changes no bit; in exact mode the reduction is
+ * rt__dp_shard: c = ceil(n / dp), replica r's shard elements [r*c, r*c + c)
+ * of the layers' concatenated arrays); with the distributed optimizer a
+ * bucket is only ever one rt_model_init was given; AdamW on a shard is
+ * AdamW on the whole tensor restricted to it (elementwise, each element
+ * with its own tensor's constants), so sharding changes no bit; in exact mode the reduction is
  * integer arithmetic (rt_exact.c), the same bits for any dp and any order.
  * CPU ranks only: the collectives move the host's arrays. */
 #include <limits.h>
@@ -132,6 +135,21 @@ void rt__dp_free(rt_ctx *ctx)
 
 /* ---- buckets ---------------------------------------------------------------- */
 
+bool rt__dp_sharded(const rt_train *t)
+{
+	return (t->dp_flags & RT_DP_DISTOPT) && t->dp > 1;
+}
+
+int64_t rt__dp_shard(const rt_train *t, int64_t n, int64_t *lo, int64_t *hi)
+{
+	int64_t dp = t->dp > 1 ? t->dp : 1, c = (n + dp - 1) / dp;
+	*lo = t->replica * c;
+	*hi = *lo + c < n ? *lo + c : n;
+	if (*hi < *lo)
+		*hi = *lo;
+	return c;
+}
+
 static int check_bucket(rt_ctx *ctx, const char *fn, int h0, int h1)
 {
 	if (!ctx->have_model)
@@ -141,6 +159,15 @@ static int check_bucket(rt_ctx *ctx, const char *fn, int h0, int h1)
 	if (h0 < 0 || h1 < h0 || h1 >= ctx->nlay)
 		return rt__fail(ctx, RT_EARG, "%s: layers %d..%d: not a bucket of this rank's layers "
 		                "(0..%d)", fn, h0, h1, ctx->nlay - 1);
+	const rt_lay *l = &ctx->lay[h0];
+	if (rt__dp_sharded(&ctx->train) && (l->b0 != h0 || l->b1 != h1))
+		return rt__fail(ctx, RT_EARG,
+		                "%s: local layers %d..%d (layers %lld..%lld) are not a bucket "
+		                "rt_model_init was given: with the distributed optimizer each replica "
+		                "holds the moments of its shard of each declared bucket "
+		                "(rt_layer_spec.bucket_start), and layer %lld is in the bucket of local "
+		                "layers %d..%d", fn, h0, h1, (long long)l->index,
+		                (long long)ctx->lay[h1].index, (long long)l->index, l->b0, l->b1);
 	rt_exec_info xi;
 	ctx->exec->info(ctx, &xi);
 	if (xi.device)
@@ -166,33 +193,27 @@ static bool span(const rt_lay *l, int64_t off, int64_t lo, int64_t hi, int64_t *
 	return *a < *b;
 }
 
-/* Elements [lo, hi) of the bucket's array (0 p, 2 m, 3 v) between the
- * layers and buf, element e at buf[e - base]. */
-static void copy_range(rt_ctx *ctx, int h0, int h1, int which, int64_t lo, int64_t hi, float *buf,
-                       int64_t base, bool to_buf)
+/* Elements [lo, hi) of the bucket's parameters between the layers and
+ * buf, element e at buf[e]. */
+static void copy_params(rt_ctx *ctx, int h0, int h1, int64_t lo, int64_t hi, float *buf,
+                        bool to_buf)
 {
 	int64_t off = 0, a, b;
 	for (int h = h0; h <= h1; off += ctx->lay[h].sz.params, h++) {
 		rt_lay *l = &ctx->lay[h];
-		float *arr = which == 0 ? l->p : which == 2 ? l->m : l->v;
 		if (!span(l, off, lo, hi, &a, &b))
 			continue;
 		if (to_buf)
-			memcpy(buf + off + a - base, arr + a, (size_t)(b - a) * sizeof(float));
+			memcpy(buf + off + a, l->p + a, (size_t)(b - a) * sizeof(float));
 		else
-			memcpy(arr + a, buf + off + a - base, (size_t)(b - a) * sizeof(float));
+			memcpy(l->p + a, buf + off + a, (size_t)(b - a) * sizeof(float));
 	}
 }
 
 /* This replica's shard [*lo, *hi) of a bucket of n elements, and c. */
 static int64_t shard(const rt_ctx *ctx, int64_t n, int64_t *lo, int64_t *hi)
 {
-	int64_t dp = ctx->train.dp, c = (n + dp - 1) / dp;
-	*lo = ctx->train.replica * c;
-	*hi = *lo + c < n ? *lo + c : n;
-	if (*hi < *lo)
-		*hi = *lo;
-	return c;
+	return rt__dp_shard(&ctx->train, n, lo, hi);
 }
 
 static int overflow(rt_ctx *ctx, const rt_lay *l, int64_t i)
@@ -220,7 +241,7 @@ static int finish(rt_ctx *ctx, const rt_op *op)
 	int64_t n = bucket_params(ctx, op->h0, op->h1), lo = 0, hi = n, off = 0, a, b;
 	bool ex = is_exact(ctx);
 	if (op->coll == RT_ALL_GATHER) {
-		copy_range(ctx, op->h0, op->h1, 0, 0, n, op->cbuf, 0, false);
+		copy_params(ctx, op->h0, op->h1, 0, n, op->cbuf, false);
 		return RT_OK;
 	}
 	/* a reduce-scatter's result, the shard, is at the start of the buffer */
@@ -302,7 +323,7 @@ int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes,
 		memset(b + at, 0, bytes - at);
 	} else {
 		memset(buf, 0, bytes);
-		copy_range(ctx, h0, h1, 0, lo, hi, buf, 0, true);
+		copy_params(ctx, h0, h1, lo, hi, buf, true);
 	}
 
 	rt_op op = {.peer = -1, .tag = {(int32_t)t->pipe_rank, -1, RT_MSG_OTHER}, .bytes = bytes,
@@ -368,16 +389,15 @@ int rt_update(rt_ctx *ctx, int h0, int h1)
 	int64_t t0 = rt__now_ns();
 	for (int i = h0; i <= h1; off += ctx->lay[i].sz.params, i++) {
 		rt_lay *l = &ctx->lay[i];
+		/* sharded: [a, b) is the layer's part of the shard, [mlo, mhi),
+		 * since the bucket is the declared one (check_bucket) */
 		if (span(l, off, lo, hi, &a, &b) &&
-		    (rc = rt__optim_range(t, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v, a, b)))
+		    (rc = rt__optim_range(t, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v, a, b,
+		                          l->mlo)))
 			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
 			                (long long)l->index, rt_strerror(rc));
 		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
 		l->updated = true;
-		if (dist && t->dp > 1) {
-			l->bk0 = h0;
-			l->bk1 = h1;
-		}
 	}
 	rt__trace(ctx, "optim", t0, ctx->lay[h0].index, -1, -1, 0);
 	return RT_OK;
@@ -436,34 +456,48 @@ out:
 	return rc;
 }
 
-int rt__dp_sync_moments(rt_ctx *ctx)
+int rt__dp_moments(rt_ctx *ctx, rt_moments_fn *fn, void *arg)
 {
 	MPI_Request req;
-	int rc = RT_OK;
-	if (!is_distopt(ctx) || ctx->train.dp <= 1)
-		return RT_OK;
-	for (int h = 0; h < ctx->nlay; h++) {
-		if (ctx->lay[h].bk0 != h)
-			continue;
-		int h1 = ctx->lay[h].bk1;
-		int64_t n = bucket_params(ctx, h, h1), lo, hi, c = shard(ctx, n, &lo, &hi);
-		float *buf = calloc((size_t)(c * ctx->train.dp), sizeof *buf);
-		if (!buf)
+	int rc = RT_OK, frc = RT_OK;
+	if (!rt__dp_sharded(&ctx->train)) {
+		for (int h = 0; !frc && h < ctx->nlay; h++)
+			frc = fn(ctx, h, ctx->lay[h].m, ctx->lay[h].v, arg);
+		return frc;
+	}
+	for (int h0 = 0; h0 < ctx->nlay; h0 = ctx->lay[h0].b1 + 1) {
+		int h1 = ctx->lay[h0].b1;
+		int64_t n = bucket_params(ctx, h0, h1), lo, hi, c = shard(ctx, n, &lo, &hi), off;
+		if (c > INT_MAX)
+			return rt__fail(ctx, RT_EARG, "the moment shards of layers %lld..%lld: %lld "
+			                "elements per rank, more than one MPI call takes (%d)",
+			                (long long)ctx->lay[h0].index, (long long)ctx->lay[h1].index,
+			                (long long)c, INT_MAX);
+		/* element e of the bucket at buf[e]; replica r's shard at r*c */
+		size_t len = (size_t)(c * ctx->train.dp);
+		float *m = calloc(len ? len : 1, sizeof *m), *v = calloc(len ? len : 1, sizeof *v);
+		if (!m || !v) {
+			free(m);
+			free(v);
 			return rt__fail(ctx, RT_ENOMEM, "the moment shards: out of memory");
-		for (int which = 2; !rc && which <= 3; which++) {
-			copy_range(ctx, h, h1, which, lo, hi, buf, 0, true);
-			rc = rt__coll(ctx, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)c,
-			                                  MPI_FLOAT, ctx->dpc, &req),
-			              &req, "the replicas' AdamW moment shards");
-			if (!rc)
-				copy_range(ctx, h, h1, which, 0, n, buf, 0, false);
 		}
-		free(buf);
+		off = 0;
+		for (int h = h0; h <= h1; off += ctx->lay[h].sz.params, h++) {
+			const rt_lay *l = &ctx->lay[h];
+			memcpy(m + off + l->mlo, l->m, rt__mom_bytes(l));
+			memcpy(v + off + l->mlo, l->v, rt__mom_bytes(l));
+		}
+		for (int k = 0; !rc && k < 2; k++)
+			rc = rt__coll(ctx, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, k ? v : m,
+			                                  (int)c, MPI_FLOAT, ctx->dpc, &req),
+			              &req, "the replicas' AdamW moment shards");
+		off = 0;
+		for (int h = h0; !rc && !frc && h <= h1; off += ctx->lay[h].sz.params, h++)
+			frc = fn(ctx, h, m + off, v + off, arg);
+		free(m);
+		free(v);
 		if (rc)
 			return rc;
-		for (int i = h; i <= h1; i++)
-			ctx->lay[i].bk0 = -1;
-		h = h1;
 	}
-	return RT_OK;
+	return frc;
 }

@@ -61,8 +61,10 @@ static int cpu_optimize(rt_ctx *ctx)
 		int rc;
 		if (l->updated) /* rt_update did (rt_dp.c) */
 			continue;
+		/* dp <= 1 here (rt_step_end checks that rt_update ran on every
+		 * layer otherwise): the moments are whole */
 		if ((rc = rt__optim_range(&ctx->train, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v, 0,
-		                          l->sz.params)))
+		                          l->sz.params, 0)))
 			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
 			                (long long)l->index, rt_strerror(rc));
 		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));

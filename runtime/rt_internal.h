@@ -26,14 +26,22 @@ typedef struct rt_lay {
 	rt_layer_desc desc;
 	rt_sizes sz;
 	uint64_t shape_hash; /* of the tensor table: the checkpoint's shape check */
-	float *p, *g, *m, *v; /* parameters, gradients, AdamW moments: sz.params floats each */
+	float *p, *g;   /* parameters, gradients: sz.params floats each */
+	float *m, *v;   /* AdamW moments of parameters [mlo, mhi): mhi - mlo floats each */
+	int64_t mlo, mhi; /* RT_DP_DISTOPT with dp > 1: its part of its bucket's shard (maybe
+	                     empty); else 0, sz.params */
+	int b0, b1;     /* its bucket: local layers b0..b1 (rt_layer_spec.bucket_start) */
 	int64_t *acc;   /* RT_DP_EXACT: RT_EXACT_DIGITS per parameter (rt_exact.c); else NULL */
 	int64_t next_w; /* the micro-batch whose W comes next this step */
 	int red;        /* this step's reduction: RT_RED_... */
 	bool updated;   /* rt_update has run on it this step */
-	int bk0, bk1;   /* RT_DP_DISTOPT: the bucket whose shard this replica last updated
-	                   (its moments elsewhere are stale until gathered); bk0 -1: none */
 } rt_lay;
+
+/* The bytes of each of a layer's moment arrays. */
+static inline size_t rt__mom_bytes(const rt_lay *l)
+{
+	return (size_t)(l->mhi - l->mlo) * sizeof(float);
+}
 
 /* rt_lay.red */
 enum { RT_RED_NONE, RT_RED_POSTED, RT_RED_ALL, RT_RED_SHARD };
@@ -252,9 +260,10 @@ void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v
  * of them decay: *n of at most RT_MAX_TENSORS. */
 int rt__decays(const rt_layer_desc *d, int64_t *off, int64_t *len, bool *dec, int *n);
 /* The optimizer step `step` of elements [lo, hi) of a layer's parameters,
- * each with its own tensor's constants (a range may span tensors). */
+ * each with its own tensor's constants (a range may span tensors); m and v
+ * hold the moments of the elements from mo on (m[0] is element mo's). */
 int rt__optim_range(const rt_train *t, int64_t step, const rt_layer_desc *d, float *p,
-                    const float *g, float *m, float *v, int64_t lo, int64_t hi);
+                    const float *g, float *m, float *v, int64_t lo, int64_t hi, int64_t mo);
 
 /* ---- rt_exact.c: exact sums (RT_DP_EXACT) ---- */
 
@@ -290,10 +299,20 @@ int rt__dp_check_updated(rt_ctx *ctx);
 /* The head of each replica: its micro-batches' losses to replica 0's head,
  * which gets the step's loss in global micro-batch order (*have 1 there). */
 int rt__dp_loss(rt_ctx *ctx, double *loss, int64_t *count, int *have);
-/* RT_DP_DISTOPT: the moment shards the replicas updated, gathered, so that
- * every replica holds the whole moments (a save, the hash).  Collective
- * over the DP groups. */
-int rt__dp_sync_moments(rt_ctx *ctx);
+/* Whether the moments are sharded (RT_DP_DISTOPT with dp > 1), and the
+ * shard [*lo, *hi) of replica t->replica of a bucket of n parameters: c =
+ * ceil(n / dp) (returned), elements [replica*c, replica*c + c) cut to n.
+ * rt_model.c's layout and rt_dp.c's collectives use the same. */
+bool rt__dp_sharded(const rt_train *t);
+int64_t rt__dp_shard(const rt_train *t, int64_t n, int64_t *lo, int64_t *hi);
+/* Calls fn(ctx, h, m, v, arg) for every layer h in order with its whole
+ * AdamW moments (a save, the hash): its own arrays, or when sharded the
+ * bucket's shards gathered from the DP group into temporary buffers, freed
+ * after the bucket.  After a failure of fn it calls fn no more but goes on
+ * gathering, so that the other replicas are not left waiting, and returns
+ * that failure.  Collective over the DP groups when sharded. */
+typedef int rt_moments_fn(rt_ctx *ctx, int h, const float *m, const float *v, void *arg);
+int rt__dp_moments(rt_ctx *ctx, rt_moments_fn *fn, void *arg);
 
 /* ---- rt_device.c ---- */
 struct rt_dev;

@@ -1,7 +1,9 @@
 /* rt_model.c: this rank's layers and the training step.
  *
- * Reads the rank's layer list (global index + descriptor), lays out every
- * layer's parameters, gradients and AdamW moments in the arena, initialises
+ * Reads the rank's layer list (global index, descriptor, bucket start),
+ * lays out every layer's parameters, gradients and AdamW moments in the
+ * arena (with the distributed optimizer only the moments of the layer's
+ * part of its bucket's shard: rt__dp_shard), initialises
  * the parameters from (seed, global layer index), loads the data
  * (rt_data.c), and runs the step through the rank's executor (rt_exec.h):
  * it checks the order of the calls, times and traces them, keeps the
@@ -112,6 +114,22 @@ static int check_train(rt_ctx *ctx, const rt_train *t)
 	return RT_OK;
 }
 
+/* The bucket that starts at layer i (rt_layer_spec.bucket_start): its last
+ * layer *i1 and its parameters *np.  A layer whose sizes fail counts 0;
+ * layout refuses it when it gets there. */
+static void bucket_of(int n, const rt_layer_spec *L, int i, int *i1, int64_t *np)
+{
+	*np = 0;
+	for (*i1 = i; *i1 < n; ++*i1) {
+		rt_sizes sz;
+		if (*i1 > i && L[*i1].bucket_start)
+			break;
+		if (rt_layer_sizes(&L[*i1].desc, &sz) == RT_OK)
+			*np += sz.params;
+	}
+	--*i1;
+}
+
 /* Validates the layer list and walks the arena layout of the model: with
  * ctx->arena set up and `take` true it allocates; either way *bytes is
  * the total.  One walk serves rt_model_bytes and rt_model_init. */
@@ -138,11 +156,24 @@ static int layout(rt_ctx *ctx, bool take, const rt_train *t, int n, const rt_lay
 	} while (0)
 
 	rt_lay *lay = NULL;
+	bool sharded = rt__dp_sharded(t);
+	int b0 = 0, b1 = -1;
+	int64_t boff = 0, slo = 0, shi = 0; /* the layer's offset in its bucket; the shard */
 	TAKE(lay, (size_t)n * sizeof *lay);
 	for (int i = 0; i < n; i++) {
 		const rt_layer_desc *d = &L[i].desc;
 		int64_t gi = L[i].index;
 		rt_sizes sz;
+		if (L[i].bucket_start != 0 && L[i].bucket_start != 1)
+			return rt__fail(ctx, RT_EARG, "model: layer %lld: bucket_start %d (0 or 1)",
+			                (long long)gi, (int)L[i].bucket_start);
+		if (i > b1) {
+			int64_t np;
+			bucket_of(n, L, i, &b1, &np);
+			b0 = i;
+			boff = 0;
+			rt__dp_shard(t, np, &slo, &shi);
+		}
 		if (gi < 0 || gi >= t->nlayers || (i && gi <= L[i - 1].index))
 			return rt__fail(ctx, RT_EARG,
 			                "model: layer %lld: global indices must ascend within 0..%lld",
@@ -164,16 +195,27 @@ static int layout(rt_ctx *ctx, bool take, const rt_train *t, int n, const rt_lay
 			return rt__fail(ctx, rc, "model: layer %lld (%s): %s", (long long)gi,
 			                rt__kind_name(d->kind), rt_strerror(rc));
 		size_t pb = (size_t)sz.params * sizeof(float);
+		/* The moments held: all, or the layer's part of its bucket's shard. */
+		int64_t mlo = 0, mhi = sz.params;
+		if (sharded) {
+			mlo = (slo > boff ? slo : boff) - boff;
+			mhi = (shi < boff + sz.params ? shi : boff + sz.params) - boff;
+			if (mhi <= mlo)
+				mlo = mhi = 0;
+		}
+		boff += sz.params;
+		size_t mb = (size_t)(mhi - mlo) * sizeof(float);
 		if (take) {
-			lay[i] = (rt_lay){.index = gi, .desc = *d, .sz = sz};
+			lay[i] = (rt_lay){.index = gi, .desc = *d, .sz = sz, .mlo = mlo, .mhi = mhi,
+			                  .b0 = b0, .b1 = b1};
 			if ((rc = shape_hash(d, &lay[i].shape_hash)))
 				return rt__fail(ctx, rc, "model: layer %lld: %s", (long long)gi,
 				                rt_strerror(rc));
 		}
 		TAKE(lay[i].p, pb);
 		TAKE(lay[i].g, pb);
-		TAKE(lay[i].m, pb);
-		TAKE(lay[i].v, pb);
+		TAKE(lay[i].m, mb);
+		TAKE(lay[i].v, mb);
 		if (t->dp_flags & RT_DP_EXACT)
 			TAKE(lay[i].acc, (size_t)sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
 		if ((size_t)sz.scratch > scratch)
@@ -253,11 +295,10 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 			goto out_dp;
 		}
 		memset(l->g, 0, pb);
-		memset(l->m, 0, pb);
-		memset(l->v, 0, pb);
+		memset(l->m, 0, rt__mom_bytes(l));
+		memset(l->v, 0, rt__mom_bytes(l));
 		if (l->acc)
 			memset(l->acc, 0, (size_t)l->sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
-		l->bk0 = l->bk1 = -1;
 		if (l->desc.kind == RT_HEAD)
 			ctx->head = i;
 	}
@@ -522,6 +563,21 @@ static int cmp_row(const void *a, const void *b)
 	return x[H_REPLICA] < y[H_REPLICA] ? -1 : x[H_REPLICA] > y[H_REPLICA];
 }
 
+/* A layer's row of the hash: its parameters and its whole moments. */
+static int hash_row(rt_ctx *ctx, int i, const float *m, const float *v, void *arg)
+{
+	const rt_lay *l = &ctx->lay[i];
+	size_t pb = (size_t)l->sz.params * sizeof(float);
+	uint64_t *row = (uint64_t *)arg + H_N * i;
+	uint64_t h = rt__fnv(RT_FNV_INIT, l->p, pb);
+	h = rt__fnv(h, m, pb);
+	row[H_INDEX] = (uint64_t)l->index;
+	row[H_REPLICA] = (uint64_t)ctx->train.replica;
+	row[H_HASH] = rt__fnv(h, v, pb);
+	row[H_RANK] = (uint64_t)ctx->rank;
+	return RT_OK;
+}
+
 int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 {
 	int rc;
@@ -530,7 +586,7 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 		return rc;
 	if (!out)
 		return RT_EARG;
-	if ((rc = ctx->exec->pull(ctx)) || (rc = rt__dp_sync_moments(ctx)))
+	if ((rc = ctx->exec->pull(ctx)))
 		return rc;
 	int *counts = calloc((size_t)ctx->world, sizeof *counts);
 	int *displs = calloc((size_t)ctx->world, sizeof *displs);
@@ -541,17 +597,8 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 		rc = rt__fail(ctx, RT_ENOMEM, "rt_model_hash: out of memory");
 		goto out;
 	}
-	for (int i = 0; i < ctx->nlay; i++) {
-		rt_lay *l = &ctx->lay[i];
-		size_t pb = (size_t)l->sz.params * sizeof(float);
-		uint64_t h = rt__fnv(RT_FNV_INIT, l->p, pb);
-		h = rt__fnv(h, l->m, pb);
-		uint64_t *row = mine + H_N * i;
-		row[H_INDEX] = (uint64_t)l->index;
-		row[H_REPLICA] = (uint64_t)ctx->train.replica;
-		row[H_HASH] = rt__fnv(h, l->v, pb);
-		row[H_RANK] = (uint64_t)ctx->rank;
-	}
+	if ((rc = rt__dp_moments(ctx, hash_row, mine)))
+		goto out;
 	if ((rc = rt__coll(ctx, MPI_Iallgather(&mycount, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD,
 	                                       &req),
 	                   &req, "rt_model_hash")))

@@ -74,7 +74,7 @@ void rt__adamw(const rt_adamw_k *k, float *p, const float *g, float *m, float *v
 }
 
 int rt__optim_range(const rt_train *t, int64_t step, const rt_layer_desc *d, float *p,
-                    const float *g, float *m, float *v, int64_t lo, int64_t hi)
+                    const float *g, float *m, float *v, int64_t lo, int64_t hi, int64_t mo)
 {
 	int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
 	bool dec[RT_MAX_TENSORS];
@@ -87,7 +87,7 @@ int rt__optim_range(const rt_train *t, int64_t step, const rt_layer_desc *d, flo
 			continue;
 		rt_adamw_k c;
 		rt__adamw_consts(t, step, dec[k] && t->weight_decay > 0, &c);
-		rt__adamw(&c, p + a, g + a, m + a, v + a, b - a);
+		rt__adamw(&c, p + a, g + a, m + (a - mo), v + (a - mo), b - a);
 	}
 	return RT_OK;
 }

@@ -128,13 +128,20 @@ typedef struct rt_train {
 
 /* One layer of this rank: its index in the whole model and its descriptor
  * (whose seq, mbs must be the rt_train's, and vocab too for the embedding
- * and the head). */
+ * and the head), and whether it starts a gradient bucket (rt_post_coll):
+ * a bucket runs from a layer with bucket_start 1 (or the first layer) to
+ * the layer before the next one.  With the distributed optimizer
+ * (RT_DP_DISTOPT, dp > 1) a layer keeps AdamW moments only for its part
+ * of its bucket's shard, and the collectives and updates take exactly the
+ * buckets declared here. */
 typedef struct rt_layer_spec {
 	int64_t index;
 	rt_layer_desc desc;
+	int32_t bucket_start; /* 1: a bucket starts at this layer; 0: it continues the one before */
 } rt_layer_spec;
 
-/* Arena bytes rt_model_init will take for these layers; it checks them as
+/* Arena bytes rt_model_init will take for these layers (with RT_DP_DISTOPT
+ * and dp > 1: the moments of this replica's shards only); it checks them as
  * rt_model_init does.  ctx, which may be NULL, receives the message of a
  * failure (rt_errmsg, rt_abort), as with every other call. */
 int rt_model_bytes(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *layers,
@@ -169,7 +176,8 @@ int64_t rt_data_position(const rt_ctx *ctx);
  * in global layer order, the same on every rank and for every partition of
  * the layers over ranks.  Replicas hold the same layers: each layer counts
  * once, and replicas whose copies differ are RT_ESTATE naming the layer and
- * the replicas (with RT_DP_DISTOPT the moment shards are gathered first).
+ * the replicas (with RT_DP_DISTOPT the moment shards are gathered, a
+ * bucket at a time into a temporary buffer).
  * Collective. */
 int rt_model_hash(rt_ctx *ctx, uint64_t *out);
 
@@ -230,14 +238,17 @@ int64_t rt_coll_bytes(const rt_train *t, int kind, int64_t nparams);
  * At the wait, a reduction's result goes into the layers' gradients (all
  * of them after an all-reduce, the replica's shard after a reduce-scatter;
  * exact digits rounded once to f32, an overflow RT_ELOSS naming the layer),
- * an all-gather's into the layers' parameters.  CPU ranks only. */
+ * an all-gather's into the layers' parameters.  With RT_DP_DISTOPT and
+ * dp > 1, h0..h1 must be a bucket rt_model_init was given
+ * (rt_layer_spec.bucket_start), else RT_EARG.  CPU ranks only. */
 int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes, int *req);
 
 /* The optimizer step (rt_step_end's AdamW or SGD, the same per-tensor
  * constants and decay flags) of the bucket h0..h1 once its reduction has
  * completed (with dp <= 1 no reduction is needed): with RT_DP_DISTOPT only
- * this replica's shard of the bucket (the other elements' moments are not
- * touched), else every element.  Clears the layers' gradients and marks
+ * this replica's shard of the bucket, whose moments are the only ones it
+ * holds (h0..h1 must be a declared bucket, as for rt_post_coll), else
+ * every element.  Clears the layers' gradients and marks
  * them updated for this step. */
 int rt_update(rt_ctx *ctx, int h0, int h1);
 

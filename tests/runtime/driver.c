@@ -20,6 +20,9 @@
  * or with --distopt a reduce-scatter --, waits, rt_update, and with
  * --distopt all-gathers the parameters.  --exact is the deterministic mode
  * (with or without --dp); --bad-bucket passes a buffer 4 bytes short;
+ * --declare N tells rt_model_init of buckets of N layers (default: the
+ * --bucket that the step uses), which the distributed optimizer refuses
+ * when they differ;
  * --diverge R nudges a weight of replica R's first stage after training,
  * which the model hash must refuse.
  * tests/runtime/run.sh drives it under mpirun. */
@@ -45,6 +48,7 @@ typedef struct opts {
 	int steps, microbatches, stall_rank, stall_step, ffn;
 	bool stall_end; /* --stall-at-end: the stall rank hangs after the last collective */
 	int dp, bucket;  /* --dp D (0: no collectives), --bucket N layers */
+	int declare;     /* --declare N: the buckets rt_model_init is told of; 0: --bucket */
 	int diverge;     /* --diverge R: replica R's weight nudged before the hash; -1 none */
 	bool distopt, exact, bad_bucket;
 	long long inject_nan, arena;
@@ -60,7 +64,8 @@ static void usage(void)
 	        "                 [--lr X] [--wd X] [--load DIR] [--save DIR] [--out DIR]\n"
 	        "                 [--profile FILE] [--inject-nan STEP] [--stall-rank R] [--stall-step S]\n"
 	        "                 [--stall-at-end] [--exchange safe|unsafe] [--pid-dir DIR] [--arena BYTES] [--ffn N]\n"
-	        "                 [--dp D] [--distopt] [--exact] [--bucket N] [--bad-bucket] [--diverge R]\n");
+	        "                 [--dp D] [--distopt] [--exact] [--bucket N] [--declare N] [--bad-bucket]\n"
+	        "                 [--diverge R]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -99,6 +104,7 @@ static int parse(int argc, char **argv, opts *o)
 		else if (ARG("--ffn")) o->ffn = atoi(v);
 		else if (ARG("--dp")) o->dp = atoi(v);
 		else if (ARG("--bucket")) o->bucket = atoi(v);
+		else if (ARG("--declare")) o->declare = atoi(v);
 		else if (ARG("--diverge")) o->diverge = atoi(v);
 		else if (!strcmp(a, "--distopt")) o->distopt = true;
 		else if (!strcmp(a, "--exact")) o->exact = true;
@@ -118,7 +124,7 @@ static int parse(int argc, char **argv, opts *o)
 		return -1;
 	}
 	if (o->steps < 0 || o->microbatches < 1 || o->microbatches > MAX_MB || o->ffn < 1 || o->dp < 0 ||
-	    o->bucket < 1 || (o->dp && o->microbatches % o->dp)) {
+	    o->bucket < 1 || o->declare < 0 || (o->dp && o->microbatches % o->dp)) {
 		fprintf(stderr, "rt_driver: error: bad --steps, --microbatches, --ffn, --dp or --bucket "
 		                "(--dp must divide --microbatches)\n");
 		return -1;
@@ -325,8 +331,9 @@ int main(int argc, char **argv)
 		return rt_abort(ctx, RT_EARG), 1;
 	}
 	int lo = cut[pr], n = cut[pr + 1] - lo;
+	int decl = o.declare ? o.declare : o.bucket; /* the buckets: --bucket layers each */
 	for (int i = 0; i < n; i++)
-		spec[i] = (rt_layer_spec){lo + i, L[lo + i]};
+		spec[i] = (rt_layer_spec){lo + i, L[lo + i], i % decl == 0};
 	int M = o.microbatches / dp; /* this replica's */
 	rt_train t = {.seed = o.seed, .nlayers = nl, .seq = 64, .mbs = 2, .vocab = 256,
 	              .microbatches = M, .optimizer = RT_ADAMW, .lr = (float)o.lr,

@@ -382,8 +382,10 @@ EOF2
 		same "$tmp/straight/losses.txt" "$tmp/joined$d" "exact: 2 steps at D=2 (distopt), save, 2 at D=$d == 4 straight: losses"
 		same "$tmp/straight/hash.txt" "$tmp/again$d/hash.txt" "exact: 2 steps at D=2 (distopt), save, 2 at D=$d == 4 straight: weights"
 	done
-	fails 2 "octopipe rank 0: error: rt_post_coll: all-reduce of layers 0..0 \(local 0..0, 16384 parameters\): a buffer of 65532 bytes, the bucket needs 65536 \(rt_coll_bytes\)" \
+	fails 2 "octopipe rank [01]: error: rt_post_coll: all-reduce of layers 0..0 \(local 0..0, 16384 parameters\): a buffer of 65532 bytes, the bucket needs 65536 \(rt_coll_bytes\)" \
 		"a bucket buffer 4 bytes short: refused" --dp 2 --bad-bucket --steps 1
+	fails 2 "octopipe rank [01]: error: rt_post_coll: local layers 0..1 \(layers 0..1\) are not a bucket rt_model_init was given: .*layer 0 is in the bucket of local layers 0..0" \
+		"distributed optimizer: a bucket rt_model_init was not given: refused" --dp 2 --distopt --bucket 2 --declare 1 --steps 1
 	fails 4 "octopipe rank [0-3]: error: rt_model_hash: layer 0 differs between replica 0 \(rank 0, hash 0x[0-9a-f]+\) and replica 1 \(rank 2" \
 		"replicas whose weights differ: the model hash names the layer and the replicas" --dp 2 --steps 1 --diverge 1
 	kill_rank 4 3 --model dense --dp 2 --exact --distopt

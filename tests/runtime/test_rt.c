@@ -613,6 +613,80 @@ START_TEST(test_dp_errors)
 }
 END_TEST
 
+static size_t rup_align(size_t n)
+{
+	return (n + RT_ALIGN - 1) & ~(size_t)(RT_ALIGN - 1);
+}
+
+/* The distributed optimizer's arena (loop: 0 one bucket of the three
+ * layers, 1 a bucket per layer): for D = 2 and 4 and every replica, the
+ * model takes exactly the moment bytes (m and v, 4 bytes each a
+ * parameter, each array rounded to RT_ALIGN) of the parameters outside
+ * the replica's part of each bucket's shard less than without it, and the
+ * replicas' parts cover every parameter once.  Pinned too, by hand: one
+ * bucket of 128 + 296 + 136 = 560 parameters at D = 2, shard 280: replica
+ * 0 holds 128 + 152 + 0 of them, so each moment array loses
+ * (1216 - 640) + 576 = 1152 bytes, 2304 in all (replica 1 holds 0 + 144 +
+ * 136: 512 + (1216 - 576) = 1152 too). */
+START_TEST(test_model_bytes_distopt)
+{
+	rt_layer_spec L[3];
+	int64_t np[3], total = 0;
+	tiny_layers(L);
+	for (int i = 0; i < 3; i++) {
+		rt_sizes sz;
+		ck_assert_int_eq(rt_layer_sizes(&L[i].desc, &sz), RT_OK);
+		np[i] = sz.params;
+		ck_assert_int_eq(np[i], i == 0 ? 128 : i == 1 ? 296 : 136);
+		total += sz.params;
+		L[i].bucket_start = _i;
+	}
+	for (int D = 2; D <= 4; D += 2) {
+		int64_t covered = 0;
+		for (int r = 0; r < D; r++) {
+			rt_train t = tiny_train();
+			size_t full, mine, gone = 0;
+			t.dp = D;
+			t.replica = r;
+			ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &full), RT_OK);
+			t.dp_flags = RT_DP_DISTOPT;
+			ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &mine), RT_OK);
+			/* the buckets' shards: [r*c, r*c + c) of the bucket's layers in order */
+			for (int b0 = 0; b0 < 3; b0 = _i ? b0 + 1 : 3) {
+				int b1 = _i ? b0 : 2;
+				int64_t n = 0, off = 0;
+				for (int i = b0; i <= b1; i++)
+					n += np[i];
+				int64_t c = (n + D - 1) / D, lo = r * c, hi = lo + c < n ? lo + c : n;
+				for (int i = b0; i <= b1; off += np[i], i++) {
+					int64_t a = lo > off ? lo : off, e = hi < off + np[i] ? hi : off + np[i];
+					int64_t own = e > a ? e - a : 0;
+					covered += own;
+					gone += 2 * (rup_align(4 * (size_t)np[i]) - rup_align(4 * (size_t)own));
+				}
+			}
+			ck_assert_uint_gt(gone, 0);
+			ck_assert_uint_eq(full - mine, gone);
+			if (!_i && D == 2)
+				ck_assert_uint_eq(full - mine, 2304);
+		}
+		ck_assert_int_eq(covered, total); /* every moment held by exactly one replica */
+	}
+	/* Without replicas, or without the flag, nothing changes. */
+	rt_train t = tiny_train();
+	size_t a, b;
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &a), RT_OK);
+	t.dp_flags = RT_DP_DISTOPT;
+	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &b), RT_OK);
+	ck_assert_uint_eq(a, b);
+	L[1].bucket_start = 2;
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_model_bytes(c, &t, 3, L, &a), RT_EARG);
+	ck_assert_ptr_nonnull(strstr(rt_errmsg(c), "model: layer 1: bucket_start 2 (0 or 1)"));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
 /* One step with a bucket of every layer reduced over a group of one
  * (loop: 0 all-reduce, 1 reduce-scatter with the distributed optimizer),
  * exact sums: the same loss and hash as the step without collectives; and
@@ -688,6 +762,7 @@ static Suite *rt_suite(void)
 	TCase *tc = tcase_create("rt");
 	tcase_add_test(tc, test_arena);
 	tcase_add_test(tc, test_model_bytes_exact);
+	tcase_add_loop_test(tc, test_model_bytes_distopt, 0, 2);
 	tcase_add_test(tc, test_model_errors);
 	tcase_add_loop_test(tc, test_model_bytes_messages, 0, 9);
 	tcase_add_test(tc, test_step_order);
