@@ -9,7 +9,8 @@
 # the later ones within the bound docs/dataparallel.md states); resume
 # across (D, P) (save at (2, 2) with the distributed optimizer after 3
 # steps, resume at (1, 4) and at (4, 1) without it: the losses of an
-# uninterrupted deterministic run); a rank SIGKILLed in a DP group ends the
+# uninterrupted deterministic run); one summary line (replica 0's head);
+# `octopipe report` on a traced run; a rank SIGKILLed in a DP group ends the
 # job non-zero, naming a rank.
 #
 # OCTO_TEST_QUICK=1 (the sanitizer build): tiny-hybrid only, (2, 2) with
@@ -119,6 +120,26 @@ if [ "$quick" != 1 ]; then
 		else
 			bad "plain-d2: losses differ from 1 rank's by ${worst} (relative), above the bound 1e-5"
 		fi
+	fi
+fi
+
+# One summary, from replica 0's head (the other replicas' heads hold no loss),
+# and `octopipe report` on a data-parallel run's traces.
+log=$tmp/hybrid-d2-p2-distopt.log
+if [ -f "$log" ]; then
+	n=$(grep -c '^summary:' "$log")
+	if [ "$n" = 1 ] && ! grep -q '^summary:.*final loss 0\.000000' "$log"; then
+		ok "hybrid-d2-p2-distopt: one summary line, with the loss"
+	else
+		bad "hybrid-d2-p2-distopt: $n summary lines: $(grep '^summary:' "$log" | cut -c1-100)"
+	fi
+	dir=$tmp/hybrid-d2-p2-distopt
+	if timeout 900 "$dir/launch" --steps 3 --trace "$dir/trace" >"$tmp/traced.log" 2>&1 &&
+		"$octopipe" report "$dir" >"$tmp/report.txt" 2>&1 &&
+		grep -q '^D1 exposed reduction' "$tmp/report.txt" && grep -q '^D0 updates' "$tmp/report.txt"; then
+		ok "report: a data-parallel run against its plan, with each device's exposed reduction and updates"
+	else
+		bad "report on a data-parallel run: $(head -3 "$tmp/report.txt" 2>/dev/null)"
 	fi
 fi
 
