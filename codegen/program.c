@@ -205,8 +205,15 @@ static const char *kinds_text(const ir_module *m, const ir_stage *st, arena *a)
 	return t;
 }
 
-static const char *about_text(const ir_module *m, double predicted_us, int d, bool device, int nops,
-                              arena *a, const char *data)
+/* The replica of cluster rank k (ir_rank_of's inverse). */
+static int64_t replica_of(const ir_module *m, int64_t k)
+{
+	int64_t D = ir_dp(m), P = m->ndevices;
+	return m->plan.rank_order == IR_RANKS_DP_INNER ? k % D : k / P;
+}
+
+static const char *about_text(const ir_module *m, double predicted_us, int d, int rank, bool device,
+                              int nops, arena *a, const char *data)
 {
 	char *t = arena_printf(
 	    a,
@@ -214,15 +221,20 @@ static const char *about_text(const ir_module *m, double predicted_us, int d, bo
 	    "hidden %lld, vocab %lld, seq %lld, %s), compiled by octopipe for %s\n"
 	    "plan: schedule %s, %d stages on %d ranks, %lld micro-batches of %lld x %lld tokens per "
 	    "step, deadlock-free under %s (certificate %016llx)",
-	    d, d, m->ndevices, m->model.name, m->nlayers, (long long)m->model.hidden,
+	    rank, rank, cg_nranks(m), m->model.name, m->nlayers, (long long)m->model.hidden,
 	    (long long)m->model.vocab, (long long)m->model.seq,
 	    device ? ir_dtype_names[m->model.dtype] : "f32",
 	    device ? "CUDA ranks (NCCL, or MPI with OCTO_COMM=mpi)" : "CPU ranks under MPI",
-	    ir_schedule_names[m->plan.schedule], m->nstages, m->ndevices,
+	    ir_schedule_names[m->plan.schedule], m->nstages, cg_nranks(m),
 	    (long long)m->train.microbatches, (long long)m->train.mbs, (long long)m->model.seq,
 	    ir_backend_names[m->proof.backend], (unsigned long long)m->proof.order);
 	if (predicted_us > 0)
 		t = arena_printf(a, "%s; predicted step %.3f ms", t, predicted_us * 1e-3);
+	if (ir_dp(m) > 1)
+		t = arena_printf(a, "%s\ndata parallelism: %lld replicas of a %d-rank pipeline (rank order "
+		                    "%s); this rank runs pipeline device D%d of replica %lld", t,
+		                 (long long)ir_dp(m), m->ndevices, ir_rank_order_names[m->plan.rank_order],
+		                 d, (long long)replica_of(m, rank));
 	t = arena_printf(a, "%s\nthis rank holds:", t);
 	int held = 0;
 	for (int s = 0; s < m->nstages; s++) {
@@ -325,10 +337,9 @@ void cg_replicate(const ir_module *m, const cg_rank *pipe, arena *a, cg_rank *ou
 					x->ops[i].peer = (int32_t)ir_rank_of(m, r, pipe[p].ops[i].peer);
 			}
 			if (D > 1)
-				x->prog.about = arena_printf(a, "%s\nreplica %lld of %lld (data parallelism): "
-				                                "rank %lld runs pipeline device D%lld",
-				                             pipe[p].prog.about, (long long)r, (long long)D,
-				                             (long long)k, (long long)p);
+				x->prog.about = about_text(m, pipe[p].prog.predicted_us, (int)p, (int)k,
+				                           pipe[p].dev != CG_TARGET_CPU, pipe[p].nops, a,
+				                           pipe[p].prog.data);
 		}
 }
 
@@ -532,7 +543,7 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 		data = slash ? slash + 1 : m->train.text_file;
 	}
 	out->prog = (rt_prog_info){
-	    .about = about_text(m, predicted_us, d, device, n, a, data), .data = data, .steps = m->train.steps,
+	    .about = about_text(m, predicted_us, d, d, device, n, a, data), .data = data, .steps = m->train.steps,
 	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq, /* the whole batch */
 	    .predicted_us = predicted_us, .rank = d, .nranks = cg_nranks(m)};
 	return 0;

@@ -222,10 +222,6 @@ static int read_plan(fe *f, yaml_node_t *map)
 			f->m->dp_loc = ydoc_at(d, i == PL_DP ? v[i] : k[i]);
 			break;
 		}
-	if (v[PL_BUCKET] && p->bucket == 0) {
-		diag_error(ydoc_at(d, v[PL_BUCKET]), "'bucket' must be at least 1 byte");
-		return -1;
-	}
 	if (v[PL_CHUNKS])
 		f->m->chunks_loc = ydoc_at(d, v[PL_CHUNKS]);
 	if (part == IR_PART_GIVEN && !v[PL_STAGES]) {

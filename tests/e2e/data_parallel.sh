@@ -105,6 +105,13 @@ for model in $models; do
 		name=$model-d2-p2-dpinner
 		compile $name "$yaml" --devices 4 --dp 2 --rank-order dp-inner --deterministic &&
 			train $name --steps $steps && same $name $ref
+		# dp-inner: rank 3 = pipeline device 1 x 2 + replica 1; its --help says so.
+		if "$tmp/$name/rank3" --help 2>&1 | grep -q '^rank3: rank 3 of 4 ' &&
+			"$tmp/$name/rank3" --help 2>&1 | grep -q 'runs pipeline device D1 of replica 1$'; then
+			ok "$name: rank3 --help names its place: pipeline device D1 of replica 1, rank 3 of 4"
+		else
+			bad "$name: rank3 --help: $("$tmp/$name/rank3" --help 2>&1 | head -3)"
+		fi
 	fi
 done
 
