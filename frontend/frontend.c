@@ -7,6 +7,7 @@
  * it. */
 #include "frontend.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -182,6 +183,27 @@ static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
 	return 0;
 }
 
+/* dp := integer in 1..65536 | auto (the driver's search chooses it). */
+static int read_dp(fe *f, yaml_node_t *n)
+{
+	const char *s;
+	if (ydoc_scalar(f->d, n, "'dp'", "an integer or auto", &s) < 0)
+		return -1;
+	bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+	if (plain && strcmp(s, "auto") == 0) {
+		f->m->dp_auto = true;
+		f->m->plan.dp = 0;
+		return 0;
+	}
+	if (!plain || !(isdigit((unsigned char)s[0]) || s[0] == '+' || s[0] == '-')) {
+		diag_error(ydoc_at(f->d, n), "expected an integer or auto for 'dp', got %s",
+		           ydoc_describe(f->d, n));
+		return -1;
+	}
+	f->m->dp_auto = false;
+	return ydoc_int(f->d, n, "'dp'", 1, 65536, &f->m->plan.dp);
+}
+
 /* plan := {schedule, chunks, partition, stage_layers, placement, dp,
  *          rank_order, distributed_optimizer, deterministic, bucket}, all optional */
 static int read_plan(fe *f, yaml_node_t *map)
@@ -205,7 +227,9 @@ static int read_plan(fe *f, yaml_node_t *map)
 	p->schedule = sched;
 	p->partition = part;
 	int order = p->rank_order;
-	if ((v[PL_DP] && ydoc_int(d, v[PL_DP], "'dp'", 1, 65536, &p->dp) < 0) ||
+	if (v[PL_DP] && read_dp(f, v[PL_DP]) < 0)
+		return -1;
+	if (
 	    (v[PL_RANK_ORDER] && ydoc_enum(d, v[PL_RANK_ORDER], "'rank_order'", "rank order",
 	                                   ir_rank_order_names, IR_NRANK_ORDERS, &order) < 0) ||
 	    (v[PL_DIST_OPT] && read_switch(d, v[PL_DIST_OPT], "'distributed_optimizer'",
@@ -368,6 +392,12 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	m->plan.backend = (ir_backend)backend;
 	if (override_num("'--dp'", ov->dp, 1, 65536, &m->plan.dp, ov->dp_at) < 0)
 		return -1;
+	if (ov->dp)
+		m->dp_auto = false;
+	if (ov->dp_auto) {
+		m->dp_auto = true;
+		m->plan.dp = 0;
+	}
 	if (ov->dp_at.src)
 		m->dp_loc = ov->dp_at;
 	int order = (int)m->plan.rank_order;
@@ -386,13 +416,14 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 
 /* The data-parallel options settled: one replica is no data parallelism
  * (the options that need replicas are refused, at the dp field), and a
- * plan with replicas gets the default bucket. */
+ * plan with replicas (or one whose replicas the search chooses) gets the
+ * default bucket. */
 static int settle_dp(ir_module *m)
 {
 	ir_plan_opts *p = &m->plan;
 	if (p->dp == 1)
 		p->dp = 0;
-	if (p->dp > 1 && !p->bucket)
+	if ((p->dp > 1 || m->dp_auto) && !p->bucket)
 		p->bucket = FE_DEFAULT_BUCKET;
 	return ir_check_dp(m, NULL) ? -1 : 0;
 }

@@ -24,6 +24,7 @@ typedef struct fe_overrides {
 	const char *backend;   /* --backend nccl|mpi */
 	const char *dtype;     /* --dtype f32|bf16|f16 */
 	int64_t dp;            /* --dp D */
+	bool dp_auto;          /* --dp auto: the driver's search chooses D */
 	const char *rank_order; /* --rank-order auto|pp-inner|dp-inner */
 	bool dist_opt;         /* --distributed-optimizer */
 	bool deterministic;    /* --deterministic */

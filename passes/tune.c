@@ -224,20 +224,29 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows)
 	}
 }
 
-double tune_lower_bound(const ir_module *m)
+void tune_bound_terms(const ir_module *m, double *work, double *path, double *layer, int *heaviest)
 {
-	double work = 0, path = 0, layer = 0;
+	*work = *path = *layer = 0;
+	*heaviest = 0;
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		double all = c->f + c->b + c->w;
-		work += all;
-		path += c->f + c->b;
-		layer = all > layer ? all : layer;
+		*work += all;
+		*path += c->f + c->b;
+		if (all > *layer)
+			*layer = all, *heaviest = l;
 	}
 	double M = (double)ir_local_mb(m);
-	path += m->layers[0].cost.w;
-	work *= M / (double)ir_pipe_devices(m);
-	layer *= M;
+	*path += m->layers[0].cost.w;
+	*work *= M / (double)ir_pipe_devices(m);
+	*layer *= M;
+}
+
+double tune_lower_bound(const ir_module *m)
+{
+	double work, path, layer;
+	int heaviest;
+	tune_bound_terms(m, &work, &path, &layer, &heaviest);
 	double lb = work > path ? work : path;
 	return layer > lb ? layer : lb;
 }

@@ -1,0 +1,308 @@
+/* scaleout.c: choosing the data-parallel degree (scaleout.h).
+ *
+ * Every candidate is the model as the user wrote it with dp (and the
+ * distributed optimizer) fixed, planned by the same passes a fixed --dp
+ * runs, quietly: a candidate that cannot be cut, placed or fitted is a row
+ * with its reason, not an error.  The candidates' dumps go to memory; the
+ * chosen one's are written at the end, so --print-ir-after shows the plan
+ * kept.  Guarantees: the module returned is exactly the planned candidate
+ * (no second planning run that a budget could make differ); it fits every
+ * device's memory; no candidate that fits is faster. */
+/* open_memstream: POSIX 2008 (the build defines _GNU_SOURCE) */
+#include "scaleout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "copy.h"
+#include "cost.h"
+#include "simulate.h"
+#include "tune.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The search's share of the budget: the rest is left to the baselines the
+ * driver compares the chosen plan with (tune_baselines). */
+#define SEARCH_SHARE 0.85
+#define DEFAULT_BUDGET_S 20
+
+void scaleout_free(scaleout *s)
+{
+	free(s->rows);
+	ir_free(s->base);
+	s->rows = NULL;
+	s->base = NULL;
+	s->nrows = 0;
+}
+
+/* ---- the bound ------------------------------------------------------------- */
+
+/* The least reduction-and-update tail of one layer's gradient bucket over
+ * the DP group: its collective on the faster of the two rank orders' links
+ * and its update; +inf when no layer has parameters. */
+static double least_tail(const ir_module *m)
+{
+	double best = INFINITY;
+	int64_t D = ir_dp(m);
+	ir_module *o = ir_copy_header(m); /* to price each rank order's link */
+	for (int l = 0; l < m->nlayers; l++) {
+		uint64_t n = m->layers[l].cost.params;
+		if (!n)
+			continue;
+		double coll = INFINITY;
+		ir_comm c = m->plan.dist_opt ? IR_COMM_REDUCESCATTER : IR_COMM_ALLREDUCE;
+		for (int r = IR_RANKS_PP_INNER; r <= IR_RANKS_DP_INNER; r++) {
+			o->plan.rank_order = (ir_rank_order)r;
+			for (int p = 0; p < ir_pipe_devices(m); p++) {
+				double t = sim_coll_time(o, c, p, ir_coll_bytes(m, c, n));
+				coll = t < coll ? t : coll;
+			}
+		}
+		uint64_t k = m->plan.dist_opt ? (n + (uint64_t)D - 1) / (uint64_t)D : n;
+		double t = coll + cost_update_us(m, k);
+		best = t < best ? t : best;
+	}
+	ir_free(o);
+	return best;
+}
+
+double scaleout_bound(const ir_module *m)
+{
+	double work, path, layer;
+	int heaviest;
+	tune_bound_terms(m, &work, &path, &layer, &heaviest);
+	if (ir_dp(m) > 1) {
+		/* Layer 0's and the heaviest layer's last ops are weight gradients;
+		 * their buckets are reduced and updated after them. */
+		double tail = least_tail(m);
+		if (isfinite(tail)) {
+			path += m->layers[0].cost.params ? tail : 0;
+			layer += m->layers[heaviest].cost.params ? tail : 0;
+		}
+	}
+	double lb = work > path ? work : path;
+	return layer > lb ? layer : lb;
+}
+
+/* ---- the candidates --------------------------------------------------------- */
+
+typedef struct cand {
+	ir_module *m;  /* planned, or NULL */
+	char *dump;    /* its dumps (malloc'd by open_memstream), or NULL */
+	size_t ndump;
+} cand;
+
+/* The first line of a quiet sink's first error, into why. */
+static void first_line(const diag_sink *q, char *why, size_t n)
+{
+	const char *first = q->errors && q->first[0] ? q->first : "cannot plan";
+	size_t k = strcspn(first, "\n");
+	k = k < n ? k : n - 1;
+	memcpy(why, first, k);
+	why[k] = 0;
+}
+
+/* Plan candidate row on a copy of m within `seconds`. */
+static void plan_one(const ir_module *m, const pass_opts *po, double seconds, scaleout_row *row,
+                     cand *c)
+{
+	ir_module *x = ir_copy_header(m);
+	x->dp_auto = false;
+	x->plan.dp = row->dp > 1 ? row->dp : 0;
+	x->plan.dist_opt = row->dist_opt;
+	if (row->dp == 1) {
+		/* One replica: no data-parallel options (ir_check_dp). */
+		x->plan.bucket = 0;
+		x->plan.rank_order = IR_RANKS_AUTO;
+	}
+	pass_id ids[PASS_MAX_PIPELINE];
+	int n = pass_pipeline_for(x, ids);
+	diag_sink quiet = {0};
+	tune_budget b = tune_budget_start(seconds > 0.01 ? seconds : 0.01);
+	pass_opts o = *po;
+	o.diag = &quiet;
+	o.budget = &b;
+	o.dump = NULL;
+	bool dumps = po->print_after_all;
+	for (int i = 0; i < PASS_COUNT; i++)
+		dumps = dumps || po->print_before[i] || po->print_after[i];
+	if (dumps)
+		o.dump = open_memstream(&c->dump, &c->ndump);
+	int rc = pass_run(x, ids, n, &o);
+	if (o.dump)
+		fclose(o.dump);
+	if (rc != 0 || ir_verify(x) != 0) {
+		first_line(&quiet, row->why, sizeof row->why);
+		ir_free(x);
+		return;
+	}
+	sim_result *r = sim_run_to(x, &quiet);
+	if (!r) {
+		first_line(&quiet, row->why, sizeof row->why);
+		ir_free(x);
+		return;
+	}
+	row->ok = true;
+	row->fits = true;
+	row->step = r->makespan;
+	row->bubble = r->bubble_ratio;
+	row->exposed = r->exposed;
+	row->update = r->update;
+	row->tokens_per_s = r->tokens_per_s;
+	for (int d = 0; d < r->ndev; d++) {
+		uint64_t pk = r->dev[d].peak_mem;
+		row->peak = pk > row->peak ? pk : row->peak;
+		if (x->cluster.mem != UINT64_MAX && pk > x->cluster.mem)
+			row->fits = false;
+	}
+	row->bound = scaleout_bound(x);
+	if (!row->fits) {
+		char need[32], mem[32];
+		ir_fmt_size(need, sizeof need, row->peak);
+		ir_fmt_size(mem, sizeof mem, x->cluster.mem);
+		snprintf(row->why, sizeof row->why, "does not fit: a device needs %s of its %s", need, mem);
+	}
+	sim_free(r);
+	c->m = x;
+}
+
+/* Why a row that plans and fits lost to the chosen one: the larger of its
+ * extra idle time (bubble) and its extra reduction and update. */
+static void why_lost(scaleout_row *row, const scaleout_row *best)
+{
+	double idle = row->bubble * row->step - best->bubble * best->step;
+	double red = (row->exposed + row->update) - (best->exposed + best->update);
+	char d[32];
+	snprintf(d, sizeof d, "%.3f ms", (row->step - best->step) * 1e-3);
+	if (row->step <= best->step)
+		snprintf(row->why, sizeof row->why, "as fast; the smaller D is kept");
+	else
+		snprintf(row->why, sizeof row->why, "%s: %s slower", red > idle ? "reduction" : "bubble", d);
+}
+
+/* The candidate list: every D dividing N and M with a layer per pipeline
+ * device, each with the optimizer's sharding off and on (on only with
+ * replicas), or as the user fixed it. */
+static int candidates(const ir_module *m, scaleout *out)
+{
+	int64_t N = m->cluster.devices, M = m->train.microbatches;
+	int cap = 0;
+	for (int64_t D = 1; D <= N; D++)
+		cap += N % D == 0 ? 2 : 0;
+	if (!(out->rows = calloc((size_t)cap, sizeof *out->rows)))
+		return -1;
+	for (int64_t D = 1; D <= N; D++) {
+		if (N % D || M % D || N / D > m->nlayers)
+			continue;
+		for (int on = 0; on <= 1; on++) {
+			if (on && D == 1)
+				continue;
+			if (m->plan.dist_opt && !on && D > 1)
+				continue; /* the user asked for the distributed optimizer */
+			scaleout_row *r = &out->rows[out->nrows++];
+			r->dp = D;
+			r->pp = N / D;
+			r->dist_opt = on;
+		}
+	}
+	return 0;
+}
+
+ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *out)
+{
+	memset(out, 0, sizeof *out);
+	out->chosen = -1;
+	ir_loc at = ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc));
+	diag_sink *ds = po->diag;
+	if (candidates(m, out) < 0) {
+		diag_sink_error(ds, at, "out of memory");
+		return NULL;
+	}
+	if (!out->nrows) {
+		diag_sink_error(ds, at,
+		                "dp=auto: no data-parallel degree D divides both the %lld devices and the "
+		                "step's %lld micro-batches with at most %d pipeline devices (one layer each)",
+		                (long long)m->cluster.devices, (long long)m->train.microbatches,
+		                m->nlayers);
+		return NULL;
+	}
+	tune_budget fallback = tune_budget_start(0), *b = po->budget ? po->budget : &fallback;
+	double t0 = b->armed ? b->armed : now();
+	double end = t0 + (b->seconds > 0 ? b->seconds : DEFAULT_BUDGET_S);
+	double last_line = t0;
+	cand *c = calloc((size_t)out->nrows, sizeof *c);
+	if (!c) {
+		diag_sink_error(ds, at, "out of memory");
+		return NULL;
+	}
+	int best = -1;
+	for (int i = 0; i < out->nrows; i++) {
+		scaleout_row *row = &out->rows[i];
+		double t = now();
+		if (t - last_line >= 1) {
+			last_line = t;
+			fprintf(stderr, "dp search: %.1f s, D=%lld x P=%lld%s (%d of %d)", t - t0,
+			        (long long)row->dp, (long long)row->pp,
+			        row->dist_opt ? ", distributed optimizer" : "", i + 1, out->nrows);
+			if (best >= 0)
+				fprintf(stderr, ", best %.3f ms at D=%lld", out->rows[best].step * 1e-3,
+				        (long long)out->rows[best].dp);
+			fprintf(stderr, "\n");
+		}
+		double share = (end - t) * SEARCH_SHARE / (double)(out->nrows - i);
+		plan_one(m, po, share, row, &c[i]);
+		if (row->ok && row->fits && (best < 0 || row->step < out->rows[best].step))
+			best = i;
+	}
+	/* The baselines compared afterwards stop by the same deadline. */
+	b->t0 = t0;
+	b->end = end;
+	b->armed = 0;
+	ir_module *keep = NULL;
+	if (best >= 0) {
+		out->chosen = best;
+		out->rows[best].chosen = true;
+		for (int i = 0; i < out->nrows; i++)
+			if (i != best && out->rows[i].ok && out->rows[i].fits)
+				why_lost(&out->rows[i], &out->rows[best]);
+		keep = c[best].m;
+		c[best].m = NULL;
+		if (c[best].dump) {
+			fwrite(c[best].dump, 1, c[best].ndump, po->dump ? po->dump : stdout);
+		}
+	} else {
+		/* Name the candidate that came closest to fitting. */
+		int close = -1;
+		for (int i = 0; i < out->nrows; i++)
+			if (out->rows[i].ok && (close < 0 || out->rows[i].peak < out->rows[close].peak))
+				close = i;
+		if (close >= 0) {
+			char need[32], mem[32];
+			ir_fmt_size(need, sizeof need, out->rows[close].peak);
+			ir_fmt_size(mem, sizeof mem, m->cluster.mem);
+			diag_sink_error(ds, ir_loc_or(m->cluster_at.mem, at),
+			                "the model does not fit with any data-parallel degree: the closest, "
+			                "D=%lld x P=%lld%s, needs %s on a device that has %s",
+			                (long long)out->rows[close].dp, (long long)out->rows[close].pp,
+			                out->rows[close].dist_opt ? " with the distributed optimizer" : "",
+			                need, mem);
+		} else {
+			diag_sink_error(ds, at, "dp=auto: no data-parallel degree plans: D=%lld: %s",
+			                (long long)out->rows[0].dp, out->rows[0].why);
+		}
+	}
+	for (int i = 0; i < out->nrows; i++) {
+		ir_free(c[i].m);
+		free(c[i].dump);
+	}
+	free(c);
+	return keep;
+}
