@@ -463,6 +463,16 @@ static void choose_lowering(ir_module *m, pass_ctx *cx, bool *late)
 	m->plan.rank_order = pick;
 }
 
+int pass_comm_fixed(ir_module *m, pass_ctx *cx, ir_rank_order o, bool late)
+{
+	ir_assert(o != IR_RANKS_AUTO);
+	m->plan.rank_order = o;
+	bool *all = arena_calloc(cx->scratch, (size_t)m->ndevices + 1, sizeof *all);
+	for (int d = 0; d < m->ndevices; d++)
+		all[d] = late;
+	return lower(m, cx, all);
+}
+
 int pass_comm(ir_module *m, pass_ctx *cx)
 {
 	bool *late = NULL;
