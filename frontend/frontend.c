@@ -187,6 +187,7 @@ static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
 static int read_dp(fe *f, yaml_node_t *n)
 {
 	const char *s;
+	f->dp_written = true;
 	if (ydoc_scalar(f->d, n, "'dp'", "an integer or auto", &s) < 0)
 		return -1;
 	bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
@@ -497,7 +498,14 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	}
 	if (v[TOP_PLAN] && read_plan(&f, v[TOP_PLAN]) < 0)
 		goto out;
-	if (apply_overrides(&f, ov) < 0 || settle_dp(f.m) < 0 || check_placement(&f) < 0)
+	if (apply_overrides(&f, ov) < 0)
+		goto out;
+	/* dp left open: the search chooses it where the caller asks for that
+	 * default, unless the plan gives stages or their devices (one P's). */
+	if (ov->dp_default_auto && !f.dp_written && !ov->dp && m->plan.partition != IR_PART_GIVEN &&
+	    !m->plan.nplacement)
+		m->dp_auto = true;
+	if (settle_dp(f.m) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;
 out:

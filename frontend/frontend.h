@@ -25,6 +25,8 @@ typedef struct fe_overrides {
 	const char *dtype;     /* --dtype f32|bf16|f16 */
 	int64_t dp;            /* --dp D */
 	bool dp_auto;          /* --dp auto: the driver's search chooses D */
+	bool dp_default_auto;  /* a model file without dp (and without a given
+	                        * partition or placement): dp auto too */
 	const char *rank_order; /* --rank-order auto|pp-inner|dp-inner */
 	bool dist_opt;         /* --distributed-optimizer */
 	bool deterministic;    /* --deterministic */

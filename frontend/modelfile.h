@@ -113,6 +113,7 @@ typedef struct fe {
 	ydoc *d;
 	int nopen;              /* layer lists being read (nested repeats) */
 	yaml_node_t *placement; /* kept for the checks after the overrides */
+	bool dp_written;        /* the plan section gives dp */
 } fe;
 
 /* layers := [ (layer | repeat-block | pattern-block)... ], appended to

@@ -254,8 +254,18 @@ static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, ui
 	placed **pl = arena_calloc(cx->scratch, (size_t)P, sizeof *pl);
 	int *npl = arena_calloc(cx->scratch, (size_t)P, sizeof *npl);
 	int *low = arena_calloc(cx->scratch, (size_t)P, sizeof *low);
-	for (int d = 0; d < P; d++)
-		pl[d] = arena_calloc(cx->scratch, (size_t)nx + 1, sizeof **pl);
+	/* Each transfer is a send on its source and a receive on its
+	 * destination: room for exactly those (not nx per device, which made
+	 * lowering quadratic in the devices). */
+	for (int t = 0; t < nx; t++) {
+		int cs = xs[t].kind == IR_OP_F ? xs[t].stage + 1 : xs[t].stage - 1;
+		npl[m->stages[xs[t].stage].device]++;
+		npl[m->stages[cs].device]++;
+	}
+	for (int d = 0; d < P; d++) {
+		pl[d] = arena_calloc(cx->scratch, (size_t)npl[d] + 1, sizeof **pl);
+		npl[d] = 0;
+	}
 	int rc = 0;
 	for (int t = 0; t < nx && !rc; t++) {
 		const xfer_order *x = &xs[t];

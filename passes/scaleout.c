@@ -98,6 +98,9 @@ typedef struct cand {
 	ir_module *m;  /* planned, or NULL */
 	char *dump;    /* its dumps (malloc'd by open_memstream), or NULL */
 	size_t ndump;
+	char *diag;    /* its diagnostics as printed, or NULL */
+	size_t ndiag;
+	char first[160]; /* the first one's message */
 } cand;
 
 /* The first line of a quiet sink's first error, into why. */
@@ -110,9 +113,8 @@ static void first_line(const diag_sink *q, char *why, size_t n)
 	why[k] = 0;
 }
 
-/* Plan candidate row on a copy of m within `seconds`. */
-static void plan_one(const ir_module *m, const pass_opts *po, double seconds, scaleout_row *row,
-                     cand *c)
+/* A candidate's module before planning: m with row's dp and sharding. */
+static ir_module *candidate(const ir_module *m, const scaleout_row *row)
 {
 	ir_module *x = ir_copy_header(m);
 	x->dp_auto = false;
@@ -123,9 +125,17 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 		x->plan.bucket = 0;
 		x->plan.rank_order = IR_RANKS_AUTO;
 	}
+	return x;
+}
+
+/* Plan candidate row on a copy of m within `seconds`. */
+static void plan_one(const ir_module *m, const pass_opts *po, double seconds, scaleout_row *row,
+                     cand *c)
+{
+	ir_module *x = candidate(m, row);
 	pass_id ids[PASS_MAX_PIPELINE];
 	int n = pass_pipeline_for(x, ids);
-	diag_sink quiet = {0};
+	diag_sink quiet = {.stream = open_memstream(&c->diag, &c->ndiag)};
 	tune_budget b = tune_budget_start(seconds > 0.01 ? seconds : 0.01);
 	pass_opts o = *po;
 	o.diag = &quiet;
@@ -139,14 +149,12 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	int rc = pass_run(x, ids, n, &o);
 	if (o.dump)
 		fclose(o.dump);
-	if (rc != 0 || ir_verify(x) != 0) {
-		first_line(&quiet, row->why, sizeof row->why);
-		ir_free(x);
-		return;
-	}
-	sim_result *r = sim_run_to(x, &quiet);
+	sim_result *r = rc == 0 && ir_verify(x) == 0 ? sim_run_to(x, &quiet) : NULL;
+	if (quiet.stream)
+		fclose(quiet.stream);
 	if (!r) {
 		first_line(&quiet, row->why, sizeof row->why);
+		memcpy(c->first, quiet.first, sizeof c->first);
 		ir_free(x);
 		return;
 	}
@@ -163,7 +171,6 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 		if (x->cluster.mem != UINT64_MAX && pk > x->cluster.mem)
 			row->fits = false;
 	}
-	row->bound = scaleout_bound(x);
 	if (!row->fits) {
 		char need[32], mem[32];
 		ir_fmt_size(need, sizeof need, row->peak);
@@ -186,6 +193,50 @@ static void why_lost(scaleout_row *row, const scaleout_row *best)
 		snprintf(row->why, sizeof row->why, "as fast; the smaller D is kept");
 	else
 		snprintf(row->why, sizeof row->why, "%s: %s slower", red > idle ? "reduction" : "bubble", d);
+}
+
+/* What a candidate is known to need before it is planned: its lower bound
+ * (row->bound), and false with row->why when no plan of it can fit: some
+ * device holds at least the resident bytes (weights, gradients, optimizer
+ * state) of the layers' average share, and of the largest layer, which
+ * one device holds whole. */
+static bool prescreen(const ir_module *m, scaleout_row *row)
+{
+	ir_module *x = candidate(m, row);
+	diag_sink quiet = {0};
+	bool ok = pass_run_one(x, PASS_cost, &(pass_opts){.diag = &quiet}) == 0;
+	if (ok) {
+		row->bound = scaleout_bound(x);
+		uint64_t sum = 0, most = 0;
+		for (int l = 0; l < x->nlayers; l++) {
+			uint64_t r = cost_resident(x, l);
+			sum = ir_sat_add(sum, r);
+			most = r > most ? r : most;
+		}
+		uint64_t share = sum / (uint64_t)row->pp + (sum % (uint64_t)row->pp != 0);
+		uint64_t need = share > most ? share : most;
+		row->peak = need;
+		if (x->cluster.mem != UINT64_MAX && need > x->cluster.mem) {
+			char a[32], b[32];
+			ir_fmt_size(a, sizeof a, need);
+			ir_fmt_size(b, sizeof b, x->cluster.mem);
+			snprintf(row->why, sizeof row->why,
+			         "does not fit: a device holds at least %s of weights, gradients and "
+			         "optimizer state, of its %s", a, b);
+			ok = false;
+		}
+	} else {
+		snprintf(row->why, sizeof row->why, "%.160s", quiet.first[0] ? quiet.first : "cannot cost");
+	}
+	ir_free(x);
+	return ok;
+}
+
+/* Is candidate a more promising than b: a smaller bound, or the same and
+ * less memory needed (more likely to fit)? */
+static bool before(const scaleout_row *a, const scaleout_row *b)
+{
+	return a->bound < b->bound || (a->bound == b->bound && a->peak < b->peak);
 }
 
 /* The candidate list: every D dividing N and M with a layer per pipeline
@@ -222,6 +273,12 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 	out->chosen = -1;
 	ir_loc at = ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc));
 	diag_sink *ds = po->diag;
+	if (ir_times_only(m)) {
+		diag_sink_error(ds, at, "dp=auto needs the model's parameters and memory to price the "
+		                        "gradient reductions and to fit the replicas; a timing profile "
+		                        "has times only: give --dp D");
+		return NULL;
+	}
 	if (candidates(m, out) < 0) {
 		diag_sink_error(ds, at, "out of memory");
 		return NULL;
@@ -243,25 +300,56 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		diag_sink_error(ds, at, "out of memory");
 		return NULL;
 	}
+	/* The candidates that may fit, most promising (least bound) first; one
+	 * whose bound is not below the best step found cannot win, and none is
+	 * begun once the budget has run out. */
+	int *order = malloc((size_t)out->nrows * sizeof *order), nord = 0;
+	if (!order) {
+		free(c);
+		diag_sink_error(ds, at, "out of memory");
+		return NULL;
+	}
+	for (int i = 0; i < out->nrows; i++)
+		if (prescreen(m, &out->rows[i])) {
+			int k = nord++;
+			for (; k > 0 && before(&out->rows[i], &out->rows[order[k - 1]]); k--)
+				order[k] = order[k - 1];
+			order[k] = i;
+		}
 	int best = -1;
-	for (int i = 0; i < out->nrows; i++) {
+	for (int k = 0; k < nord; k++) {
+		int i = order[k];
 		scaleout_row *row = &out->rows[i];
 		double t = now();
+		if (best >= 0 && row->bound >= out->rows[best].step) {
+			snprintf(row->why, sizeof row->why, "cannot be faster: its lower bound is above the "
+			                                    "step kept");
+			continue;
+		}
+		/* Past the deadline, only until one fits, and with the least
+		 * tuning: a plan that fits is worth more than the budget. */
+		if (t >= end && best >= 0) {
+			snprintf(row->why, sizeof row->why, "not planned: the tune budget (--tune-budget) ran out");
+			continue;
+		}
 		if (t - last_line >= 1) {
 			last_line = t;
 			fprintf(stderr, "dp search: %.1f s, D=%lld x P=%lld%s (%d of %d)", t - t0,
 			        (long long)row->dp, (long long)row->pp,
-			        row->dist_opt ? ", distributed optimizer" : "", i + 1, out->nrows);
+			        row->dist_opt ? ", distributed optimizer" : "", k + 1, nord);
 			if (best >= 0)
 				fprintf(stderr, ", best %.3f ms at D=%lld", out->rows[best].step * 1e-3,
 				        (long long)out->rows[best].dp);
 			fprintf(stderr, "\n");
 		}
-		double share = (end - t) * SEARCH_SHARE / (double)(out->nrows - i);
+		double share = t < end ? (end - t) * SEARCH_SHARE / (double)(nord - k) : 0;
 		plan_one(m, po, share, row, &c[i]);
-		if (row->ok && row->fits && (best < 0 || row->step < out->rows[best].step))
+		if (row->ok && row->fits &&
+		    (best < 0 || row->step < out->rows[best].step ||
+		     (row->step == out->rows[best].step && i < best)))
 			best = i;
 	}
+	free(order);
 	/* The baselines compared afterwards stop by the same deadline. */
 	b->t0 = t0;
 	b->end = end;
@@ -295,13 +383,36 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 			                out->rows[close].dist_opt ? " with the distributed optimizer" : "",
 			                need, mem);
 		} else {
-			diag_sink_error(ds, at, "dp=auto: no data-parallel degree plans: D=%lld: %s",
-			                (long long)out->rows[0].dp, out->rows[0].why);
+			/* Nothing plans: the first planned candidate's diagnostics as
+			 * they were (D = 1 when it was tried: what the model gives
+			 * without the search); none planned: the least memory any
+			 * candidate needs. */
+			int first = -1, least = 0;
+			for (int i = 0; i < out->nrows && first < 0; i++)
+				if (c[i].diag && c[i].ndiag)
+					first = i;
+			for (int i = 1; i < out->nrows; i++)
+				if (out->rows[i].peak < out->rows[least].peak)
+					least = i;
+			diag_sink *sink = ds ? ds : &diag_default;
+			if (first >= 0) {
+				if (sink->stream)
+					fwrite(c[first].diag, 1, c[first].ndiag, sink->stream);
+				if (!sink->errors++)
+					memcpy(sink->first, c[first].first, sizeof sink->first);
+			} else {
+				const scaleout_row *r = &out->rows[least];
+				diag_sink_error(ds, ir_loc_or(m->cluster_at.mem, at),
+				                "the model does not fit with any data-parallel degree: with the "
+				                "least, D=%lld x P=%lld%s, %s", (long long)r->dp, (long long)r->pp,
+				                r->dist_opt ? " with the distributed optimizer" : "", r->why);
+			}
 		}
 	}
 	for (int i = 0; i < out->nrows; i++) {
 		ir_free(c[i].m);
 		free(c[i].dump);
+		free(c[i].diag);
 	}
 	free(c);
 	return keep;

@@ -33,7 +33,7 @@ typedef struct scaleout_row {
 	double bound;      /* microseconds: no plan at this D is faster (scaleout_bound) */
 	double tokens_per_s;
 	uint64_t peak;     /* the largest device peak */
-	char why[128];     /* not ok: what stopped it; else, unless chosen: why it lost */
+	char why[192];     /* not ok: what stopped it; else, unless chosen: why it lost */
 } scaleout_row;
 
 typedef struct scaleout {

@@ -177,6 +177,28 @@ static ir_module *baseline(const ir_module *m, int i, char *why, size_t n)
 	return c;
 }
 
+static int over_memory(const ir_module *m, const ir_module *x, uint64_t *need);
+static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need);
+
+/* over_after_memplan for the tuner's own candidates, cheaper: with
+ * replicas, comm's choices fixed instead of simulated (pp-inner, the
+ * reductions posted as each stage closes: their buffers live longest, so
+ * the peak is never below the one comm's choice gives) and no proof (a
+ * memory plan needs none; the pipeline proves the plan kept). */
+static int over_after_memplan_fit(const ir_module *m, ir_module *x, uint64_t *need)
+{
+	if (ir_dp(x) <= 1)
+		return over_after_memplan(m, x, need);
+	diag_sink quiet = {0};
+	arena *a = arena_new();
+	pass_ctx cx = {.diag = &quiet, .scratch = a};
+	int rc = pass_comm_fixed(x, &cx, IR_RANKS_PP_INNER, false);
+	arena_free(a);
+	if (rc != 0 || pass_run_one(x, PASS_memplan, &(pass_opts){.diag = &quiet}) != 0)
+		return -1; /* the pipeline will report it on the real module */
+	return over_memory(m, x, need);
+}
+
 /* The largest device peak of x once lowered and given its memory plan
  * (what will really be allocated), against its memory: the device over it
  * most, or -1.  x is lowered in place (with its own schedule's semantics). */
@@ -184,6 +206,13 @@ static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
 {
 	if (!run_quiet(x, pass_lower_passes, NULL, 0))
 		return -1; /* the pipeline will report it on the real module */
+	return over_memory(m, x, need);
+}
+
+/* The device of lowered x over m's memory most (its peak into *need), or
+ * -1. */
+static int over_memory(const ir_module *m, const ir_module *x, uint64_t *need)
+{
 	diag_sink quiet = {0};
 	sim_result *r = sim_run_to(x, &quiet);
 	int worst = -1;
@@ -844,7 +873,7 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 			ir_module *low = ir_copy_header(m);
 			ir_copy_plan(low, c, false);
 			uint64_t need = 0;
-			int over = over_after_memplan(m, low, &need);
+			int over = over_after_memplan_fit(m, low, &need);
 			v.fits = over < 0;
 			checked = true;
 			if (over >= 0)
@@ -989,7 +1018,7 @@ int pass_tune(ir_module *m, pass_ctx *cx)
 		if (!x)
 			break;
 		need = 0;
-		over = mem == UINT64_MAX || planned ? -1 : over_after_memplan(m, x, &need);
+		over = mem == UINT64_MAX || planned ? -1 : over_after_memplan_fit(m, x, &need);
 		if (over < 0) {
 			/* x was lowered to check it: m takes only the ordered plan; the
 			 * pipeline lowers m itself. */

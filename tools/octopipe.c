@@ -397,6 +397,10 @@ static ir_module *load_model(const args *a)
 			ov.dp_at = flag_loc(a, dp_flags[k]);
 			break;
 		}
+	/* plan and sim answer "how fast on these devices": the degree is the
+	 * search's unless given; compile builds the one given (1 unless
+	 * --dp or the model says), since its numbers depend on it. */
+	ov.dp_default_auto = a->cmd->bit != C_COMPILE;
 	ov.rank_order = a->val[O_RANK_ORDER];
 	ov.dist_opt = a->set[O_DIST_OPT];
 	ov.deterministic = a->set[O_DETERMINISTIC];
@@ -520,7 +524,7 @@ static int write_pictures(const args *a, const ir_module *m, const sim_result *r
 static void print_tables(const ir_module *m, const sim_result *r, const plan_comparison *c,
                          const scaleout *so)
 {
-	if (so->nrows)
+	if (so->nrows > 1)
 		print_scaleout_table(m, so);
 	print_plan_table(m);
 	if (r)
@@ -636,7 +640,7 @@ static int cmd_sim(const args *a)
 		if (a->set[O_JSON]) {
 			print_plan_json(m, r, &so);
 		} else {
-			if (so.nrows)
+			if (so.nrows > 1)
 				print_scaleout_table(m, &so);
 			ir_print_summary(stdout, m, pass_partition_label(m));
 			print_sim_table(m, r);
