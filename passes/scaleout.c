@@ -133,6 +133,9 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
                      cand *c)
 {
 	ir_module *x = candidate(m, row);
+	free(c->diag); /* the prescreen's, empty */
+	c->diag = NULL;
+	c->ndiag = 0;
 	pass_id ids[PASS_MAX_PIPELINE];
 	int n = pass_pipeline_for(x, ids);
 	diag_sink quiet = {.stream = open_memstream(&c->diag, &c->ndiag)};
@@ -200,11 +203,14 @@ static void why_lost(scaleout_row *row, const scaleout_row *best)
  * device holds at least the resident bytes (weights, gradients, optimizer
  * state) of the layers' average share, and of the largest layer, which
  * one device holds whole. */
-static bool prescreen(const ir_module *m, scaleout_row *row)
+static bool prescreen(const ir_module *m, scaleout_row *row, cand *c)
 {
 	ir_module *x = candidate(m, row);
-	diag_sink quiet = {0};
+	diag_sink quiet = {.stream = open_memstream(&c->diag, &c->ndiag)};
 	bool ok = pass_run_one(x, PASS_cost, &(pass_opts){.diag = &quiet}) == 0;
+	if (quiet.stream)
+		fclose(quiet.stream);
+	memcpy(c->first, quiet.first, sizeof c->first);
 	if (ok) {
 		row->bound = scaleout_bound(x);
 		uint64_t sum = 0, most = 0;
@@ -222,7 +228,7 @@ static bool prescreen(const ir_module *m, scaleout_row *row)
 			ir_fmt_size(b, sizeof b, x->cluster.mem);
 			snprintf(row->why, sizeof row->why,
 			         "does not fit: a device holds at least %s of weights, gradients and "
-			         "optimizer state, of its %s", a, b);
+			         "optimizer state, and has %s", a, b);
 			ok = false;
 		}
 	} else {
@@ -310,7 +316,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		return NULL;
 	}
 	for (int i = 0; i < out->nrows; i++)
-		if (prescreen(m, &out->rows[i])) {
+		if (prescreen(m, &out->rows[i], &c[i])) {
 			int k = nord++;
 			for (; k > 0 && before(&out->rows[i], &out->rows[order[k - 1]]); k--)
 				order[k] = order[k - 1];
@@ -402,10 +408,15 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 					memcpy(sink->first, c[first].first, sizeof sink->first);
 			} else {
 				const scaleout_row *r = &out->rows[least];
+				char need[32], mem[32];
+				ir_fmt_size(need, sizeof need, r->peak);
+				ir_fmt_size(mem, sizeof mem, m->cluster.mem);
 				diag_sink_error(ds, ir_loc_or(m->cluster_at.mem, at),
 				                "the model does not fit with any data-parallel degree: with the "
-				                "least, D=%lld x P=%lld%s, %s", (long long)r->dp, (long long)r->pp,
-				                r->dist_opt ? " with the distributed optimizer" : "", r->why);
+				                "least memory, D=%lld x P=%lld%s, a device holds at least %s of "
+				                "weights, gradients and optimizer state, and has %s",
+				                (long long)r->dp, (long long)r->pp,
+				                r->dist_opt ? " with the distributed optimizer" : "", need, mem);
 			}
 		}
 	}

@@ -83,7 +83,7 @@ expect 0 "faster than the best baseline that fits" plan $m --devices 4
 expect 0 "F0.0 send:act0.0>D1 F0.1" plan models/tiny-dense.yaml --dp 1 --schedule 1f1b
 expect 0 "note: MFU above 100 %" plan models/tiny-dense.yaml --schedule 1f1b --profile tests/cli/profile-fast.yaml
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4 --dp 1
-expect 1 "error: the model does not fit with any data-parallel degree: with the least, D=1 x P=4, does not fit: a device holds at least" plan models/deepseek-v3.yaml --devices 4
+expect 1 "error: the model does not fit with any data-parallel degree: with the least memory, D=1 x P=4, a device holds at least" plan models/deepseek-v3.yaml --devices 4
 # a budget that ends before the search judges a layout of its own: the baselines say it does not fit
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/llama-3-70b.yaml --devices 16 --tune-budget 0.001
 expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget 0
@@ -197,7 +197,7 @@ expect 0 "tokens/s, MFU n/a" plan --profile $p --devices 2
 expect 0 '"mfu": null, "peak_mem_bytes": null' plan --profile $p --devices 2 --json
 expect 0 "plan: 8 stages on 4 devices, partition uniform, schedule i1f1b" plan $m --devices 4 --dp 1 --schedule i1f1b
 expect 0 "i1f1b v=2      schedule i1f1b needs 2 or more chunks per device; 4 stages on 4 devices is 1f1b" plan tests/cli/given4.yaml
-expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4 --tune-budget 0.01
+expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4 --dp 1 --tune-budget 0.01
 expect 1 "1048576 micro-batches on 4 stages make 4194304 (stage, micro-batch) pairs; a plan holds at most 1048576" plan models/tiny-dense.yaml --dp 1 --microbatches 1048576
 # every schedule plan offers compiles (tests/passes/test_schedules.c has the grid)
 for sched in tuned gpipe; do
