@@ -321,7 +321,7 @@ int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes,
 		                (long long)n, bytes, buf ? "" : " at NULL", (long long)need);
 	bool reduce = kind != RT_ALL_GATHER, ex = reduce && is_exact(ctx);
 	int64_t count = (kind == RT_ALL_REDUCE ? n : c) * (ex ? RT_EXACT_DIGITS : 1);
-	if (count > INT_MAX)
+	if (!ctx->dcomm && count > INT_MAX)
 		return rt__fail(ctx, RT_EARG, "rt_post_coll: %s of layers %lld..%lld: %lld elements per "
 		                "rank, more than one MPI call takes (%d)", coll_name[kind],
 		                (long long)L0->index, (long long)L1->index, (long long)count, INT_MAX);

@@ -12,7 +12,8 @@
 #   - without --deterministic, (2, 2) (tiny-dense) and (2, 1) (tiny-hybrid):
 #     step 1's loss the reference's, the later ones within 1e-5 (relative);
 #     tiny-dense's (2, 2) with the distributed optimizer bit for bit as
-#     without it;
+#     without it, and so with OCTO_COMM unset (MPI's collectives on the
+#     emulated device's buffers, which are host memory);
 #   - a checkpoint saved at (2, 2) with the distributed optimizer (the
 #     moment shards gathered from the device) resumed on 1 rank: the
 #     reference's last loss and model hash;
@@ -110,7 +111,9 @@ for model in $models; do
 		compile plain "$yaml" --devices 4 --dp 2 && train plain plain --steps $steps &&
 			close plain $ref
 		compile plain-distopt "$yaml" --devices 4 --dp 2 --distributed-optimizer &&
-			train plain-distopt plain-distopt --steps $steps && same plain-distopt plain
+			train plain-distopt plain-distopt --steps $steps && same plain-distopt plain &&
+			OCTO_COMM= train plain-distopt-mpi plain-distopt --steps $steps &&
+			same plain-distopt-mpi plain
 		# the checkpoint: saved at (2, 2) with the distributed optimizer
 		# after step 1, step 2 on 1 rank (the reference's program)
 		name=d2-p2-distopt
