@@ -10,6 +10,8 @@
  * rt__coll_req, so its wait has the same deadline and trace; its op
  * carries the function that completes it (the result back into the
  * layers), called through a pointer so that this file stays below rt_dp.c.
+ * On a rank with a device communicator the collective is a group of that
+ * communicator's (rt__coll_dcomm), finished once the group completes.
  *
  * Waits poll (MPI_Test, one request at a time) against a deadline instead
  * of blocking: a peer that died or a schedule that deadlocks becomes
@@ -590,7 +592,10 @@ static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
 				at += (size_t)describe(&r->ops[j], what + at, sizeof what - at);
 			rt__fail(ctx, RT_ETIMEOUT, "timed out after %g s waiting for the device's group: %s",
 			         ctx->timeout_s, what);
-			diagnose(ctx, r->n ? r->ops[0].peer : -1);
+			if (r->n && r->ops[0].coll >= 0)
+				diagnose_all(ctx);
+			else
+				diagnose(ctx, r->n ? r->ops[0].peer : -1);
 			return RT_ETIMEOUT;
 		}
 		if (spin > 64)
@@ -598,6 +603,12 @@ static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
 	}
 	c->release(c->self, r->done);
 	r->done = NULL;
+	/* a collective's result is there now */
+	for (int j = 0; j < r->n; j++) {
+		int rc;
+		if (r->ops[j].coll >= 0 && r->ops[j].finish && (rc = r->ops[j].finish(ctx, &r->ops[j])))
+			return rc;
+	}
 	return RT_OK;
 }
 
@@ -708,6 +719,34 @@ void rt__coll_drop(rt_ctx *ctx, int req)
 {
 	ctx->reqs[req].used = false;
 	ctx->reqs[req].n = 0;
+}
+
+int rt__coll_dcomm(rt_ctx *ctx, const rt_op *op, void *buf, size_t count, bool i64, int *req)
+{
+	const rt_dcomm *c = ctx->dcomm;
+	MPI_Request *mr;
+	char desc[160];
+	int h, rc;
+	if ((rc = rt__coll_req(ctx, op, &h, &mr)))
+		return rc;
+	ctx->reqs[h].ops[0].dcomm = true;
+	if ((rc = c->group_begin(c->self)))
+		goto fail;
+	if ((rc = c->coll(c->self, op->coll, buf, count, i64))) {
+		void *done;
+		if (!c->group_end(c->self, &done))
+			c->release(c->self, done);
+		goto fail;
+	}
+	if ((rc = c->group_end(c->self, &ctx->reqs[h].done)))
+		goto fail;
+	*req = h;
+	return RT_OK;
+fail:
+	rt__coll_drop(ctx, h);
+	describe(op, desc, sizeof desc);
+	return rt__fail(ctx, rc, "rt_post_coll: %s, on the device's communicator: %s", desc,
+	                c->error(c->self));
 }
 
 int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what)

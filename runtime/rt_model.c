@@ -470,6 +470,8 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 	if ((rc = ctx->exec->w(ctx, h, wstash)))
 		return kernel_fail(ctx, rc, "W", l, mb);
 	if (l->acc) {
+		if ((rc = ctx->exec->grad_sync(ctx, h, 0, l->sz.params, true)))
+			return rc;
 		int64_t bad = rt__exact_add(l->acc, l->g, l->sz.params);
 		if (bad >= 0)
 			return rt__fail(ctx, RT_ELOSS,

@@ -179,7 +179,6 @@ expect 1 "<command line>:1:51: error: the data-parallel options (rank order, dis
 expect 1 "--bucket must be a size such as 4MiB or 65536 (1 byte .. 1 PiB), got '0B'" plan $m --devices 4 --dp 2 --bucket 0B
 expect 1 "unknown rank order 'pp-outer'; did you mean 'pp-inner'?" plan $m --devices 4 --dp 2 --rank-order pp-outer
 expect 1 "--dp applies to a model, not to IR text" sim tests/e2e/deadlock-mpi.opir --dp 2
-expect 1 "codegen: data parallelism and deterministic gradient sums run on CPU ranks" compile $m --devices 4 --dp 2 --target cuda-emu -o "$tmp/dp-emu"
 p=tests/cli/published.json
 expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2
 expect 0 "tokens/s, MFU n/a" plan --profile $p --devices 2
