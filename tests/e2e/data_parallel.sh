@@ -183,8 +183,13 @@ if [ "$quick" != 1 ] && compile kill "$yaml" --devices 4 --dp 2; then
 	OCTO_COMM_TIMEOUT=60 timeout 300 "$tmp/kill/launch" --steps 100000 >"$tmp/kill.log" 2>&1 &
 	job=$!
 	victim=""
+	# This job's rank 3 only (other tests may run rank programs named rank3).
+	exe=$(realpath "$tmp/kill/rank3")
 	for _ in $(seq 1 600); do
-		victim=$(pgrep -x rank3 | head -1)
+		victim=""
+		for p in $(pgrep -x rank3); do
+			[ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ] && victim=$p && break
+		done
 		[ -n "$victim" ] && grep -q '^step 2 ' "$tmp/kill.log" && break
 		sleep 0.1
 	done
