@@ -240,7 +240,17 @@ void print_plan_table(const ir_module *m)
 		else
 			snprintf(dev, sizeof dev, "-");
 		stage_kinds(m, st, kinds, sizeof kinds);
-		printf("S%-5d %-14s %-7s %s\n", s, range, dev, kinds);
+		printf("S%-5d %-14s %-7s %s", s, range, dev, kinds);
+		/* What recomputation saves per micro-batch in flight, once the
+		 * costs (the stashes) are known. */
+		if (st->recompute != IR_RECOMP_NONE && m->layers[st->first].cost.known) {
+			char kept[32], act[32];
+			ir_fmt_size(kept, sizeof kept, ir_stage_kept(m, s));
+			ir_fmt_size(act, sizeof act, ir_stage_act(m, s));
+			printf("  (recompute %s: F to B keeps %s, not %s, per micro-batch; B runs F again)",
+			       ir_recompute_names[st->recompute], kept, act);
+		}
+		putchar('\n');
 	}
 	if (!m->ndevices)
 		return;

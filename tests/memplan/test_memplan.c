@@ -618,7 +618,7 @@ START_TEST(test_parse_errors)
 		const char *from, *to, *msg;
 		int col;
 	} cases[] = {
-		{"  act S0 m0 off=", "  stash S0 m0 off=", "expected a buffer (act, wstash, recv, send, pass, bucket) or '}', got 'stash'", 3},
+		{"  act S0 m0 off=", "  stash S0 m0 off=", "expected a buffer (act, recomp, wstash, recv, send, pass, bucket) or '}', got 'stash'", 3},
 		{"  act S0 m0 off=", "  act X0 m0 off=", "expected a stage ('S' and a number), got 'X0'", 7},
 		{"  send act S0 m0", "  send data S0 m0", "expected 'act' or 'grad' after 'send', got 'data'", 8},
 		{" live=0..", " live=0-", "'live' must be FIRST..LAST (op positions in the program), got '0-", 0},
