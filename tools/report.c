@@ -100,7 +100,9 @@ static int read_rank(run *rn, int d, int rank, const char *path, const char *tex
 			continue;
 		memcpy(ev, line, len);
 		ev[len] = 0;
-		int kind = strstr(ev, "\"cat\":\"F\"") ? IR_OP_F : strstr(ev, "\"cat\":\"B\"") ? IR_OP_B
+		/* R: a recomputing B's F again (rt_run_r), a part of that B */
+		int kind = strstr(ev, "\"cat\":\"F\"") ? IR_OP_F
+		         : strstr(ev, "\"cat\":\"B\"") || strstr(ev, "\"cat\":\"R\"") ? IR_OP_B
 		         : strstr(ev, "\"cat\":\"W\"") ? IR_OP_W : -1;
 		/* A collective's wait ("wait", no peer) or a bucket's update
 		 * ("optim L<first>"): data parallelism's time, per step. */
