@@ -184,7 +184,7 @@ static int recompute_mode(ir_loc loc, int i, ir_recompute *out)
 		return -1;
 	}
 	if (i == IR_NRECOMPUTES) {
-		diag_error(loc, "recompute=auto (the tuner choosing per stage) is not built yet: give none "
+		diag_error(loc, "recompute mode 'auto' (the tuner choosing per stage) is not built yet: give none "
 		                "or full");
 		return -1;
 	}

@@ -48,7 +48,7 @@ const char *const ir_switch_names[2] = {"off", "on"};
 const char *const ir_buf_names[] = {IR_BUFS(NAME)};
 const char *const ir_recompute_names[] = {IR_RECOMPUTES(NAME)};
 const char ir_selective_unbuilt[] =
-    "recompute=selective is not built yet: only none and full (docs/cost-model.md, "
+    "recompute mode 'selective' is not built yet: only none and full (docs/cost-model.md, "
     "\"Recomputation\")";
 const char *const ir_cost_field_names[] = {IR_COST_FIELDS(NAME)};
 #undef NAME
