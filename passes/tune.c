@@ -229,9 +229,11 @@ double tune_lower_bound(const ir_module *m)
 	double work = 0, path = 0, layer = 0;
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *c = &m->layers[l].cost;
-		double all = c->f + c->b + c->w;
+		/* The plan's recomputation (every stage's) runs F again in B. */
+		double f = m->plan.recompute != IR_RECOMP_NONE ? 2 * c->f : c->f;
+		double all = f + c->b + c->w;
 		work += all;
-		path += c->f + c->b;
+		path += f + c->b;
 		layer = all > layer ? all : layer;
 	}
 	double M = (double)ir_local_mb(m);
