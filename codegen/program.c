@@ -67,8 +67,9 @@ typedef struct lowering {
 
 #define AT(s, mb) ((size_t)(s) * (size_t)L->M + (size_t)(mb))
 
-/* A recomputing stage's stash buffers (act, recomp) hold one value more,
- * the chain of its layers (ir_stage_redo): its offset in them. */
+/* Does stage s recompute its activations?  Its stash buffers (act,
+ * recomp) then hold one value more after the stash: the chain of its
+ * layers (ir_stage_redo). */
 static bool redo(const lowering *L, int s)
 {
 	return L->m->stages[s].recompute != IR_RECOMP_NONE;

@@ -106,8 +106,9 @@ void print_plan_json(const ir_module *m, const sim_result *r)
 	for (int s = 0; s < m->nstages; s++) {
 		char kinds[256];
 		stage_kinds(m, &m->stages[s], kinds, sizeof kinds);
-		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\"}", s ? ", " : "",
-		       m->stages[s].first, m->stages[s].last, m->stages[s].device, kinds);
+		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\", "
+		       "\"recompute\": \"%s\"}", s ? ", " : "", m->stages[s].first, m->stages[s].last,
+		       m->stages[s].device, kinds, ir_recompute_names[m->stages[s].recompute]);
 	}
 	printf("], \"ops_per_device\": [");
 	for (int d = 0; d < m->ndevices; d++)
