@@ -9,7 +9,7 @@
 # step's loss and the final model hash with --recompute full equal the run
 # without it bit for bit.  Between them the two models hold every layer kind.
 # The recomputing run must really recompute: its trace holds an R (rt_run_r)
-# for every F.
+# for every F; and `octopipe report` reads that trace (an R counts in its B).
 #
 # Exit 0 all agree, 1 a mismatch or a failure, 77 (skip) without mpirun.
 set -u
@@ -36,7 +36,7 @@ run() {
 		tail -8 "$tmp/$name.compile" | sed 's/^/    /'
 		return 1
 	fi
-	if ! timeout 600 "$tmp/$name/launch" --steps "$n" --trace "$tmp/$name.trace" >"$tmp/$name.log" 2>&1; then
+	if ! timeout 600 "$tmp/$name/launch" --steps "$n" --trace "$tmp/$name/trace" >"$tmp/$name.log" 2>&1; then
 		echo "FAIL: $name: the job failed:"
 		tail -15 "$tmp/$name.log" | sed 's/^/    /'
 		return 1
@@ -52,7 +52,7 @@ run() {
 
 # events NAME CAT: the trace's events of category CAT, every rank's.
 events() {
-	cat "$tmp/$1.trace"/trace-rank*.json | grep -o "\"cat\":\"$2\"" | wc -l
+	cat "$tmp/$1/trace"/trace-rank*.json | grep -o "\"cat\":\"$2\"" | wc -l
 }
 
 # pair NAME STEPS ARGS...: NAME without and with --recompute full, compared.
@@ -81,6 +81,11 @@ pair() {
 }
 
 pair dense "$steps" "$src/models/tiny-dense.yaml" --devices 2 --schedule 1f1b
+if [ -d "$tmp/dense-full/trace" ] && ! "$octopipe" report "$tmp/dense-full" >"$tmp/report" 2>&1; then
+	echo "FAIL: dense-full: octopipe report refused its trace:"
+	head -5 "$tmp/report" | sed 's/^/    /'
+	fail=1
+fi
 pair hybrid "$steps" "$src/models/tiny-hybrid.yaml" --devices 2 --schedule zbv
 pair dense-emu 2 "$src/models/tiny-dense.yaml" --target cuda-emu --devices 2 --schedule zbh1
 exit $fail
