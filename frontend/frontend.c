@@ -169,7 +169,28 @@ static int read_int_list(ydoc *d, yaml_node_t *seq, const char *key, int64_t lo,
 }
 
 enum { PL_SCHEDULE, PL_CHUNKS, PL_PARTITION, PL_STAGES, PL_PLACEMENT, PL_DP, PL_RANK_ORDER,
-       PL_DIST_OPT, PL_DETERMINISTIC, PL_BUCKET };
+       PL_DIST_OPT, PL_DETERMINISTIC, PL_BUCKET, PL_RECOMPUTE };
+
+/* The words 'recompute' takes (YAML and --recompute): the IR's modes, of
+ * which selective is not built yet, and auto, the tuner's choice, not
+ * built either.  Refused at loc with the reason; else into *out. */
+static const char *const recompute_words[] = {"none", "full", "selective", "auto"};
+_Static_assert(IR_NRECOMPUTES == 3, "recompute_words lists the IR's modes first");
+
+static int recompute_mode(ir_loc loc, int i, ir_recompute *out)
+{
+	if (i == IR_RECOMP_SELECTIVE) {
+		diag_error(loc, "%s", ir_selective_unbuilt);
+		return -1;
+	}
+	if (i == IR_NRECOMPUTES) {
+		diag_error(loc, "recompute mode 'auto' (the tuner choosing per stage) is not built yet: give none "
+		                "or full");
+		return -1;
+	}
+	*out = (ir_recompute)i;
+	return 0;
+}
 
 /* on | off | true | false -> 1 | 0 */
 static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
@@ -183,12 +204,13 @@ static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
 }
 
 /* plan := {schedule, chunks, partition, stage_layers, placement, dp,
- *          rank_order, distributed_optimizer, deterministic, bucket}, all optional */
+ *          rank_order, distributed_optimizer, deterministic, bucket,
+ *          recompute}, all optional */
 static int read_plan(fe *f, yaml_node_t *map)
 {
 	static const char *const keys[] = {"schedule", "chunks", "partition", "stage_layers",
 	                                   "placement", "dp", "rank_order", "distributed_optimizer",
-	                                   "deterministic", "bucket"};
+	                                   "deterministic", "bucket", "recompute"};
 	keyspec ks = {"in 'plan'", keys, NELEMS(keys), 0, 0, 0};
 	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
 	ydoc *d = f->d;
@@ -215,6 +237,12 @@ static int read_plan(fe *f, yaml_node_t *map)
 	    (v[PL_BUCKET] && ydoc_bytes(d, v[PL_BUCKET], "'bucket'", &p->bucket) < 0))
 		return -1;
 	p->rank_order = order;
+	int rc = IR_RECOMP_NONE;
+	if (v[PL_RECOMPUTE] &&
+	    (ydoc_enum(d, v[PL_RECOMPUTE], "'recompute'", "recompute mode", recompute_words,
+	               NELEMS(recompute_words), &rc) < 0 ||
+	     recompute_mode(ydoc_at(d, v[PL_RECOMPUTE]), rc, &p->recompute) < 0))
+		return -1;
 	/* Errors about the data-parallel options point at dp, or at the first
 	 * of the others given without it. */
 	for (int i = PL_DP; i <= PL_BUCKET; i++)
@@ -381,6 +409,16 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 		m->plan.deterministic = 1;
 	if (ov->bucket)
 		m->plan.bucket = ov->bucket;
+	if (ov->recompute) {
+		int rc = ir_lookup(recompute_words, NELEMS(recompute_words), ov->recompute);
+		if (rc < 0) {
+			ysrc_unknown(m->arena, ov->recompute_at, "recompute mode", ov->recompute, NULL,
+			             recompute_words, NELEMS(recompute_words));
+			return -1;
+		}
+		if (recompute_mode(ov->recompute_at, rc, &m->plan.recompute) < 0)
+			return -1;
+	}
 	return 0;
 }
 

@@ -21,7 +21,7 @@ void ir_copy_plan(ir_module *dst, const ir_module *src, bool compute_only)
 	ir_clear_stages(dst);
 	for (int s = 0; s < src->nstages; s++)
 		ir_add_stage(dst, src->stages[s].first, src->stages[s].last, src->stages[s].device,
-		             (ir_loc){0});
+		             (ir_loc){0})->recompute = src->stages[s].recompute;
 	ir_clear_devices(dst);
 	if (!src->ndevices)
 		return;

@@ -264,6 +264,8 @@ void ir_print(FILE *out, const ir_module *m)
 		fprintf(out, "stage S%d L%d..L%d", i, s->first, s->last);
 		if (s->device >= 0)
 			fprintf(out, " @D%d", s->device);
+		if (s->recompute != IR_RECOMP_NONE)
+			fprintf(out, " recompute=%s", ir_recompute_names[s->recompute]);
 		fputc('\n', out);
 	}
 	for (int d = 0; d < m->ndevices; d++) {
@@ -313,7 +315,7 @@ void ir_print(FILE *out, const ir_module *m)
 				        b->stage, b->mb, o, z, b->first, b->last);
 			if (b->kind == IR_BUF_BUCKET)
 				continue;
-			if (b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH)
+			if (!ir_buf_is_stash(b->kind))
 				fprintf(out, " %s", ir_value_names[b->value]);
 			fprintf(out, " S%d m%d off=%s size=%s live=%d..%d\n", b->stage, b->mb, o, z, b->first,
 			        b->last);

@@ -379,6 +379,8 @@ static int verify_header(const ir_module *m)
 		if (p->placement[i] < 0 || p->placement[i] >= c->devices)
 			errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: placement puts stage %d on device %lld, but the cluster has %lld devices",
 			                   i, (long long)p->placement[i], (long long)c->devices);
+	if (p->recompute == IR_RECOMP_SELECTIVE)
+		errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: %s", ir_selective_unbuilt);
 	return errs;
 }
 
@@ -394,6 +396,8 @@ static int verify_stages(const ir_module *m)
 			return errs + 1; /* later ranges would only echo this one */
 		}
 		next = s->last + 1;
+		if (s->recompute == IR_RECOMP_SELECTIVE)
+			errs++, diag_error(loc, "stage S%d: %s", i, ir_selective_unbuilt);
 		if (s->device == -1 && !m->ndevices)
 			continue; /* partitioned, not placed yet */
 		if (s->device < 0 || s->device >= ir_pipe_devices(m)) {
@@ -960,7 +964,7 @@ static const char *buf_desc(char *s, size_t n, const ir_buf *b)
 	char o[32], z[32];
 	ir_fmt_bytes(o, sizeof o, b->off);
 	ir_fmt_bytes(z, sizeof z, b->size);
-	bool value = b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH;
+	bool value = !ir_buf_is_stash(b->kind);
 	snprintf(s, n, "%s%s%s S%d m%d off=%s size=%s live=%d..%d", ir_buf_names[b->kind],
 	         value ? " " : "", value ? ir_value_names[b->value] : "", b->stage, b->mb, o, z,
 	         b->first, b->last);

@@ -80,10 +80,14 @@ uint64_t sim_boundary_bytes(const ir_module *m)
 
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
 {
+	/* Full recomputation runs the stage's F again inside its B. */
+	bool redo = k == IR_OP_B && m->stages[stage].recompute != IR_RECOMP_NONE;
 	double t = 0;
 	for (int l = m->stages[stage].first; l <= m->stages[stage].last; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		t += k == IR_OP_F ? c->f : k == IR_OP_B ? c->b : c->w;
+		if (redo)
+			t += c->f;
 	}
 	return t;
 }
@@ -448,6 +452,7 @@ static double **cache_times(const ir_module *m, int M)
 				continue;
 			const ir_stage *st = &m->stages[op->stage];
 			int n_l = st->last - st->first + 1;
+			bool redo = op->kind == IR_OP_B && st->recompute != IR_RECOMP_NONE;
 			for (int j = 0; j < n_l; j++) {
 				int l = op->kind == IR_OP_B ? st->last - j : st->first + j;
 				const ir_cost *c = &m->layers[l].cost;
@@ -457,6 +462,8 @@ static double **cache_times(const ir_module *m, int M)
 				double hot = op->kind == IR_OP_F ? c->f : op->kind == IR_OP_B ? c->b : c->w;
 				double cold = op->kind == IR_OP_F ? c->f_cold
 				              : op->kind == IR_OP_B ? c->b_cold : c->w_cold;
+				if (redo) /* F again, as cold as the B that follows it */
+					hot += c->f, cold += c->f_cold;
 				double frac = isnan(since) ? 1 : (total - since) / C;
 				t[d][i] += c->cold ? hot + (frac < 1 ? frac : 1) * (cold - hot) : hot;
 				double weights = (double)c->params * wbytes;
@@ -521,7 +528,9 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 }
 
 /* Memory along the device's program order: F stashes its stage's
- * activations until B; B keeps the W stash until W. */
+ * activations until B (with full recomputation its input, and the whole
+ * stash during F and again during B: ir_stage_kept, ir_stage_redo); B
+ * keeps the W stash until W. */
 static void device_memory(const ir_module *m, sim_result *r, int d)
 {
 	sim_device *sd = &r->dev[d];
@@ -550,19 +559,21 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 		if (op->comm != IR_COMM_NONE)
 			continue;
 		const ir_stage *st = &m->stages[op->stage];
-		uint64_t act = 0, ws = 0;
+		uint64_t act = ir_stage_kept(m, op->stage), redo = ir_stage_redo(m, op->stage), ws = 0;
 		for (int l = st->first; l <= st->last; l++)
-			act = ir_sat_add(act, m->layers[l].cost.act),
 			ws = ir_sat_add(ws, m->layers[l].cost.wstash);
 		/* Verified programs run each F before its B and each B before its
 		 * W, so what is taken off was put on: never below 0. */
 		if (op->kind == IR_OP_F) {
 			cur = ir_sat_add(cur, act), inflight++;
+			if (ir_sat_add(cur, redo) > peak)
+				peak = ir_sat_add(cur, redo);
 		} else if (op->kind == IR_OP_B) {
-			/* B reads the stash while it writes the W stash: both at once. */
+			/* B reads the stash while it writes the W stash: both at once
+			 * (and, recomputing, the stash it made again beside the input). */
 			cur = ir_sat_add(cur, ws);
-			if (cur > peak)
-				peak = cur;
+			if (ir_sat_add(cur, redo) > peak)
+				peak = ir_sat_add(cur, redo);
 			cur = cur >= act ? cur - act : 0, inflight--;
 		} else {
 			cur = cur >= ws ? cur - ws : 0;

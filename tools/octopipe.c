@@ -47,6 +47,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(DIST_OPT, "--distributed-optimizer", NULL, C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather)") \
 	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
+	X(RECOMPUTE, "--recompute", "none|full", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B (docs/cost-model.md, \"Recomputation\"; selective and auto are not built yet)") \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the tuner's search (default 20)") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
@@ -388,6 +389,8 @@ static ir_module *load_model(const args *a)
 	ov.rank_order = a->val[O_RANK_ORDER];
 	ov.dist_opt = a->set[O_DIST_OPT];
 	ov.deterministic = a->set[O_DETERMINISTIC];
+	ov.recompute = a->val[O_RECOMPUTE];
+	ov.recompute_at = flag_loc(a, O_RECOMPUTE);
 	ov.devices_at = flag_loc(a, O_DEVICES);
 	ov.microbatches_at = flag_loc(a, O_MICROBATCHES);
 	ov.chunks_at = flag_loc(a, O_CHUNKS);

@@ -106,8 +106,9 @@ void print_plan_json(const ir_module *m, const sim_result *r)
 	for (int s = 0; s < m->nstages; s++) {
 		char kinds[256];
 		stage_kinds(m, &m->stages[s], kinds, sizeof kinds);
-		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\"}", s ? ", " : "",
-		       m->stages[s].first, m->stages[s].last, m->stages[s].device, kinds);
+		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\", "
+		       "\"recompute\": \"%s\"}", s ? ", " : "", m->stages[s].first, m->stages[s].last,
+		       m->stages[s].device, kinds, ir_recompute_names[m->stages[s].recompute]);
 	}
 	printf("], \"ops_per_device\": [");
 	for (int d = 0; d < m->ndevices; d++)
@@ -240,7 +241,17 @@ void print_plan_table(const ir_module *m)
 		else
 			snprintf(dev, sizeof dev, "-");
 		stage_kinds(m, st, kinds, sizeof kinds);
-		printf("S%-5d %-14s %-7s %s\n", s, range, dev, kinds);
+		printf("S%-5d %-14s %-7s %s", s, range, dev, kinds);
+		/* What recomputation saves per micro-batch in flight, once the
+		 * costs (the stashes) are known. */
+		if (st->recompute != IR_RECOMP_NONE && m->layers[st->first].cost.known) {
+			char kept[32], act[32];
+			ir_fmt_size(kept, sizeof kept, ir_stage_kept(m, s));
+			ir_fmt_size(act, sizeof act, ir_stage_act(m, s));
+			printf("  (recompute %s: F to B keeps %s, not %s, per micro-batch; B runs F again)",
+			       ir_recompute_names[st->recompute], kept, act);
+		}
+		putchar('\n');
 	}
 	if (!m->ndevices)
 		return;

@@ -199,6 +199,12 @@ int rt_run_f(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act
 int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const void *act,
              void *wstash);
 int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash);
+/* F of layer h again, inside the B of a stage that recomputes its
+ * activations (docs/cost-model.md, "Recomputation"): rt_run_f itself, the
+ * same kernels on the same input, so the stash it fills holds the same
+ * bits; the head records the same loss again.  Traced as "R" (the trace's
+ * report counts it in the B it precedes). */
+int rt_run_r(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act);
 
 /* ---- data parallelism: collectives on gradient buckets ------------------- */
 

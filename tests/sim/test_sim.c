@@ -124,6 +124,49 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* Full recomputation (docs/cost-model.md, "Recomputation"): B runs F again,
+ * so 1F1B's closed form holds with B + F for B; each device keeps its
+ * stage's input (the boundary value; nothing on the first, whose input is
+ * the data) per micro-batch in flight instead of the stash, and needs the
+ * stash and one value during one F or B. */
+START_TEST(test_recompute_full)
+{
+	int p = 4, M = 8;
+	double F = 3, B = 5, W = 2;
+	ir_module *mod = uniform(p, M, F, B, W, INFINITY, 0);
+	uint64_t act = 1 << 16, vb = sim_boundary_bytes(mod);
+	for (int l = 0; l < mod->nlayers; l++)
+		if (mod->layers[l].kind == IR_LAYER_MLP)
+			mod->layers[l].cost.act = act;
+	sim_result *r0 = sim_run(mod);
+	for (int s = 0; s < mod->nstages; s++)
+		mod->stages[s].recompute = IR_RECOMP_FULL;
+	sim_result *r = sim_run(mod);
+	ck_assert(r0 && r);
+	for (int s = 0; s < mod->nstages; s++) {
+		ck_assert_double_eq(sim_stage_time(mod, s, IR_OP_B), B + F);
+		ck_assert_double_eq(sim_stage_time(mod, s, IR_OP_F), F);
+		ck_assert_double_eq(sim_stage_time(mod, s, IR_OP_W), W);
+		ck_assert_uint_eq(ir_stage_kept(mod, s), s ? vb : 0);
+		ck_assert_uint_eq(ir_stage_redo(mod, s), act + vb);
+	}
+	ck_assert_double_eq(r0->makespan, (M + p - 1) * (F + B + W));
+	ck_assert_double_eq(r->makespan, (M + p - 1) * (F + (B + F) + W));
+	for (int d = 0; d < p; d++) {
+		uint64_t n = (uint64_t)(p - d), kept = d ? vb : 0;
+		ck_assert_double_eq(r->dev[d].busy, M * (2 * F + B + W));
+		ck_assert_uint_eq(r0->dev[d].peak_act, n * act + 100);
+		/* The first B: the inputs in flight, its W stash, the stash made again. */
+		ck_assert_uint_eq(r->dev[d].peak_act, n * kept + 100 + act + vb);
+		if (n > 1)
+			ck_assert_uint_lt(r->dev[d].peak_act, r0->dev[d].peak_act);
+	}
+	sim_free(r);
+	sim_free(r0);
+	ir_free(mod);
+}
+END_TEST
+
 /* D1 runs F S1 m1 first: it needs F S0 m1, which D0 runs after B S0 m0,
  * which needs B S1 m0, which D1 runs after F S1 m1: a cycle. */
 START_TEST(test_stuck_programs)
@@ -455,6 +498,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_latency_single_microbatch);
 	tcase_add_test(tc, test_bandwidth_and_nodes);
 	tcase_add_test(tc, test_memory);
+	tcase_add_test(tc, test_recompute_full);
 	tcase_add_test(tc, test_stuck_programs);
 	tcase_add_test(tc, test_needs_costs);
 	tcase_add_test(tc, test_deterministic_and_fast);
