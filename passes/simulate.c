@@ -906,6 +906,31 @@ static sim_result *sim_step(const ir_module *m, diag_sink *ds, const double *con
 		try_device(&s, d);
 	}
 
+	/* A carried wait waits beside its F, which waits for its input: only
+	 * the part after that input has arrived is the gather's exposure. */
+	for (int d = 0; s.dp && d < r->ndev; d++) {
+		const ir_device *dev = &m->devices[d];
+		sim_device *sd = &r->dev[d];
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (op->comm != IR_COMM_WAIT || !op->carried || isnan(sd->end[i]))
+				continue;
+			int j = i + 1;
+			while (j < dev->nops && dev->ops[j].comm != IR_COMM_NONE)
+				j++;
+			if (j == dev->nops)
+				continue;
+			double in = s.arrive[key(&s, dev->ops[j].stage, dev->ops[j].mb, dev->ops[j].kind)];
+			double blocked = sd->end[i] - cost_unpack_us(m, bucket_params(m, &dev->ops[s.coll_of[d][i]]));
+			double hide = (in < blocked ? in : blocked) - sd->start[i];
+			if (!(hide > 0))
+				continue;
+			sd->start[i] += hide;
+			sd->exposed -= hide;
+			sd->gather_exposed -= hide;
+		}
+	}
+
 	int rc = 0;
 	bool stuck = done != total;
 	for (int d = 0; d < r->ndev; d++)
