@@ -242,6 +242,10 @@ void rt__progress(rt_ctx *ctx);
  * the MPI request to post it into; after a failed post, rt__coll_drop. */
 int rt__coll_req(rt_ctx *ctx, const rt_op *op, int *req, MPI_Request **mr);
 void rt__coll_drop(rt_ctx *ctx, int req);
+/* Completes every collective still pending (a carried all-gather of the
+ * last step, overlap_param_gather) before anything outside the program
+ * reads the parameters; the handles stay for the program's waits. */
+int rt__comm_drain(rt_ctx *ctx);
 
 /* ---- rt_optim.c: the optimizer's math, the same on every executor ---- */
 
