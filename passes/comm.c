@@ -452,9 +452,10 @@ static void choose_rank_order(ir_module *m, pass_ctx *cx)
 	m->plan.rank_order = pick;
 }
 
-/* The simulated step of m lowered with overlap_param_gather set to `on`;
- * INFINITY when it cannot be lowered or simulated. */
-static double step_with_overlap(const ir_module *m, pass_ctx *cx, int on)
+/* The simulated step of m lowered with overlap_param_gather set to `on`
+ * (INFINITY when it cannot be lowered or simulated), and whether every
+ * device's peak memory fits. */
+static double step_with_overlap(const ir_module *m, pass_ctx *cx, int on, bool *fits)
 {
 	ir_module *c = ir_copy_header(m);
 	c->plan.overlap_gather = on;
@@ -463,6 +464,9 @@ static double step_with_overlap(const ir_module *m, pass_ctx *cx, int on)
 	pass_ctx qx = {.diag = &quiet, .scratch = cx->scratch, .budget = cx->budget};
 	sim_result *r = lower(c, &qx) == 0 ? sim_run_to(c, &quiet) : NULL;
 	double t = r ? r->makespan : INFINITY;
+	*fits = r != NULL;
+	for (int d = 0; r && d < r->ndev; d++)
+		*fits &= r->dev[d].peak_mem <= m->cluster.mem;
 	sim_free(r);
 	ir_free(c);
 	return t;
@@ -475,11 +479,16 @@ int pass_comm(ir_module *m, pass_ctx *cx)
 	/* A carried wait moves its unpacking to the start of the next step,
 	 * before its stage's first F: on a device whose step ends with slack
 	 * and whose first F feeds the others, that can cost more than the
-	 * gather it hides.  The overlap is kept where the steady step is not
-	 * slower (docs/dataparallel.md); the plan line says which. */
-	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1 && m->plan.overlap_gather &&
-	    step_with_overlap(m, cx, 1) > step_with_overlap(m, cx, 0))
-		m->plan.overlap_gather = 0;
+	 * gather it hides; and the gather's buffer is kept through the whole
+	 * program.  The overlap is kept where the steady step is not slower and
+	 * it does not take a plan that fits in memory out of it
+	 * (docs/dataparallel.md); the plan line says which. */
+	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1 && m->plan.overlap_gather) {
+		bool fits_on, fits_off;
+		double on = step_with_overlap(m, cx, 1, &fits_on), off = step_with_overlap(m, cx, 0, &fits_off);
+		if (on > off || (fits_off && !fits_on))
+			m->plan.overlap_gather = 0;
+	}
 	return lower(m, cx);
 }
 

@@ -203,7 +203,7 @@ if [ "$quick" != 1 ] && compile kill "$yaml" --devices 4 --dp 2; then
 	job=$!
 	victim=""
 	for _ in $(seq 1 600); do
-		victim=$(pgrep -x rank3 | head -1)
+		victim=$(pgrep -f "^$tmp/kill/rank3 " | head -1) # this job's rank 3, not another job's
 		[ -n "$victim" ] && grep -q '^step 2 ' "$tmp/kill.log" && break
 		sleep 0.1
 	done
