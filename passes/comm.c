@@ -480,13 +480,14 @@ int pass_comm(ir_module *m, pass_ctx *cx)
 	 * before its stage's first F: on a device whose step ends with slack
 	 * and whose first F feeds the others, that can cost more than the
 	 * gather it hides; and the gather's buffer is kept through the whole
-	 * program.  The overlap is kept where the steady step is not slower and
-	 * it does not take a plan that fits in memory out of it
-	 * (docs/dataparallel.md); the plan line says which. */
+	 * program, memory spent for nothing where the step is no faster.  The
+	 * overlap is kept where the steady step is faster and it does not take
+	 * a plan that fits in memory out of it (docs/dataparallel.md); the plan
+	 * line says which. */
 	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1 && m->plan.overlap_gather) {
 		bool fits_on, fits_off;
 		double on = step_with_overlap(m, cx, 1, &fits_on), off = step_with_overlap(m, cx, 0, &fits_off);
-		if (on > off || (fits_off && !fits_on))
+		if (!(on < off) || (fits_off && !fits_on))
 			m->plan.overlap_gather = 0;
 	}
 	return lower(m, cx);

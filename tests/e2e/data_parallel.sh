@@ -12,9 +12,9 @@
 # Then: without --deterministic, D = 2 against 1 rank (the same first loss;
 # the later ones within the bound docs/dataparallel.md states); resume
 # across (D, P) (save at (2, 2) with the distributed optimizer after 3
-# steps, resume at (1, 4) without it and at (4, 1) with it, the gathers
-# overlapped: the losses of an uninterrupted deterministic run); one
-# summary line (replica 0's head);
+# steps, its all-gathers overlapped; resume at (1, 4) and at (4, 1) without
+# it, and at (2, 2) with it, overlapped again: the losses of an
+# uninterrupted deterministic run); one summary line (replica 0's head);
 # `octopipe report` on a traced run; a rank SIGKILLed in a DP group ends the
 # job non-zero, naming a rank.
 #
@@ -180,16 +180,22 @@ yaml=$src/models/tiny-hybrid.yaml
 if compile full "$yaml" --devices 1 --deterministic && train full --steps 6 &&
 	compile save "$yaml" --devices 4 --dp 2 --distributed-optimizer --deterministic &&
 	train save --steps 3 --checkpoint "$tmp/ck"; then
-	for c in 1:4 4:1; do
+	for c in 1:4 4:1 2:2; do
 		D=${c%:*} P=${c#*:}
 		name=resume-d$D-p$P
 		args=(--devices $((D * P)) --deterministic)
-		[ "$D" -gt 1 ] && args+=(--dp "$D" --distributed-optimizer)
+		[ "$D" -gt 1 ] && args+=(--dp "$D")
+		[ "$c" = 2:2 ] && args+=(--distributed-optimizer)
 		[ "$quick" = 1 ] && [ "$D" = 4 ] && continue
 		compile $name "$yaml" "${args[@]}" && train $name --steps 3 --resume "$tmp/ck" || continue
 		if [ "$(tail -3 "$tmp/full.losses" | awk '{print $2}')" = "$(awk '{print $2}' "$tmp/$name.losses")" ] &&
 			cmp -s "$tmp/$name.hash" "$tmp/full.hash"; then
-			ok "$name: 3 steps at (2, 2) with the distributed optimizer (gathers overlapped), saved, 3 more here${args[3]:+ with it}: the 6-step run's losses and hash"
+			over=$(grep -c '^  wait all-gather .* carried$' "$tmp/$name/plan.opir")
+			if [ "$c" = 2:2 ] && [ "$over" = 0 ]; then
+				bad "$name: resumed without the overlapped all-gather (no carried wait in its plan)"
+			else
+				ok "$name: 3 steps at (2, 2) with the distributed optimizer (gathers overlapped), saved, 3 more here ($over carried waits): the 6-step run's losses and hash"
+			fi
 		else
 			bad "$name: the resumed run differs from the uninterrupted one"
 			diff <(tail -3 "$tmp/full.losses" | awk '{print $2}') <(awk '{print $2}' "$tmp/$name.losses") | sed 's/^/    /'
