@@ -173,6 +173,7 @@ expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), di
 expect 0 "overlapped parameter all-gather: exposed " plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
 expect 0 '"overlap_param_gather": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b --json
 expect 0 '"overlap_param_gather": false' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json
+expect 0 '"dist_optimizer": true, "overlap_param_gather": false' plan tests/cli/dp-overlap-off.yaml --json
 expect 1 "<command line>:1:58: error: overlap_param_gather applies to the distributed optimizer's all-gathers" plan $m --devices 4 --dp 2 --no-overlap-param-gather
 expect 0 "data parallel 2 x 2 (replicas x pipeline devices, dp-inner ranks), distributed optimizer off: collectives " plan $m --devices 4 --dp 2 --rank-order dp-inner --schedule 1f1b
 expect 0 "pipeline  exposed red       update  collectives  peak memory" plan $m --devices 4 --dp 2 --schedule 1f1b
