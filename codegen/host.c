@@ -490,6 +490,16 @@ static void build_main(hb *h, const cg_rank *r)
 	LLVMValueRef base_slot = LLVMBuildAlloca(h->b, h->p8, "base.slot");
 	LLVMTypeRef reqs_t = LLVMArrayType(h->i32, (unsigned)(r->nreqs ? r->nreqs : 1));
 	LLVMValueRef reqs = LLVMBuildAlloca(h->b, reqs_t, "reqs");
+	/* Every slot starts with nothing pending: a carried wait's slot is
+	 * first filled by its post at the end of the first step. */
+	unsigned nr = (unsigned)(r->nreqs ? r->nreqs : 1);
+	LLVMValueRef *none_v = malloc(nr * sizeof *none_v);
+	if (!none_v)
+		ir_bug("out of memory");
+	for (unsigned k = 0; k < nr; k++)
+		none_v[k] = i32c(h, RT_NO_REQ);
+	LLVMBuildStore(h->b, LLVMConstArray(h->i32, none_v, nr), reqs);
+	free(none_v);
 	LLVMValueRef loss = LLVMBuildAlloca(h->b, h->f64, "loss");
 	LLVMValueRef have = LLVMBuildAlloca(h->b, h->i32, "have.loss");
 	LLVMBuildStore(h->b, argc, argc_slot);

@@ -311,6 +311,10 @@ static int dp_op(lowering *L, const ir_op *op, ir_loc loc, cg_op *c, const int *
 		if (j < 0)
 			ir_bug("codegen: D%d waits for %s S%d b%d, never posted", L->d,
 			       ir_comm_names[op->coll], s, op->mb);
+		/* A carried wait comes before its post (the previous step's): the
+		 * slot is the post's, held from one step into the next. */
+		if (coll_slot[j] < 0)
+			coll_slot[j] = (*nslots)++;
 		c->kind = CG_WAIT;
 		c->req = coll_slot[j];
 		waited[c->req] = true;
@@ -342,8 +346,9 @@ static int dp_op(lowering *L, const ir_op *op, ir_loc loc, cg_op *c, const int *
 	c->tkind = kind;
 	c->bytes = (int64_t)op->bytes;
 	c->in = (int64_t)b->off;
-	c->req = (*nslots)++;
-	coll_slot[op - dev->ops] = c->req;
+	if (coll_slot[op - dev->ops] < 0)
+		coll_slot[op - dev->ops] = (*nslots)++;
+	c->req = coll_slot[op - dev->ops];
 	return 0;
 }
 
@@ -460,6 +465,8 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	int *coll_slot = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(int)); /* per op: its slot */
 	int *coll_of = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(int));   /* a wait's collective */
 	ir_coll_waits(dev, coll_of);
+	for (int i = 0; i < dev->nops; i++)
+		coll_slot[i] = -1;
 	L->train = train_of(m, device);
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];

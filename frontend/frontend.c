@@ -169,7 +169,7 @@ static int read_int_list(ydoc *d, yaml_node_t *seq, const char *key, int64_t lo,
 }
 
 enum { PL_SCHEDULE, PL_CHUNKS, PL_PARTITION, PL_STAGES, PL_PLACEMENT, PL_DP, PL_RANK_ORDER,
-       PL_DIST_OPT, PL_DETERMINISTIC, PL_BUCKET, PL_RECOMPUTE };
+       PL_DIST_OPT, PL_OVERLAP, PL_DETERMINISTIC, PL_BUCKET, PL_RECOMPUTE };
 
 /* The words 'recompute' takes (YAML and --recompute): the IR's modes, of
  * which selective is not built yet, and auto, the tuner's choice, not
@@ -204,13 +204,13 @@ static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
 }
 
 /* plan := {schedule, chunks, partition, stage_layers, placement, dp,
- *          rank_order, distributed_optimizer, deterministic, bucket,
- *          recompute}, all optional */
+ *          rank_order, distributed_optimizer, overlap_param_gather,
+ *          deterministic, bucket, recompute}, all optional */
 static int read_plan(fe *f, yaml_node_t *map)
 {
 	static const char *const keys[] = {"schedule", "chunks", "partition", "stage_layers",
 	                                   "placement", "dp", "rank_order", "distributed_optimizer",
-	                                   "deterministic", "bucket", "recompute"};
+	                                   "overlap_param_gather", "deterministic", "bucket", "recompute"};
 	keyspec ks = {"in 'plan'", keys, NELEMS(keys), 0, 0, 0};
 	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
 	ydoc *d = f->d;
@@ -232,11 +232,15 @@ static int read_plan(fe *f, yaml_node_t *map)
 	                                   ir_rank_order_names, IR_NRANK_ORDERS, &order) < 0) ||
 	    (v[PL_DIST_OPT] && read_switch(d, v[PL_DIST_OPT], "'distributed_optimizer'",
 	                                   &p->dist_opt) < 0) ||
+	    (v[PL_OVERLAP] && read_switch(d, v[PL_OVERLAP], "'overlap_param_gather'",
+	                                  &f->overlap) < 0) ||
 	    (v[PL_DETERMINISTIC] && read_switch(d, v[PL_DETERMINISTIC], "'deterministic'",
 	                                        &p->deterministic) < 0) ||
 	    (v[PL_BUCKET] && ydoc_bytes(d, v[PL_BUCKET], "'bucket'", &p->bucket) < 0))
 		return -1;
 	p->rank_order = order;
+	if (v[PL_OVERLAP])
+		f->overlap_given = true, f->overlap_at = ydoc_at(d, k[PL_OVERLAP]);
 	int rc = IR_RECOMP_NONE;
 	if (v[PL_RECOMPUTE] &&
 	    (ydoc_enum(d, v[PL_RECOMPUTE], "'recompute'", "recompute mode", recompute_words,
@@ -405,6 +409,8 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	m->plan.rank_order = (ir_rank_order)order;
 	if (ov->dist_opt)
 		m->plan.dist_opt = 1;
+	if (ov->no_overlap_gather)
+		f->overlap_given = true, f->overlap = 0, f->overlap_at = ov->no_overlap_at;
 	if (ov->deterministic)
 		m->plan.deterministic = 1;
 	if (ov->bucket)
@@ -423,15 +429,25 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 }
 
 /* The data-parallel options settled: one replica is no data parallelism
- * (the options that need replicas are refused, at the dp field), and a
- * plan with replicas gets the default bucket. */
-static int settle_dp(ir_module *m)
+ * (the options that need replicas are refused, at the dp field), a plan
+ * with replicas gets the default bucket, and the distributed optimizer
+ * overlaps its all-gathers with the next step unless told not to (the
+ * switch is refused, where it was written, without it). */
+static int settle_dp(fe *f)
 {
+	ir_module *m = f->m;
 	ir_plan_opts *p = &m->plan;
 	if (p->dp == 1)
 		p->dp = 0;
 	if (p->dp > 1 && !p->bucket)
 		p->bucket = FE_DEFAULT_BUCKET;
+	if (f->overlap_given && !(p->dp > 1 && p->dist_opt)) {
+		diag_error(f->overlap_at, "overlap_param_gather applies to the distributed optimizer's "
+		                          "all-gathers: it needs dp > 1 and distributed_optimizer "
+		                          "(--dp D --distributed-optimizer)");
+		return -1;
+	}
+	p->overlap_gather = p->dp > 1 && p->dist_opt && (!f->overlap_given || f->overlap);
 	return ir_check_dp(m, NULL) ? -1 : 0;
 }
 
@@ -504,7 +520,7 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	}
 	if (v[TOP_PLAN] && read_plan(&f, v[TOP_PLAN]) < 0)
 		goto out;
-	if (apply_overrides(&f, ov) < 0 || settle_dp(f.m) < 0 || check_placement(&f) < 0)
+	if (apply_overrides(&f, ov) < 0 || settle_dp(&f) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -543,5 +559,5 @@ int fe_apply_overrides(ir_module *m, const fe_overrides *ov)
 	fe f = {.m = m};
 	if (apply_overrides(&f, ov ? ov : &none) < 0)
 		return -1;
-	return settle_dp(m);
+	return settle_dp(&f);
 }

@@ -113,6 +113,9 @@ typedef struct fe {
 	ydoc *d;
 	int nopen;              /* layer lists being read (nested repeats) */
 	yaml_node_t *placement; /* kept for the checks after the overrides */
+	bool overlap_given;     /* overlap_param_gather written (YAML or flag) */
+	int overlap;            /* its value */
+	ir_loc overlap_at;      /* where */
 } fe;
 
 /* layers := [ (layer | repeat-block | pattern-block)... ], appended to

@@ -118,7 +118,7 @@ void ir_coll_waits(const ir_device *dev, int *of)
 		of[i] = -1;
 		if (ir_is_coll(op))
 			open[nopen++] = i;
-		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE)
+		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE && !op->carried)
 			for (int j = nopen - 1; j >= 0; j--) {
 				const ir_op *c = &dev->ops[open[j]];
 				if (c->comm == op->coll && c->stage == op->stage && c->mb == op->mb) {
@@ -127,6 +127,24 @@ void ir_coll_waits(const ir_device *dev, int *of)
 					break;
 				}
 			}
+	}
+	/* A carried wait takes the first post after it that is still open:
+	 * the previous step's post of the same collective. */
+	for (int i = 0; i < dev->nops; i++) {
+		const ir_op *op = &dev->ops[i];
+		if (op->comm != IR_COMM_WAIT || !op->carried)
+			continue;
+		int best = -1;
+		for (int j = 0; j < nopen; j++) {
+			const ir_op *c = &dev->ops[open[j]];
+			if (open[j] > i && c->comm == op->coll && c->stage == op->stage && c->mb == op->mb &&
+			    (best < 0 || open[j] < open[best]))
+				best = j;
+		}
+		if (best >= 0) {
+			of[i] = open[best];
+			open[best] = open[--nopen];
+		}
 	}
 	free(open);
 }
@@ -552,8 +570,13 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 			/* A collective's bucket: from its post to its wait (the programs
 			 * verify: there is one). */
 			ir_assert(coll_wait[i] >= 0);
-			b[nb++] = (ir_buf){IR_BUF_BUCKET, IR_OP_W, s, mb, i, coll_wait[i], 0, op->bytes,
-			                   op->comm};
+			/* A carried wait (before its post) completes it in the next
+			 * step: the buffer is live from the post through the end of
+			 * the program and from its start through the wait; the plan
+			 * keeps it for the whole program. */
+			bool carried = coll_wait[i] < i;
+			b[nb++] = (ir_buf){IR_BUF_BUCKET, IR_OP_W, s, mb, carried ? 0 : i,
+			                   carried ? n - 1 : coll_wait[i], 0, op->bytes, op->comm};
 			continue;
 		}
 		if (op->comm != IR_COMM_NONE || op->kind == IR_OP_W)
@@ -742,7 +765,7 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 			if (x->comm != y->comm || x->kind != y->kind || x->stage != y->stage ||
 			    x->mb != y->mb || x->peer != y->peer || x->group != y->group ||
 			    x->bytes != y->bytes || x->coll != y->coll || x->first != y->first ||
-			    x->last != y->last)
+			    x->last != y->last || x->carried != y->carried)
 				return false;
 		}
 	}

@@ -383,6 +383,9 @@ typedef struct ir_plan_opts {
 	ir_rank_order rank_order;
 	int dist_opt;         /* 1: the distributed optimizer (reduce-scatter, the
 	                       * update of a shard, all-gather) */
+	int overlap_gather;   /* 1 (with dist_opt): each all-gather's wait is
+	                       * carried into the next step, before its stage's
+	                       * first F (docs/dataparallel.md) */
 	int deterministic;    /* 1: exact gradient sums, the same bits for every dp */
 	uint64_t bucket;      /* bytes of f32 gradient per bucket (at least one layer) */
 	ir_recompute recompute; /* what every stage the passes make gets */
@@ -403,6 +406,8 @@ typedef struct ir_op {
 	int group;        /* send, recv: posted together with the same group (> 0) */
 	uint64_t bytes;   /* send, recv, collectives */
 	ir_comm coll;     /* wait: the collective it completes; NONE: a receive */
+	bool carried;     /* wait of an all-gather: completes the one the
+	                   * previous step posted (later in the program) */
 	int first, last;  /* collectives, update: the bucket's layers */
 } ir_op;
 
@@ -536,9 +541,10 @@ typedef struct ir_module {
 	X("dp", dp, INT(0, 65536), 3, IR_HF_AT(dp_loc))                            \
 	X("rank_order", rank_order, ENUM(ir_rank_order_names), 3, 0)               \
 	X("dist_optimizer", dist_opt, ENUM(ir_switch_names), 3, 0)                 \
+	X("overlap_param_gather", overlap_gather, ENUM(ir_switch_names), 4, 0)     \
 	X("deterministic", deterministic, ENUM(ir_switch_names), 3, 0)             \
 	X("bucket", bucket, BYTES, 3, 0)                                           \
-	X("recompute", recompute, ENUM(ir_recompute_names), 4, 0)
+	X("recompute", recompute, ENUM(ir_recompute_names), 5, 0)
 
 /* X(enum suffix, keyword, module member): the line's struct is the
  * member, its table IR_<suffix>_FIELDS and its location member##_loc. */
@@ -638,7 +644,9 @@ int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p);
 /* Pairs the collectives of a device program with their waits: of[i] for
  * the wait at op i is the index of the collective it completes (the
  * latest one before it of its kind, stage and bucket that no wait has
- * taken), -1 for every other op.  of has dev->nops entries. */
+ * taken; for a carried wait, the first one after it that no wait has
+ * taken: the previous step's post), -1 for every other op.  of has
+ * dev->nops entries. */
 void ir_coll_waits(const ir_device *dev, int *of);
 /* Bytes a value of a deterministic reduction takes: the exact sum's nine
  * int64 digits (the runtime's RT_EXACT_DIGITS; docs/dataparallel.md). */

@@ -866,7 +866,7 @@ static ir_comm coll_word(parser *ps)
 /* The rest of a data-parallel op (docs/dataparallel.md), after its word:
  *   (all-reduce|reduce-scatter|all-gather) S b L..L BYTES
  *   update S b L..L
- *   wait (all-reduce|reduce-scatter|all-gather) S b */
+ *   wait (all-reduce|reduce-scatter|all-gather) S b ['carried'] */
 static bool parse_dp_op(parser *ps, ir_op *op)
 {
 	if (!ref(ps, &ps->t, 'S', &op->stage, "a stage"))
@@ -875,8 +875,13 @@ static bool parse_dp_op(parser *ps, ir_op *op)
 	if (!ref(ps, &ps->t, 'b', &op->mb, "a bucket"))
 		return false;
 	next(ps);
-	if (op->comm == IR_COMM_WAIT)
+	if (op->comm == IR_COMM_WAIT) {
+		if (word_is(&ps->t, "carried")) {
+			op->carried = true;
+			next(ps);
+		}
 		return true;
+	}
 	if (!layer_range(ps, &op->first, &op->last))
 		return false;
 	if (op->comm == IR_COMM_UPDATE)

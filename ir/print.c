@@ -233,11 +233,13 @@ static void print_hline(FILE *out, const ir_module *m, const ir_hline *h)
 	fputc('\n', out);
 }
 
-/* all-reduce S1 b0 L3..L5 2MiB | wait all-reduce S1 b0 | update S1 b0 L3..L5 */
+/* all-reduce S1 b0 L3..L5 2MiB | wait all-reduce S1 b0 | update S1 b0 L3..L5
+ * | wait all-gather S1 b0 carried */
 static void print_dp_op(FILE *out, const char *ind, const ir_op *op)
 {
 	if (op->comm == IR_COMM_WAIT) {
-		fprintf(out, "%swait %s S%d b%d\n", ind, ir_comm_names[op->coll], op->stage, op->mb);
+		fprintf(out, "%swait %s S%d b%d%s\n", ind, ir_comm_names[op->coll], op->stage, op->mb,
+		        op->carried ? " carried" : "");
 		return;
 	}
 	fprintf(out, "%s%s S%d b%d L%d..L%d", ind, ir_comm_names[op->comm], op->stage, op->mb,

@@ -612,22 +612,42 @@ static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
 	return RT_OK;
 }
 
-static int waitall(rt_ctx *ctx, int n, const int *hs);
+static int waitall(rt_ctx *ctx, int n, const int *hs, bool keep);
 
 int rt_waitall(rt_ctx *ctx, int n, const int *hs)
 {
 	if (!ctx)
 		return RT_EARG;
-	int rc = waitall(ctx, n, hs);
+	int rc = waitall(ctx, n, hs, false);
 	ctx->waiting = (rt_waitstate){RT_WS_RUNNING, -1, 0, 0, 0, 0};
 	return rc;
 }
 
-static int waitall(rt_ctx *ctx, int n, const int *hs)
+int rt__comm_drain(rt_ctx *ctx)
+{
+	int rc = RT_OK;
+	for (int i = 0; i < ctx->nreqs && !rc; i++) {
+		const rt_req *r = &ctx->reqs[i];
+		bool coll = r->used && r->n > 0 && i != ctx->group;
+		for (int j = 0; coll && j < r->n; j++)
+			coll = r->ops[j].coll >= 0;
+		if (coll)
+			rc = waitall(ctx, 1, &i, true);
+	}
+	ctx->waiting = (rt_waitstate){RT_WS_RUNNING, -1, 0, 0, 0, 0};
+	return rc;
+}
+
+/* keep: complete the requests' operations but leave the handles pending,
+ * for the program's own wait (rt__comm_drain). */
+static int waitall(rt_ctx *ctx, int n, const int *hs, bool keep)
 {
 	char mpimsg[MPI_MAX_ERROR_STRING];
 	if (!ctx || n < 0 || (n && !hs))
 		return RT_EARG;
+	/* A carried wait in the first step: nothing was posted before it. */
+	if (n == 1 && hs[0] == RT_NO_REQ)
+		return RT_OK;
 	for (int i = 0; i < n; i++)
 		if (hs[i] < 0 || hs[i] >= ctx->nreqs || !ctx->reqs[hs[i]].used || hs[i] == ctx->group)
 			return rt__fail(ctx, RT_EARG, "rt_wait: %d is not a pending handle", hs[i]);
@@ -680,7 +700,7 @@ static int waitall(rt_ctx *ctx, int n, const int *hs)
 				return rc;
 		}
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !keep; i++) {
 		rt_req *r = &ctx->reqs[hs[i]];
 		int peer = r->n == 1 ? r->ops[0].peer : -1;
 		int64_t mb = r->n == 1 ? r->ops[0].tag.mb : -1;

@@ -256,6 +256,11 @@ void rt__coll_drop(rt_ctx *ctx, int req);
  * op->finish. */
 int rt__coll_dcomm(rt_ctx *ctx, const rt_op *op, void *buf, size_t count, bool i64, int *req);
 
+/* Completes every collective still pending (a carried all-gather of the
+ * last step, overlap_param_gather) before anything outside the program
+ * reads the parameters; the handles stay for the program's waits. */
+int rt__comm_drain(rt_ctx *ctx);
+
 /* ---- rt_optim.c: the optimizer's math, the same on every executor ---- */
 
 /* The settings 0 stands for (docs/runtime.md). */

@@ -601,7 +601,7 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 		return rc;
 	if (!out)
 		return RT_EARG;
-	if ((rc = ctx->exec->pull(ctx)))
+	if ((rc = rt__comm_drain(ctx)) || (rc = ctx->exec->pull(ctx)))
 		return rc;
 	int *counts = calloc((size_t)ctx->world, sizeof *counts);
 	int *displs = calloc((size_t)ctx->world, sizeof *displs);

@@ -64,10 +64,11 @@ static double coll_s(const sim_device *d) { return d->coll * 1e-6; }
  * optimizer on": the data-parallel shape. */
 static const char *dp_shape(char *buf, size_t n, const ir_module *m)
 {
-	snprintf(buf, n, "%lld x %lld (replicas x pipeline devices, %s ranks), distributed optimizer %s",
+	snprintf(buf, n, "%lld x %lld (replicas x pipeline devices, %s ranks), distributed optimizer %s%s",
 	         (long long)ir_dp(m),
 	         (long long)ir_pipe_devices(m), ir_rank_order_names[m->plan.rank_order],
-	         ir_switch_names[m->plan.dist_opt != 0]);
+	         ir_switch_names[m->plan.dist_opt != 0],
+	         m->plan.overlap_gather ? " (all-gather overlapped with the next step)" : "");
 	return buf;
 }
 
@@ -85,8 +86,10 @@ static void print_sim_json(const sim_result *r, bool times_only)
 	print_array("cooldown_s", r, cooldown_s);
 	print_array("residual_s", r, residual_s);
 	if (r->dp > 1) {
-		printf(", \"collectives_s\": %.9g, \"exposed_reduction_s\": %.9g, \"update_s\": %.9g",
-		       r->coll * 1e-6, r->exposed * 1e-6, r->update * 1e-6);
+		printf(", \"collectives_s\": %.9g, \"exposed_reduction_s\": %.9g, \"update_s\": %.9g, "
+		       "\"exposed_gather_s\": %.9g, \"simulated_steps\": %d",
+		       r->coll * 1e-6, r->exposed * 1e-6, r->update * 1e-6, r->gather_exposed * 1e-6,
+		       r->steps);
 		print_array("pipeline_per_device_s", r, pipeline_s);
 		print_array("exposed_reduction_per_device_s", r, exposed_s);
 		print_array("update_per_device_s", r, update_s);
@@ -116,9 +119,11 @@ void print_plan_json(const ir_module *m, const sim_result *r)
 	printf("]");
 	if (ir_dp(m) > 1)
 		printf(", \"dp\": %lld, \"pipeline_devices\": %lld, \"rank_order\": \"%s\", "
-		       "\"dist_optimizer\": %s, \"deterministic\": %s, \"bucket_bytes\": %llu",
+		       "\"dist_optimizer\": %s, \"overlap_param_gather\": %s, \"deterministic\": %s, "
+		       "\"bucket_bytes\": %llu",
 		       (long long)ir_dp(m), (long long)ir_pipe_devices(m),
 		       ir_rank_order_names[m->plan.rank_order], m->plan.dist_opt ? "true" : "false",
+		       m->plan.overlap_gather ? "true" : "false",
 		       m->plan.deterministic ? "true" : "false", (unsigned long long)m->plan.bucket);
 	if (r)
 		print_sim_json(r, ir_times_only(m));
@@ -155,10 +160,14 @@ void print_sim_table(const ir_module *m, const sim_result *r)
 		       m->cluster.flops);
 	bool dp = r->dp > 1;
 	if (dp) {
-		char shape[128];
+		char shape[192];
 		printf("data parallel %s: collectives %s, exposed reduction %s, update %s (the most of "
 		       "any device)\n", dp_shape(shape, sizeof shape, m), fmt_time(t, sizeof t, r->coll),
 		       fmt_time(u, sizeof u, r->exposed), fmt_time(v, sizeof v, r->update));
+		if (m->plan.overlap_gather)
+			printf("overlapped parameter all-gather: exposed %s before the stages' first F (of the "
+			       "exposed reduction; the steady state, after %d simulated step%s)\n",
+			       fmt_time(t, sizeof t, r->gather_exposed), r->steps, r->steps == 1 ? "" : "s");
 	}
 	printf("%-7s %12s %12s %12s %12s", "device", "busy", "warm-up", "cool-down", "residual");
 	if (dp)

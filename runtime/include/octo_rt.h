@@ -298,7 +298,14 @@ int rt_group_begin(rt_ctx *ctx);
 int rt_group_end(rt_ctx *ctx, int *req);
 
 /* Waits for a handle (and frees it), polling with a deadline: after the
- * context's timeout, RT_ETIMEOUT naming every operation still pending. */
+ * context's timeout, RT_ETIMEOUT naming every operation still pending.
+ * RT_NO_REQ is nothing to wait for: the carried wait of an all-gather
+ * (docs/dataparallel.md, overlap_param_gather) in the first step, before
+ * any was posted.  A collective's handle may outlive the step that posted
+ * it: rt_ckpt_save, rt_model_hash and rt_finalize complete every pending
+ * collective first (the parameters are whole again), and its handle stays
+ * for its wait, which then only frees it. */
+#define RT_NO_REQ (-1)
 int rt_wait(rt_ctx *ctx, int req);
 int rt_waitall(rt_ctx *ctx, int n, const int *reqs);
 

@@ -167,7 +167,14 @@ expect 0 '"partition": "tuned"' plan models/tiny-dense.yaml --devices 2 --microb
 expect 0 "F0.0 send:act0.0>D1 F0.1 send:act0.1>D1" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
 expect 0 "recv:act0.0<D0 recv:act0.1<D0 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0>D0" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
 # data parallelism in the plan and sim tables and --json (docs/simulator.md, "Data parallelism")
+expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on (all-gather overlapped with the next step), deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
 expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b
+expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --no-overlap-param-gather --schedule 1f1b
+expect 0 "overlapped parameter all-gather: exposed " plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
+expect 0 '"overlap_param_gather": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b --json
+expect 0 '"overlap_param_gather": false' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json
+expect 0 '"dist_optimizer": true, "overlap_param_gather": false' plan tests/cli/dp-overlap-off.yaml --json
+expect 1 "<command line>:1:58: error: overlap_param_gather applies to the distributed optimizer's all-gathers" plan $m --devices 4 --dp 2 --no-overlap-param-gather
 expect 0 "data parallel 2 x 2 (replicas x pipeline devices, dp-inner ranks), distributed optimizer off: collectives " plan $m --devices 4 --dp 2 --rank-order dp-inner --schedule 1f1b
 expect 0 "pipeline  exposed red       update  collectives  peak memory" plan $m --devices 4 --dp 2 --schedule 1f1b
 expect 0 '"dp": 2, "pipeline_devices": 2, "rank_order": "pp-inner", "dist_optimizer": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json

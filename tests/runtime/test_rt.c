@@ -520,6 +520,9 @@ START_TEST(test_comm_tags)
 	ck_assert_int_eq(memcmp(ra, a, sizeof a), 0);
 	ck_assert_int_eq(memcmp(rb, bq, sizeof bq), 0);
 	ck_assert_int_eq(rt_wait(c, req[0]), RT_EARG); /* freed by its wait */
+	/* Nothing pending: a carried wait's first step (overlap_param_gather). */
+	ck_assert_int_eq(rt_wait(c, RT_NO_REQ), RT_OK);
+	ck_assert_int_eq(rt_wait(c, -2), RT_EARG);
 
 	/* A group: one handle. */
 	int g;
