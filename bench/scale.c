@@ -1,6 +1,7 @@
 /* scale: data parallelism on the model zoo -- which D x P, with and without
- * the distributed optimizer, trains each model fastest on 64, 128 and 256
- * devices.
+ * the distributed optimizer (its all-gather waited at the end of the step,
+ * or overlapped with the next step's first forwards: overlap_param_gather,
+ * the default), trains each model fastest on 64, 128 and 256 devices.
  *
  *   scale [MODEL ...]
  *
@@ -28,10 +29,11 @@
 
 typedef struct row {
 	char model[32];
-	int n, d, p, dist;
+	int n, d, p, dist; /* dist: 0 off, 1 on, 2 on with the all-gather overlapped */
 	char order[12]; /* the rank order the planner chose */
 	bool ok, fits;
 	double step, exposed, coll, update, tps; /* us, us, us, us, tokens/s */
+	double gather;                           /* us of exposed: the carried waits */
 	double peak;                             /* GiB */
 	char why[80];
 } row;
@@ -53,7 +55,7 @@ static void plan(const char *path, row *r)
 	diag_stream = open_memstream(&diag, &len);
 	fe_overrides ov = {.devices = r->n, .microbatches = 2 * r->n, .cluster = "h100-sxm",
 	                   .schedule = "1f1b", .partition = "balanced", .dp = r->d,
-	                   .dist_opt = r->dist != 0};
+	                   .dist_opt = r->dist != 0, .no_overlap_gather = r->dist == 1};
 	ir_module *m = fe_load(path, &ov);
 	sim_result *s = NULL;
 	if (m && pass_run_default(m, NULL) == 0)
@@ -68,6 +70,9 @@ static void plan(const char *path, row *r)
 		r->exposed = s->exposed;
 		r->coll = s->coll;
 		r->update = s->update;
+		r->gather = s->gather_exposed;
+		if (r->dist == 2 && !m->plan.overlap_gather)
+			r->dist = 3; /* comm kept the gather at the end: not faster overlapped */
 		r->tps = s->tokens_per_s;
 		uint64_t peak = 0;
 		for (int d = 0; d < s->ndev; d++) {
@@ -87,14 +92,15 @@ static void plan(const char *path, row *r)
 
 static void print_row(const row *r)
 {
+	static const char *const dist[] = {"off", "on", "on, overlapped", "on, overlap declined"};
 	printf("| %s | %d | %d x %d | %s | %s |", r->model, r->n, r->d, r->p, r->ok && r->d > 1 ? r->order : "",
-	       r->dist ? "on" : "off");
+	       dist[r->dist]);
 	if (!r->ok) {
-		printf(" %s | | | | | |\n", r->why);
+		printf(" %s | | | | | | |\n", r->why);
 		return;
 	}
-	printf(" %s | %.1f | %.2f | %.2f | %.1f | %.0f |\n", r->fits ? "yes" : "no", r->step * 1e-3,
-	       r->exposed * 1e-3, r->coll * 1e-3, r->peak, r->tps);
+	printf(" %s | %.1f | %.2f | %.2f | %.2f | %.1f | %.0f |\n", r->fits ? "yes" : "no", r->step * 1e-3,
+	       r->exposed * 1e-3, r->gather * 1e-3, r->coll * 1e-3, r->peak, r->tps);
 }
 
 static int by_name(const void *a, const void *b)
@@ -130,14 +136,28 @@ int main(int argc, char **argv)
 	int nm = argc > 1 ? argc - 1 : zoo(&names);
 	if (argc > 1)
 		names = argv + 1;
-	static const int sizes[] = {64, 128, 256};
+	int sizes[3] = {64, 128, 256}, nsizes = 3;
+	const char *env = getenv("SCALE_N");
+	if (env && *env) {
+		nsizes = 0;
+		for (char *e = (char *)env; *e && nsizes < 3;) {
+			long v = strtol(e, &e, 10);
+			if (v > 0)
+				sizes[nsizes++] = (int)v;
+			while (*e == ',')
+				e++;
+			if (*e && (*e < '0' || *e > '9'))
+				break;
+		}
+	}
 	printf("Data parallelism on the zoo: h100-sxm (8 per node, NVLink 450 GB/s 3 us, InfiniBand "
 	       "50 GB/s 10 us), the rank order the planner chooses (ranks), 1f1b on the balanced partition, 2N micro-batches per "
 	       "step (2P per replica), nccl, lowered and memory-planned, simulated.  fits: every "
-	       "device's peak (resident + arena) within 80 GiB; step, exposed reduction (red.) and "
-	       "collectives (coll.) in ms, the most of any device; peak GiB, the largest.\n\n");
-	printf("| model | N | D x P | ranks | dist-opt | fits | step ms | exposed red. ms | coll. ms | "
-	       "peak GiB | tokens/s |\n|---|--:|--:|---|---|---|--:|--:|--:|--:|--:|\n");
+	       "device's peak (resident + arena) within 80 GiB; step, exposed reduction (red.; of it, "
+	       "the overlapped all-gather's carried waits: gath.) and collectives (coll.) in ms, the "
+	       "most of any device; peak GiB, the largest.  SCALE_N=64,128 picks the sizes.\n\n");
+	printf("| model | N | D x P | ranks | dist-opt | fits | step ms | exposed red. ms | gath. ms | "
+	       "coll. ms | peak GiB | tokens/s |\n|---|--:|--:|---|---|---|--:|--:|--:|--:|--:|--:|\n");
 	row *best = calloc((size_t)nm * 3, sizeof *best);
 	double t0 = now();
 	for (int i = 0; i < nm; i++) {
@@ -148,14 +168,14 @@ int main(int argc, char **argv)
 		ir_module *probe = fe_load(path, &(fe_overrides){0});
 		int layers = probe ? probe->nlayers : 0;
 		ir_free(probe);
-		for (int k = 0; k < 3; k++) {
+		for (int k = 0; k < nsizes; k++) {
 			int N = sizes[k];
 			row *b = &best[i * 3 + k];
 			for (int D = 1; D <= N; D *= 2) {
 				int P = N / D;
 				if (P > layers)
 					continue;
-				for (int dist = 0; dist < (D > 1 ? 2 : 1); dist++) {
+				for (int dist = 0; dist < (D > 1 ? 3 : 1); dist++) {
 					row r = {.n = N, .d = D, .p = P, .dist = dist};
 					snprintf(r.model, sizeof r.model, "%s", strrchr(path, '/') + 1);
 					size_t len = strlen(r.model);
@@ -171,10 +191,10 @@ int main(int argc, char **argv)
 		}
 	}
 	printf("\nThe best plan that fits per (model, N):\n\n| model | N | D x P | ranks | dist-opt | "
-	       "fits | step ms | exposed red. ms | coll. ms | peak GiB | tokens/s |\n"
-	       "|---|--:|--:|---|---|---|--:|--:|--:|--:|--:|\n");
+	       "fits | step ms | exposed red. ms | gath. ms | coll. ms | peak GiB | tokens/s |\n"
+	       "|---|--:|--:|---|---|---|--:|--:|--:|--:|--:|--:|\n");
 	for (int i = 0; i < nm * 3; i++)
-		if (best[i].ok)
+		if (best[i].ok && best[i].n)
 			print_row(&best[i]);
 	printf("\n%.0f s\n", now() - t0);
 	free(best);

@@ -27,9 +27,11 @@
 #include "octo_rt.h"
 #include "simulate.h"
 
-/* Op kinds of the table a rank program walks, in table order. */
+/* Op kinds of the table a rank program walks, in table order.  R is the
+ * F that a recomputing stage's B runs first (rt_run_r), a row of its own
+ * before that B. */
 #define CG_OPS(X)                                                              \
-	X(F, "F") X(B, "B") X(W, "W") X(SEND, "send") X(RECV, "recv")              \
+	X(F, "F") X(B, "B") X(W, "W") X(R, "R") X(SEND, "send") X(RECV, "recv")    \
 	X(WAIT, "wait") X(GROUP_BEGIN, "group{") X(GROUP_END, "}group")            \
 	X(COLL, "coll") X(UPDATE, "update")
 typedef enum cg_op_kind {
@@ -45,7 +47,7 @@ extern const char *const cg_op_names[CG_NOPS];
  * the rank's buffer block, -1 for "none" (a NULL pointer). */
 typedef struct cg_op {
 	int32_t kind;   /* cg_op_kind */
-	int32_t h0, h1; /* F, B, W: the stage's local layers (positions in the layer table);
+	int32_t h0, h1; /* F, B, W, R: the stage's local layers (positions in the layer table);
 	                 * coll, update: the bucket's */
 	int32_t mb;     /* micro-batch */
 	int32_t peer;   /* send, recv: the other rank */
@@ -53,10 +55,10 @@ typedef struct cg_op {
 	int32_t tkind;  /* send, recv: the tag's rt_msg; coll: its rt_coll */
 	int32_t req;    /* send, recv, coll, wait, group end: request slot; -1: none (in a group) */
 	int64_t bytes;  /* send, recv, coll */
-	int64_t in;     /* F: x of the first layer; B: dy of the last; send, recv, coll: the buffer */
-	int64_t out;    /* F, B: the chain buffer between the stage's layers */
-	int64_t last;   /* F: y of the last layer; B: dx of the first */
-	int64_t act;    /* F, B: the stage's activation stash */
+	int64_t in;     /* F, R: x of the first layer; B: dy of the last; send, recv, coll: the buffer */
+	int64_t out;    /* F, B, R: the chain buffer between the stage's layers */
+	int64_t last;   /* F, R: y of the last layer; B: dx of the first */
+	int64_t act;    /* F, B, R: the stage's activation stash */
 	int64_t ws;     /* B, W: the stage's W stash */
 } cg_op;
 

@@ -108,12 +108,16 @@ static const char ENTRY_MOE[] =
     "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n";
 
 /* Every module: the optimizer step of a tensor of its layer (the
- * runtime's AdamW, runtime/rt_model.c, element for element). */
+ * runtime's AdamW, runtime/rt_model.c, element for element), and the
+ * storage-type copy of master parameters another replica updated (data
+ * parallelism's all-gather, runtime/rt_device.c). */
 static const char ENTRY_OPTIM[] =
     "OCTO_KERNEL void optim_adamw(float *p32, real *p, const float *g, float *m, float *v, long n, "
     "float lr, float step_size, float b1, float b2, float c1, float c2, float eps, float bc2_sqrt, "
     "float keep, int sgd)\n"
-    "{ adamw(p32, p, g, m, v, n, lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep, sgd); }\n";
+    "{ adamw(p32, p, g, m, v, n, lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep, sgd); }\n"
+    "OCTO_KERNEL void optim_store(const float *p32, real *p, long n)\n"
+    "{ store_params(p32, p, n); }\n";
 
 /* The scan and convolution of both versions; X_OFF etc. place x, B, C in
  * the convolution output (Mamba-2) or x_proj's output (Mamba-1). */

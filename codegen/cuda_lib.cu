@@ -840,3 +840,9 @@ __device__ void adamw(float *p32, real *p, const float *g, float *m, float *v, l
 		p[i] = st(x);
 	}
 }
+
+/* p (the storage type) rounded from the master p32, as adamw() rounds it. */
+__device__ void store_params(const float *p32, real *p, long n)
+{
+	EACH(i, n) p[i] = st(p32[i]);
+}

@@ -10,6 +10,7 @@
  * with a switch on the op kind, calling libocto_rt for each op:
  *
  *   F   rt_run_f for each layer of the stage, first to last
+ *   R   rt_run_r the same way (F again, before a recomputing stage's B)
  *   B   rt_run_b for each layer, last to first
  *   W   rt_run_w for each layer
  *   send, recv  rt_post_send / rt_post_recv (the tag's fields as scalars)
@@ -272,7 +273,7 @@ typedef struct externs {
 	LLVMValueRef cli_parse, cli_start, cli_step_begin, cli_step_end, cli_finish;
 	LLVMValueRef init, abort, finalize, model_bytes, arena_init, model_init, arena_alloc;
 	LLVMValueRef ckpt_load, ckpt_save, profile, step_begin, step_end;
-	LLVMValueRef run_f, run_b, run_w, send, recv, wait, waitall, group_begin, group_end;
+	LLVMValueRef run_f, run_r, run_b, run_w, send, recv, wait, waitall, group_begin, group_end;
 	LLVMValueRef post_coll, update; /* data parallelism */
 	LLVMValueRef dev_attach, dev_buffers; /* device ranks */
 	const char *dev_attach_name;
@@ -303,6 +304,7 @@ static void declare_runtime(hb *h, externs *x)
 	x->step_begin = DECL("rt_step_begin", i32, c);
 	x->step_end = DECL("rt_step_end", i32, c, LLVMPointerType(h->f64, 0), pi32);
 	x->run_f = DECL("rt_run_f", i32, c, i32, i64, pf, pf, p8);
+	x->run_r = DECL("rt_run_r", i32, c, i32, i64, pf, pf, p8);
 	x->run_b = DECL("rt_run_b", i32, c, i32, i64, pf, pf, p8, p8);
 	x->run_w = DECL("rt_run_w", i32, c, i32, i64, p8);
 	x->send = DECL("rt_post_send", i32, c, i32, p8, i64, i32, i32, i32, pi32);
@@ -427,10 +429,11 @@ static void layer_loop(hb *h, const op_vals *o, cg_op_kind kind, LLVMBasicBlockR
 	LLVMValueRef first = LLVMBuildICmp(h->b, LLVMIntEQ, hh, from, "");
 	LLVMValueRef final = LLVMBuildICmp(h->b, LLVMIntEQ, hh, to, "");
 	LLVMValueRef rc;
-	if (kind == CG_F) {
+	if (kind == CG_F || kind == CG_R) {
 		LLVMValueRef x = LLVMBuildSelect(h->b, first, o->in, o->out, "x");
 		LLVMValueRef y = LLVMBuildSelect(h->b, final, o->last, o->out, "y");
-		rc = CALL(o->x->run_f, o->ctx, hh, o->mb, x, y, stash(h, o, o->t->act_at, o->act, hh));
+		rc = CALL(kind == CG_F ? o->x->run_f : o->x->run_r, o->ctx, hh, o->mb, x, y,
+		          stash(h, o, o->t->act_at, o->act, hh));
 	} else if (kind == CG_B) {
 		LLVMValueRef dy = LLVMBuildSelect(h->b, first, o->in, o->out, "dy");
 		LLVMValueRef dx = LLVMBuildSelect(h->b, final, o->last, o->out, "dx");
@@ -487,6 +490,16 @@ static void build_main(hb *h, const cg_rank *r)
 	LLVMValueRef base_slot = LLVMBuildAlloca(h->b, h->p8, "base.slot");
 	LLVMTypeRef reqs_t = LLVMArrayType(h->i32, (unsigned)(r->nreqs ? r->nreqs : 1));
 	LLVMValueRef reqs = LLVMBuildAlloca(h->b, reqs_t, "reqs");
+	/* Every slot starts with nothing pending: a carried wait's slot is
+	 * first filled by its post at the end of the first step. */
+	unsigned nr = (unsigned)(r->nreqs ? r->nreqs : 1);
+	LLVMValueRef *none_v = malloc(nr * sizeof *none_v);
+	if (!none_v)
+		ir_bug("out of memory");
+	for (unsigned k = 0; k < nr; k++)
+		none_v[k] = i32c(h, RT_NO_REQ);
+	LLVMBuildStore(h->b, LLVMConstArray(h->i32, none_v, nr), reqs);
+	free(none_v);
 	LLVMValueRef loss = LLVMBuildAlloca(h->b, h->f64, "loss");
 	LLVMValueRef have = LLVMBuildAlloca(h->b, h->i32, "have.loss");
 	LLVMBuildStore(h->b, argc, argc_slot);
@@ -598,6 +611,7 @@ static void build_main(hb *h, const cg_rank *r)
 		at(h, bb);
 		switch ((cg_op_kind)k) {
 		case CG_F:
+		case CG_R:
 		case CG_B:
 		case CG_W: layer_loop(h, &ov, (cg_op_kind)k, op_next); continue;
 		case CG_SEND:

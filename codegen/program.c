@@ -58,6 +58,7 @@ typedef struct lowering {
 	rt_sizes *sz;        /* per local layer */
 	uint64_t *stash[2];  /* per stage: the runtime's act and W stash bytes (RT_ALIGN'd slices) */
 	int64_t *act_off, *ws_off, *val_off[2]; /* per (stage, mb); val_off by value kind F, B */
+	int64_t *redo_off;   /* per (stage, mb): a recomputing stage's recomp buffer */
 	int64_t work;        /* the work buffer, or -1 */
 	rt_train train;      /* the runtime's settings (rt_coll_bytes) */
 	int nbk;             /* collectives' buffers: (coll, stage, bucket) and offset */
@@ -66,11 +67,21 @@ typedef struct lowering {
 
 #define AT(s, mb) ((size_t)(s) * (size_t)L->M + (size_t)(mb))
 
+/* Does stage s recompute its activations?  Its stash buffers (act,
+ * recomp) then hold one value more after the stash: the chain of its
+ * layers (ir_stage_redo). */
+static bool redo(const lowering *L, int s)
+{
+	return L->m->stages[s].recompute != IR_RECOMP_NONE;
+}
+
 /* What each buffer of the plan holds, by the runtime's sizes. */
 static uint64_t needed(const lowering *L, const ir_buf *b)
 {
 	switch (b->kind) {
-	case IR_BUF_ACT: return L->stash[0][b->stage];
+	case IR_BUF_ACT:
+	case IR_BUF_RECOMP:
+		return L->stash[0][b->stage] + (redo(L, b->stage) ? value_bytes(L->m, L->device) : 0);
 	case IR_BUF_WSTASH: return L->stash[1][b->stage];
 	case IR_BUF_BUCKET: return b->size; /* checked against the runtime's at its collective */
 	default: return value_bytes(L->m, L->device);
@@ -98,7 +109,8 @@ static int plan_buffers(lowering *L, cg_rank *out)
 			ir_bug("codegen: D%d's memory plan is not its program's (buffer %d)", L->d, i);
 		if (x->size == needed(L, x))
 			continue;
-		if (x->kind == IR_BUF_ACT || x->kind == IR_BUF_WSTASH) /* the layers' were checked */
+		/* The layers' were checked; a recomputing stash's chain is a value. */
+		if (ir_buf_is_stash(x->kind) && !(x->kind != IR_BUF_WSTASH && redo(L, x->stage)))
 			ir_bug("codegen: D%d's %s buffer of S%d m%d is %llu bytes in the memory plan, but "
 			       "the runtime's are %llu", L->d, ir_buf_names[x->kind], x->stage, x->mb,
 			       (unsigned long long)x->size, (unsigned long long)needed(L, x));
@@ -122,6 +134,7 @@ static int plan_buffers(lowering *L, cg_rank *out)
 		size_t k = AT(x->stage, x->mb);
 		switch (x->kind) {
 		case IR_BUF_ACT: L->act_off[k] = (int64_t)x->off; break;
+		case IR_BUF_RECOMP: L->redo_off[k] = (int64_t)x->off; break;
 		case IR_BUF_WSTASH: L->ws_off[k] = (int64_t)x->off; break;
 		case IR_BUF_BUCKET: L->bk[L->nbk++] = *x; break;
 		default: L->val_off[x->value == IR_OP_B][k] = (int64_t)x->off; break;
@@ -155,20 +168,38 @@ static int64_t need_off(int64_t off, const char *what, int s, int mb)
 	return off;
 }
 
-/* F and B of stage s, micro-batch mb: where the chain starts and ends. */
+/* F and B of stage s, micro-batch mb: where the chain starts and ends.  A
+ * recomputing stage keeps F's input for its B: its F chains through the
+ * end of its act buffer where it has no output to chain through, and its B
+ * reads the recomp buffer that R (below) fills. */
 static void chain(const lowering *L, cg_op *c, int s, int mb, bool fwd)
 {
 	int prev = fwd ? s - 1 : s + 1, kind = fwd ? 0 : 1;
 	bool has_in = prev >= 0 && prev < L->S, has_out = fwd ? s + 1 < L->S : s > 0;
 	c->in = has_in ? need_off(L->val_off[kind][AT(prev, mb)], "input", s, mb) : -1;
+	c->act = need_off((fwd || !redo(L, s) ? L->act_off : L->redo_off)[AT(s, mb)],
+	                  fwd || !redo(L, s) ? "act stash" : "recomp stash", s, mb);
 	if (has_out) {
 		c->out = c->last = need_off(L->val_off[kind][AT(s, mb)], "output", s, mb);
 	} else {
 		c->last = -1;
-		c->out = c->in >= 0 ? c->in : L->work;
+		c->out = fwd && redo(L, s) ? c->act + (int64_t)L->stash[0][s]
+		       : c->in >= 0        ? c->in : L->work;
 	}
-	c->act = need_off(L->act_off[AT(s, mb)], "act stash", s, mb);
 	c->ws = fwd ? -1 : need_off(L->ws_off[AT(s, mb)], "W stash", s, mb);
+}
+
+/* R of stage s, micro-batch mb, before its B: F again from the input F
+ * kept (none for the first stage: the data) into the recomp buffer,
+ * chained through its end, which also takes the output. */
+static cg_op redo_op(const lowering *L, const cg_op *b, int s, int mb)
+{
+	cg_op c = *b;
+	c.kind = CG_R;
+	c.in = s > 0 ? need_off(L->val_off[0][AT(s - 1, mb)], "kept input", s, mb) : -1;
+	c.out = c.last = b->act + (int64_t)L->stash[0][s];
+	c.ws = -1;
+	return c;
 }
 
 /* Layer l's stashes in the module are the runtime's (the cost pass put
@@ -280,6 +311,10 @@ static int dp_op(lowering *L, const ir_op *op, ir_loc loc, cg_op *c, const int *
 		if (j < 0)
 			ir_bug("codegen: D%d waits for %s S%d b%d, never posted", L->d,
 			       ir_comm_names[op->coll], s, op->mb);
+		/* A carried wait comes before its post (the previous step's): the
+		 * slot is the post's, held from one step into the next. */
+		if (coll_slot[j] < 0)
+			coll_slot[j] = (*nslots)++;
 		c->kind = CG_WAIT;
 		c->req = coll_slot[j];
 		waited[c->req] = true;
@@ -311,8 +346,9 @@ static int dp_op(lowering *L, const ir_op *op, ir_loc loc, cg_op *c, const int *
 	c->tkind = kind;
 	c->bytes = (int64_t)op->bytes;
 	c->in = (int64_t)b->off;
-	c->req = (*nslots)++;
-	coll_slot[op - dev->ops] = c->req;
+	if (coll_slot[op - dev->ops] < 0)
+		coll_slot[op - dev->ops] = (*nslots)++;
+	c->req = coll_slot[op - dev->ops];
 	return 0;
 }
 
@@ -359,8 +395,9 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	L->ws_off = arena_alloc(a, nsm * sizeof(int64_t));
 	L->val_off[0] = arena_alloc(a, nsm * sizeof(int64_t));
 	L->val_off[1] = arena_alloc(a, nsm * sizeof(int64_t));
+	L->redo_off = arena_alloc(a, nsm * sizeof(int64_t));
 	for (size_t i = 0; i < nsm; i++)
-		L->act_off[i] = L->ws_off[i] = L->val_off[0][i] = L->val_off[1][i] = -1;
+		L->act_off[i] = L->ws_off[i] = L->val_off[0][i] = L->val_off[1][i] = L->redo_off[i] = -1;
 
 	/* The rank's layers, stage by stage (stages cover the layers in order,
 	 * so the global indices ascend), each with its slice of the stashes. */
@@ -428,6 +465,8 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	int *coll_slot = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(int)); /* per op: its slot */
 	int *coll_of = arena_alloc(a, (size_t)(dev->nops + 1) * sizeof(int));   /* a wait's collective */
 	ir_coll_waits(dev, coll_of);
+	for (int i = 0; i < dev->nops; i++)
+		coll_slot[i] = -1;
 	L->train = train_of(m, device);
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
@@ -474,6 +513,8 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 				c.ws = need_off(L->ws_off[AT(s, mb)], "W stash", s, mb);
 			} else {
 				chain(L, &c, s, mb, op->kind == IR_OP_F);
+				if (op->kind == IR_OP_B && redo(L, s))
+					ops[n++] = redo_op(L, &c, s, mb);
 			}
 		} else if (op->comm == IR_COMM_WAIT) {
 			int sl = slot_of[2 * AT(s, mb) + (op->kind == IR_OP_B)];

@@ -82,12 +82,12 @@ int cg_write_report(const cg_job *j, const cg_rank *ranks, const char *path)
 		fprintf(f, "- predicted step time: **%s** (simulator, bubble %.1f %%, %.0f tokens/s)\n",
 		        time_of(t, sizeof t, r->makespan), 100 * r->bubble_ratio, r->tokens_per_s);
 
-	fprintf(f, "\n## Stages\n\n| stage | layers | rank | kinds |\n|---|---|---|---|\n");
+	fprintf(f, "\n## Stages\n\n| stage | layers | rank | kinds | recompute |\n|---|---|---|---|---|\n");
 	for (int s = 0; s < m->nstages; s++) {
 		const ir_stage *st = &m->stages[s];
 		fprintf(f, "| S%d | L%d..L%d | %d | ", s, st->first, st->last, st->device);
 		kinds(f, m, st);
-		fprintf(f, " |\n");
+		fprintf(f, " | %s |\n", ir_recompute_names[st->recompute]);
 	}
 
 	if (r && o->baselines) {

@@ -21,7 +21,10 @@
  * The programs are proven for the nccl backend (NCCL's blocking, grouped
  * point-to-point); with OCTO_COMM=mpi (and under the emulator) the same
  * programs move the values through MPI, which a proof for NCCL covers (a
- * group completes as a whole under both). */
+ * group completes as a whole under both).  With data parallelism the
+ * buckets' collectives are the same rt_post_coll calls as on CPU ranks;
+ * the runtime runs them on an NCCL communicator per DP group (and refuses
+ * OCTO_COMM=mpi there). */
 #include <errno.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -100,35 +103,31 @@ int cg_target_cuda(const cg_job *job)
 		           "model's dtype is %s (--dtype overrides it)", ir_dtype_names[m->model.dtype]);
 		return -1;
 	}
-	if (ir_dp(m) > 1 || m->plan.deterministic) {
-		diag_error(ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc)),
-		           "codegen: data parallelism and deterministic gradient sums run on CPU ranks "
-		           "(--target cpu) in this version; the device executor's collectives (NCCL) are "
-		           "not built yet");
-		return -1;
-	}
 	arena *a = arena_new();
-	int N = m->ndevices, rc = -1, nmods = 0;
+	int P = m->ndevices, N = cg_nranks(m), rc = -1, nmods = 0;
 	bool bf16 = m->model.dtype == IR_DTYPE_BF16;
+	cg_rank *pipe = arena_alloc(a, (size_t)P * sizeof *pipe);
 	cg_rank *ranks = arena_alloc(a, (size_t)N * sizeof *ranks);
 	module *mods = arena_alloc(a, (size_t)(m->nlayers + 1) * sizeof *mods);
+	char ***pipe_objs = arena_alloc(a, (size_t)P * sizeof *pipe_objs);
 	char ***rank_objs = arena_alloc(a, (size_t)N * sizeof *rank_objs);
-	int **gmod = arena_alloc(a, (size_t)N * sizeof *gmod); /* rank's module j -> mods[] */
-	for (int d = 0; d < N; d++)
-		if (cg_lower_rank(m, r ? r->makespan : 0, d, true, a, &ranks[d]))
+	int **gmod = arena_alloc(a, (size_t)P * sizeof *gmod); /* device's module j -> mods[] */
+	for (int d = 0; d < P; d++)
+		if (cg_lower_rank(m, r ? r->makespan : 0, d, true, a, &pipe[d]))
 			goto out;
 	if (cg_make_dir(o->dir))
 		goto out;
 
-	/* The kernel modules: one per distinct (kind, shape), named by its source. */
-	for (int d = 0; d < N; d++) {
-		cg_rank *k = &ranks[d];
+	/* The kernel modules: one per distinct (kind, shape), named by its
+	 * source; per pipeline device (its replicas run the same programs). */
+	for (int d = 0; d < P; d++) {
+		cg_rank *k = &pipe[d];
 		k->dev = dev;
 		k->bf16 = bf16;
 		k->layer_mod = arena_alloc(a, (size_t)k->nlayers * sizeof *k->layer_mod);
 		k->mod_names = arena_alloc(a, (size_t)k->nlayers * sizeof *k->mod_names);
 		k->mod_ptx = arena_alloc(a, (size_t)k->nlayers * sizeof *k->mod_ptx);
-		rank_objs[d] = arena_alloc(a, (size_t)(k->nlayers + 1) * sizeof **rank_objs);
+		pipe_objs[d] = arena_alloc(a, (size_t)(k->nlayers + 1) * sizeof **pipe_objs);
 		gmod[d] = arena_alloc(a, (size_t)k->nlayers * sizeof **gmod);
 		for (int h = 0; h < k->nlayers; h++) {
 			const rt_layer_desc *desc = &k->layers[h].desc;
@@ -175,12 +174,15 @@ int cg_target_cuda(const cg_job *job)
 	if (dev == CG_TARGET_CUDA_EMU) {
 		if (compile_emu(mods, nmods, o->dir, a))
 			goto out;
-		for (int d = 0; d < N; d++) {
-			for (int j = 0; j < ranks[d].nmods; j++)
-				rank_objs[d][j] = mods[gmod[d][j]].obj;
-			rank_objs[d][ranks[d].nmods] = NULL;
+		for (int d = 0; d < P; d++) {
+			for (int j = 0; j < pipe[d].nmods; j++)
+				pipe_objs[d][j] = mods[gmod[d][j]].obj;
+			pipe_objs[d][pipe[d].nmods] = NULL;
 		}
 	}
+	cg_replicate(m, pipe, a, ranks);
+	for (int k = 0; k < N; k++)
+		rank_objs[k] = pipe_objs[ranks[k].train.pipe_rank];
 
 	if (cg_write_outputs(job, ranks))
 		goto out;
@@ -201,9 +203,13 @@ int cg_target_cuda(const cg_job *job)
 			unlink(arena_printf(a, "%s/%s.emu.cpp", o->dir, mods[g].name));
 	}
 	if (!o->quiet) {
-		printf("\ncompiled %s for %d %s rank%s (%s) into %s/: rank0%s%s, launch, plan.opir, report.md%s\n",
-		       m->model.name, N, dev == CG_TARGET_CUDA ? "CUDA" : "emulated-CUDA", N == 1 ? "" : "s",
-		       dev == CG_TARGET_CUDA ? arch : "kernels on the host", o->dir, N > 1 ? " .. rank" : "",
+		printf("\ncompiled %s for %d %s rank%s (%s) into %s/: rank0", m->model.name, N,
+		       dev == CG_TARGET_CUDA ? "CUDA" : "emulated-CUDA", N == 1 ? "" : "s",
+		       dev == CG_TARGET_CUDA ? arch : "kernels on the host", o->dir);
+		if (ir_dp(m) > 1)
+			printf(" (%lld replicas of a %d-rank pipeline, rank order %s)", (long long)ir_dp(m), P,
+			       ir_rank_order_names[m->plan.rank_order]);
+		printf("%s%s, launch, plan.opir, report.md%s\n", N > 1 ? " .. rank" : "",
 		       N > 1 ? arena_printf(a, "%d", N - 1) : "", r ? ", timeline.svg" : "");
 		printf("run: %s/launch --steps %lld\n", o->dir, (long long)m->train.steps);
 	}

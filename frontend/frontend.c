@@ -170,7 +170,25 @@ static int read_int_list(ydoc *d, yaml_node_t *seq, const char *key, int64_t lo,
 }
 
 enum { PL_SCHEDULE, PL_CHUNKS, PL_PARTITION, PL_STAGES, PL_PLACEMENT, PL_DP, PL_RANK_ORDER,
-       PL_DIST_OPT, PL_DETERMINISTIC, PL_BUCKET };
+       PL_DIST_OPT, PL_OVERLAP, PL_DETERMINISTIC, PL_BUCKET, PL_RECOMPUTE };
+
+/* The words 'recompute' takes (YAML and --recompute): the IR's modes, of
+ * which selective is not built yet, and auto, the tuner's choice, not
+ * built either.  Refused at loc with the reason; else into *out. */
+static const char *const recompute_words[] = {"none", "full", "selective", "auto"};
+_Static_assert(IR_NRECOMPUTES == 3, "recompute_words lists the IR's modes first");
+
+static int recompute_mode(fe *f, ir_loc loc, int i)
+{
+	if (i == IR_RECOMP_SELECTIVE) {
+		diag_error(loc, "%s", ir_selective_unbuilt);
+		return -1;
+	}
+	f->recompute_given = true;
+	f->m->recompute_auto = i == IR_NRECOMPUTES; /* auto: the search tries none and full */
+	f->m->plan.recompute = i == IR_NRECOMPUTES ? IR_RECOMP_NONE : (ir_recompute)i;
+	return 0;
+}
 
 /* on | off | true | false -> 1 | 0 */
 static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
@@ -206,12 +224,13 @@ static int read_dp(fe *f, yaml_node_t *n)
 }
 
 /* plan := {schedule, chunks, partition, stage_layers, placement, dp,
- *          rank_order, distributed_optimizer, deterministic, bucket}, all optional */
+ *          rank_order, distributed_optimizer, overlap_param_gather,
+ *          deterministic, bucket, recompute}, all optional */
 static int read_plan(fe *f, yaml_node_t *map)
 {
 	static const char *const keys[] = {"schedule", "chunks", "partition", "stage_layers",
 	                                   "placement", "dp", "rank_order", "distributed_optimizer",
-	                                   "deterministic", "bucket"};
+	                                   "overlap_param_gather", "deterministic", "bucket", "recompute"};
 	keyspec ks = {"in 'plan'", keys, NELEMS(keys), 0, 0, 0};
 	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
 	ydoc *d = f->d;
@@ -235,11 +254,21 @@ static int read_plan(fe *f, yaml_node_t *map)
 	                                   ir_rank_order_names, IR_NRANK_ORDERS, &order) < 0) ||
 	    (v[PL_DIST_OPT] && read_switch(d, v[PL_DIST_OPT], "'distributed_optimizer'",
 	                                   &p->dist_opt) < 0) ||
+	    (v[PL_OVERLAP] && read_switch(d, v[PL_OVERLAP], "'overlap_param_gather'",
+	                                  &f->overlap) < 0) ||
 	    (v[PL_DETERMINISTIC] && read_switch(d, v[PL_DETERMINISTIC], "'deterministic'",
 	                                        &p->deterministic) < 0) ||
 	    (v[PL_BUCKET] && ydoc_bytes(d, v[PL_BUCKET], "'bucket'", &p->bucket) < 0))
 		return -1;
 	p->rank_order = order;
+	if (v[PL_OVERLAP])
+		f->overlap_given = true, f->overlap_at = ydoc_at(d, k[PL_OVERLAP]);
+	int rc = IR_RECOMP_NONE;
+	if (v[PL_RECOMPUTE] &&
+	    (ydoc_enum(d, v[PL_RECOMPUTE], "'recompute'", "recompute mode", recompute_words,
+	               NELEMS(recompute_words), &rc) < 0 ||
+	     recompute_mode(f, ydoc_at(d, v[PL_RECOMPUTE]), rc) < 0))
+		return -1;
 	/* Errors about the data-parallel options point at dp, or at the first
 	 * of the others given without it. */
 	for (int i = PL_DP; i <= PL_BUCKET; i++)
@@ -408,24 +437,51 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	m->plan.rank_order = (ir_rank_order)order;
 	if (ov->dist_opt)
 		m->plan.dist_opt = 1;
+	if (ov->no_overlap_gather)
+		f->overlap_given = true, f->overlap = 0, f->overlap_at = ov->no_overlap_at;
 	if (ov->deterministic)
 		m->plan.deterministic = 1;
 	if (ov->bucket)
 		m->plan.bucket = ov->bucket;
+	if (ov->recompute) {
+		int rc = ir_lookup(recompute_words, NELEMS(recompute_words), ov->recompute);
+		if (rc < 0) {
+			ysrc_unknown(m->arena, ov->recompute_at, "recompute mode", ov->recompute, NULL,
+			             recompute_words, NELEMS(recompute_words));
+			return -1;
+		}
+		if (recompute_mode(f, ov->recompute_at, rc) < 0)
+			return -1;
+	}
 	return 0;
 }
 
 /* The data-parallel options settled: one replica is no data parallelism
- * (the options that need replicas are refused, at the dp field), and a
- * plan with replicas (or one whose replicas the search chooses) gets the
- * default bucket. */
-static int settle_dp(ir_module *m)
+ * (the options that need replicas are refused, at the dp field), a plan
+ * with replicas (or one whose replicas the search chooses) gets the default
+ * bucket, and the distributed optimizer overlaps its all-gathers with the
+ * next step unless told not to (the switch is refused, where it was
+ * written, without it). */
+static int settle_dp(fe *f)
 {
+	ir_module *m = f->m;
 	ir_plan_opts *p = &m->plan;
 	if (p->dp == 1)
 		p->dp = 0;
 	if ((p->dp > 1 || m->dp_auto) && !p->bucket)
 		p->bucket = FE_DEFAULT_BUCKET;
+	if (m->dp_auto) {
+		/* The wish, for the candidates with the distributed optimizer. */
+		p->overlap_gather = !f->overlap_given || f->overlap;
+		return ir_check_dp(m, NULL) ? -1 : 0;
+	}
+	if (f->overlap_given && !(p->dp > 1 && p->dist_opt)) {
+		diag_error(f->overlap_at, "overlap_param_gather applies to the distributed optimizer's "
+		                          "all-gathers: it needs dp > 1 and distributed_optimizer "
+		                          "(--dp D --distributed-optimizer)");
+		return -1;
+	}
+	p->overlap_gather = p->dp > 1 && p->dist_opt && (!f->overlap_given || f->overlap);
 	return ir_check_dp(m, NULL) ? -1 : 0;
 }
 
@@ -505,7 +561,10 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	if (ov->dp_default_auto && !f.dp_written && !ov->dp && m->plan.partition != IR_PART_GIVEN &&
 	    !m->plan.nplacement)
 		m->dp_auto = true;
-	if (settle_dp(f.m) < 0 || check_placement(&f) < 0)
+	/* With dp searched, so is the recomputation, unless it is given. */
+	if (m->dp_auto && !f.recompute_given)
+		m->recompute_auto = true;
+	if (settle_dp(&f) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -544,5 +603,5 @@ int fe_apply_overrides(ir_module *m, const fe_overrides *ov)
 	fe f = {.m = m};
 	if (apply_overrides(&f, ov ? ov : &none) < 0)
 		return -1;
-	return settle_dp(m);
+	return settle_dp(&f);
 }

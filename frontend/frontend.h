@@ -29,12 +29,15 @@ typedef struct fe_overrides {
 	                        * partition or placement): dp auto too */
 	const char *rank_order; /* --rank-order auto|pp-inner|dp-inner */
 	bool dist_opt;         /* --distributed-optimizer */
+	bool no_overlap_gather; /* --no-overlap-param-gather */
 	bool deterministic;    /* --deterministic */
 	uint64_t bucket;       /* --bucket BYTES */
+	const char *recompute; /* --recompute none|full (selective, auto: refused) */
 	/* Where the numeric flags and --cluster were written (a source made of
 	 * the command line, so that errors about them show the flag); unset:
 	 * unknown. */
-	ir_loc devices_at, microbatches_at, chunks_at, cluster_at, dtype_at, dp_at;
+	ir_loc devices_at, microbatches_at, chunks_at, cluster_at, dtype_at, dp_at, recompute_at,
+	    no_overlap_at;
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

@@ -19,6 +19,7 @@ ir_module *ir_copy_header(const ir_module *m)
 	c->dp_loc = m->dp_loc;
 	c->cluster_at = m->cluster_at;
 	c->dp_auto = m->dp_auto;
+	c->recompute_auto = m->recompute_auto;
 	for (int l = 0; l < m->nlayers; l++)
 		*ir_add_layer(c, m->layers[l].kind, m->layer_loc ? m->layer_loc[l] : (ir_loc){0}) =
 		    m->layers[l];
@@ -31,7 +32,7 @@ void ir_copy_plan(ir_module *dst, const ir_module *src, bool compute_only)
 	ir_clear_stages(dst);
 	for (int s = 0; s < src->nstages; s++)
 		ir_add_stage(dst, src->stages[s].first, src->stages[s].last, src->stages[s].device,
-		             (ir_loc){0});
+		             (ir_loc){0})->recompute = src->stages[s].recompute;
 	ir_clear_devices(dst);
 	if (!src->ndevices)
 		return;

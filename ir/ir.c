@@ -46,6 +46,10 @@ const char *const ir_backend_names[] = {IR_BACKENDS(NAME)};
 const char *const ir_rank_order_names[] = {IR_RANK_ORDERS(NAME)};
 const char *const ir_switch_names[2] = {"off", "on"};
 const char *const ir_buf_names[] = {IR_BUFS(NAME)};
+const char *const ir_recompute_names[] = {IR_RECOMPUTES(NAME)};
+const char ir_selective_unbuilt[] =
+    "recompute mode 'selective' is not built yet: only none and full (docs/cost-model.md, "
+    "\"Recomputation\")";
 const char *const ir_cost_field_names[] = {IR_COST_FIELDS(NAME)};
 #undef NAME
 
@@ -114,7 +118,7 @@ void ir_coll_waits(const ir_device *dev, int *of)
 		of[i] = -1;
 		if (ir_is_coll(op))
 			open[nopen++] = i;
-		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE)
+		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE && !op->carried)
 			for (int j = nopen - 1; j >= 0; j--) {
 				const ir_op *c = &dev->ops[open[j]];
 				if (c->comm == op->coll && c->stage == op->stage && c->mb == op->mb) {
@@ -123,6 +127,24 @@ void ir_coll_waits(const ir_device *dev, int *of)
 					break;
 				}
 			}
+	}
+	/* A carried wait takes the first post after it that is still open:
+	 * the previous step's post of the same collective. */
+	for (int i = 0; i < dev->nops; i++) {
+		const ir_op *op = &dev->ops[i];
+		if (op->comm != IR_COMM_WAIT || !op->carried)
+			continue;
+		int best = -1;
+		for (int j = 0; j < nopen; j++) {
+			const ir_op *c = &dev->ops[open[j]];
+			if (open[j] > i && c->comm == op->coll && c->stage == op->stage && c->mb == op->mb &&
+			    (best < 0 || open[j] < open[best]))
+				best = j;
+		}
+		if (best >= 0) {
+			of[i] = open[best];
+			open[best] = open[--nopen];
+		}
 	}
 	free(open);
 }
@@ -218,6 +240,7 @@ ir_stage *ir_add_stage(ir_module *m, int first, int last, int device, ir_loc loc
 	s->first = first;
 	s->last = last;
 	s->device = device;
+	s->recompute = m->plan.recompute;
 	m->stage_loc[m->nstages - 1] = loc;
 	return s;
 }
@@ -414,8 +437,27 @@ static uint64_t stage_bytes(const ir_module *m, int stage, bool wstash)
 {
 	uint64_t sum = 0;
 	for (int l = m->stages[stage].first; l <= m->stages[stage].last; l++)
-		sum += wstash ? m->layers[l].cost.wstash : m->layers[l].cost.act;
+		sum = ir_sat_add(sum, wstash ? m->layers[l].cost.wstash : m->layers[l].cost.act);
 	return sum;
+}
+
+uint64_t ir_stage_act(const ir_module *m, int s)
+{
+	return stage_bytes(m, s, false);
+}
+
+uint64_t ir_stage_kept(const ir_module *m, int s)
+{
+	if (m->stages[s].recompute == IR_RECOMP_NONE)
+		return stage_bytes(m, s, false);
+	return s > 0 ? ir_boundary_bytes(m) : 0;
+}
+
+uint64_t ir_stage_redo(const ir_module *m, int s)
+{
+	if (m->stages[s].recompute == IR_RECOMP_NONE)
+		return 0;
+	return ir_sat_add(stage_bytes(m, s, false), ir_boundary_bytes(m));
 }
 
 /* When a send's buffer may be reused: at the first wait after it that
@@ -484,6 +526,11 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		snd[i] = rcv[i] = -1;
 #define POS(s, mb, k) pos[((size_t)(s) * M + (mb)) * IR_NOPS + (k)]
 #define VAL(s, mb, k) (((size_t)(s) * M + (mb)) * 2 + (k))
+/* The last op that reads a value op kind k of stage s makes for stage cs:
+ * its consumer, or for a recomputing stage's input its B, which runs F
+ * again from it. */
+#define USE(cs, mb, k)                                                             \
+	POS(cs, mb, (k) == IR_OP_F && m->stages[cs].recompute != IR_RECOMP_NONE ? IR_OP_B : (k))
 	for (int i = 0; i < n; i++) {
 		const ir_op *op = &dev->ops[i];
 		if (op->comm == IR_COMM_NONE)
@@ -508,7 +555,7 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 	uint64_t *sbytes = xmalloc(((size_t)S + 1) * 2 * sizeof *sbytes); /* per stage: act, wstash */
 	for (int s = 0; s < S; s++)
 		sbytes[2 * s] = stage_bytes(m, s, false), sbytes[2 * s + 1] = stage_bytes(m, s, true);
-	int nb = 0, cap = 2 * n + 1;
+	int nb = 0, cap = 3 * n + 1;
 	ir_buf *b = xmalloc((size_t)cap * sizeof *b);
 	for (int i = 0; i < n; i++) {
 		const ir_op *op = &dev->ops[i];
@@ -516,23 +563,37 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		if (op->comm == IR_COMM_RECV) {
 			/* Written from the post, read by its consumer. */
 			int cs = op->kind == IR_OP_F ? s + 1 : s - 1;
-			b[nb++] = (ir_buf){IR_BUF_RECV, op->kind, s, mb, i, POS(cs, mb, op->kind), 0, op->bytes};
+			b[nb++] = (ir_buf){IR_BUF_RECV, op->kind, s, mb, i, USE(cs, mb, op->kind), 0, op->bytes};
 			continue;
 		}
 		if (ir_is_coll(op)) {
 			/* A collective's bucket: from its post to its wait (the programs
 			 * verify: there is one). */
 			ir_assert(coll_wait[i] >= 0);
-			b[nb++] = (ir_buf){IR_BUF_BUCKET, IR_OP_W, s, mb, i, coll_wait[i], 0, op->bytes,
-			                   op->comm};
+			/* A carried wait (before its post) completes it in the next
+			 * step: the buffer is live from the post through the end of
+			 * the program and from its start through the wait; the plan
+			 * keeps it for the whole program. */
+			bool carried = coll_wait[i] < i;
+			b[nb++] = (ir_buf){IR_BUF_BUCKET, IR_OP_W, s, mb, carried ? 0 : i,
+			                   carried ? n - 1 : coll_wait[i], 0, op->bytes, op->comm};
 			continue;
 		}
 		if (op->comm != IR_COMM_NONE || op->kind == IR_OP_W)
 			continue;
-		/* F stashes until B; B keeps the W stash until W. */
-		bool f = op->kind == IR_OP_F;
-		b[nb++] = (ir_buf){f ? IR_BUF_ACT : IR_BUF_WSTASH, IR_OP_F, s, mb, i,
-		                   POS(s, mb, f ? IR_OP_B : IR_OP_W), 0, sbytes[2 * s + !f]};
+		/* F stashes until B; B keeps the W stash until W.  With full
+		 * recomputation F's stash (and chain) lives during F alone, and B
+		 * makes it again (recomp) from the input F kept (USE). */
+		bool f = op->kind == IR_OP_F, redo = m->stages[s].recompute != IR_RECOMP_NONE;
+		if (redo && f)
+			b[nb++] = (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, i, 0, ir_stage_redo(m, s)};
+		else if (f)
+			b[nb++] = (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, POS(s, mb, IR_OP_B), 0, sbytes[2 * s]};
+		if (redo && !f)
+			b[nb++] = (ir_buf){IR_BUF_RECOMP, IR_OP_F, s, mb, i, i, 0, ir_stage_redo(m, s)};
+		if (!f)
+			b[nb++] = (ir_buf){IR_BUF_WSTASH, IR_OP_F, s, mb, i, POS(s, mb, IR_OP_W), 0,
+			                   sbytes[2 * s + 1]};
 		/* The value it makes for the next stage (F) or the previous one (B):
 		 * the last stage's F feeds its own B through the stash, and the
 		 * first stage's B makes no input gradient. */
@@ -540,7 +601,7 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		if (cs < 0 || cs >= S)
 			continue;
 		if (m->stages[cs].device == d) {
-			b[nb++] = (ir_buf){IR_BUF_PASS, op->kind, s, mb, i, POS(cs, mb, op->kind), 0, value_bytes};
+			b[nb++] = (ir_buf){IR_BUF_PASS, op->kind, s, mb, i, USE(cs, mb, op->kind), 0, value_bytes};
 		} else {
 			int j = snd[VAL(s, mb, op->kind)];
 			ir_assert(j >= 0); /* the programs verify */
@@ -548,6 +609,7 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 			                   dev->ops[j].bytes};
 		}
 	}
+#undef USE
 #undef POS
 #undef VAL
 	free(pos);
@@ -691,7 +753,7 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 	for (int i = 0; i < a->nstages; i++) {
 		const ir_stage *sa = &a->stages[i], *sb = &b->stages[i];
 		if (sa->first != sb->first || sa->last != sb->last ||
-		    sa->device != sb->device)
+		    sa->device != sb->device || sa->recompute != sb->recompute)
 			return false;
 	}
 	for (int d = 0; d < a->ndevices; d++) {
@@ -703,7 +765,7 @@ bool ir_equal(const ir_module *a, const ir_module *b)
 			if (x->comm != y->comm || x->kind != y->kind || x->stage != y->stage ||
 			    x->mb != y->mb || x->peer != y->peer || x->group != y->group ||
 			    x->bytes != y->bytes || x->coll != y->coll || x->first != y->first ||
-			    x->last != y->last)
+			    x->last != y->last || x->carried != y->carried)
 				return false;
 		}
 	}

@@ -131,7 +131,11 @@ typedef enum ir_comm {
 } ir_comm;
 
 /* Buffers of the memory plan (the `memplan` pass; docs/memplan.md).
- * X(enum, text).  act: the stash of F(stage, mb), live from F to its B;
+ * X(enum, text).  act: the stash of F(stage, mb), live from F to its B
+ * (with full recomputation F's alone, and one value more: the chain of
+ * its layers); recomp: with full recomputation, the stash B(stage, mb)
+ * makes again from the stage's input and reads, live during that B (the
+ * same bytes as act);
  * wstash: what B(stage, mb) keeps for W, from B to W; recv, send, pass: a
  * value (an activation or a gradient, named as comm ops name it) received
  * from another device, sent to one, or handed to a stage on the same
@@ -140,7 +144,7 @@ typedef enum ir_comm {
  * post to its wait. */
 #define IR_BUFS(X)                                                             \
 	X(ACT, "act") X(WSTASH, "wstash") X(RECV, "recv") X(SEND, "send")          \
-	X(PASS, "pass") X(BUCKET, "bucket")
+	X(PASS, "pass") X(BUCKET, "bucket") X(RECOMP, "recomp")
 typedef enum ir_buf_kind {
 #define X(e, s) IR_BUF_##e,
 	IR_BUFS(X)
@@ -161,6 +165,20 @@ typedef enum ir_rank_order {
 #undef X
 	IR_NRANK_ORDERS
 } ir_rank_order;
+
+/* Activation recomputation of a stage (docs/ir.md, docs/cost-model.md,
+ * "Recomputation").  none: F stashes its activations until B; full: F keeps
+ * only the stage's input (its value buffer, or nothing for the first
+ * stage, whose input is the data) and B runs the stage's F again from it,
+ * with the same kernels in the same order, before its own work; selective:
+ * named by the format, not built yet (ir_verify refuses it). */
+#define IR_RECOMPUTES(X) X(NONE, "none") X(FULL, "full") X(SELECTIVE, "selective")
+typedef enum ir_recompute {
+#define X(e, s) IR_RECOMP_##e,
+	IR_RECOMPUTES(X)
+#undef X
+	IR_NRECOMPUTES
+} ir_recompute;
 
 /* An option that is off or on, in the text. */
 extern const char *const ir_switch_names[2];
@@ -237,6 +255,9 @@ extern const char *const ir_value_names[IR_NOPS];
 extern const char *const ir_backend_names[IR_NBACKENDS];
 extern const char *const ir_rank_order_names[IR_NRANK_ORDERS];
 extern const char *const ir_buf_names[IR_NBUFS];
+extern const char *const ir_recompute_names[IR_NRECOMPUTES];
+/* Why selective recomputation is refused, for every reader's message. */
+extern const char ir_selective_unbuilt[];
 
 /* Index of `s` in a name table of n entries, or -1. */
 int ir_lookup(const char *const *names, int n, const char *s);
@@ -362,13 +383,18 @@ typedef struct ir_plan_opts {
 	ir_rank_order rank_order;
 	int dist_opt;         /* 1: the distributed optimizer (reduce-scatter, the
 	                       * update of a shard, all-gather) */
+	int overlap_gather;   /* 1 (with dist_opt): each all-gather's wait is
+	                       * carried into the next step, before its stage's
+	                       * first F (docs/dataparallel.md) */
 	int deterministic;    /* 1: exact gradient sums, the same bits for every dp */
 	uint64_t bucket;      /* bytes of f32 gradient per bucket (at least one layer) */
+	ir_recompute recompute; /* what every stage the passes make gets */
 } ir_plan_opts;
 
 typedef struct ir_stage {
 	int first, last; /* layer range, inclusive */
 	int device;
+	ir_recompute recompute; /* ir_add_stage: the plan's */
 } ir_stage;
 
 typedef struct ir_op {
@@ -380,6 +406,8 @@ typedef struct ir_op {
 	int group;        /* send, recv: posted together with the same group (> 0) */
 	uint64_t bytes;   /* send, recv, collectives */
 	ir_comm coll;     /* wait: the collective it completes; NONE: a receive */
+	bool carried;     /* wait of an all-gather: completes the one the
+	                   * previous step posted (later in the program) */
 	int first, last;  /* collectives, update: the bucket's layers */
 } ir_op;
 
@@ -449,6 +477,9 @@ typedef struct ir_module {
 	 * a request, not a plan, so not part of the text form either; the
 	 * plan the search keeps carries its dp (passes/scaleout.h). */
 	bool dp_auto;
+	/* The same for the recomputation (`--recompute auto`, and with dp
+	 * auto unless a mode is given): the search tries none and full. */
+	bool recompute_auto;
 	struct {
 		ir_loc devices, mem;   /* the cluster field (a preset's too) or flag */
 	} cluster_at;
@@ -517,8 +548,10 @@ typedef struct ir_module {
 	X("dp", dp, INT(0, 65536), 3, IR_HF_AT(dp_loc))                            \
 	X("rank_order", rank_order, ENUM(ir_rank_order_names), 3, 0)               \
 	X("dist_optimizer", dist_opt, ENUM(ir_switch_names), 3, 0)                 \
+	X("overlap_param_gather", overlap_gather, ENUM(ir_switch_names), 4, 0)     \
 	X("deterministic", deterministic, ENUM(ir_switch_names), 3, 0)             \
-	X("bucket", bucket, BYTES, 3, 0)
+	X("bucket", bucket, BYTES, 3, 0)                                           \
+	X("recompute", recompute, ENUM(ir_recompute_names), 5, 0)
 
 /* X(enum suffix, keyword, module member): the line's struct is the
  * member, its table IR_<suffix>_FIELDS and its location member##_loc. */
@@ -618,7 +651,9 @@ int64_t ir_rank_of(const ir_module *m, int64_t replica, int64_t p);
 /* Pairs the collectives of a device program with their waits: of[i] for
  * the wait at op i is the index of the collective it completes (the
  * latest one before it of its kind, stage and bucket that no wait has
- * taken), -1 for every other op.  of has dev->nops entries. */
+ * taken; for a carried wait, the first one after it that no wait has
+ * taken: the previous step's post), -1 for every other op.  of has
+ * dev->nops entries. */
 void ir_coll_waits(const ir_device *dev, int *of);
 /* Bytes a value of a deterministic reduction takes: the exact sum's nine
  * int64 digits (the runtime's RT_EXACT_DIGITS; docs/dataparallel.md). */
@@ -643,6 +678,28 @@ static inline bool ir_is_dp_op(const ir_op *op)
 
 /* Does the module carry communication ops (has `comm` run)? */
 bool ir_lowered(const ir_module *m);
+
+/* Is a buffer of kind k a compute op's stash (act, recomp, wstash), named
+ * by its op, rather than a value or a bucket? */
+static inline bool ir_buf_is_stash(ir_buf_kind k)
+{
+	return k == IR_BUF_ACT || k == IR_BUF_RECOMP || k == IR_BUF_WSTASH;
+}
+
+/* Recomputation (docs/cost-model.md, "Recomputation"): the one formula of
+ * each quantity, which the simulator, the tuner, the memory plan and
+ * codegen all use.
+ *   ir_stage_act     the act stash bytes of stage s's layers (their sum);
+ *   ir_stage_kept    bytes stage s holds per micro-batch from F until B:
+ *                    its act stash without recomputation; with full, its
+ *                    input, ir_boundary_bytes (0 for the first stage, whose
+ *                    input is the data, read again);
+ *   ir_stage_redo    bytes stage s needs besides while its F runs and while
+ *                    its B runs: 0 without recomputation; with full, its act
+ *                    stash plus one value (the chain through its layers). */
+uint64_t ir_stage_act(const ir_module *m, int s);
+uint64_t ir_stage_kept(const ir_module *m, int s);
+uint64_t ir_stage_redo(const ir_module *m, int s);
 
 /* Start the memory plan: one empty plan per device (m->memplan). */
 void ir_alloc_memplan(ir_module *m);

@@ -807,11 +807,20 @@ static void parse_stage(parser *ps)
 		if (!ref(ps, &d, 'D', &dev, "a device"))
 			return;
 		next(ps);
-	} else if (ps->t.kind != T_EOL && ps->t.kind != T_EOF) {
-		perr(ps, ps->t.loc, "expected '@D<device>' or end of line, got %s", tok_desc(ps, &ps->t));
-		return;
 	}
-	ir_add_stage(m, first, last, dev, loc);
+	/* ['recompute='MODE]: absent is none, whatever the plan's default */
+	static const char *const known[] = {"recompute"};
+	fields fs;
+	read_fields(ps, &fs);
+	if (ps->err)
+		return;
+	int rc = IR_RECOMP_NONE;
+	if (get(ps, &fs, "recompute", false, "a stage"))
+		rc = get_enum(ps, &fs, "recompute", ir_recompute_names, IR_NRECOMPUTES, "a stage");
+	check_unused(ps, &fs, "a stage", known, 1);
+	if (ps->err)
+		return;
+	ir_add_stage(m, first, last, dev, loc)->recompute = (ir_recompute)rc;
 	expect_eol(ps);
 }
 
@@ -857,7 +866,7 @@ static ir_comm coll_word(parser *ps)
 /* The rest of a data-parallel op (docs/dataparallel.md), after its word:
  *   (all-reduce|reduce-scatter|all-gather) S b L..L BYTES
  *   update S b L..L
- *   wait (all-reduce|reduce-scatter|all-gather) S b */
+ *   wait (all-reduce|reduce-scatter|all-gather) S b ['carried'] */
 static bool parse_dp_op(parser *ps, ir_op *op)
 {
 	if (!ref(ps, &ps->t, 'S', &op->stage, "a stage"))
@@ -866,8 +875,13 @@ static bool parse_dp_op(parser *ps, ir_op *op)
 	if (!ref(ps, &ps->t, 'b', &op->mb, "a bucket"))
 		return false;
 	next(ps);
-	if (op->comm == IR_COMM_WAIT)
+	if (op->comm == IR_COMM_WAIT) {
+		if (word_is(&ps->t, "carried")) {
+			op->carried = true;
+			next(ps);
+		}
 		return true;
+	}
 	if (!layer_range(ps, &op->first, &op->last))
 		return false;
 	if (op->comm == IR_COMM_UPDATE)
@@ -991,7 +1005,7 @@ static bool parse_live(const char *v, int *first, int *last)
 	return true;
 }
 
-/* buf := (act | wstash) S m FIELDS | (recv | send | pass) (act | grad) S m FIELDS
+/* buf := (act | recomp | wstash) S m FIELDS | (recv | send | pass) (act | grad) S m FIELDS
  * FIELDS := off=BYTES size=BYTES live=FIRST..LAST */
 static void parse_buf(parser *ps, int dev)
 {
@@ -999,7 +1013,7 @@ static void parse_buf(parser *ps, int dev)
 	char *w = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : NULL;
 	int k = w ? ir_lookup(ir_buf_names, IR_NBUFS, w) : -1;
 	if (k < 0) {
-		perr(ps, loc, "expected a buffer (act, wstash, recv, send, pass, bucket) or '}', got %s",
+		perr(ps, loc, "expected a buffer (act, recomp, wstash, recv, send, pass, bucket) or '}', got %s",
 		     tok_desc(ps, &ps->t));
 		return;
 	}
@@ -1019,7 +1033,7 @@ static void parse_buf(parser *ps, int dev)
 		if (!ref(ps, &ps->t, 'b', &b.mb, "a bucket"))
 			return;
 		next(ps);
-	} else if (k != IR_BUF_ACT && k != IR_BUF_WSTASH && !parse_value(ps, w, &b.value)) {
+	} else if (!ir_buf_is_stash(k) && !parse_value(ps, w, &b.value)) {
 		return;
 	} else if (!stage_mb(ps, &b.stage, &b.mb)) {
 		return;

@@ -233,11 +233,13 @@ static void print_hline(FILE *out, const ir_module *m, const ir_hline *h)
 	fputc('\n', out);
 }
 
-/* all-reduce S1 b0 L3..L5 2MiB | wait all-reduce S1 b0 | update S1 b0 L3..L5 */
+/* all-reduce S1 b0 L3..L5 2MiB | wait all-reduce S1 b0 | update S1 b0 L3..L5
+ * | wait all-gather S1 b0 carried */
 static void print_dp_op(FILE *out, const char *ind, const ir_op *op)
 {
 	if (op->comm == IR_COMM_WAIT) {
-		fprintf(out, "%swait %s S%d b%d\n", ind, ir_comm_names[op->coll], op->stage, op->mb);
+		fprintf(out, "%swait %s S%d b%d%s\n", ind, ir_comm_names[op->coll], op->stage, op->mb,
+		        op->carried ? " carried" : "");
 		return;
 	}
 	fprintf(out, "%s%s S%d b%d L%d..L%d", ind, ir_comm_names[op->comm], op->stage, op->mb,
@@ -264,6 +266,8 @@ void ir_print(FILE *out, const ir_module *m)
 		fprintf(out, "stage S%d L%d..L%d", i, s->first, s->last);
 		if (s->device >= 0)
 			fprintf(out, " @D%d", s->device);
+		if (s->recompute != IR_RECOMP_NONE)
+			fprintf(out, " recompute=%s", ir_recompute_names[s->recompute]);
 		fputc('\n', out);
 	}
 	for (int d = 0; d < m->ndevices; d++) {
@@ -313,7 +317,7 @@ void ir_print(FILE *out, const ir_module *m)
 				        b->stage, b->mb, o, z, b->first, b->last);
 			if (b->kind == IR_BUF_BUCKET)
 				continue;
-			if (b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH)
+			if (!ir_buf_is_stash(b->kind))
 				fprintf(out, " %s", ir_value_names[b->value]);
 			fprintf(out, " S%d m%d off=%s size=%s live=%d..%d\n", b->stage, b->mb, o, z, b->first,
 			        b->last);

@@ -317,7 +317,7 @@ int ir_check_dp(const ir_module *m, diag_sink *ds)
 	if (D <= 1 && m->dp_auto)
 		return 0; /* the options apply to the replicas the search tries */
 	if (D <= 1) {
-		if (p->dist_opt || p->bucket || p->rank_order != IR_RANKS_AUTO) {
+		if (p->dist_opt || p->overlap_gather || p->bucket || p->rank_order != IR_RANKS_AUTO) {
 			diag_sink_error(ds, loc, "the data-parallel options (rank order, distributed optimizer, "
 			                         "bucket) need dp > 1");
 			return 1;
@@ -339,6 +339,11 @@ int ir_check_dp(const ir_module *m, diag_sink *ds)
 	if (!p->bucket) {
 		diag_sink_error(ds, loc, "dp=%lld needs a bucket size (bytes of gradient per collective)",
 		                (long long)D);
+		return 1;
+	}
+	if (p->overlap_gather && !p->dist_opt) {
+		diag_sink_error(ds, loc, "overlap_param_gather=on needs the distributed optimizer "
+		                         "(dist_optimizer=on): without it there is no all-gather to overlap");
 		return 1;
 	}
 	return 0;
@@ -381,6 +386,8 @@ static int verify_header(const ir_module *m)
 		if (p->placement[i] < 0 || p->placement[i] >= c->devices)
 			errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: placement puts stage %d on device %lld, but the cluster has %lld devices",
 			                   i, (long long)p->placement[i], (long long)c->devices);
+	if (p->recompute == IR_RECOMP_SELECTIVE)
+		errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: %s", ir_selective_unbuilt);
 	return errs;
 }
 
@@ -396,6 +403,8 @@ static int verify_stages(const ir_module *m)
 			return errs + 1; /* later ranges would only echo this one */
 		}
 		next = s->last + 1;
+		if (s->recompute == IR_RECOMP_SELECTIVE)
+			errs++, diag_error(loc, "stage S%d: %s", i, ir_selective_unbuilt);
 		if (s->device == -1 && !m->ndevices)
 			continue; /* partitioned, not placed yet */
 		if (s->device < 0 || s->device >= ir_pipe_devices(m)) {
@@ -732,11 +741,17 @@ typedef struct dp_slot {
 	int red, red_wait, upd, ag, ag_wait;
 } dp_slot;
 
+static bool o_carried(const ir_op *op)
+{
+	return op->comm == IR_COMM_WAIT && op->carried;
+}
+
 /* "all-reduce S1 b0", as the text names a data-parallel op. */
 static const char *dp_name(char *s, size_t n, const ir_op *op)
 {
 	if (op->comm == IR_COMM_WAIT)
-		snprintf(s, n, "wait %s S%d b%d", ir_comm_names[op->coll], op->stage, op->mb);
+		snprintf(s, n, "wait %s S%d b%d%s", ir_comm_names[op->coll], op->stage, op->mb,
+		         op->carried ? " carried" : "");
 	else
 		snprintf(s, n, "%s S%d b%d", ir_comm_names[op->comm], op->stage, op->mb);
 	return s;
@@ -747,28 +762,33 @@ static const char *dp_name(char *s, size_t n, const ir_op *op)
  * order, each with one reduction (all-reduce, or reduce-scatter with the
  * distributed optimizer) after the stage's last W, one wait after it, one
  * update after the wait and, with the distributed optimizer, one
- * all-gather after the update and one wait after that; the collectives'
- * bytes those of their layers' parameters when the costs are known. */
+ * all-gather after the update and one wait after that (or, with
+ * overlap_param_gather, one carried wait before the stage's first F: the
+ * next step's, which completes this post); the collectives' bytes those
+ * of their layers' parameters when the costs are known. */
 static int verify_dp(const ir_module *m)
 {
 	int errs = 0, L = m->nlayers, P = m->ndevices;
-	bool dist = m->plan.dist_opt;
+	bool dist = m->plan.dist_opt, overlap = dist && m->plan.overlap_gather;
 	ir_comm red = dist ? IR_COMM_REDUCESCATTER : IR_COMM_ALLREDUCE;
 	char x[64], y[64];
 	/* One slot per (stage, bucket): stage s's buckets at layers[first + b]. */
 	dp_slot *slot = malloc(((size_t)L + 1) * sizeof *slot);
 	int *last_w = malloc(((size_t)m->nstages + 1) * sizeof *last_w);
-	if (!slot || !last_w)
+	int *first_f = malloc(((size_t)m->nstages + 1) * sizeof *first_f);
+	if (!slot || !last_w || !first_f)
 		ir_bug("out of memory");
 	for (int l = 0; l < L; l++)
 		slot[l] = (dp_slot){-1, -1, -1, -1, -1};
 	for (int s = 0; s < m->nstages; s++)
-		last_w[s] = -1;
+		last_w[s] = first_f[s] = -1;
 	for (int d = 0; d < P; d++)
 		for (int i = 0; i < m->devices[d].nops; i++) {
 			const ir_op *op = &m->devices[d].ops[i];
 			if (op->comm == IR_COMM_NONE && op->kind == IR_OP_W)
 				last_w[op->stage] = i;
+			if (op->comm == IR_COMM_NONE && op->kind == IR_OP_F && first_f[op->stage] < 0)
+				first_f[op->stage] = i;
 		}
 	for (int d = 0; d < P && errs < 20; d++) {
 		const ir_device *dev = &m->devices[d];
@@ -815,6 +835,16 @@ static int verify_dp(const ir_module *m)
 				errs++;
 				continue;
 			}
+			if (op->comm == IR_COMM_WAIT && op->carried != (c == IR_COMM_ALLGATHER && overlap)) {
+				diag_error(loc, "D%d: %s: %s", d, x,
+				           c != IR_COMM_ALLGATHER ? "only an all-gather's wait is carried into the next step"
+				           : overlap ? "with overlap_param_gather=on an all-gather's wait is carried "
+				                       "into the next step (wait all-gather S b carried, before the "
+				                       "stage's first F)"
+				                     : "a carried wait needs overlap_param_gather=on");
+				errs++;
+				continue;
+			}
 			if (op->comm != IR_COMM_WAIT && (op->first < st->first || op->last > st->last ||
 			                                 op->first > op->last)) {
 				diag_error(loc, "D%d: %s covers L%d..L%d, not within S%d's L%d..L%d", d, x,
@@ -840,6 +870,7 @@ static int verify_dp(const ir_module *m)
 	if (errs || ir_dp(m) <= 1) {
 		free(slot);
 		free(last_w);
+		free(first_f);
 		return errs;
 	}
 	/* Per stage: its buckets in order, then each bucket's ops in order. */
@@ -891,14 +922,29 @@ static int verify_dp(const ir_module *m)
 			int nchain = dist ? 4 : 2;
 			for (int j = 0; j < nchain && errs < 20; j++) {
 				ir_op want = {.kind = IR_OP_W, .stage = s, .mb = b, .comm = chain[j].comm,
-				              .coll = chain[j].coll};
+				              .coll = chain[j].coll,
+				              .carried = overlap && chain[j].coll == IR_COMM_ALLGATHER};
 				dp_name(y, sizeof y, &want);
 				if (chain[j].at < 0) {
 					char z[64];
-					diag_error(op_loc_or(m, d, chain[j].after, m->loc), "D%d: no %s after %s", d, y,
+					diag_error(op_loc_or(m, d, chain[j].after, m->loc), "D%d: no %s %s %s", d, y,
+					           want.carried ? "(before the stage's first F) for" : "after",
 					           dp_name(z, sizeof z, &ops[chain[j].after]));
 					errs++;
 					break;
+				}
+				if (o_carried(&ops[chain[j].at])) {
+					/* The previous step's post completes here, before
+					 * anything of the stage reads its parameters. */
+					if (first_f[s] >= 0 && chain[j].at > first_f[s]) {
+						diag_error(op_loc_or(m, d, chain[j].at, m->loc),
+						           "D%d: %s comes after F S%d m%d, the stage's first F: a "
+						           "carried wait holds the stage's first F until the previous "
+						           "step's all-gather is in", d, y, s, ops[first_f[s]].mb);
+						errs++;
+						break;
+					}
+					continue;
 				}
 				if (chain[j].at < chain[j].after) {
 					diag_error(op_loc_or(m, d, chain[j].at, m->loc), "D%d: %s comes before %s", d, y,
@@ -953,6 +999,7 @@ static int verify_dp(const ir_module *m)
 	}
 	free(slot);
 	free(last_w);
+	free(first_f);
 	return errs;
 }
 
@@ -962,7 +1009,7 @@ static const char *buf_desc(char *s, size_t n, const ir_buf *b)
 	char o[32], z[32];
 	ir_fmt_bytes(o, sizeof o, b->off);
 	ir_fmt_bytes(z, sizeof z, b->size);
-	bool value = b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH;
+	bool value = !ir_buf_is_stash(b->kind);
 	snprintf(s, n, "%s%s%s S%d m%d off=%s size=%s live=%d..%d", ir_buf_names[b->kind],
 	         value ? " " : "", value ? ir_value_names[b->value] : "", b->stage, b->mb, o, z,
 	         b->first, b->last);

@@ -334,17 +334,13 @@ static int stage_buckets(const ir_module *m, int s, bucket *out)
 	return nb;
 }
 
-/* Adds each stage's gradient reduction to its device's program: its
- * buckets' all-reduces (reduce-scatters with the distributed optimizer)
- * posted right after the stage's last W (and the gradient that W sends),
- * so that they overlap the rest of the step; then, after the last compute
- * op, each bucket's wait and update, and with the distributed optimizer the
- * all-gathers of the updated shards and their waits. */
 /* Appends to device d's program bucket b's op `comm` (a wait when coll is
- * set), with the collective's bytes. */
-static void push_dp(ir_module *m, int d, const bucket *b, ir_comm comm, ir_comm coll)
+ * set, carried from the previous step when `carried`), with the
+ * collective's bytes. */
+static void push_dp(ir_module *m, int d, const bucket *b, ir_comm comm, ir_comm coll, bool carried)
 {
-	ir_op op = {.kind = IR_OP_W, .stage = b->stage, .mb = b->index, .comm = comm, .coll = coll};
+	ir_op op = {.kind = IR_OP_W, .stage = b->stage, .mb = b->index, .comm = comm, .coll = coll,
+	            .carried = carried};
 	if (comm != IR_COMM_WAIT)
 		op.first = b->first, op.last = b->last;
 	if (comm != IR_COMM_WAIT && comm != IR_COMM_UPDATE)
@@ -352,8 +348,19 @@ static void push_dp(ir_module *m, int d, const bucket *b, ir_comm comm, ir_comm 
 	ir_push_op(m, d, &op, (ir_loc){0});
 }
 
+/* Adds each stage's gradient reduction to its device's program: its
+ * buckets' all-reduces (reduce-scatters with the distributed optimizer)
+ * posted right after the stage's last W (and the gradient that W sends),
+ * so that they overlap the rest of the step, or on the devices `late`
+ * names (NULL: none) after the device's last point-to-point op; then, after the last compute
+ * op, each bucket's wait and update, and with the distributed optimizer the
+ * all-gathers of the updated shards.  Their waits follow at once, or with
+ * overlap_param_gather go just before the stage's first F, carried: that
+ * wait completes the previous step's all-gather, which then runs under
+ * the fill of the pipeline (and the stages ahead of it on the device). */
 static void lower_dp(ir_module *m, pass_ctx *cx, const bool *late)
 {
+	bool carry = m->plan.dist_opt && m->plan.overlap_gather;
 	ir_comm red = m->plan.dist_opt ? IR_COMM_REDUCESCATTER : IR_COMM_ALLREDUCE;
 	bucket *bk = arena_calloc(cx->scratch, (size_t)m->nlayers + 1, sizeof *bk);
 	for (int d = 0; d < m->ndevices; d++) {
@@ -391,7 +398,16 @@ static void lower_dp(ir_module *m, pass_ctx *cx, const bool *late)
 		 * once it is closed and the device is past p2p. */
 		int nb = 0, *queue = arena_calloc(cx->scratch, (size_t)m->nstages + 1, sizeof *queue), nq = 0;
 		m->devices[d].nops = 0;
+		bool *started = arena_calloc(cx->scratch, (size_t)m->nstages, sizeof *started);
 		for (int i = 0; i < n; i++) {
+			int s = old[i].stage;
+			if (carry && old[i].comm == IR_COMM_NONE && old[i].kind == IR_OP_F && !started[s]) {
+				bucket *sb = arena_calloc(cx->scratch, (size_t)m->nlayers + 1, sizeof *sb);
+				int k = stage_buckets(m, s, sb);
+				for (int j = 0; j < k; j++)
+					push_dp(m, d, &sb[j], IR_COMM_WAIT, IR_COMM_ALLGATHER, true);
+				started[s] = true;
+			}
 			ir_push_op(m, d, &old[i], (ir_loc){0});
 			if (closes[i] >= 0)
 				queue[nq++] = closes[i];
@@ -400,19 +416,33 @@ static void lower_dp(ir_module *m, pass_ctx *cx, const bool *late)
 			for (int q = 0; q < nq; q++) {
 				int k = stage_buckets(m, queue[q], bk + nb);
 				for (int j = nb; j < nb + k; j++)
-					push_dp(m, d, &bk[j], red, IR_COMM_NONE);
+					push_dp(m, d, &bk[j], red, IR_COMM_NONE, false);
 				nb += k;
 			}
 			nq = 0;
 		}
 		for (int j = 0; j < nb; j++) {
-			push_dp(m, d, &bk[j], IR_COMM_WAIT, red);
-			push_dp(m, d, &bk[j], IR_COMM_UPDATE, IR_COMM_NONE);
+			push_dp(m, d, &bk[j], IR_COMM_WAIT, red, false);
+			push_dp(m, d, &bk[j], IR_COMM_UPDATE, IR_COMM_NONE, false);
+		}
+		if (carry) {
+			/* The next step waits for the buckets in the order of their
+			 * stages' first F: the all-gathers are posted in that order,
+			 * so that the first needed is the first gathered. */
+			int *first_f = arena_calloc(cx->scratch, (size_t)m->nstages, sizeof *first_f);
+			for (int i = n - 1; i >= 0; i--)
+				if (old[i].comm == IR_COMM_NONE && old[i].kind == IR_OP_F)
+					first_f[old[i].stage] = i;
+			for (int a = 1; a < nb; a++) /* stable: a stage's buckets stay in order */
+				for (int b = a; b > 0 && first_f[bk[b].stage] < first_f[bk[b - 1].stage]; b--) {
+					bucket t = bk[b];
+					bk[b] = bk[b - 1], bk[b - 1] = t;
+				}
 		}
 		for (int j = 0; m->plan.dist_opt && j < nb; j++)
-			push_dp(m, d, &bk[j], IR_COMM_ALLGATHER, IR_COMM_NONE);
-		for (int j = 0; m->plan.dist_opt && j < nb; j++)
-			push_dp(m, d, &bk[j], IR_COMM_WAIT, IR_COMM_ALLGATHER);
+			push_dp(m, d, &bk[j], IR_COMM_ALLGATHER, IR_COMM_NONE, false);
+		for (int j = 0; m->plan.dist_opt && !carry && j < nb; j++)
+			push_dp(m, d, &bk[j], IR_COMM_WAIT, IR_COMM_ALLGATHER, false);
 	}
 }
 
@@ -483,12 +513,49 @@ int pass_comm_fixed(ir_module *m, pass_ctx *cx, ir_rank_order o, bool late)
 	return lower(m, cx, all);
 }
 
+/* The simulated step of m lowered with overlap_param_gather set to `on`
+ * (INFINITY when it cannot be lowered or simulated), and whether every
+ * device's peak memory fits. */
+static double step_with_overlap(const ir_module *m, pass_ctx *cx, const bool *late, int on,
+                                bool *fits)
+{
+	ir_module *c = ir_copy_header(m);
+	c->plan.overlap_gather = on;
+	ir_copy_plan(c, m, true);
+	diag_sink quiet = {0};
+	pass_ctx qx = {.diag = &quiet, .scratch = arena_new(), .budget = cx->budget};
+	sim_result *r = lower(c, &qx, late) == 0 ? sim_run_to(c, &quiet) : NULL;
+	double t = r ? r->makespan : INFINITY;
+	*fits = r != NULL;
+	for (int d = 0; r && d < r->ndev; d++)
+		*fits &= r->dev[d].peak_mem <= m->cluster.mem;
+	sim_free(r);
+	arena_free(qx.scratch);
+	ir_free(c);
+	return t;
+}
+
 int pass_comm(ir_module *m, pass_ctx *cx)
 {
 	bool *late = NULL;
 	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1) {
 		late = arena_calloc(cx->scratch, (size_t)m->ndevices, sizeof *late);
 		choose_lowering(m, cx, late);
+	}
+	/* A carried wait moves its unpacking to the start of the next step,
+	 * before its stage's first F: on a device whose step ends with slack
+	 * and whose first F feeds the others, that can cost more than the
+	 * gather it hides; and the gather's buffer is kept through the whole
+	 * program, memory spent for nothing where the step is no faster.  The
+	 * overlap is kept where the steady step is faster and it does not take
+	 * a plan that fits in memory out of it (docs/dataparallel.md); the plan
+	 * line says which. */
+	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1 && m->plan.overlap_gather) {
+		bool fits_on, fits_off;
+		double on = step_with_overlap(m, cx, late, 1, &fits_on);
+		double off = step_with_overlap(m, cx, late, 0, &fits_off);
+		if (!(on < off) || (fits_off && !fits_on))
+			m->plan.overlap_gather = 0;
 	}
 	return lower(m, cx, late);
 }

@@ -1,6 +1,8 @@
 /* cost.h: the cost model (docs/cost-model.md) behind the `cost` pass: the
  * analytic times and bytes of a layer, and the stash sizes the runtime's
- * executors allocate for it. */
+ * executors allocate for it.  Recomputation is a stage's, not a layer's:
+ * its quantities are ir_stage_kept and ir_stage_redo (ir.h) and
+ * sim_stage_time (simulate.h), from these layer costs. */
 #ifndef OCTO_COST_H
 #define OCTO_COST_H
 

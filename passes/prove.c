@@ -40,9 +40,16 @@
  * pass_verify proves the quotient, one copy (D = 1 below, where that edge
  * is P -> C itself); prove_replicas builds the D copies from programs given
  * per replica (prove.h; docs/deadlock.md, "Collectives", for why the
- * quotient decides).  The programs are deadlock-free if and only if this
- * graph is acyclic; a topological order is the certificate, and a cycle is
- * the counterexample, printed step by step. */
+ * quotient decides).  A carried wait (overlap_param_gather) completes the
+ * all-gather the previous step posted: every member posted it within the
+ * previous step, whose graph is this one, so by induction over the steps
+ * those posts have all happened and the wait depends on no event of its
+ * own step (its first step has nothing pending at all); no edge goes from
+ * a later step to an earlier one, so a cycle of the step loop is a cycle
+ * of one step (docs/deadlock.md, "Carried waits").  The programs are
+ * deadlock-free if and only if this graph is acyclic; a topological order
+ * is the certificate, and a cycle is the counterexample, printed step by
+ * step. */
 #include "prove.h"
 
 #include <string.h>
@@ -253,7 +260,9 @@ static void build_edges(graph *g)
 						edge(g, C_(made_step[vkey(m, o)]), P_(s));
 					if (o->comm == IR_COMM_WAIT && o->coll == IR_COMM_NONE && recv_step[vkey(m, o)] >= 0)
 						edge(g, C_(recv_step[vkey(m, o)]), C_(s));
-					if (o->comm == IR_COMM_WAIT && o->coll != IR_COMM_NONE &&
+					/* A carried wait completes the previous step's post
+					 * (see the header): nothing of this step. */
+					if (o->comm == IR_COMM_WAIT && o->coll != IR_COMM_NONE && !o->carried &&
 					    coll[ckey(m, o->stage, o->mb, o->coll)] >= 0)
 						edge(g, C_(coll[ckey(m, o->stage, o->mb, o->coll)]), C_(s));
 					int maker = o->comm == IR_COMM_ALLGATHER ? upd_step[m->stages[o->stage].first + o->mb]
@@ -308,7 +317,8 @@ static void describe(const graph *g, int s, char *buf, size_t n)
 	} else if (op->comm == IR_COMM_NONE) {
 		snprintf(buf, n, "%s: %s S%d m%d", who, ir_op_names[op->kind], op->stage, op->mb);
 	} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
-		snprintf(buf, n, "%s: wait %s S%d b%d", who, ir_comm_names[op->coll], op->stage, op->mb);
+		snprintf(buf, n, "%s: wait %s S%d b%d%s", who, ir_comm_names[op->coll], op->stage, op->mb,
+		         op->carried ? " carried" : "");
 	} else if (op->comm == IR_COMM_WAIT) {
 		snprintf(buf, n, "%s: wait %s S%d m%d", who, ir_value_names[op->kind], op->stage, op->mb);
 	} else if (op->comm == IR_COMM_UPDATE) {

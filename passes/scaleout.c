@@ -119,7 +119,11 @@ static ir_module *candidate(const ir_module *m, const scaleout_row *row)
 	ir_module *x = ir_copy_header(m);
 	x->dp_auto = false;
 	x->plan.dp = row->dp > 1 ? row->dp : 0;
+	x->recompute_auto = false;
+	x->plan.recompute = row->recompute;
 	x->plan.dist_opt = row->dist_opt;
+	/* The overlapped all-gather as the model asks, where there is one. */
+	x->plan.overlap_gather = row->dist_opt && m->plan.overlap_gather;
 	if (row->dp == 1) {
 		/* One replica: no data-parallel options (ir_check_dp). */
 		x->plan.bucket = 0;
@@ -168,6 +172,12 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	row->exposed = r->exposed;
 	row->update = r->update;
 	row->tokens_per_s = r->tokens_per_s;
+	if (row->recompute != IR_RECOMP_NONE) {
+		double f = 0;
+		for (int l = 0; l < x->nlayers; l++)
+			f += x->layers[l].cost.f;
+		row->recompute_share = f * (double)ir_local_mb(x) / (double)row->pp / r->makespan;
+	}
 	for (int d = 0; d < r->ndev; d++) {
 		uint64_t pk = r->dev[d].peak_mem;
 		row->peak = pk > row->peak ? pk : row->peak;
@@ -251,23 +261,28 @@ static bool before(const scaleout_row *a, const scaleout_row *b)
 static int candidates(const ir_module *m, scaleout *out)
 {
 	int64_t N = m->cluster.devices, M = m->train.microbatches;
+	int64_t lo = m->dp_auto ? 1 : ir_dp(m), hi = m->dp_auto ? N : ir_dp(m);
 	int cap = 0;
-	for (int64_t D = 1; D <= N; D++)
-		cap += N % D == 0 ? 2 : 0;
-	if (!(out->rows = calloc((size_t)cap, sizeof *out->rows)))
+	for (int64_t D = lo; D <= hi; D++)
+		cap += N % D == 0 ? 4 : 0;
+	if (!(out->rows = calloc((size_t)cap + 1, sizeof *out->rows)))
 		return -1;
-	for (int64_t D = 1; D <= N; D++) {
+	for (int64_t D = lo; D <= hi; D++) {
 		if (N % D || M % D || N / D > m->nlayers)
 			continue;
 		for (int on = 0; on <= 1; on++) {
-			if (on && D == 1)
-				continue;
-			if (m->plan.dist_opt && !on && D > 1)
-				continue; /* the user asked for the distributed optimizer */
-			scaleout_row *r = &out->rows[out->nrows++];
-			r->dp = D;
-			r->pp = N / D;
-			r->dist_opt = on;
+			if (m->dp_auto ? (on && D == 1) || (m->plan.dist_opt && !on && D > 1)
+			               : on != (m->plan.dist_opt && D > 1))
+				continue; /* searched with dp; else as given */
+			for (int rc = IR_RECOMP_NONE; rc <= IR_RECOMP_FULL; rc++) {
+				if (!m->recompute_auto && rc != (int)m->plan.recompute)
+					continue;
+				scaleout_row *r = &out->rows[out->nrows++];
+				r->dp = D;
+				r->pp = N / D;
+				r->dist_opt = on;
+				r->recompute = (ir_recompute)rc;
+			}
 		}
 	}
 	return 0;
@@ -277,6 +292,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 {
 	memset(out, 0, sizeof *out);
 	out->chosen = -1;
+	out->dp_searched = m->dp_auto;
 	ir_loc at = ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc));
 	diag_sink *ds = po->diag;
 	if (ir_times_only(m)) {
@@ -289,7 +305,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		diag_sink_error(ds, at, "out of memory");
 		return NULL;
 	}
-	if (!out->nrows) {
+	if (!out->nrows && m->dp_auto) {
 		diag_sink_error(ds, at,
 		                "dp=auto: no data-parallel degree D divides both the %lld devices and the "
 		                "step's %lld micro-batches with at most %d pipeline devices (one layer each)",

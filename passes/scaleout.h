@@ -6,7 +6,10 @@
  * devices, for every D that divides N and the step's M micro-batches and
  * leaves each of the P devices a layer, with the distributed optimizer off
  * and on (only the one the user fixed, when `--distributed-optimizer` or
- * `distributed_optimizer:` is given).  Each candidate runs the whole default
+ * `distributed_optimizer:` is given), and with every stage's activations
+ * stashed or recomputed (`--recompute auto`, the default with dp auto; a
+ * mode given fixes it).  With dp given and `--recompute auto`, the same
+ * search over the recomputation alone.  Each candidate runs the whole default
  * pipeline -- the tuner or the fixed schedule, the lowering with its
  * collectives, the proof, the memory plan -- on a copy of the model, with
  * a share of the tune budget, and is judged by its simulated step.  The
@@ -23,6 +26,8 @@
 typedef struct scaleout_row {
 	int64_t dp, pp;    /* replicas, pipeline devices */
 	bool dist_opt;     /* the distributed optimizer */
+	ir_recompute recompute; /* every stage's */
+	double recompute_share; /* of the step, the average device's time running F again */
 	bool ok;           /* planned and simulated (else `why` says what stopped it) */
 	bool fits;         /* every device within its memory */
 	bool chosen;
@@ -40,6 +45,7 @@ typedef struct scaleout {
 	scaleout_row *rows; /* malloc'd; scaleout_free */
 	int nrows;
 	int chosen;         /* index of the kept row, or -1 */
+	bool dp_searched;   /* dp was the search's (else only the recomputation) */
 	ir_module *base;    /* the model searched, when the caller hands it over
 	                     * (the module kept shares its strings): scaleout_free
 	                     * frees it, after the module kept is freed */

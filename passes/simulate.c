@@ -80,10 +80,14 @@ uint64_t sim_boundary_bytes(const ir_module *m)
 
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
 {
+	/* Full recomputation runs the stage's F again inside its B. */
+	bool redo = k == IR_OP_B && m->stages[stage].recompute != IR_RECOMP_NONE;
 	double t = 0;
 	for (int l = m->stages[stage].first; l <= m->stages[stage].last; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		t += k == IR_OP_F ? c->f : k == IR_OP_B ? c->b : c->w;
+		if (redo)
+			t += c->f;
 	}
 	return t;
 }
@@ -182,6 +186,10 @@ typedef struct sim {
 	double **cpost;    /* per device and op: when the host posted the collective; NAN: not yet */
 	int **coll_of;     /* per device and op: the collective a wait completes, else -1 */
 	double *coll_free; /* mpi, per device: when its last collective ends */
+	/* Carried waits: when the previous step's all-gathers end, from this
+	 * step's start (NULL in the first step: nothing pending). */
+	const double *const *release; /* per device and op (carried waits) */
+	const double *comm0;          /* per device: its communication stream busy until */
 } sim;
 
 static int key(const sim *s, int stage, int mb, ir_op_kind k)
@@ -302,18 +310,24 @@ static void try_device(sim *s, int d)
 			s->free_at[d] += pack;
 			sd->update += pack;
 			s->cpost[d][i] = s->free_at[d];
+			if (s->free_at[d] > s->r->makespan) /* the step's last op, when carried */
+				s->r->makespan = s->free_at[d];
 			try_coll(s, d, i);
 		} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
 			/* Blocks the compute stream until its collective ends, then the
 			 * host unpacks the result; taken up again when the collective
-			 * is timed. */
+			 * is timed.  A carried wait's collective is the previous
+			 * step's, at its release. */
 			const ir_op *c = &dev->ops[s->coll_of[d][i]];
-			double e = sd->end[s->coll_of[d][i]];
+			double e = !op->carried ? sd->end[s->coll_of[d][i]]
+			         : s->release ? s->release[d][i] : 0;
 			if (isnan(e))
 				return;
 			sd->start[i] = s->free_at[d];
 			sd->end[i] = e > s->free_at[d] ? e : s->free_at[d];
 			sd->exposed += sd->end[i] - sd->start[i];
+			if (op->carried)
+				sd->gather_exposed += sd->end[i] - sd->start[i];
 			double unpack = cost_unpack_us(s->m, bucket_params(s->m, c));
 			sd->end[i] += unpack;
 			sd->update += unpack;
@@ -448,6 +462,7 @@ static double **cache_times(const ir_module *m, int M)
 				continue;
 			const ir_stage *st = &m->stages[op->stage];
 			int n_l = st->last - st->first + 1;
+			bool redo = op->kind == IR_OP_B && st->recompute != IR_RECOMP_NONE;
 			for (int j = 0; j < n_l; j++) {
 				int l = op->kind == IR_OP_B ? st->last - j : st->first + j;
 				const ir_cost *c = &m->layers[l].cost;
@@ -457,6 +472,8 @@ static double **cache_times(const ir_module *m, int M)
 				double hot = op->kind == IR_OP_F ? c->f : op->kind == IR_OP_B ? c->b : c->w;
 				double cold = op->kind == IR_OP_F ? c->f_cold
 				              : op->kind == IR_OP_B ? c->b_cold : c->w_cold;
+				if (redo) /* F again, as cold as the B that follows it */
+					hot += c->f, cold += c->f_cold;
 				double frac = isnan(since) ? 1 : (total - since) / C;
 				t[d][i] += c->cold ? hot + (frac < 1 ? frac : 1) * (cold - hot) : hot;
 				double weights = (double)c->params * wbytes;
@@ -501,11 +518,15 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 		sd->warmup = idle;
 		return;
 	}
-	/* Busy time inside [lo, hi), from the sequential ops. */
+	/* Busy time inside [lo, hi), from the sequential ops; carried waits
+	 * (with their unpacking) hold the compute stream early in the step. */
 	double cool_from = last_f_end > first_b ? last_f_end : first_b;
-	double busy_warm = 0, busy_cool = 0;
+	double busy_warm = 0, busy_cool = 0, dp_warm = 0;
 	for (int i = 0; i < dev->nops; i++) {
-		if (dev->ops[i].comm != IR_COMM_NONE)
+		const ir_op *op = &dev->ops[i];
+		if (op->comm == IR_COMM_WAIT && op->carried && sd->start[i] < first_b)
+			dp_warm += sd->end[i] - sd->start[i];
+		if (op->comm != IR_COMM_NONE)
 			continue;
 		double a = sd->start[i], b = sd->end[i];
 		if (a < first_b)
@@ -513,15 +534,17 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 		if (b > cool_from)
 			busy_cool += b - (a > cool_from ? a : cool_from);
 	}
-	sd->warmup = first_b - busy_warm;
-	sd->cooldown = (r->makespan - cool_from) - busy_cool - dp_time;
+	sd->warmup = first_b - busy_warm - dp_warm;
+	sd->cooldown = (r->makespan - cool_from) - busy_cool - (dp_time - dp_warm);
 	sd->residual = idle - sd->warmup - sd->cooldown;
 	if (sd->residual < 0 && sd->residual > -1e-9 * r->makespan)
 		sd->residual = 0; /* rounding of the three sums */
 }
 
 /* Memory along the device's program order: F stashes its stage's
- * activations until B; B keeps the W stash until W. */
+ * activations until B (with full recomputation its input, and the whole
+ * stash during F and again during B: ir_stage_kept, ir_stage_redo); B
+ * keeps the W stash until W. */
 static void device_memory(const ir_module *m, sim_result *r, int d)
 {
 	sim_device *sd = &r->dev[d];
@@ -538,31 +561,41 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 	ir_coll_waits(dev, coll_of);
 	uint64_t cur = 0, peak = 0;
 	int inflight = 0;
+	/* A collective completed by a carried wait keeps its buffer through
+	 * the whole program, as memplan lays it out (ir_live_buffers). */
+	bool *kept = calloc((size_t)dev->nops + 1, sizeof *kept);
+	if (!kept)
+		ir_bug("out of memory");
+	for (int i = 0; i < dev->nops; i++)
+		if (coll_of[i] > i)
+			kept[coll_of[i]] = true, cur = ir_sat_add(cur, dev->ops[coll_of[i]].bytes);
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
 		/* A collective's buffer, from its post to its wait. */
-		if (ir_is_coll(op))
+		if (ir_is_coll(op) && !kept[i])
 			cur = ir_sat_add(cur, op->bytes);
-		else if (coll_of[i] >= 0)
+		else if (coll_of[i] >= 0 && coll_of[i] < i)
 			cur -= dev->ops[coll_of[i]].bytes;
 		if (cur > peak)
 			peak = cur;
 		if (op->comm != IR_COMM_NONE)
 			continue;
 		const ir_stage *st = &m->stages[op->stage];
-		uint64_t act = 0, ws = 0;
+		uint64_t act = ir_stage_kept(m, op->stage), redo = ir_stage_redo(m, op->stage), ws = 0;
 		for (int l = st->first; l <= st->last; l++)
-			act = ir_sat_add(act, m->layers[l].cost.act),
 			ws = ir_sat_add(ws, m->layers[l].cost.wstash);
 		/* Verified programs run each F before its B and each B before its
 		 * W, so what is taken off was put on: never below 0. */
 		if (op->kind == IR_OP_F) {
 			cur = ir_sat_add(cur, act), inflight++;
+			if (ir_sat_add(cur, redo) > peak)
+				peak = ir_sat_add(cur, redo);
 		} else if (op->kind == IR_OP_B) {
-			/* B reads the stash while it writes the W stash: both at once. */
+			/* B reads the stash while it writes the W stash: both at once
+			 * (and, recomputing, the stash it made again beside the input). */
 			cur = ir_sat_add(cur, ws);
-			if (cur > peak)
-				peak = cur;
+			if (ir_sat_add(cur, redo) > peak)
+				peak = ir_sat_add(cur, redo);
 			cur = cur >= act ? cur - act : 0, inflight--;
 		} else {
 			cur = cur >= ws ? cur - ws : 0;
@@ -573,6 +606,7 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 			sd->peak_inflight = inflight;
 	}
 	free(coll_of);
+	free(kept);
 	sd->peak_act = peak;
 	/* memplan: the arena holds every buffer of the step, laid out; it is
 	 * what codegen allocates, so it is the peak (docs/memplan.md). */
@@ -651,6 +685,9 @@ static void setup_lowered(sim *s)
 			s->cpost[d][i] = NAN;
 		ir_coll_waits(dev, s->coll_of[d]);
 	}
+	/* The previous step's all-gathers hold the communication stream. */
+	for (int d = 0; s->comm0 && d < P; d++)
+		s->head_since[d] = s->coll_free[d] = s->comm0[d];
 }
 
 static void free_lowered(sim *s)
@@ -688,7 +725,83 @@ sim_result *sim_run(const ir_module *m)
 	return sim_run_to(m, NULL);
 }
 
+static sim_result *sim_step(const ir_module *m, diag_sink *ds, const double *const *release,
+                            const double *comm0);
+
+/* Does a program carry a wait into the next step? */
+static bool carries(const ir_module *m)
+{
+	for (int d = 0; d < m->ndevices; d++)
+		for (int i = 0; i < m->devices[d].nops; i++)
+			if (m->devices[d].ops[i].comm == IR_COMM_WAIT && m->devices[d].ops[i].carried)
+				return true;
+	return false;
+}
+
+/* The steady state of a step loop with carried waits (simulate.h): each
+ * step's carried waits and communication streams released when the step
+ * before's all-gathers end, measured from its end, until a step repeats
+ * the one before. */
 sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
+{
+	sim_result *r = sim_step(m, ds, NULL, NULL);
+	if (!r || !ir_lowered(m) || !carries(m))
+		return r;
+	int P = m->ndevices;
+	double **rel = calloc((size_t)P, sizeof *rel), *comm0 = calloc((size_t)P, sizeof *comm0);
+	int *of = NULL;
+	if (!rel || !comm0)
+		ir_bug("out of memory");
+	for (int d = 0; d < P; d++) {
+		rel[d] = malloc(((size_t)m->devices[d].nops + 1) * sizeof **rel);
+		if (!rel[d])
+			ir_bug("out of memory");
+		for (int i = 0; i < m->devices[d].nops; i++)
+			rel[d][i] = NAN;
+	}
+	int steps = 1;
+	for (; steps < SIM_MAX_STEPS; steps++) {
+		bool same = true;
+		for (int d = 0; d < P; d++) {
+			const ir_device *dev = &m->devices[d];
+			of = realloc(of, ((size_t)dev->nops + 1) * sizeof *of);
+			if (!of)
+				ir_bug("out of memory");
+			ir_coll_waits(dev, of);
+			double busy = 0;
+			for (int i = 0; i < dev->nops; i++) {
+				double e = r->dev[d].end[i] - r->makespan;
+				if (ir_is_coll(&dev->ops[i]) && e > busy)
+					busy = e;
+				if (!(dev->ops[i].comm == IR_COMM_WAIT && dev->ops[i].carried))
+					continue;
+				e = r->dev[d].end[of[i]] - r->makespan;
+				e = e > 0 ? e : 0;
+				same &= rel[d][i] == e;
+				rel[d][i] = e;
+			}
+			same &= comm0[d] == busy;
+			comm0[d] = busy;
+		}
+		if (same)
+			break;
+		sim_result *next = sim_step(m, ds, (const double *const *)rel, comm0);
+		if (!next)
+			break; /* cannot happen: the first step ran */
+		sim_free(r);
+		r = next;
+	}
+	r->steps = steps;
+	for (int d = 0; d < P; d++)
+		free(rel[d]);
+	free(rel);
+	free(comm0);
+	free(of);
+	return r;
+}
+
+static sim_result *sim_step(const ir_module *m, diag_sink *ds, const double *const *release,
+                            const double *comm0)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
 	for (int l = 0; l < m->nlayers; l++)
@@ -711,7 +824,9 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 	r->ndev = m->ndevices;
 	r->dev = arena_alloc(ar, (size_t)r->ndev * sizeof *r->dev);
 	r->boundary_bytes = sim_boundary_bytes(m);
-	sim s = {.m = m, .r = r, .S = m->nstages, .M = (int)ir_local_mb(m)};
+	r->steps = 1;
+	sim s = {.m = m, .r = r, .S = m->nstages, .M = (int)ir_local_mb(m), .release = release,
+	         .comm0 = comm0};
 	size_t nkeys = (size_t)s.S * (size_t)s.M * IR_NOPS;
 	s.arrive = malloc(nkeys * sizeof *s.arrive);
 	s.free_at = calloc((size_t)r->ndev, sizeof *s.free_at);
@@ -802,6 +917,31 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 		try_device(&s, d);
 	}
 
+	/* A carried wait waits beside its F, which waits for its input: only
+	 * the part after that input has arrived is the gather's exposure. */
+	for (int d = 0; s.dp && d < r->ndev; d++) {
+		const ir_device *dev = &m->devices[d];
+		sim_device *sd = &r->dev[d];
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *op = &dev->ops[i];
+			if (op->comm != IR_COMM_WAIT || !op->carried || isnan(sd->end[i]))
+				continue;
+			int j = i + 1;
+			while (j < dev->nops && dev->ops[j].comm != IR_COMM_NONE)
+				j++;
+			if (j == dev->nops)
+				continue;
+			double in = s.arrive[key(&s, dev->ops[j].stage, dev->ops[j].mb, dev->ops[j].kind)];
+			double blocked = sd->end[i] - cost_unpack_us(m, bucket_params(m, &dev->ops[s.coll_of[d][i]]));
+			double hide = (in < blocked ? in : blocked) - sd->start[i];
+			if (!(hide > 0))
+				continue;
+			sd->start[i] += hide;
+			sd->exposed -= hide;
+			sd->gather_exposed -= hide;
+		}
+	}
+
 	int rc = 0;
 	bool stuck = done != total;
 	for (int d = 0; d < r->ndev; d++)
@@ -854,6 +994,8 @@ sim_result *sim_run_to(const ir_module *m, diag_sink *ds)
 		device_memory(m, r, d);
 		idle += r->makespan - sd->busy - sd->exposed - sd->update;
 		r->exposed = sd->exposed > r->exposed ? sd->exposed : r->exposed;
+		if (sd->gather_exposed > r->gather_exposed)
+			r->gather_exposed = sd->gather_exposed;
 		r->update = sd->update > r->update ? sd->update : r->update;
 		r->coll = sd->coll > r->coll ? sd->coll : r->coll;
 	}

@@ -22,11 +22,22 @@
  * holds the compute stream until its collective ends (the exposed
  * reduction); an update runs on the compute stream (sim_update_time).
  * Links are chosen by cluster rank (ir_rank_of): the slowest link any
- * replica's pair of devices, or the DP group, spans. */
+ * replica's pair of devices, or the DP group, spans.
+ *
+ * Carried waits (overlap_param_gather): the all-gathers a step posts at its
+ * end run on into the next step, whose carried waits hold each stage's
+ * first F until they end.  The result is the steady state: the first step
+ * (nothing pending) is simulated, then steps whose carried waits, and
+ * communication streams, are released when the step before's all-gathers
+ * end (measured from the end of that step, its makespan), until the step
+ * repeats itself (or SIM_MAX_STEPS); the makespan is that step's period. */
 #ifndef OCTO_SIMULATE_H
 #define OCTO_SIMULATE_H
 
 #include "ir.h"
+
+/* Steps sim_run simulates at most to reach a step loop's steady state. */
+#define SIM_MAX_STEPS 16
 
 typedef struct sim_xfer {
 	int src, dst;        /* devices */
@@ -50,6 +61,8 @@ typedef struct sim_device {
 	                      * + exposed + update is the makespan */
 	double pipeline;     /* end of its last F, B or W */
 	double exposed;      /* compute stream held by waits for collectives */
+	double gather_exposed; /* of exposed: by carried waits (the previous
+	                      * step's all-gathers, overlap_param_gather) */
 	double update;       /* the optimizer steps (update ops) */
 	double coll;         /* its collectives' time on the communication stream */
 	uint64_t resident;   /* weights, gradients, optimizer state of its stages
@@ -67,6 +80,9 @@ typedef struct sim_result {
 	double mfu;          /* model FLOPs / (makespan x cluster devices x peak FLOP/s) */
 	int64_t dp;          /* replicas (1: none); dev[] is one pipeline's devices */
 	double exposed, update, coll; /* the largest over the devices of each */
+	double gather_exposed; /* the same for sim_device.gather_exposed */
+	int steps;           /* steps simulated to reach the steady state (1 without
+	                      * carried waits) */
 	int ndev;
 	sim_device *dev;
 	sim_xfer *xfers;

@@ -259,9 +259,11 @@ void tune_bound_terms(const ir_module *m, double *work, double *path, double *la
 	*heaviest = 0;
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *c = &m->layers[l].cost;
-		double all = c->f + c->b + c->w;
+		/* The plan's recomputation (every stage's) runs F again in B. */
+		double f = m->plan.recompute != IR_RECOMP_NONE ? 2 * c->f : c->f;
+		double all = f + c->b + c->w;
 		*work += all;
-		*path += c->f + c->b;
+		*path += f + c->b;
 		if (all > *layer)
 			*layer = all, *heaviest = l;
 	}
@@ -296,7 +298,8 @@ typedef struct lsched {
 	ir_module *m;
 	int S, M, P;
 	double *tf, *tb, *tw;   /* per stage: F, B, W time */
-	int64_t *act, *ws;      /* per stage: stash bytes */
+	int64_t *act, *ws;      /* per stage: stash bytes (act: ir_stage_kept) */
+	int64_t *redo;          /* per stage: ir_stage_redo, held during its F and B */
 	int64_t *limit;         /* per device: bytes for stashes (INT64_MAX: no limit) */
 	int64_t *used;
 	int64_t *reserve;       /* per stage: act of the next deeper stage on its device */
@@ -336,10 +339,11 @@ static void wake(lsched *L, int d, double when)
 }
 
 /* F(s) fits when its stash, the W stash its B will write while the stash
- * is still held, and room for one deeper F all fit. */
+ * is still held (and the stash a recomputing B makes again), and room for
+ * one deeper F all fit. */
 static bool f_fits(const lsched *L, int d, int s)
 {
-	return L->used[d] + L->act[s] + L->ws[s] + L->reserve[s] <= L->limit[d];
+	return L->used[d] + L->act[s] + L->ws[s] + L->redo[s] + L->reserve[s] <= L->limit[d];
 }
 
 /* Build every device's program into L->m.  Returns 0, or -1 when the
@@ -458,6 +462,7 @@ static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 	L.tw = arena_calloc(a, (size_t)S, sizeof *L.tw);
 	L.act = arena_calloc(a, (size_t)S, sizeof *L.act);
 	L.ws = arena_calloc(a, (size_t)S, sizeof *L.ws);
+	L.redo = arena_calloc(a, (size_t)S, sizeof *L.redo);
 	L.reserve = arena_calloc(a, (size_t)S, sizeof *L.reserve);
 	L.nf = arena_calloc(a, (size_t)S, sizeof *L.nf);
 	L.nb = arena_calloc(a, (size_t)S, sizeof *L.nb);
@@ -483,10 +488,10 @@ static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 		L.tf[s] = sim_stage_time(c, s, IR_OP_F);
 		L.tb[s] = sim_stage_time(c, s, IR_OP_B);
 		L.tw[s] = sim_stage_time(c, s, IR_OP_W);
-		for (int l = c->stages[s].first; l <= c->stages[s].last; l++) {
-			L.act[s] += (int64_t)c->layers[l].cost.act;
+		L.act[s] = (int64_t)ir_stage_kept(c, s);
+		L.redo[s] = (int64_t)ir_stage_redo(c, s);
+		for (int l = c->stages[s].first; l <= c->stages[s].last; l++)
 			L.ws[s] += (int64_t)c->layers[l].cost.wstash;
-		}
 		L.nmine[c->stages[s].device]++;
 	}
 	for (int d = 0; d < P; d++) {

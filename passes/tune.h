@@ -49,7 +49,9 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows);
  * heaviest layer's work): the work is M x sum over layers of (f + b + w);
  * the critical path is sum of (f + b) over all layers plus the W of layer
  * 0, which must follow the last B of the first stage; and a layer runs on
- * one device, so M x its f + b + w is a bound too.  Microseconds. */
+ * one device, so M x its f + b + w is a bound too.  With the plan's
+ * recomputation (every stage's; docs/cost-model.md) each f counts twice,
+ * as B runs F again.  Microseconds. */
 double tune_lower_bound(const ir_module *m);
 
 /* Its three terms, microseconds: the work per device, the critical path

@@ -223,12 +223,13 @@ int viz_trace(const ir_module *m, const sim_result *r, const char *path)
 				if (wait && e <= s)
 					continue;
 				next_event(f, &first);
-				fprintf(f, "{\"name\":\"%s%s s%d b%d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
+				fprintf(f, "{\"name\":\"%s%s s%d b%d%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
 				           "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"stage\":%d,\"bucket\":%d,"
 				           "\"bytes\":%llu}}",
 				        wait ? "wait " : "", ir_comm_names[wait ? op->coll : op->comm], op->stage, op->mb,
-				        ir_comm_names[op->comm], d, coll ? TID_COLL : TID_COMPUTE, s, e - s, op->stage,
-				        op->mb, (unsigned long long)op->bytes);
+				        wait && op->carried ? " carried" : "", ir_comm_names[op->comm], d,
+				        coll ? TID_COLL : TID_COMPUTE, s, e - s, op->stage, op->mb,
+				        (unsigned long long)op->bytes);
 				continue;
 			}
 			const char *k = op_name(op->kind);

@@ -601,7 +601,7 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: inside step %lld", rt__step_no(ctx));
 	if ((rc = check_dir_arg(ctx, dir)))
 		return rc;
-	if ((rc = ctx->exec->pull(ctx)))
+	if ((rc = rt__comm_drain(ctx)) || (rc = ctx->exec->pull(ctx)))
 		return rc;
 	int64_t t0 = rt__now_ns();
 

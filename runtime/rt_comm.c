@@ -10,6 +10,8 @@
  * rt__coll_req, so its wait has the same deadline and trace; its op
  * carries the function that completes it (the result back into the
  * layers), called through a pointer so that this file stays below rt_dp.c.
+ * On a rank with a device communicator the collective is a group of that
+ * communicator's (rt__coll_dcomm), finished once the group completes.
  *
  * Waits poll (MPI_Test, one request at a time) against a deadline instead
  * of blocking: a peer that died or a schedule that deadlocks becomes
@@ -590,7 +592,10 @@ static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
 				at += (size_t)describe(&r->ops[j], what + at, sizeof what - at);
 			rt__fail(ctx, RT_ETIMEOUT, "timed out after %g s waiting for the device's group: %s",
 			         ctx->timeout_s, what);
-			diagnose(ctx, r->n ? r->ops[0].peer : -1);
+			if (r->n && r->ops[0].coll >= 0)
+				diagnose_all(ctx);
+			else
+				diagnose(ctx, r->n ? r->ops[0].peer : -1);
 			return RT_ETIMEOUT;
 		}
 		if (spin > 64)
@@ -598,25 +603,51 @@ static int wait_dcomm(rt_ctx *ctx, rt_req *r, int64_t deadline)
 	}
 	c->release(c->self, r->done);
 	r->done = NULL;
+	/* a collective's result is there now */
+	for (int j = 0; j < r->n; j++) {
+		int rc;
+		if (r->ops[j].coll >= 0 && r->ops[j].finish && (rc = r->ops[j].finish(ctx, &r->ops[j])))
+			return rc;
+	}
 	return RT_OK;
 }
 
-static int waitall(rt_ctx *ctx, int n, const int *hs);
+static int waitall(rt_ctx *ctx, int n, const int *hs, bool keep);
 
 int rt_waitall(rt_ctx *ctx, int n, const int *hs)
 {
 	if (!ctx)
 		return RT_EARG;
-	int rc = waitall(ctx, n, hs);
+	int rc = waitall(ctx, n, hs, false);
 	ctx->waiting = (rt_waitstate){RT_WS_RUNNING, -1, 0, 0, 0, 0};
 	return rc;
 }
 
-static int waitall(rt_ctx *ctx, int n, const int *hs)
+int rt__comm_drain(rt_ctx *ctx)
+{
+	int rc = RT_OK;
+	for (int i = 0; i < ctx->nreqs && !rc; i++) {
+		const rt_req *r = &ctx->reqs[i];
+		bool coll = r->used && r->n > 0 && i != ctx->group;
+		for (int j = 0; coll && j < r->n; j++)
+			coll = r->ops[j].coll >= 0;
+		if (coll)
+			rc = waitall(ctx, 1, &i, true);
+	}
+	ctx->waiting = (rt_waitstate){RT_WS_RUNNING, -1, 0, 0, 0, 0};
+	return rc;
+}
+
+/* keep: complete the requests' operations but leave the handles pending,
+ * for the program's own wait (rt__comm_drain). */
+static int waitall(rt_ctx *ctx, int n, const int *hs, bool keep)
 {
 	char mpimsg[MPI_MAX_ERROR_STRING];
 	if (!ctx || n < 0 || (n && !hs))
 		return RT_EARG;
+	/* A carried wait in the first step: nothing was posted before it. */
+	if (n == 1 && hs[0] == RT_NO_REQ)
+		return RT_OK;
 	for (int i = 0; i < n; i++)
 		if (hs[i] < 0 || hs[i] >= ctx->nreqs || !ctx->reqs[hs[i]].used || hs[i] == ctx->group)
 			return rt__fail(ctx, RT_EARG, "rt_wait: %d is not a pending handle", hs[i]);
@@ -669,7 +700,7 @@ static int waitall(rt_ctx *ctx, int n, const int *hs)
 				return rc;
 		}
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !keep; i++) {
 		rt_req *r = &ctx->reqs[hs[i]];
 		int peer = r->n == 1 ? r->ops[0].peer : -1;
 		int64_t mb = r->n == 1 ? r->ops[0].tag.mb : -1;
@@ -708,6 +739,34 @@ void rt__coll_drop(rt_ctx *ctx, int req)
 {
 	ctx->reqs[req].used = false;
 	ctx->reqs[req].n = 0;
+}
+
+int rt__coll_dcomm(rt_ctx *ctx, const rt_op *op, void *buf, size_t count, bool i64, int *req)
+{
+	const rt_dcomm *c = ctx->dcomm;
+	MPI_Request *mr;
+	char desc[160];
+	int h, rc;
+	if ((rc = rt__coll_req(ctx, op, &h, &mr)))
+		return rc;
+	ctx->reqs[h].ops[0].dcomm = true;
+	if ((rc = c->group_begin(c->self)))
+		goto fail;
+	if ((rc = c->coll(c->self, op->coll, buf, count, i64))) {
+		void *done;
+		if (!c->group_end(c->self, &done))
+			c->release(c->self, done);
+		goto fail;
+	}
+	if ((rc = c->group_end(c->self, &ctx->reqs[h].done)))
+		goto fail;
+	*req = h;
+	return RT_OK;
+fail:
+	rt__coll_drop(ctx, h);
+	describe(op, desc, sizeof desc);
+	return rt__fail(ctx, rc, "rt_post_coll: %s, on the device's communicator: %s", desc,
+	                c->error(c->self));
 }
 
 int rt__coll(rt_ctx *ctx, int posted, MPI_Request *r, const char *what)

@@ -20,7 +20,16 @@
  *   - F, B, W run dev_forward / dev_backward_b / dev_backward_w on the
  *     device buffers the program passes; token ids are made by rt_data.c
  *     (and checked) on the host and copied to the device before the
- *     embedding's or the head's F. */
+ *     embedding's or the head's F;
+ *   - data parallelism (rt_dp.c): a bucket's gradients or parameters are
+ *     copied between the layers' device arrays and the bucket's buffer
+ *     (in the program's block) on the compute stream, the collective runs
+ *     on the device's communicator, and rt_update's step of a range (this
+ *     replica's shard with the distributed optimizer, whose moments are
+ *     the only ones the device holds, as the host's layout) is the same
+ *     optim_adamw as the whole model's.  The exact mode's gradient comes
+ *     to the host after each W (rt_exact.c adds it there) and its rounded
+ *     sum goes back before the update. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,14 +180,14 @@ static int x_upload(rt_ctx *ctx)
 	for (int i = 0; i < ctx->nlay; i++) {
 		const rt_lay *l = &ctx->lay[i];
 		const dopt *o = &x->opt[i];
-		size_t fb = (size_t)l->sz.params * sizeof(float);
+		size_t fb = (size_t)l->sz.params * sizeof(float), mb = rt__mom_bytes(l);
 		int rc = put(d, x->dlay[i].p, l->p, l->sz.params, x->stage);
 		if (!rc)
 			rc = d->ops->copy(d, o->p32, l->p, fb, DEV_H2D);
-		if (!rc)
-			rc = d->ops->copy(d, o->m, l->m, fb, DEV_H2D);
-		if (!rc)
-			rc = d->ops->copy(d, o->v, l->v, fb, DEV_H2D);
+		if (!rc && mb)
+			rc = d->ops->copy(d, o->m, l->m, mb, DEV_H2D);
+		if (!rc && mb)
+			rc = d->ops->copy(d, o->v, l->v, mb, DEV_H2D);
 		if (!rc)
 			rc = d->ops->zero(d, x->dlay[i].g, fb);
 		if (!rc)
@@ -199,12 +208,12 @@ static int x_pull(rt_ctx *ctx)
 	for (int i = 0; i < ctx->nlay; i++) {
 		rt_lay *l = &ctx->lay[i];
 		const dopt *o = &x->opt[i];
-		size_t fb = (size_t)l->sz.params * sizeof(float);
+		size_t fb = (size_t)l->sz.params * sizeof(float), mb = rt__mom_bytes(l);
 		int rc = d->ops->copy(d, l->p, o->p32, fb, DEV_D2H);
-		if (!rc)
-			rc = d->ops->copy(d, l->m, o->m, fb, DEV_D2H);
-		if (!rc)
-			rc = d->ops->copy(d, l->v, o->v, fb, DEV_D2H);
+		if (!rc && mb)
+			rc = d->ops->copy(d, l->m, o->m, mb, DEV_D2H);
+		if (!rc && mb)
+			rc = d->ops->copy(d, l->v, o->v, mb, DEV_D2H);
 		if (rc)
 			return dev_err(ctx, rc, "the model's state from the device");
 	}
@@ -212,34 +221,94 @@ static int x_pull(rt_ctx *ctx)
 	return RT_OK;
 }
 
-static int x_optimize(rt_ctx *ctx)
+/* The optimizer step of elements [a, b) of layer h, each with its own
+ * tensor's constants (rt__optim_range's cut, on the device), then h's
+ * gradients cleared. */
+static int x_update(rt_ctx *ctx, int h, int64_t a, int64_t b)
 {
 	struct rt_exec_state *x = ctx->xs;
 	rt_dev *d = x->dev;
-	for (int i = 0; i < ctx->nlay; i++) {
-		const dev_layer *L = &x->dlay[i];
-		const dopt *o = &x->opt[i];
-		int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
-		bool dec[RT_MAX_TENSORS];
-		int n, rc = rt__decays(&L->desc, off, len, dec, &n);
-		for (int k = 0; !rc && k < n; k++) {
-			rt_adamw_k c;
-			rt__adamw_consts(&ctx->train, ctx->step + 1, dec[k] && ctx->train.weight_decay > 0, &c);
-			float *p32 = o->p32 + off[k], *g = L->g + off[k], *m = o->m + off[k], *v = o->v + off[k];
-			void *p = dev_at(d, L->p, off[k]);
-			long cnt = (long)len[k];
-			rc = dev_each(d, L, "optim_adamw", len[k],
-			              (void *[]){&p32, &p, &g, &m, &v, &cnt, &c.lr, &c.step_size, &c.b1, &c.b2,
-			                         &c.c1, &c.c2, &c.eps, &c.bc2_sqrt, &c.keep, &c.sgd});
-		}
-		if (!rc)
-			rc = d->ops->zero(d, L->g, (size_t)L->nparams * sizeof(float));
-		if (rc)
-			return rt__fail(ctx, rc, "step %lld: the optimizer of layer %lld on the device: %s",
-			                rt__step_no(ctx), (long long)ctx->lay[i].index, d->err);
+	const rt_lay *l = &ctx->lay[h];
+	const dev_layer *L = &x->dlay[h];
+	const dopt *o = &x->opt[h];
+	int64_t off[RT_MAX_TENSORS], len[RT_MAX_TENSORS];
+	bool dec[RT_MAX_TENSORS];
+	int n, rc = rt__decays(&L->desc, off, len, dec, &n);
+	if (rc)
+		return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
+		                (long long)l->index, rt_strerror(rc));
+	for (int k = 0; !rc && k < n; k++) {
+		int64_t lo = off[k] > a ? off[k] : a, hi = off[k] + len[k] < b ? off[k] + len[k] : b;
+		if (lo >= hi)
+			continue;
+		rt_adamw_k c;
+		rt__adamw_consts(&ctx->train, ctx->step + 1, dec[k] && ctx->train.weight_decay > 0, &c);
+		float *p32 = o->p32 + lo, *g = L->g + lo, *m = o->m + (lo - l->mlo), *v = o->v + (lo - l->mlo);
+		void *p = dev_at(d, L->p, lo);
+		long cnt = (long)(hi - lo);
+		rc = dev_each(d, L, "optim_adamw", hi - lo,
+		              (void *[]){&p32, &p, &g, &m, &v, &cnt, &c.lr, &c.step_size, &c.b1, &c.b2,
+		                         &c.c1, &c.c2, &c.eps, &c.bc2_sqrt, &c.keep, &c.sgd});
 	}
+	if (!rc)
+		rc = d->ops->zero(d, L->g, (size_t)L->nparams * sizeof(float));
+	if (rc)
+		return rt__fail(ctx, rc, "step %lld: the optimizer of layer %lld on the device: %s",
+		                rt__step_no(ctx), (long long)l->index, d->err);
 	x->stale = true;
 	return RT_OK;
+}
+
+/* The layers rt_update has not updated (dp <= 1: whole moments). */
+static int x_optimize(rt_ctx *ctx)
+{
+	int rc;
+	for (int i = 0; i < ctx->nlay; i++)
+		if (!ctx->lay[i].updated && (rc = x_update(ctx, i, 0, ctx->lay[i].sz.params)))
+			return rc;
+	return RT_OK;
+}
+
+static int x_dp_copy(rt_ctx *ctx, int h, bool grad, int64_t a, int64_t b, void *buf, bool to_buf)
+{
+	struct rt_exec_state *x = ctx->xs;
+	rt_dev *d = x->dev;
+	const dev_layer *L = &x->dlay[h];
+	float *at = (grad ? L->g : x->opt[h].p32) + a;
+	size_t nb = (size_t)(b - a) * sizeof(float);
+	int rc = nb ? d->ops->copy(d, to_buf ? buf : at, to_buf ? at : buf, nb, DEV_D2D) : RT_OK;
+	if (!rc && !grad && !to_buf && nb) {
+		/* the kernels' copy, rounded from the master as the step rounds it */
+		void *p = dev_at(d, L->p, a);
+		long cnt = (long)(b - a);
+		rc = dev_each(d, L, "optim_store", b - a, (void *[]){&at, &p, &cnt});
+		x->stale = true;
+	}
+	return rc ? rt__fail(ctx, rc, "step %lld: layer %lld's %s %s the bucket's buffer on the "
+	                     "device: %s", rt__step_no(ctx), (long long)ctx->lay[h].index,
+	                     grad ? "gradients" : "parameters", to_buf ? "into" : "from", d->err)
+	          : RT_OK;
+}
+
+static int x_grad_sync(rt_ctx *ctx, int h, int64_t a, int64_t b, bool to_host)
+{
+	rt_dev *d = ctx->xs->dev;
+	rt_lay *l = &ctx->lay[h];
+	float *g = ctx->xs->dlay[h].g;
+	int rc = RT_OK;
+	if (to_host)
+		rc = d->ops->copy(d, l->g, g, (size_t)l->sz.params * sizeof(float), DEV_D2H);
+	else if (b > a && !(rc = d->ops->copy(d, g + a, l->g + a, (size_t)(b - a) * sizeof(float), DEV_H2D)))
+		rc = d->ops->sync(d); /* the host may write l->g next */
+	return rc ? rt__fail(ctx, rc, "step %lld: layer %lld's gradients %s the host: %s",
+	                     rt__step_no(ctx), (long long)l->index, to_host ? "to" : "from", d->err)
+	          : RT_OK;
+}
+
+static int x_clear(rt_ctx *ctx, void *p, size_t bytes)
+{
+	rt_dev *d = ctx->xs->dev;
+	return bytes ? dev_rc(ctx, d->ops->zero(d, p, bytes)) : RT_OK;
 }
 
 static int x_model_init(rt_ctx *ctx)
@@ -260,10 +329,11 @@ static int x_model_init(rt_ctx *ctx)
 			                rt__kind_name(l->desc.kind), rt_strerror(rc));
 		L->mod = x->mod[i];
 		size_t pb = (size_t)L->nparams * dev_esz(d), gb = (size_t)L->nparams * sizeof(float);
+		size_t mb = rt__mom_bytes(l); /* this replica's part with the distributed optimizer */
 		void *g, *p32, *m, *v;
 		if ((rc = d->ops->alloc(d, pb ? pb : 1, &L->p)) || (rc = d->ops->alloc(d, gb ? gb : 1, &g)) ||
-		    (rc = d->ops->alloc(d, gb ? gb : 1, &p32)) || (rc = d->ops->alloc(d, gb ? gb : 1, &m)) ||
-		    (rc = d->ops->alloc(d, gb ? gb : 1, &v)))
+		    (rc = d->ops->alloc(d, gb ? gb : 1, &p32)) || (rc = d->ops->alloc(d, mb ? mb : 1, &m)) ||
+		    (rc = d->ops->alloc(d, mb ? mb : 1, &v)))
 			return dev_err(ctx, rc, "device memory for the model's state");
 		L->g = g;
 		x->opt[i] = (dopt){p32, m, v};
@@ -488,6 +558,10 @@ const rt_exec rt__exec_dev = {
     .sync = x_sync,
     .evict = x_evict,
     .info = x_info,
+    .dp_copy = x_dp_copy,
+    .grad_sync = x_grad_sync,
+    .update = x_update,
+    .clear = x_clear,
     .abort = x_abort,
     .free = x_free,
 };

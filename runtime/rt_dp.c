@@ -24,7 +24,16 @@
  * AdamW on the whole tensor restricted to it (elementwise, each element
  * with its own tensor's constants), so sharding changes no bit; in exact mode the reduction is
  * integer arithmetic (rt_exact.c), the same bits for any dp and any order.
- * CPU ranks only: the collectives move the host's arrays. */
+ *
+ * The executor (rt_exec.h) moves a layer's state in and out of the
+ * bucket's buffer, which is in its memory, and runs the update: the host's
+ * arrays on a CPU rank, the device's on a device rank.  The collective
+ * itself is MPI's on that buffer, or the device's communicator's (NCCL, or
+ * the emulator's stand-in for it; rt_comm.c) when the rank has one: an
+ * NCCL communicator per DP group, made here over the DP communicator.
+ * The exact mode keeps its digits on the host on either (a device's
+ * gradient comes back after each W): packed into the buffer, summed as
+ * int64 by MPI or NCCL, rounded on the host and put back. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,16 +60,14 @@ enum { F_DP, F_REPLICA, F_PIPE, F_FLAGS, F_N };
 int rt__dp_init(rt_ctx *ctx)
 {
 	const rt_train *t = &ctx->train;
-	rt_exec_info xi;
 	MPI_Request req;
 	char mpimsg[MPI_MAX_ERROR_STRING];
 	int rc;
-	ctx->exec->info(ctx, &xi);
-	if (xi.device && (t->dp > 1 || (t->dp_flags & RT_DP_EXACT)))
+	if (t->dp > 1 && ctx->comm_stage)
 		return rt__fail(ctx, RT_EARG,
-		                "model: data parallelism runs on CPU ranks only in this version (dp %lld%s; "
-		                "this rank's layers run on %s)", (long long)t->dp,
-		                (t->dp_flags & RT_DP_EXACT) ? ", deterministic mode" : "", xi.device);
+		                "model: dp %lld on device ranks that talk through MPI (OCTO_COMM=mpi): a "
+		                "bucket's collectives run on the device's communicator (NCCL), so unset "
+		                "OCTO_COMM or set it to nccl", (long long)t->dp);
 	int64_t mine[F_N] = {t->dp, t->replica, t->pipe_rank, (int64_t)t->dp_flags};
 	int64_t *all = malloc((size_t)ctx->world * F_N * sizeof *all);
 	if (!all)
@@ -118,9 +125,16 @@ int rt__dp_init(rt_ctx *ctx)
 	MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(c, &me);
 	ctx->dpc = c;
-	if (me != t->replica)
+	if (me != t->replica) {
 		rc = rt__fail(ctx, RT_EMPI, "model: replica %lld is rank %d of its DP communicator",
 		              (long long)t->replica, me);
+		goto out;
+	}
+	/* The device's communicator of the group, over the same ranks in the
+	 * same order (every member is here: the all-gather above). */
+	const rt_dcomm *dc = ctx->dcomm;
+	if (dc && (rc = dc->dp_init(dc->self, c)))
+		rc = rt__fail(ctx, rc, "model: the DP group's device communicator: %s", dc->error(dc->self));
 out:
 	free(all);
 	return rc;
@@ -168,11 +182,6 @@ static int check_bucket(rt_ctx *ctx, const char *fn, int h0, int h1)
 		                "(rt_layer_spec.bucket_start), and layer %lld is in the bucket of local "
 		                "layers %d..%d", fn, h0, h1, (long long)l->index,
 		                (long long)ctx->lay[h1].index, (long long)l->index, l->b0, l->b1);
-	rt_exec_info xi;
-	ctx->exec->info(ctx, &xi);
-	if (xi.device)
-		return rt__fail(ctx, RT_EARG, "%s: data parallelism runs on CPU ranks only in this "
-		                "version (this rank's layers run on %s)", fn, xi.device);
 	return RT_OK;
 }
 
@@ -193,21 +202,18 @@ static bool span(const rt_lay *l, int64_t off, int64_t lo, int64_t hi, int64_t *
 	return *a < *b;
 }
 
-/* Elements [lo, hi) of the bucket's parameters between the layers and
- * buf, element e at buf[e]. */
-static void copy_params(rt_ctx *ctx, int h0, int h1, int64_t lo, int64_t hi, float *buf,
-                        bool to_buf)
+/* Elements [lo, hi) of the bucket's parameters or gradients between the
+ * layers and buf (the executor's memory), element e at buf[e]. */
+static int copy_bucket(rt_ctx *ctx, int h0, int h1, bool grad, int64_t lo, int64_t hi, float *buf,
+                       bool to_buf)
 {
 	int64_t off = 0, a, b;
-	for (int h = h0; h <= h1; off += ctx->lay[h].sz.params, h++) {
-		rt_lay *l = &ctx->lay[h];
-		if (!span(l, off, lo, hi, &a, &b))
-			continue;
-		if (to_buf)
-			memcpy(buf + off + a, l->p + a, (size_t)(b - a) * sizeof(float));
-		else
-			memcpy(l->p + a, buf + off + a, (size_t)(b - a) * sizeof(float));
-	}
+	int rc;
+	for (int h = h0; h <= h1; off += ctx->lay[h].sz.params, h++)
+		if (span(&ctx->lay[h], off, lo, hi, &a, &b) &&
+		    (rc = ctx->exec->dp_copy(ctx, h, grad, a, b, buf + off + a, to_buf)))
+			return rc;
+	return RT_OK;
 }
 
 /* This replica's shard [*lo, *hi) of a bucket of n elements, and c. */
@@ -232,35 +238,57 @@ int rt__dp_round(rt_ctx *ctx, int h)
 	if (i >= 0)
 		return overflow(ctx, l, i);
 	memset(l->acc, 0, (size_t)l->sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
-	return RT_OK;
+	return ctx->exec->grad_sync(ctx, h, 0, l->sz.params, false);
 }
 
-/* At the wait: the collective's result into the layers. */
+/* Elements [a, b) of layer l's exact sums, digits in the executor's
+ * memory at d, rounded into its gradients. */
+static int round_digits(rt_ctx *ctx, int h, const int64_t *d, int64_t a, int64_t b)
+{
+	rt_lay *l = &ctx->lay[h];
+	size_t nb = (size_t)(b - a) * RT_EXACT_DIGITS * sizeof(int64_t);
+	int64_t *tmp = malloc(nb), i;
+	int rc;
+	if (!tmp)
+		return rt__fail(ctx, RT_ENOMEM, "step %lld: the exact sums: out of memory",
+		                rt__step_no(ctx));
+	if (!(rc = ctx->exec->to_host(ctx, tmp, d, nb))) {
+		if ((i = rt__exact_round(tmp, l->g + a, b - a)) >= 0)
+			rc = overflow(ctx, l, a + i);
+		else
+			rc = ctx->exec->grad_sync(ctx, h, a, b, false);
+	}
+	free(tmp);
+	return rc;
+}
+
+/* At the wait: the collective's result into the layers.  A
+ * reduce-scatter's result, the shard, is at the start of the buffer under
+ * MPI (MPI_IN_PLACE) and at its own place under the device's communicator
+ * (NCCL's in-place form: replica r's at r*c). */
 static int finish(rt_ctx *ctx, const rt_op *op)
 {
-	int64_t n = bucket_params(ctx, op->h0, op->h1), lo = 0, hi = n, off = 0, a, b;
+	int64_t n = bucket_params(ctx, op->h0, op->h1), lo = 0, hi = n, off = 0, a, b, base = 0;
 	bool ex = is_exact(ctx);
-	if (op->coll == RT_ALL_GATHER) {
-		copy_params(ctx, op->h0, op->h1, 0, n, op->cbuf, false);
-		return RT_OK;
+	int rc;
+	if (op->coll == RT_ALL_GATHER)
+		return copy_bucket(ctx, op->h0, op->h1, false, 0, n, op->cbuf, false);
+	if (op->coll == RT_REDUCE_SCATTER) {
+		shard(ctx, n, &lo, &hi);
+		base = ctx->dcomm ? 0 : lo;
 	}
-	/* a reduce-scatter's result, the shard, is at the start of the buffer */
-	int64_t base = 0;
-	if (op->coll == RT_REDUCE_SCATTER)
-		shard(ctx, n, &lo, &hi), base = lo;
 	for (int h = op->h0; h <= op->h1; off += ctx->lay[h].sz.params, h++) {
 		rt_lay *l = &ctx->lay[h];
 		l->red = op->coll == RT_ALL_REDUCE ? RT_RED_ALL : RT_RED_SHARD;
 		if (span(l, off, lo, hi, &a, &b)) {
-			if (ex) {
-				const int64_t *d = (const int64_t *)op->cbuf + (off + a - base) * RT_EXACT_DIGITS;
-				int64_t i = rt__exact_round(d, l->g + a, b - a);
-				if (i >= 0)
-					return overflow(ctx, l, a + i);
-			} else {
-				memcpy(l->g + a, (const float *)op->cbuf + off + a - base,
-				       (size_t)(b - a) * sizeof(float));
-			}
+			if (ex)
+				rc = round_digits(ctx, h, (const int64_t *)op->cbuf +
+				                              (off + a - base) * RT_EXACT_DIGITS, a, b);
+			else
+				rc = ctx->exec->dp_copy(ctx, h, true, a, b,
+				                        (float *)op->cbuf + off + a - base, false);
+			if (rc)
+				return rc;
 		}
 		if (ex)
 			memset(l->acc, 0, (size_t)l->sz.params * RT_EXACT_DIGITS * sizeof(int64_t));
@@ -293,7 +321,7 @@ int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes,
 		                (long long)n, bytes, buf ? "" : " at NULL", (long long)need);
 	bool reduce = kind != RT_ALL_GATHER, ex = reduce && is_exact(ctx);
 	int64_t count = (kind == RT_ALL_REDUCE ? n : c) * (ex ? RT_EXACT_DIGITS : 1);
-	if (count > INT_MAX)
+	if (!ctx->dcomm && count > INT_MAX)
 		return rt__fail(ctx, RT_EARG, "rt_post_coll: %s of layers %lld..%lld: %lld elements per "
 		                "rank, more than one MPI call takes (%d)", coll_name[kind],
 		                (long long)L0->index, (long long)L1->index, (long long)count, INT_MAX);
@@ -310,41 +338,54 @@ int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes,
 			                "in one step", rt__step_no(ctx), (long long)l->index);
 	}
 
-	/* Pack. */
+	/* Pack: the gradients (exact: the host's digits) from element 0,
+	 * or this replica's parameters at their place. */
 	unsigned char *b = buf;
-	if (reduce) {
-		size_t at = 0;
-		for (int i = h0; i <= h1; i++) {
+	size_t at = 0;
+	if (reduce && ex) {
+		for (int i = h0; !rc && i <= h1; i++) {
 			const rt_lay *l = &ctx->lay[i];
-			size_t nb = (size_t)l->sz.params * (ex ? RT_EXACT_DIGITS * sizeof(int64_t) : sizeof(float));
-			memcpy(b + at, ex ? (const void *)l->acc : (const void *)l->g, nb);
+			size_t nb = (size_t)l->sz.params * RT_EXACT_DIGITS * sizeof(int64_t);
+			rc = ctx->exec->from_host(ctx, b + at, l->acc, nb);
 			at += nb;
 		}
-		memset(b + at, 0, bytes - at);
-	} else {
-		memset(buf, 0, bytes);
-		copy_params(ctx, h0, h1, lo, hi, buf, true);
+	} else if (reduce) {
+		rc = copy_bucket(ctx, h0, h1, true, 0, n, buf, true);
+		at = (size_t)n * sizeof(float);
 	}
+	if (!rc)
+		rc = reduce ? ctx->exec->clear(ctx, b + at, bytes - at) : ctx->exec->clear(ctx, buf, bytes);
+	if (!rc && !reduce)
+		rc = copy_bucket(ctx, h0, h1, false, lo, hi, buf, true);
+	if (rc)
+		return rc;
 
 	rt_op op = {.peer = -1, .tag = {(int32_t)t->pipe_rank, -1, RT_MSG_OTHER}, .bytes = bytes,
 	            .coll = kind, .h0 = h0, .h1 = h1, .cbuf = buf, .finish = finish};
-	MPI_Request *mr;
 	int64_t t0 = rt__now_ns();
-	if ((rc = rt__coll_req(ctx, &op, &h, &mr)))
-		return rc;
-	MPI_Datatype ty = ex ? MPI_INT64_T : MPI_FLOAT;
-	int mrc;
-	if (kind == RT_ALL_REDUCE)
-		mrc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, ty, MPI_SUM, ctx->dpc, mr);
-	else if (kind == RT_REDUCE_SCATTER)
-		mrc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)count, ty, MPI_SUM, ctx->dpc, mr);
-	else
-		mrc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, MPI_FLOAT,
-		                     ctx->dpc, mr);
-	if (mrc != MPI_SUCCESS) {
-		rt__coll_drop(ctx, h);
-		return rt__fail(ctx, RT_EMPI, "rt_post_coll: %s of layers %lld..%lld: %s", coll_name[kind],
-		                (long long)L0->index, (long long)L1->index, rt__mpierr(mrc, mpimsg));
+	if (ctx->dcomm) {
+		if ((rc = rt__coll_dcomm(ctx, &op, buf, (size_t)count, ex, &h)))
+			return rc;
+	} else {
+		MPI_Request *mr;
+		if ((rc = rt__coll_req(ctx, &op, &h, &mr)))
+			return rc;
+		MPI_Datatype ty = ex ? MPI_INT64_T : MPI_FLOAT;
+		int mrc;
+		if (kind == RT_ALL_REDUCE)
+			mrc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, ty, MPI_SUM, ctx->dpc, mr);
+		else if (kind == RT_REDUCE_SCATTER)
+			mrc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)count, ty, MPI_SUM, ctx->dpc,
+			                                mr);
+		else
+			mrc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, MPI_FLOAT,
+			                     ctx->dpc, mr);
+		if (mrc != MPI_SUCCESS) {
+			rt__coll_drop(ctx, h);
+			return rt__fail(ctx, RT_EMPI, "rt_post_coll: %s of layers %lld..%lld: %s",
+			                coll_name[kind], (long long)L0->index, (long long)L1->index,
+			                rt__mpierr(mrc, mpimsg));
+		}
 	}
 	for (int i = h0; reduce && i <= h1; i++)
 		ctx->lay[i].red = RT_RED_POSTED;
@@ -391,12 +432,10 @@ int rt_update(rt_ctx *ctx, int h0, int h1)
 		rt_lay *l = &ctx->lay[i];
 		/* sharded: [a, b) is the layer's part of the shard, [mlo, mhi),
 		 * since the bucket is the declared one (check_bucket) */
-		if (span(l, off, lo, hi, &a, &b) &&
-		    (rc = rt__optim_range(t, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v, a, b,
-		                          l->mlo)))
-			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
-			                (long long)l->index, rt_strerror(rc));
-		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
+		if (!span(l, off, lo, hi, &a, &b))
+			a = b = 0;
+		if ((rc = ctx->exec->update(ctx, i, a, b)))
+			return rc;
 		l->updated = true;
 	}
 	rt__trace(ctx, "optim", t0, ctx->lay[h0].index, -1, -1, 0);

@@ -44,7 +44,7 @@ typedef struct rt_exec {
 	int (*collect)(rt_ctx *ctx);
 	/* The optimizer step of every layer rt_update has not updated this
 	 * step (step ctx->step + 1), gradients cleared; the host's arrays may
-	 * lag until pull. */
+	 * lag until pull.  (update below, over each such layer whole.) */
 	int (*optimize)(rt_ctx *ctx);
 	/* The host's parameters and moments current (a checkpoint, the model
 	 * hash, rt_layer_get read them). */
@@ -72,16 +72,35 @@ typedef struct rt_exec {
 	int (*evict)(rt_ctx *ctx, void *buf, size_t bytes);
 	void (*info)(const rt_ctx *ctx, rt_exec_info *out);
 
+	/* ---- data parallelism (rt_dp.c) ---- */
+	/* rt_dp.c keeps what a bucket is (its layers, the shard, the exact
+	 * digits) and posts its collective on a buffer of the programs' memory
+	 * (through MPI, or the device's communicator: rt_comm.c); these move a
+	 * layer's state in and out of such a buffer and run its update.  On a
+	 * device they are in the compute stream's order, which the device
+	 * communicator's groups wait for and are waited for by. */
+	/* Elements [a, b) of layer h's gradients (grad) or parameters, f32,
+	 * between the executor's state and buf (element a at buf[0]): into buf
+	 * (to_buf), or back (parameters: the master copy and the kernels'
+	 * storage type, rounded as the optimizer's step rounds it). */
+	int (*dp_copy)(rt_ctx *ctx, int h, bool grad, int64_t a, int64_t b, void *buf, bool to_buf);
+	/* Layer h's gradients and the host's array l->g, which the exact mode
+	 * adds from and rounds into (rt_exact.c): all of them to the host
+	 * (to_host), or elements [a, b) from it.  Nothing to move on the CPU,
+	 * whose l->g they are. */
+	int (*grad_sync)(rt_ctx *ctx, int h, int64_t a, int64_t b, bool to_host);
+	/* The optimizer step (step ctx->step + 1) of elements [a, b) of layer
+	 * h (maybe empty; the moments held are [l->mlo, l->mhi), which the
+	 * range is inside), then all of h's gradients cleared. */
+	int (*update)(rt_ctx *ctx, int h, int64_t a, int64_t b);
+	/* Zeroes bytes of a buffer (alloc's, or the programs' block). */
+	int (*clear)(rt_ctx *ctx, void *p, size_t bytes);
+
 	/* ---- the end ---- */
 	/* Before MPI_Abort: stop what runs on the device (nothing on the host). */
 	void (*abort)(rt_ctx *ctx);
 	/* Frees the executor's state (rt_finalize, after the communication). */
 	void (*free)(rt_ctx *ctx);
-
-	/* Data parallelism (rt_dp.c) reduces and updates the host's arrays
-	 * itself, so it runs on executors whose state is the host's (info's
-	 * device NULL): rt_model_init refuses it on a device.  A device's
-	 * version would add here the reduction of its gradient buffers (NCCL). */
 } rt_exec;
 
 /* The host's CPU kernels (rt_exec_cpu.c): every context's until a device

@@ -1,7 +1,8 @@
 /* rt_exec_cpu.c: the executor of a CPU rank (rt_exec.h): the layers run
  * the host's kernels (runtime/cpu, f32) on the model's arrays in the
  * arena, the head's loss is recorded by its F, and the optimizer is the
- * host's AdamW (rt_optim.c) over each tensor.  The host's arrays are the
+ * host's AdamW (rt_optim.c) over each tensor.  A data-parallel bucket
+ * (rt_dp.c) is packed and unpacked by memcpy, and MPI reduces it in place.  The host's arrays are the
  * state itself, so pull and upload have nothing to move, and the programs'
  * buffers are host memory. */
 #include <stdio.h>
@@ -54,21 +55,50 @@ static int cpu_w(rt_ctx *ctx, int h, const void *ws)
 	return kernel_rc(ctx, rt_backward_w(&l->desc, l->p, l->g, ws, ctx->scratch));
 }
 
+static int cpu_update(rt_ctx *ctx, int h, int64_t a, int64_t b)
+{
+	rt_lay *l = &ctx->lay[h];
+	int rc;
+	if (a < b && (rc = rt__optim_range(&ctx->train, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v,
+	                                   a, b, l->mlo)))
+		return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
+		                (long long)l->index, rt_strerror(rc));
+	memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
+	return RT_OK;
+}
+
 static int cpu_optimize(rt_ctx *ctx)
 {
 	for (int i = 0; i < ctx->nlay; i++) {
-		rt_lay *l = &ctx->lay[i];
 		int rc;
-		if (l->updated) /* rt_update did (rt_dp.c) */
-			continue;
 		/* dp <= 1 here (rt_step_end checks that rt_update ran on every
 		 * layer otherwise): the moments are whole */
-		if ((rc = rt__optim_range(&ctx->train, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v, 0,
-		                          l->sz.params, 0)))
-			return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
-			                (long long)l->index, rt_strerror(rc));
-		memset(l->g, 0, (size_t)l->sz.params * sizeof(float));
+		if (!ctx->lay[i].updated && (rc = cpu_update(ctx, i, 0, ctx->lay[i].sz.params)))
+			return rc;
 	}
+	return RT_OK;
+}
+
+static int cpu_dp_copy(rt_ctx *ctx, int h, bool grad, int64_t a, int64_t b, void *buf, bool to_buf)
+{
+	rt_lay *l = &ctx->lay[h];
+	float *x = (grad ? l->g : l->p) + a;
+	size_t nb = (size_t)(b - a) * sizeof(float);
+	if (nb)
+		memcpy(to_buf ? buf : x, to_buf ? x : buf, nb);
+	return RT_OK;
+}
+
+static int cpu_grad_sync(rt_ctx *ctx, int h, int64_t a, int64_t b, bool to_host)
+{
+	(void)ctx, (void)h, (void)a, (void)b, (void)to_host;
+	return RT_OK;
+}
+
+static int cpu_clear(rt_ctx *ctx, void *p, size_t bytes)
+{
+	(void)ctx;
+	memset(p, 0, bytes);
 	return RT_OK;
 }
 
@@ -177,6 +207,10 @@ const rt_exec rt__exec_cpu = {
     .sync = nothing,
     .evict = cpu_evict,
     .info = cpu_info,
+    .dp_copy = cpu_dp_copy,
+    .grad_sync = cpu_grad_sync,
+    .update = cpu_update,
+    .clear = cpu_clear,
     .abort = cpu_end,
     .free = cpu_end,
 };

@@ -74,13 +74,21 @@ typedef struct rt_req {
 
 /* A device's own communicator (NCCL; runtime/cuda/rt_cuda.c): point-to-point
  * on device buffers, in groups; a group's completion is a handle that
- * test() polls.  Every call returns RT_OK or an RT_ code with the message
+ * test() polls.  With data parallelism it also holds a communicator of the
+ * rank's DP group (dp_init, once), whose collectives join a group as its
+ * sends and receives do, with NCCL's semantics: in place on buf, count
+ * elements per rank, f32 or (i64) int64, summed; the all-reduce's result
+ * in all of buf, the reduce-scatter's shard of replica r at its own place
+ * (elements r*count ..), the all-gather's contribution of replica r read
+ * from there.  Every call returns RT_OK or an RT_ code with the message
  * in error(). */
 typedef struct rt_dcomm {
 	void *self;
 	int (*group_begin)(void *self);
 	int (*send)(void *self, const void *buf, size_t bytes, int peer);
 	int (*recv)(void *self, void *buf, size_t bytes, int peer);
+	int (*dp_init)(void *self, MPI_Comm dpc); /* dpc: the DP group, ranked by replica */
+	int (*coll)(void *self, int kind, void *buf, size_t count, bool i64); /* kind: rt_coll */
 	int (*group_end)(void *self, void **done);
 	int (*test)(void *self, void *done, bool *complete);
 	void (*release)(void *self, void *done);
@@ -242,6 +250,16 @@ void rt__progress(rt_ctx *ctx);
  * the MPI request to post it into; after a failed post, rt__coll_drop. */
 int rt__coll_req(rt_ctx *ctx, const rt_op *op, int *req, MPI_Request **mr);
 void rt__coll_drop(rt_ctx *ctx, int req);
+/* A collective of the DP group through the device's communicator
+ * (ctx->dcomm->coll, count elements per rank of buf): a group of its own
+ * under a new handle *req, whose wait completes the group and then calls
+ * op->finish. */
+int rt__coll_dcomm(rt_ctx *ctx, const rt_op *op, void *buf, size_t count, bool i64, int *req);
+
+/* Completes every collective still pending (a carried all-gather of the
+ * last step, overlap_param_gather) before anything outside the program
+ * reads the parameters; the handles stay for the program's waits. */
+int rt__comm_drain(rt_ctx *ctx);
 
 /* ---- rt_optim.c: the optimizer's math, the same on every executor ---- */
 

@@ -204,6 +204,10 @@ int rt_finalize(rt_ctx *ctx)
 	int rc = RT_OK;
 	if (!ctx)
 		return RT_EARG;
+	/* The last step's carried all-gathers, before MPI goes. */
+	int drc = rt__comm_drain(ctx);
+	if (drc != RT_OK)
+		return rt_abort(ctx, drc);
 	if (ctx->trace_dir)
 		rc = rt_trace_write(ctx, ctx->trace_dir);
 	/* MPI_Finalize waits for every rank with no deadline: one stopped or

@@ -411,18 +411,31 @@ int rt_step_begin(rt_ctx *ctx)
 	return RT_OK;
 }
 
-int rt_run_f(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act)
+/* F of a layer, as the program's F (phase "F") or as a recomputing B's F
+ * again ("R"): the same call, so the same bits. */
+static int run_f(rt_ctx *ctx, const char *fn, const char *phase, int h, int64_t mb,
+                 const float *x, float *y, void *act)
 {
 	int rc;
-	if ((rc = check_op(ctx, "rt_run_f", h, mb)))
+	if ((rc = check_op(ctx, fn, h, mb)))
 		return rc;
 	rt_lay *l = &ctx->lay[h];
 	rt__progress(ctx);
 	int64_t t0 = rt__now_ns();
 	if ((rc = ctx->exec->f(ctx, h, mb, x, y, act)))
-		return kernel_fail(ctx, rc, "F", l, mb);
-	rt__trace(ctx, "F", t0, l->index, mb, -1, 0);
+		return kernel_fail(ctx, rc, phase, l, mb);
+	rt__trace(ctx, phase, t0, l->index, mb, -1, 0);
 	return RT_OK;
+}
+
+int rt_run_f(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act)
+{
+	return run_f(ctx, "rt_run_f", "F", h, mb, x, y, act);
+}
+
+int rt_run_r(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act)
+{
+	return run_f(ctx, "rt_run_r", "R", h, mb, x, y, act);
 }
 
 int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const void *act,
@@ -470,6 +483,8 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 	if ((rc = ctx->exec->w(ctx, h, wstash)))
 		return kernel_fail(ctx, rc, "W", l, mb);
 	if (l->acc) {
+		if ((rc = ctx->exec->grad_sync(ctx, h, 0, l->sz.params, true)))
+			return rc;
 		int64_t bad = rt__exact_add(l->acc, l->g, l->sz.params);
 		if (bad >= 0)
 			return rt__fail(ctx, RT_ELOSS,
@@ -586,7 +601,7 @@ int rt_model_hash(rt_ctx *ctx, uint64_t *out)
 		return rc;
 	if (!out)
 		return RT_EARG;
-	if ((rc = ctx->exec->pull(ctx)))
+	if ((rc = rt__comm_drain(ctx)) || (rc = ctx->exec->pull(ctx)))
 		return rc;
 	int *counts = calloc((size_t)ctx->world, sizeof *counts);
 	int *displs = calloc((size_t)ctx->world, sizeof *displs);

@@ -43,11 +43,13 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
 	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
 	X(BACKEND, "--backend", "nccl|mpi", C_MODEL, "transport semantics to lower for and prove (default nccl)") \
-	X(DP, "--dp", "D", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md)") \
+	X(DP, "--dp", "D|auto", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md); auto (plan's and sim's default; compile's is 1): every D that divides both, with the distributed optimizer off and on and the recomputation searched too, the fastest that fits kept") \
 	X(RANK_ORDER, "--rank-order", "auto|pp-inner|dp-inner", C_MODEL, "with --dp: number a pipeline's devices next to each other (pp-inner) or a DP group's (dp-inner); auto, the default: the one whose step simulates faster") \
 	X(DIST_OPT, "--distributed-optimizer", NULL, C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather)") \
+	X(NO_OVERLAP_PG, "--no-overlap-param-gather", NULL, C_MODEL, "with --distributed-optimizer: wait for each all-gather at the end of its step instead of before its stage's first forward of the next step") \
 	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
+	X(RECOMPUTE, "--recompute", "none|full|auto", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B (docs/cost-model.md, \"Recomputation\"); auto, the default with --dp auto: the faster of none and full that fits, searched with D (selective is not built yet)") \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the tuner's search (default 20)") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
@@ -403,7 +405,11 @@ static ir_module *load_model(const args *a)
 	ov.dp_default_auto = a->cmd->bit != C_COMPILE;
 	ov.rank_order = a->val[O_RANK_ORDER];
 	ov.dist_opt = a->set[O_DIST_OPT];
+	ov.no_overlap_gather = a->set[O_NO_OVERLAP_PG];
+	ov.no_overlap_at = flag_loc(a, O_NO_OVERLAP_PG);
 	ov.deterministic = a->set[O_DETERMINISTIC];
+	ov.recompute = a->val[O_RECOMPUTE];
+	ov.recompute_at = flag_loc(a, O_RECOMPUTE);
 	ov.devices_at = flag_loc(a, O_DEVICES);
 	ov.microbatches_at = flag_loc(a, O_MICROBATCHES);
 	ov.chunks_at = flag_loc(a, O_CHUNKS);
@@ -487,10 +493,11 @@ static int run_pipeline(ir_module **mp, pipeline *pl, bool finish, bool reprove,
 	so->chosen = -1;
 	if (finish)
 		pl->n = pass_lacking(*mp, pl->ids);
-	if ((*mp)->dp_auto) {
+	if ((*mp)->dp_auto || (*mp)->recompute_auto) {
 		if (pl->custom)
-			return cli_error("--passes runs the passes given on one plan; --dp auto plans "
-			                 "every data-parallel degree with the default pipeline: give --dp D");
+			return cli_error("--passes runs the passes given on one plan; --dp auto and "
+			                 "--recompute auto plan every candidate with the default pipeline: "
+			                 "give --dp D and --recompute none|full");
 		ir_module *x = scaleout_search(*mp, &pl->po, so);
 		if (!x)
 			return 1;
@@ -588,7 +595,8 @@ static int model_flags_on_ir(const args *a, bool backend_too)
 {
 	static const opt_id model_only[] = {O_DEVICES, O_DTYPE, O_MICROBATCHES, O_CLUSTER, O_SCHEDULE,
 	                                    O_CHUNKS, O_PARTITION, O_PROFILE, O_DP, O_RANK_ORDER,
-	                                    O_DIST_OPT, O_DETERMINISTIC, O_BUCKET, O_BACKEND};
+	                                    O_DIST_OPT, O_NO_OVERLAP_PG, O_DETERMINISTIC, O_BUCKET,
+	                                    O_BACKEND};
 	for (size_t i = 0; i < sizeof model_only / sizeof *model_only; i++) {
 		opt_id id = model_only[i];
 		if (a->set[id] && (id != O_BACKEND || backend_too))

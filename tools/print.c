@@ -64,10 +64,11 @@ static double coll_s(const sim_device *d) { return d->coll * 1e-6; }
  * optimizer on": the data-parallel shape. */
 static const char *dp_shape(char *buf, size_t n, const ir_module *m)
 {
-	snprintf(buf, n, "%lld x %lld (replicas x pipeline devices, %s ranks), distributed optimizer %s",
+	snprintf(buf, n, "%lld x %lld (replicas x pipeline devices, %s ranks), distributed optimizer %s%s",
 	         (long long)ir_dp(m),
 	         (long long)ir_pipe_devices(m), ir_rank_order_names[m->plan.rank_order],
-	         ir_switch_names[m->plan.dist_opt != 0]);
+	         ir_switch_names[m->plan.dist_opt != 0],
+	         m->plan.overlap_gather ? " (all-gather overlapped with the next step)" : "");
 	return buf;
 }
 
@@ -85,8 +86,10 @@ static void print_sim_json(const sim_result *r, bool times_only)
 	print_array("cooldown_s", r, cooldown_s);
 	print_array("residual_s", r, residual_s);
 	if (r->dp > 1) {
-		printf(", \"collectives_s\": %.9g, \"exposed_reduction_s\": %.9g, \"update_s\": %.9g",
-		       r->coll * 1e-6, r->exposed * 1e-6, r->update * 1e-6);
+		printf(", \"collectives_s\": %.9g, \"exposed_reduction_s\": %.9g, \"update_s\": %.9g, "
+		       "\"exposed_gather_s\": %.9g, \"simulated_steps\": %d",
+		       r->coll * 1e-6, r->exposed * 1e-6, r->update * 1e-6, r->gather_exposed * 1e-6,
+		       r->steps);
 		print_array("pipeline_per_device_s", r, pipeline_s);
 		print_array("exposed_reduction_per_device_s", r, exposed_s);
 		print_array("update_per_device_s", r, update_s);
@@ -101,14 +104,16 @@ static void print_scaleout_json(const ir_module *m, const scaleout *so)
 	for (int i = 0; i < so->nrows; i++) {
 		const scaleout_row *w = &so->rows[i];
 		printf("%s{\"dp\": %lld, \"pipeline_devices\": %lld, \"dist_optimizer\": %s, "
-		       "\"planned\": %s, \"fits\": %s, \"chosen\": %s",
+		       "\"recompute\": \"%s\", \"planned\": %s, \"fits\": %s, \"chosen\": %s",
 		       i ? ", " : "", (long long)w->dp, (long long)w->pp, w->dist_opt ? "true" : "false",
+		       ir_recompute_names[w->recompute],
 		       w->ok ? "true" : "false", w->fits ? "true" : "false", w->chosen ? "true" : "false");
 		if (w->ok) {
 			printf(", \"makespan_s\": %.9g, \"bubble_ratio\": %.6f, \"exposed_reduction_s\": %.9g, "
-			       "\"update_s\": %.9g, \"tokens_per_s\": %.6g, \"lower_bound_s\": %.9g",
+			       "\"update_s\": %.9g, \"recompute_share\": %.6f, \"tokens_per_s\": %.6g, "
+			       "\"lower_bound_s\": %.9g",
 			       w->step * 1e-6, w->bubble, w->exposed * 1e-6, w->update * 1e-6,
-			       w->tokens_per_s, w->bound * 1e-6);
+			       w->recompute_share, w->tokens_per_s, w->bound * 1e-6);
 			if (ir_times_only(m))
 				printf(", \"peak_mem_bytes\": null");
 			else
@@ -135,8 +140,9 @@ void print_plan_json(const ir_module *m, const sim_result *r, const scaleout *so
 	for (int s = 0; s < m->nstages; s++) {
 		char kinds[256];
 		stage_kinds(m, &m->stages[s], kinds, sizeof kinds);
-		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\"}", s ? ", " : "",
-		       m->stages[s].first, m->stages[s].last, m->stages[s].device, kinds);
+		printf("%s{\"first\": %d, \"last\": %d, \"device\": %d, \"kinds\": \"%s\", "
+		       "\"recompute\": \"%s\"}", s ? ", " : "", m->stages[s].first, m->stages[s].last,
+		       m->stages[s].device, kinds, ir_recompute_names[m->stages[s].recompute]);
 	}
 	printf("], \"ops_per_device\": [");
 	for (int d = 0; d < m->ndevices; d++)
@@ -144,9 +150,11 @@ void print_plan_json(const ir_module *m, const sim_result *r, const scaleout *so
 	printf("]");
 	if (ir_dp(m) > 1)
 		printf(", \"dp\": %lld, \"pipeline_devices\": %lld, \"rank_order\": \"%s\", "
-		       "\"dist_optimizer\": %s, \"deterministic\": %s, \"bucket_bytes\": %llu",
+		       "\"dist_optimizer\": %s, \"overlap_param_gather\": %s, \"deterministic\": %s, "
+		       "\"bucket_bytes\": %llu",
 		       (long long)ir_dp(m), (long long)ir_pipe_devices(m),
 		       ir_rank_order_names[m->plan.rank_order], m->plan.dist_opt ? "true" : "false",
+		       m->plan.overlap_gather ? "true" : "false",
 		       m->plan.deterministic ? "true" : "false", (unsigned long long)m->plan.bucket);
 	if (r)
 		print_sim_json(r, ir_times_only(m));
@@ -185,10 +193,14 @@ void print_sim_table(const ir_module *m, const sim_result *r)
 		       m->cluster.flops);
 	bool dp = r->dp > 1;
 	if (dp) {
-		char shape[128];
+		char shape[192];
 		printf("data parallel %s: collectives %s, exposed reduction %s, update %s (the most of "
 		       "any device)\n", dp_shape(shape, sizeof shape, m), fmt_time(t, sizeof t, r->coll),
 		       fmt_time(u, sizeof u, r->exposed), fmt_time(v, sizeof v, r->update));
+		if (m->plan.overlap_gather)
+			printf("overlapped parameter all-gather: exposed %s before the stages' first F (of the "
+			       "exposed reduction; the steady state, after %d simulated step%s)\n",
+			       fmt_time(t, sizeof t, r->gather_exposed), r->steps, r->steps == 1 ? "" : "s");
 	}
 	printf("%-7s %12s %12s %12s %12s", "device", "busy", "warm-up", "cool-down", "residual");
 	if (dp)
@@ -271,7 +283,17 @@ void print_plan_table(const ir_module *m)
 		else
 			snprintf(dev, sizeof dev, "-");
 		stage_kinds(m, st, kinds, sizeof kinds);
-		printf("S%-5d %-14s %-7s %s\n", s, range, dev, kinds);
+		printf("S%-5d %-14s %-7s %s", s, range, dev, kinds);
+		/* What recomputation saves per micro-batch in flight, once the
+		 * costs (the stashes) are known. */
+		if (st->recompute != IR_RECOMP_NONE && m->layers[st->first].cost.known) {
+			char kept[32], act[32];
+			ir_fmt_size(kept, sizeof kept, ir_stage_kept(m, s));
+			ir_fmt_size(act, sizeof act, ir_stage_act(m, s));
+			printf("  (recompute %s: F to B keeps %s, not %s, per micro-batch; B runs F again)",
+			       ir_recompute_names[st->recompute], kept, act);
+		}
+		putchar('\n');
 	}
 	if (!m->ndevices)
 		return;
@@ -305,15 +327,22 @@ void print_plan_table(const ir_module *m)
 void print_scaleout_table(const ir_module *m, const scaleout *so)
 {
 	char t[32], u[32], v[32], w[32], x[32];
-	printf("data parallelism (--dp auto): %d candidates on %lld devices, %lld micro-batches a "
-	       "step in all\n", so->nrows, (long long)m->cluster.devices,
-	       (long long)m->train.microbatches);
-	printf("%5s %5s %-9s %12s %7s %12s %12s %12s %12s %12s  %s\n", "D", "P", "dist-opt", "step",
-	       "bubble", "exposed red", "update", "peak memory", "tokens/s", "lower bound", "");
+	printf("%s: %d candidates on %lld devices, %lld micro-batches a step in all\n",
+	       so->dp_searched ? "data parallelism (--dp auto)" : "recomputation (--recompute auto)",
+	       so->nrows, (long long)m->cluster.devices, (long long)m->train.microbatches);
+	printf("%5s %5s %-9s %-10s %12s %7s %12s %12s %12s %12s %12s  %s\n", "D", "P", "dist-opt",
+	       "recompute", "step", "bubble", "exposed red", "update", "peak memory", "tokens/s",
+	       "lower bound", "");
 	for (int i = 0; i < so->nrows; i++) {
 		const scaleout_row *row = &so->rows[i];
-		printf("%5lld %5lld %-9s", (long long)row->dp, (long long)row->pp,
-		       row->dp == 1 ? "-" : row->dist_opt ? "on" : "off");
+		char rc[32];
+		if (row->ok && row->recompute != IR_RECOMP_NONE)
+			snprintf(rc, sizeof rc, "%s %.0f%%", ir_recompute_names[row->recompute],
+			         100 * row->recompute_share);
+		else
+			snprintf(rc, sizeof rc, "%s", ir_recompute_names[row->recompute]);
+		printf("%5lld %5lld %-9s %-10s", (long long)row->dp, (long long)row->pp,
+		       row->dp == 1 ? "-" : row->dist_opt ? "on" : "off", rc);
 		if (!row->ok) {
 			printf(" %s\n", row->why);
 			continue;
@@ -326,8 +355,9 @@ void print_scaleout_table(const ir_module *m, const scaleout *so)
 	}
 	if (so->chosen >= 0) {
 		const scaleout_row *c = &so->rows[so->chosen];
-		printf("chosen: D=%lld x P=%lld%s, %.1f %% above its lower bound\n", (long long)c->dp,
+		printf("chosen: D=%lld x P=%lld%s%s, %.1f %% above its lower bound\n", (long long)c->dp,
 		       (long long)c->pp, c->dist_opt ? " with the distributed optimizer" : "",
+		       c->recompute != IR_RECOMP_NONE ? ", recomputing every stage" : "",
 		       100 * (c->step / c->bound - 1));
 	}
 	printf("\n");

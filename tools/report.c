@@ -100,7 +100,9 @@ static int read_rank(run *rn, int d, int rank, const char *path, const char *tex
 			continue;
 		memcpy(ev, line, len);
 		ev[len] = 0;
-		int kind = strstr(ev, "\"cat\":\"F\"") ? IR_OP_F : strstr(ev, "\"cat\":\"B\"") ? IR_OP_B
+		/* R: a recomputing B's F again (rt_run_r), a part of that B */
+		int kind = strstr(ev, "\"cat\":\"F\"") ? IR_OP_F
+		         : strstr(ev, "\"cat\":\"B\"") || strstr(ev, "\"cat\":\"R\"") ? IR_OP_B
 		         : strstr(ev, "\"cat\":\"W\"") ? IR_OP_W : -1;
 		/* A collective's wait ("wait", no peer) or a bucket's update
 		 * ("optim L<first>"): data parallelism's time, per step. */
@@ -328,12 +330,15 @@ int report_run(const char *dir)
 			if (op->comm != IR_COMM_NONE)
 				continue;
 			const ir_stage *st = &m->stages[op->stage];
+			/* A recomputing stage's B: its layers' R events and B events. */
+			int want = (st->last - st->first + 1) *
+			           (op->kind == IR_OP_B && st->recompute != IR_RECOMP_NONE ? 2 : 1);
 			for (int s = 0; s < rn.nsteps; s++)
-				if (rn.count[AT(&rn, d, i, s)] != st->last - st->first + 1) {
-					rc = fail("%s/trace-rank%d.json: step %d has %d layer events for %s S%d m%d, whose "
-					          "stage has %d layers: the run stopped early, or the trace is from another plan",
-					          tdir, (int)ir_rank_of(m, 0, d), s, rn.count[AT(&rn, d, i, s)], ir_op_names[op->kind], op->stage,
-					          op->mb, st->last - st->first + 1);
+				if (rn.count[AT(&rn, d, i, s)] != want) {
+					rc = fail("%s/trace-rank%d.json: step %d has %d layer events for %s S%d m%d, "
+					          "which has %d: the run stopped early, or the trace is from another plan",
+					          tdir, (int)ir_rank_of(m, 0, d), s, rn.count[AT(&rn, d, i, s)],
+					          ir_op_names[op->kind], op->stage, op->mb, want);
 					goto out;
 				}
 		}

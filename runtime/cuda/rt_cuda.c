@@ -21,6 +21,11 @@
  *   NCCL        rank 0's unique id broadcast over MPI once, before the
  *               first step; a non-blocking communicator (every result
  *               polled until it settles), ncclCommAbort when the rank fails.
+ *               With data parallelism a second one per DP group (its
+ *               replica 0's id broadcast over the DP communicator) for the
+ *               buckets' ncclAllReduce / ncclReduceScatter / ncclAllGather,
+ *               in place on the bucket's buffer, on the communication
+ *               stream in program order with the sends and receives.
  *               OCTO_COMM=mpi: no NCCL; the runtime moves host copies over
  *               MPI, so several ranks can share one GPU.
  *
@@ -71,9 +76,12 @@ typedef struct rt_cuda {
 	cudaStream_t compute, comm;
 	cudaEvent_t ready;
 	ncclComm_t nccl;
+	ncclComm_t dp; /* the DP group's (NULL without data parallelism) */
+	int replica;   /* this rank's in it */
 } rt_cuda;
 
 static int fail(rt_cuda *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void end_comm(ncclComm_t comm);
 static int fail(rt_cuda *c, int code, const char *fmt, ...)
 {
 	va_list ap;
@@ -236,22 +244,20 @@ static void release(rt_cuda *c)
 static void c_destroy(rt_dev *d)
 {
 	rt_cuda *c = self(d);
-	if (c->nccl) {
-		ncclResult_t r = nccl_settle(c->nccl, ncclCommFinalize(c->nccl));
-		if (r == ncclSuccess)
-			ncclCommDestroy(c->nccl);
-		else
-			ncclCommAbort(c->nccl);
-	}
+	end_comm(c->dp);
+	end_comm(c->nccl);
 	release(c);
 }
 
 static void c_abort(rt_dev *d)
 {
 	rt_cuda *c = self(d);
+	/* no peer is left in a transfer with this rank */
+	if (c->dp)
+		ncclCommAbort(c->dp);
 	if (c->nccl)
-		ncclCommAbort(c->nccl); /* no peer is left in a transfer with this rank */
-	c->nccl = NULL;
+		ncclCommAbort(c->nccl);
+	c->nccl = c->dp = NULL;
 }
 
 static const dev_ops cuda_ops = {
@@ -260,6 +266,69 @@ static const dev_ops cuda_ops = {
 };
 
 /* ---- the NCCL communicator ---------------------------------------------------- */
+
+/* Finalized when it can be, else aborted; NULL is nothing. */
+static void end_comm(ncclComm_t comm)
+{
+	if (!comm)
+		return;
+	if (nccl_settle(comm, ncclCommFinalize(comm)) == ncclSuccess)
+		ncclCommDestroy(comm);
+	else
+		ncclCommAbort(comm);
+}
+
+/* The DP group's communicator: every member is in rt__dp_init, past the
+ * all-gather that checked the job's settings, so the broadcast finds them. */
+static int n_dp_init(void *s, MPI_Comm dpc)
+{
+	rt_cuda *c = s;
+	ncclUniqueId id;
+	int n = 0;
+	ncclResult_t r;
+	if (MPI_Comm_rank(dpc, &c->replica) != MPI_SUCCESS || MPI_Comm_size(dpc, &n) != MPI_SUCCESS)
+		return fail(c, RT_EMPI, "MPI_Comm_rank failed during the DP group's NCCL bootstrap "
+		            "(rank %d)", c->rank);
+	if (c->replica == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess)
+		return fail(c, RT_EDEVICE, "ncclGetUniqueId failed during the DP group's bootstrap: %s "
+		            "(rank %d)", ncclGetErrorString(r), c->rank);
+	if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, dpc) != MPI_SUCCESS)
+		return fail(c, RT_EMPI, "MPI_Bcast failed during the DP group's NCCL bootstrap (rank %d)",
+		            c->rank);
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	cfg.blocking = 0; /* so that a failing rank can ncclCommAbort */
+	r = ncclCommInitRankConfig(&c->dp, n, id, c->replica, &cfg);
+	if ((r = nccl_settle(c->dp, r)) != ncclSuccess)
+		return fail(c, RT_EDEVICE, "ncclCommInitRankConfig failed during the DP group's "
+		            "bootstrap: %s (%s) (rank %d, replica %d of %d)", ncclGetErrorString(r),
+		            ncclGetLastError(c->dp), c->rank, c->replica, n);
+	return RT_OK;
+}
+
+/* In NCCL's in-place forms: the reduce-scatter's result and the
+ * all-gather's contribution at the replica's place, buf + replica*count. */
+static int n_coll(void *s, int kind, void *buf, size_t count, bool i64)
+{
+	rt_cuda *c = s;
+	ncclDataType_t ty = i64 ? ncclInt64 : ncclFloat32;
+	char *own = (char *)buf + (size_t)c->replica * count * (i64 ? 8 : 4);
+	ncclResult_t r;
+	if (!c->dp)
+		return fail(c, RT_EARG, "a collective before the DP group's communicator (rank %d)",
+		            c->rank);
+	if (kind == RT_ALL_REDUCE)
+		r = ncclAllReduce(buf, buf, count, ty, ncclSum, c->dp, c->comm);
+	else if (kind == RT_REDUCE_SCATTER)
+		r = ncclReduceScatter(buf, own, count, ty, ncclSum, c->dp, c->comm);
+	else
+		r = ncclAllGather(own, buf, count, ty, c->dp, c->comm);
+	if ((r = nccl_settle(c->dp, r)) != ncclSuccess)
+		return fail(c, RT_EDEVICE, "%s failed: %s (%s) (rank %d)",
+		            kind == RT_ALL_REDUCE ? "ncclAllReduce" : kind == RT_REDUCE_SCATTER
+		            ? "ncclReduceScatter" : "ncclAllGather", ncclGetErrorString(r),
+		            ncclGetLastError(c->dp), c->rank);
+	return RT_OK;
+}
 
 static int n_group_begin(void *s)
 {
@@ -289,7 +358,13 @@ static int n_group_end(void *s, void **done)
 {
 	rt_cuda *c = s;
 	cudaEvent_t ev;
-	NCCL_OK(c, ncclGroupEnd(), "a group's end");
+	/* a group that returns ncclInProgress settles on each communicator */
+	ncclResult_t r = ncclGroupEnd();
+	if (r == ncclInProgress && (r = nccl_settle(c->nccl, r)) == ncclSuccess && c->dp)
+		r = nccl_settle(c->dp, ncclInProgress);
+	if (r != ncclSuccess)
+		return fail(c, RT_EDEVICE, "ncclGroupEnd failed during a group's end: %s (%s) (rank %d)",
+		            ncclGetErrorString(r), ncclGetLastError(c->nccl), c->rank);
 	CUDA_OK(c, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "a group's end");
 	CUDA_OK(c, cudaEventRecord(ev, c->comm), "a group's end");
 	/* The compute stream's next kernels see what the group received, and
@@ -310,10 +385,14 @@ static int n_test(void *s, void *done, bool *complete)
 	if (e != cudaErrorNotReady)
 		return fail(c, RT_EDEVICE, "a group's transfers failed: %s (rank %d)", cudaGetErrorString(e),
 		            c->rank);
-	ncclResult_t r;
-	if (ncclCommGetAsyncError(c->nccl, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress)
-		return fail(c, RT_EDEVICE, "NCCL failed during a group's transfers: %s (%s) (rank %d)",
-		            ncclGetErrorString(r), ncclGetLastError(c->nccl), c->rank);
+	ncclComm_t comms[2] = {c->nccl, c->dp};
+	for (int i = 0; i < 2; i++) {
+		ncclResult_t r;
+		if (comms[i] && ncclCommGetAsyncError(comms[i], &r) == ncclSuccess && r != ncclSuccess &&
+		    r != ncclInProgress)
+			return fail(c, RT_EDEVICE, "NCCL failed during a group's transfers: %s (%s) (rank %d)",
+			            ncclGetErrorString(r), ncclGetLastError(comms[i]), c->rank);
+	}
 	*complete = false;
 	return RT_OK;
 }
@@ -432,7 +511,7 @@ int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *cons
 		return rc;
 	}
 	c->dcomm = (rt_dcomm){.self = c, .group_begin = n_group_begin, .send = n_send, .recv = n_recv,
-	                      .group_end = n_group_end, .test = n_test, .release = n_release,
+	                      .dp_init = n_dp_init, .coll = n_coll, .group_end = n_group_end, .test = n_test, .release = n_release,
 	                      .error = n_error};
 	*out = &c->dev;
 	return RT_OK;

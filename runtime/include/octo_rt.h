@@ -199,6 +199,12 @@ int rt_run_f(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act
 int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const void *act,
              void *wstash);
 int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash);
+/* F of layer h again, inside the B of a stage that recomputes its
+ * activations (docs/cost-model.md, "Recomputation"): rt_run_f itself, the
+ * same kernels on the same input, so the stash it fills holds the same
+ * bits; the head records the same loss again.  Traced as "R" (the trace's
+ * report counts it in the B it precedes). */
+int rt_run_r(rt_ctx *ctx, int h, int64_t mb, const float *x, float *y, void *act);
 
 /* ---- data parallelism: collectives on gradient buckets ------------------- */
 
@@ -292,7 +298,14 @@ int rt_group_begin(rt_ctx *ctx);
 int rt_group_end(rt_ctx *ctx, int *req);
 
 /* Waits for a handle (and frees it), polling with a deadline: after the
- * context's timeout, RT_ETIMEOUT naming every operation still pending. */
+ * context's timeout, RT_ETIMEOUT naming every operation still pending.
+ * RT_NO_REQ is nothing to wait for: the carried wait of an all-gather
+ * (docs/dataparallel.md, overlap_param_gather) in the first step, before
+ * any was posted.  A collective's handle may outlive the step that posted
+ * it: rt_ckpt_save, rt_model_hash and rt_finalize complete every pending
+ * collective first (the parameters are whole again), and its handle stays
+ * for its wait, which then only frees it. */
+#define RT_NO_REQ (-1)
 int rt_wait(rt_ctx *ctx, int req);
 int rt_waitall(rt_ctx *ctx, int n, const int *reqs);
 

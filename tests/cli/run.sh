@@ -170,7 +170,14 @@ expect 0 '"partition": "tuned"' plan models/tiny-dense.yaml --devices 2 --microb
 expect 0 "F0.0 send:act0.0>D1 F0.1 send:act0.1>D1" plan models/tiny-dense.yaml --devices 2 --dp 1 --microbatches 4 --schedule 1f1b
 expect 0 "recv:act0.0<D0 recv:act0.1<D0 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0>D0" plan models/tiny-dense.yaml --devices 2 --dp 1 --microbatches 4 --schedule 1f1b
 # data parallelism in the plan and sim tables and --json (docs/simulator.md, "Data parallelism")
+expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on (all-gather overlapped with the next step), deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
 expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b
+expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --no-overlap-param-gather --schedule 1f1b
+expect 0 "overlapped parameter all-gather: exposed " plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
+expect 0 '"overlap_param_gather": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b --json
+expect 0 '"overlap_param_gather": false' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json
+expect 0 '"dist_optimizer": true, "overlap_param_gather": false' plan tests/cli/dp-overlap-off.yaml --json
+expect 1 "<command line>:1:58: error: overlap_param_gather applies to the distributed optimizer's all-gathers" plan $m --devices 4 --dp 2 --no-overlap-param-gather
 expect 0 "data parallel 2 x 2 (replicas x pipeline devices, dp-inner ranks), distributed optimizer off: collectives " plan $m --devices 4 --dp 2 --rank-order dp-inner --schedule 1f1b
 expect 0 "pipeline  exposed red       update  collectives  peak memory" plan $m --devices 4 --dp 2 --schedule 1f1b
 expect 0 '"dp": 2, "pipeline_devices": 2, "rank_order": "pp-inner", "dist_optimizer": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json
@@ -190,7 +197,6 @@ expect 0 "data parallelism (--dp auto): 3 candidates on 4 devices" sim $m --devi
 expect 1 "--dp must be auto or an integer in 1..65536, got 'many'" plan $m --devices 4 --dp many
 expect 1 "--passes runs the passes given on one plan; --dp auto plans every data-parallel degree" plan $m --devices 4 --dp auto --passes cost
 expect 1 "dp=auto: no data-parallel degree D divides both the 64 devices and the step's 1 micro-batches" plan $m --devices 64 --microbatches 1 --dp auto
-expect 1 "codegen: data parallelism and deterministic gradient sums run on CPU ranks" compile $m --devices 4 --dp 2 --target cuda-emu -o "$tmp/dp-emu"
 p=tests/cli/published.json
 expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2
 expect 0 "tokens/s, MFU n/a" plan --profile $p --devices 2

@@ -5,11 +5,15 @@
 # (4, 1), (1, 4), (2, 2) -- D replicas of a P-rank pipeline; tiny-dense at
 # (4, 1) and (2, 2) only --, with and without the distributed optimizer,
 # and under both rank orders: every step's loss and the final model hash
-# must be the reference's bit for bit.
+# must be the reference's bit for bit.  The distributed optimizer's runs
+# overlap each all-gather with the next step (overlap_param_gather, on by
+# default: the plan carries the waits); at (2, 2) each model also runs
+# with --no-overlap-param-gather, which must give the same bits.
 # Then: without --deterministic, D = 2 against 1 rank (the same first loss;
 # the later ones within the bound docs/dataparallel.md states); resume
 # across (D, P) (save at (2, 2) with the distributed optimizer after 3
-# steps, resume at (1, 4) and at (4, 1) without it: the losses of an
+# steps, its all-gathers overlapped; resume at (1, 4) and at (4, 1) without
+# it, and at (2, 2) with it, overlapped again: the losses of an
 # uninterrupted deterministic run); one summary line (replica 0's head);
 # `octopipe report` on a traced run; a rank SIGKILLed in a DP group ends the
 # job non-zero, naming a rank.
@@ -101,6 +105,21 @@ for model in $models; do
 			compile "$name" "$yaml" "${args[@]}" && train "$name" --steps $steps && same "$name" $ref
 		done
 	done
+	# The overlapped all-gather: the plan carries its waits, and without
+	# the overlap the bits are the same.
+	name=$model-d2-p2-distopt
+	if [ -f "$tmp/$name/plan.opir" ]; then
+		if grep -q '^  wait all-gather S[0-9]* b[0-9]* carried$' "$tmp/$name/plan.opir"; then
+			ok "$name: the plan carries its all-gathers' waits into the next step"
+		else
+			bad "$name: no carried all-gather wait in the plan (overlap_param_gather is on by default)"
+		fi
+	fi
+	if [ "$quick" != 1 ]; then
+		name=$model-d2-p2-nooverlap
+		compile $name "$yaml" --devices 4 --dp 2 --distributed-optimizer --no-overlap-param-gather \
+			--deterministic && train $name --steps $steps && same $name $ref
+	fi
 	if [ "$quick" != 1 ]; then
 		name=$model-d2-p2-dpinner
 		compile $name "$yaml" --devices 4 --dp 2 --rank-order dp-inner --deterministic &&
@@ -161,16 +180,22 @@ yaml=$src/models/tiny-hybrid.yaml
 if compile full "$yaml" --devices 1 --deterministic && train full --steps 6 &&
 	compile save "$yaml" --devices 4 --dp 2 --distributed-optimizer --deterministic &&
 	train save --steps 3 --checkpoint "$tmp/ck"; then
-	for c in 1:4 4:1; do
+	for c in 1:4 4:1 2:2; do
 		D=${c%:*} P=${c#*:}
 		name=resume-d$D-p$P
 		args=(--devices $((D * P)) --deterministic)
 		[ "$D" -gt 1 ] && args+=(--dp "$D")
+		[ "$c" = 2:2 ] && args+=(--distributed-optimizer)
 		[ "$quick" = 1 ] && [ "$D" = 4 ] && continue
 		compile $name "$yaml" "${args[@]}" && train $name --steps 3 --resume "$tmp/ck" || continue
 		if [ "$(tail -3 "$tmp/full.losses" | awk '{print $2}')" = "$(awk '{print $2}' "$tmp/$name.losses")" ] &&
 			cmp -s "$tmp/$name.hash" "$tmp/full.hash"; then
-			ok "$name: 3 steps at (2, 2) with the distributed optimizer, saved, 3 more here: the 6-step run's losses and hash"
+			over=$(grep -c '^  wait all-gather .* carried$' "$tmp/$name/plan.opir")
+			if [ "$c" = 2:2 ] && [ "$over" = 0 ]; then
+				bad "$name: resumed without the overlapped all-gather (no carried wait in its plan)"
+			else
+				ok "$name: 3 steps at (2, 2) with the distributed optimizer (gathers overlapped), saved, 3 more here ($over carried waits): the 6-step run's losses and hash"
+			fi
 		else
 			bad "$name: the resumed run differs from the uninterrupted one"
 			diff <(tail -3 "$tmp/full.losses" | awk '{print $2}') <(awk '{print $2}' "$tmp/$name.losses") | sed 's/^/    /'
@@ -183,8 +208,13 @@ if [ "$quick" != 1 ] && compile kill "$yaml" --devices 4 --dp 2; then
 	OCTO_COMM_TIMEOUT=60 timeout 300 "$tmp/kill/launch" --steps 100000 >"$tmp/kill.log" 2>&1 &
 	job=$!
 	victim=""
+	# This job's rank 3 only (other tests may run rank programs named rank3).
+	exe=$(realpath "$tmp/kill/rank3")
 	for _ in $(seq 1 600); do
-		victim=$(pgrep -x rank3 | head -1)
+		victim=""
+		for p in $(pgrep -x rank3); do
+			[ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ] && victim=$p && break
+		done
 		[ -n "$victim" ] && grep -q '^step 2 ' "$tmp/kill.log" && break
 		sleep 0.1
 	done

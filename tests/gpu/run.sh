@@ -19,7 +19,9 @@
 #   4. tiny-hybrid trained 5 steps on the GPU: 1 rank (a 1-rank NCCL
 #      communicator) and 4 ranks sharing the GPU (OCTO_COMM=mpi), f32, each
 #      step's loss within 1e-5 (relative) of the CPU run's; and in bf16
-#      within 2e-2
+#      within 2e-2; with 2 GPUs or more (NCCL takes one rank per device),
+#      tiny-dense deterministic at --dp 2 on 2 ranks (an NCCL communicator
+#      per DP group) against 1 rank: the same losses, bit for bit
 #   5. profile (octopipe profile --target cuda) of a Llama-3-8B-shaped layer
 #      pair (attention + mlp, GQA 32/8, ffn 14336) and a Nemotron-H-8B Mamba-2
 #      layer (+ its relu2 mlp) at seq 4096, bf16 -> BUILD_DIR/gpu-profile-*.yaml
@@ -147,6 +149,24 @@ if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --dtype bf16 --devices 1 "${TA
 	pass "1 rank, bf16 against the f32 CPU run: $r"
 else
 	fail "1 rank, bf16: ${r:-compile or training failed}"
+fi
+# Data parallelism: NCCL's all-reduce of exact digits (docs/cuda.md); the
+# rehearsal runs it on the emulator's NCCL stand-in.
+ngpu=2
+[ $EMU = 1 ] || ngpu=$(nvidia-smi -L | grep -c "^GPU")
+if [ "$ngpu" -lt 2 ]; then
+	echo "  (data parallelism not run: $ngpu GPU, and NCCL takes one rank per device)"
+elif "$OCTO" compile "$SRC/models/tiny-dense.yaml" --devices 1 --deterministic "${TARGET[@]}" 	-o "$TMP/dp1" > "$TMP/c.log" 2>&1 && train "$TMP/dp1" "$TMP/dp1.log" nccl 1 &&
+	"$OCTO" compile "$SRC/models/tiny-dense.yaml" --devices 2 --dp 2 --deterministic "${TARGET[@]}" 	-o "$TMP/dp2" > "$TMP/c.log" 2>&1 && train "$TMP/dp2" "$TMP/dp2.log" nccl 2; then
+	if cmp -s "$TMP/dp1.log.losses" "$TMP/dp2.log.losses"; then
+		pass "tiny-dense --dp 2 --deterministic on 2 ranks (NCCL): 1 rank's losses, bit for bit"
+	else
+		fail "tiny-dense --dp 2 --deterministic: losses differ from 1 rank's"
+		paste "$TMP/dp1.log.losses" "$TMP/dp2.log.losses"
+	fi
+else
+	tail -5 "$TMP/c.log"
+	fail "tiny-dense --dp 2 --deterministic: compile or training"
 fi
 
 step "5. profile at seq $SEQ (bf16): Llama-3-8B layers, Nemotron-H-8B Mamba layer"

@@ -40,6 +40,11 @@ static uint64_t stage_sum(const ir_module *m, int s, bool wstash)
 	return v;
 }
 
+static bool redo(const ir_module *m, int s)
+{
+	return m->stages[s].recompute == IR_RECOMP_FULL;
+}
+
 /* The op after which nothing on device d can still read the buffer of the
  * send at position j (docs/memplan.md, "Send buffers"). */
 static int send_end(const ir_module *m, int d, int j)
@@ -80,16 +85,24 @@ static want derive(const ir_module *m, int d)
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
 		int s = op->stage, mb = op->mb;
+		/* A recomputing stage reads its input again in its B. */
 		if (op->comm == IR_COMM_RECV) {
 			int cs = op->kind == IR_OP_F ? s + 1 : s - 1;
-			put(&w, (ir_buf){IR_BUF_RECV, op->kind, s, mb, i, find(m, d, IR_COMM_NONE, op->kind, cs, mb),
+			ir_op_kind use = op->kind == IR_OP_F && redo(m, cs) ? IR_OP_B : op->kind;
+			put(&w, (ir_buf){IR_BUF_RECV, op->kind, s, mb, i, find(m, d, IR_COMM_NONE, use, cs, mb),
 			                 0, op->bytes});
 		}
 		if (op->comm != IR_COMM_NONE)
 			continue;
-		if (op->kind == IR_OP_F)
+		/* Recomputing: F's stash and chain during F, made again during B. */
+		uint64_t rsize = stage_sum(m, s, false) + vb;
+		if (op->kind == IR_OP_F && redo(m, s))
+			put(&w, (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, i, 0, rsize});
+		else if (op->kind == IR_OP_F)
 			put(&w, (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, find(m, d, IR_COMM_NONE, IR_OP_B, s, mb), 0,
 			                 stage_sum(m, s, false)});
+		if (op->kind == IR_OP_B && redo(m, s))
+			put(&w, (ir_buf){IR_BUF_RECOMP, IR_OP_F, s, mb, i, i, 0, rsize});
 		if (op->kind == IR_OP_B)
 			put(&w, (ir_buf){IR_BUF_WSTASH, IR_OP_F, s, mb, i, find(m, d, IR_COMM_NONE, IR_OP_W, s, mb), 0,
 			                 stage_sum(m, s, true)});
@@ -97,7 +110,8 @@ static want derive(const ir_module *m, int d)
 		if (cs < 0 || cs >= m->nstages)
 			continue;
 		if (m->stages[cs].device == d) {
-			put(&w, (ir_buf){IR_BUF_PASS, op->kind, s, mb, i, find(m, d, IR_COMM_NONE, op->kind, cs, mb), 0, vb});
+			ir_op_kind use = op->kind == IR_OP_F && redo(m, cs) ? IR_OP_B : op->kind;
+			put(&w, (ir_buf){IR_BUF_PASS, op->kind, s, mb, i, find(m, d, IR_COMM_NONE, use, cs, mb), 0, vb});
 		} else {
 			int j = find(m, d, IR_COMM_SEND, op->kind, s, mb);
 			ck_assert_int_ge(j, i);
@@ -115,7 +129,7 @@ static uint64_t live_peak(const ir_buf *b, int n, int nops, bool compute_only)
 		uint64_t sum = 0;
 		for (int i = 0; i < n; i++)
 			if (b[i].first <= p && p <= b[i].last &&
-			    (!compute_only || b[i].kind == IR_BUF_ACT || b[i].kind == IR_BUF_WSTASH))
+			    (!compute_only || ir_buf_is_stash(b[i].kind)))
 				sum += b[i].size;
 		peak = sum > peak ? sum : peak;
 	}
@@ -166,12 +180,16 @@ static const struct {
 };
 static const char *const schedules[] = {"gpipe", "1f1b", "i1f1b", "zbh1", "zbh2", "zbv", "tuned"};
 
+/* The recomputation of the plans load() makes (NULL: the model's). */
+static const char *recompute;
+
 static ir_module *load(const char *model, int devices, int mbs, const char *sched, const char *backend)
 {
 	char path[512];
 	snprintf(path, sizeof path, "%s/%s.yaml", fe_models_dir(), model);
 	fe_overrides ov = {.devices = devices, .microbatches = mbs, .schedule = sched,
-	                   .backend = backend, .chunks = strcmp(sched, "i1f1b") == 0 ? 2 : 0};
+	                   .backend = backend, .chunks = strcmp(sched, "i1f1b") == 0 ? 2 : 0,
+	                   .recompute = recompute};
 	ir_module *m = fe_load(path, &ov);
 	ck_assert_msg(m != NULL, "%s does not load", path);
 	return m;
@@ -477,6 +495,55 @@ START_TEST(test_pass_buffers_one_device)
 }
 END_TEST
 
+/* Full recomputation (docs/cost-model.md, "Recomputation"): every check of
+ * the zoo's on tiny-dense and tiny-hybrid, a split and a chunked schedule
+ * (pass buffers), both backends; then the rules by hand: F's stash (and
+ * chain) lives during F, the recomp buffer during B, the input F received
+ * until B; and the arena of the first device of 1F1B, where P micro-batches
+ * are in flight, smaller than without. */
+START_TEST(test_recompute_full)
+{
+	static const char *const models[] = {"tiny-dense", "tiny-hybrid"};
+	static const char *const scheds[] = {"1f1b", "zbv"};
+	recompute = "full";
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 2; k++)
+			for (int b = 0; b < IR_NBACKENDS; b++)
+				check_plan(models[i], 4, 8, scheds[k], ir_backend_names[b]);
+	ir_module *m = load("tiny-dense", 4, 8, "1f1b", "nccl");
+	recompute = NULL;
+	ir_module *m0 = load("tiny-dense", 4, 8, "1f1b", "nccl");
+	ck_assert_int_eq(pass_run(m, pass_default_pipeline, pass_default_pipeline_len, NULL), 0);
+	ck_assert_int_eq(pass_run(m0, pass_default_pipeline, pass_default_pipeline_len, NULL), 0);
+	uint64_t vb = sim_boundary_bytes(m);
+	for (int s = 0; s < m->nstages; s++) {
+		ck_assert_int_eq(m->stages[s].recompute, IR_RECOMP_FULL);
+		ck_assert_int_eq(m0->stages[s].recompute, IR_RECOMP_NONE);
+		int d = m->stages[s].device, f = find(m, d, IR_COMM_NONE, IR_OP_F, s, 3),
+		    bw = find(m, d, IR_COMM_NONE, IR_OP_B, s, 3);
+		const ir_buf *b = buf_of(m, d, IR_BUF_ACT, IR_OP_F, s, 3);
+		ck_assert_int_eq(b->first, f);
+		ck_assert_int_eq(b->last, f);
+		ck_assert_uint_eq(b->size, stage_sum(m, s, false) + vb);
+		b = buf_of(m, d, IR_BUF_RECOMP, IR_OP_F, s, 3);
+		ck_assert_int_eq(b->first, bw);
+		ck_assert_int_eq(b->last, bw);
+		ck_assert_uint_eq(b->size, stage_sum(m, s, false) + vb);
+		ck_assert_uint_eq(ir_stage_kept(m, s), s ? vb : 0);
+		ck_assert_uint_eq(ir_stage_kept(m0, s), stage_sum(m0, s, false));
+		if (s > 0) {
+			b = buf_of(m, d, IR_BUF_RECV, IR_OP_F, s - 1, 3);
+			ck_assert_int_eq(b->last, bw);
+			ck_assert_int_lt(buf_of(m0, d, IR_BUF_RECV, IR_OP_F, s - 1, 3)->last,
+			                 find(m0, d, IR_COMM_NONE, IR_OP_B, s, 3));
+		}
+	}
+	ck_assert_uint_lt(m->memplan[0].arena, m0->memplan[0].arena);
+	ir_free(m);
+	ir_free(m0);
+}
+END_TEST
+
 /* ---- the text form and the verifier --------------------------------------------- */
 
 /* A small planned module's text. */
@@ -618,7 +685,7 @@ START_TEST(test_parse_errors)
 		const char *from, *to, *msg;
 		int col;
 	} cases[] = {
-		{"  act S0 m0 off=", "  stash S0 m0 off=", "expected a buffer (act, wstash, recv, send, pass, bucket) or '}', got 'stash'", 3},
+		{"  act S0 m0 off=", "  stash S0 m0 off=", "expected a buffer (act, recomp, wstash, recv, send, pass, bucket) or '}', got 'stash'", 3},
 		{"  act S0 m0 off=", "  act X0 m0 off=", "expected a stage ('S' and a number), got 'X0'", 7},
 		{"  send act S0 m0", "  send data S0 m0", "expected 'act' or 'grad' after 'send', got 'data'", 8},
 		{" live=0..", " live=0-", "'live' must be FIRST..LAST (op positions in the program), got '0-", 0},
@@ -745,6 +812,7 @@ static Suite *memplan_suite(void)
 	tcase_add_test(tc, test_random_layouts_valid_and_deterministic);
 	tcase_add_test(tc, test_rules_by_hand);
 	tcase_add_test(tc, test_pass_buffers_one_device);
+	tcase_add_test(tc, test_recompute_full);
 	tcase_add_test(tc, test_text_form);
 	tcase_add_test(tc, test_overlap_rejected);
 	tcase_add_test(tc, test_parse_errors);

@@ -24,11 +24,15 @@ static const struct {
 	const char *model, *schedule, *dtype;
 	int devices;
 	bool device; /* device ranks (cuda, cuda-emu), else CPU ranks */
+	const char *recompute;
 } cases[] = {
 	{"tiny-hybrid", "1f1b", NULL, 2, false},  {"tiny-hybrid", "1f1b", NULL, 2, true},
 	{"tiny-hybrid", "1f1b", "bf16", 2, true}, {"tiny-hybrid", "zbv", NULL, 2, false},
 	{"tiny-dense", "gpipe", NULL, 4, true},   {"tiny-dense", "i1f1b", NULL, 2, false},
 	{"tiny-dense", "1f1b", NULL, 1, false},   {"tiny-hybrid", "1f1b", NULL, 1, true},
+	/* full recomputation: the recomp buffers and the R rows */
+	{"tiny-hybrid", "zbv", NULL, 2, false, "full"}, {"tiny-hybrid", "1f1b", "bf16", 2, true, "full"},
+	{"tiny-dense", "1f1b", NULL, 1, false, "full"},
 };
 
 static uint64_t rup(int64_t n)
@@ -43,7 +47,7 @@ static const ir_buf *plan_buf(const ir_dev_plan *p, ir_buf_kind k, int value, in
 	for (int i = 0; i < p->nbufs; i++) {
 		const ir_buf *b = &p->bufs[i];
 		if (b->kind == k && b->stage == s && b->mb == mb &&
-		    (k == IR_BUF_ACT || k == IR_BUF_WSTASH || (int)b->value == value))
+		    (ir_buf_is_stash(k) || (int)b->value == value))
 			return b;
 	}
 	return NULL;
@@ -55,7 +59,8 @@ START_TEST(test_plan_is_what_runs)
 	snprintf(path, sizeof path, "%s/%s.yaml", fe_models_dir(), cases[_i].model);
 	bool device = cases[_i].device;
 	fe_overrides ov = {.devices = cases[_i].devices, .schedule = cases[_i].schedule,
-	                   .backend = device ? "nccl" : "mpi", .dtype = cases[_i].dtype};
+	                   .backend = device ? "nccl" : "mpi", .dtype = cases[_i].dtype,
+	                   .recompute = cases[_i].recompute};
 	ir_module *m = fe_load(path, &ov);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_int_eq(pass_run(m, pass_default_pipeline, pass_default_pipeline_len, NULL), 0);
@@ -85,12 +90,18 @@ START_TEST(test_plan_is_what_runs)
 			act[s] += rup(sz.act);
 			ws[s] += rup(sz.wstash);
 		}
+		/* A recomputing stage's act and recomp buffers: the stash and one
+		 * value, the chain of its layers. */
+		uint64_t vb = (uint64_t)(m->train.mbs * m->model.seq * m->model.hidden *
+		                         (device && bf16 ? 2 : 4));
 		int nstash = 0;
 		for (int i = 0; i < p->nbufs; i++) {
 			const ir_buf *b = &p->bufs[i];
-			if (b->kind != IR_BUF_ACT && b->kind != IR_BUF_WSTASH)
+			if (!ir_buf_is_stash(b->kind))
 				continue;
-			uint64_t want = b->kind == IR_BUF_ACT ? act[b->stage] : ws[b->stage];
+			bool redo = m->stages[b->stage].recompute == IR_RECOMP_FULL;
+			ck_assert(redo || b->kind != IR_BUF_RECOMP);
+			uint64_t want = b->kind == IR_BUF_WSTASH ? ws[b->stage] : act[b->stage] + (redo ? vb : 0);
 			ck_assert_msg(b->size == want,
 			              "%s %s D%d: the plan's %s buffer of S%d m%d is %llu bytes, the "
 			              "runtime's stash %llu", cases[_i].model, device ? "device" : "cpu", d,
@@ -107,16 +118,36 @@ START_TEST(test_plan_is_what_runs)
 		uint64_t work = rup((int64_t)(m->train.mbs * m->model.seq * m->model.hidden *
 		                              (device && bf16 ? 2 : 4)));
 		ck_assert_uint_eq(r.buf_bytes, rup((int64_t)p->arena) + (one_stage ? work : 0));
+		int nr = 0;
 		for (int i = 0; i < r.nops; i++) {
 			const cg_op *c = &r.ops[i];
 			int s = -1;
-			if (c->kind == CG_F || c->kind == CG_B || c->kind == CG_W) {
+			if (c->kind == CG_F || c->kind == CG_B || c->kind == CG_W || c->kind == CG_R) {
 				int l = (int)r.layers[c->h0].index;
 				for (s = 0; l > m->stages[s].last; s++)
 					;
 			}
-			if (c->kind == CG_F || c->kind == CG_B)
+			bool redo = s >= 0 && m->stages[s].recompute == IR_RECOMP_FULL;
+			if (c->kind == CG_F || (c->kind == CG_B && !redo))
 				ck_assert_int_eq(c->act, (int64_t)plan_buf(p, IR_BUF_ACT, 0, s, c->mb)->off);
+			/* R: F again from the kept input into the recomp buffer, right
+			 * before its B, which reads that buffer. */
+			if (c->kind == CG_B && redo) {
+				int64_t off = (int64_t)plan_buf(p, IR_BUF_RECOMP, 0, s, c->mb)->off;
+				ck_assert_int_eq(c->act, off);
+				const cg_op *rr = &r.ops[i - 1];
+				ck_assert_int_eq(rr->kind, CG_R);
+				ck_assert_int_eq(rr->mb, c->mb);
+				ck_assert_int_eq(rr->act, off);
+				ck_assert_int_eq(rr->out, off + (int64_t)act[s]);
+				ck_assert_int_eq(rr->last, rr->out);
+				const ir_buf *in = s ? plan_buf(p, IR_BUF_RECV, IR_OP_F, s - 1, c->mb) : NULL;
+				if (s && !in)
+					in = plan_buf(p, IR_BUF_PASS, IR_OP_F, s - 1, c->mb);
+				ck_assert_int_eq(rr->in, in ? (int64_t)in->off : -1);
+			}
+			nr += c->kind == CG_R;
+			ck_assert(c->kind != CG_R || (i + 1 < r.nops && r.ops[i + 1].kind == CG_B));
 			if (c->kind == CG_B || c->kind == CG_W)
 				ck_assert_int_eq(c->ws, (int64_t)plan_buf(p, IR_BUF_WSTASH, 0, s, c->mb)->off);
 			if (c->kind == CG_SEND || c->kind == CG_RECV) {
@@ -128,6 +159,12 @@ START_TEST(test_plan_is_what_runs)
 				ck_assert_int_eq(c->bytes, (int64_t)b->size);
 			}
 		}
+		int want_r = 0;
+		for (int st = 0; st < m->nstages; st++)
+			if (m->stages[st].device == d && m->stages[st].recompute == IR_RECOMP_FULL)
+				want_r += (int)ir_local_mb(m);
+		ck_assert_int_eq(nr, want_r);
+		ck_assert_int_eq(want_r > 0, cases[_i].recompute != NULL);
 		free(act);
 		free(ws);
 	}

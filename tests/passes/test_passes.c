@@ -1,7 +1,8 @@
 /* test_passes.c: Check suite for passes/ (partition, place, schedule and
  * the pass manager).  Properties, not texts: coverage and balance of the
  * partition, placement as given, and 1F1B programs that run to completion
- * under the pipeline's data dependences with 1F1B's in-flight bound. */
+ * under the pipeline's data dependences with 1F1B's in-flight bound; and
+ * comm's data-parallel choices (the rank order, the overlapped all-gather). */
 #include <math.h>
 #include <glob.h>
 #include <stdlib.h>
@@ -271,6 +272,85 @@ static double dp_step(int body, int ffn, int mbs, int mb, ir_rank_order o, ir_ra
 	return t;
 }
 
+/* chain(6 layers, 4 devices, 8 micro-batches, 2 chunks) as 2 replicas of
+ * an interleaved 2-device pipeline with the distributed optimizer, a
+ * bucket per layer; overlap_param_gather as given. */
+static ir_module *dp_interleaved(int overlap, int ffn)
+{
+	ir_module *m = chain(6, 4, 8, 2);
+	m->plan.schedule = IR_SCHED_I1F1B;
+	m->plan.dp = 2;
+	m->plan.dist_opt = 1;
+	m->plan.overlap_gather = overlap;
+	m->plan.bucket = 1;
+	for (int l = 1; l <= 6; l++)
+		m->layers[l].attr[IR_ATTR_FFN] = ffn;
+	ck_assert_int_eq(run_default(m), 0);
+	return m;
+}
+
+/* overlap_param_gather: each bucket's wait goes just before its stage's
+ * first F, carried (the run of carried waits there is the stage's
+ * buckets, in order); the program ends with the all-gathers, in the order
+ * of their stages' first F; none is waited for in its own step.  Kept, it
+ * is because the steady step is faster; and a plan where it would not be
+ * (1F1B: device 0's first stage has no fill) declines it. */
+START_TEST(test_overlap_param_gather)
+{
+	ir_module *m = dp_interleaved(1, 4096), *off = dp_interleaved(0, 4096);
+	ck_assert_int_eq(m->plan.overlap_gather, 1);
+	for (int d = 0; d < m->ndevices; d++) {
+		const ir_device *dev = &m->devices[d];
+		int first_f[16], nf = 0, ag = 0, last_ag_f = -1;
+		for (int s = 0; s < 16; s++)
+			first_f[s] = -1;
+		for (int i = 0; i < dev->nops; i++) {
+			const ir_op *op = &dev->ops[i];
+			ck_assert(!(op->comm == IR_COMM_WAIT && op->coll == IR_COMM_ALLGATHER && !op->carried));
+			if (op->comm == IR_COMM_NONE && op->kind == IR_OP_F && first_f[op->stage] < 0) {
+				first_f[op->stage] = i, nf++;
+				/* Right before it: the stage's buckets' carried waits, in order. */
+				const ir_stage *st = &m->stages[op->stage];
+				int nb = st->last - st->first + 1;
+				for (int b = 0; b < nb; b++) {
+					const ir_op *w = &dev->ops[i - nb + b];
+					ck_assert(w->comm == IR_COMM_WAIT && w->carried && w->coll == IR_COMM_ALLGATHER &&
+					          w->stage == op->stage && w->mb == b);
+				}
+			}
+			if (op->comm == IR_COMM_ALLGATHER) {
+				ag++;
+				ck_assert_int_ge(first_f[op->stage], last_ag_f);
+				last_ag_f = first_f[op->stage];
+			} else {
+				ck_assert_int_eq(ag, 0); /* the all-gathers end the program */
+			}
+		}
+		ck_assert_int_eq(nf, 2);
+	}
+	sim_result *a = sim_run(m), *b = sim_run(off);
+	ck_assert_int_gt(a->steps, 1);
+	ck_assert_double_lt(a->makespan, b->makespan);
+	sim_free(a);
+	sim_free(b);
+	ir_free(m);
+	ir_free(off);
+
+	m = chain(4, 4, 8, 1);
+	m->plan.schedule = IR_SCHED_1F1B;
+	m->plan.dp = 2;
+	m->plan.dist_opt = 1;
+	m->plan.overlap_gather = 1;
+	m->plan.bucket = 1;
+	ck_assert_int_eq(run_default(m), 0);
+	ck_assert_int_eq(m->plan.overlap_gather, 0);
+	for (int d = 0; d < m->ndevices; d++)
+		for (int i = 0; i < m->devices[d].nops; i++)
+			ck_assert(!m->devices[d].ops[i].carried);
+	ir_free(m);
+}
+END_TEST
+
 /* rank_order=auto (the default): `comm` keeps the order whose step
  * simulates faster -- pp-inner where the pipeline's transfers dominate,
  * dp-inner where the gradients' collectives do. */
@@ -391,6 +471,7 @@ static Suite *passes_suite(void)
 	tcase_add_test(tc, test_rank_order_auto);
 	tcase_add_test(tc, test_reduction_placement);
 	tcase_add_test(tc, test_zoo_roundtrip);
+	tcase_add_test(tc, test_overlap_param_gather);
 	tcase_add_test(tc, test_pipeline_for_and_lacking);
 	tcase_add_test(tc, test_diagnostics_to_the_sink);
 	suite_add_tcase(s, tc);

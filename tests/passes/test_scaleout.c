@@ -20,19 +20,19 @@ static ir_module *load(const char *model, int64_t devices, const char *schedule)
 	fe_overrides ov = {.devices = devices, .schedule = schedule, .dp_auto = true};
 	ir_module *m = fe_load(path, &ov);
 	ck_assert_msg(m != NULL, "%s does not load", path);
-	ck_assert(m->dp_auto);
+	ck_assert(m->dp_auto && m->recompute_auto); /* recompute follows dp's search */
 	return m;
 }
 
 /* The simulated step of m planned with the default pipeline at a fixed dp
  * and sharding (as --dp D would plan it). */
-static double fixed_dp_step(const ir_module *base, int64_t D, bool dist_opt, const char *model,
-                            const char *schedule)
+static double fixed_dp_step(const ir_module *base, int64_t D, bool dist_opt, ir_recompute rc,
+                            const char *model, const char *schedule)
 {
 	char path[512];
 	snprintf(path, sizeof path, "%s/%s.yaml", fe_models_dir(), model);
 	fe_overrides ov = {.devices = base->cluster.devices, .schedule = schedule, .dp = D,
-	                   .dist_opt = dist_opt};
+	                   .dist_opt = dist_opt, .recompute = ir_recompute_names[rc]};
 	ir_module *m = fe_load(path, &ov);
 	ck_assert_ptr_nonnull(m);
 	m->cluster.mem = base->cluster.mem;
@@ -52,8 +52,8 @@ static void check_rows(const ir_module *m, const ir_module *kept, const scaleout
 	 * with the sharding off and on where there are replicas. */
 	int want = 0;
 	for (int64_t D = 1; D <= N; D++)
-		if (N % D == 0 && M % D == 0 && N / D <= m->nlayers)
-			want += D > 1 ? 2 : 1;
+		if (N % D == 0 && M % D == 0 && N / D <= m->nlayers && (m->dp_auto || D == ir_dp(m)))
+			want += (m->dp_auto && D > 1 && !m->plan.dist_opt ? 2 : 1) * (m->recompute_auto ? 2 : 1);
 	ck_assert_int_eq(so->nrows, want);
 	ck_assert_int_ge(so->chosen, 0);
 	const scaleout_row *c = &so->rows[so->chosen];
@@ -62,8 +62,14 @@ static void check_rows(const ir_module *m, const ir_module *kept, const scaleout
 		const scaleout_row *r = &so->rows[i];
 		ck_assert_int_eq(r->dp * r->pp, N);
 		ck_assert(!r->dist_opt || r->dp > 1);
-		if (!r->ok)
+		if (!r->ok) {
+			/* A candidate not planned says why; one pruned by its bound
+			 * could not have won. */
+			ck_assert(r->why[0]);
+			if (strstr(r->why, "cannot be faster"))
+				ck_assert(r->bound >= c->step);
 			continue;
+		}
 		ck_assert_msg(r->bound <= r->step * (1 + 1e-12), "D=%lld: bound %g above the step %g",
 		              (long long)r->dp, r->bound, r->step);
 		ck_assert_int_eq(r->fits, m->cluster.mem == UINT64_MAX || r->peak <= m->cluster.mem);
@@ -93,8 +99,10 @@ START_TEST(test_rows_are_fixed_dp_plans)
 	check_rows(m, kept, &so);
 	for (int i = 0; i < so.nrows; i++) {
 		const scaleout_row *r = &so.rows[i];
-		ck_assert(r->ok);
-		double t = fixed_dp_step(m, r->dp, r->dist_opt, "tiny-hybrid", "1f1b");
+		if (!r->ok)
+			continue; /* pruned: check_rows says why that is right */
+		ck_assert(r->recompute == IR_RECOMP_NONE || r->step > so.rows[so.chosen].step);
+		double t = fixed_dp_step(m, r->dp, r->dist_opt, r->recompute, "tiny-hybrid", "1f1b");
 		ck_assert_msg(t == r->step, "D=%lld%s: row %g us, --dp gives %g us", (long long)r->dp,
 		              r->dist_opt ? " dist-opt" : "", r->step, t);
 	}
@@ -189,6 +197,43 @@ START_TEST(test_fixed_sharding_and_no_candidate)
 }
 END_TEST
 
+/* --recompute auto with dp given: the search over the recomputation
+ * alone; a model whose 1F1B stash does not fit 4 devices (nemotron-h-8b,
+ * 8 micro-batches) is planned recomputing, and one that fits is not. */
+START_TEST(test_recompute_when_it_must)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/nemotron-h-8b.yaml", fe_models_dir());
+	fe_overrides ov = {.devices = 4, .microbatches = 8, .schedule = "1f1b", .dp = 1,
+	                   .recompute = "auto"};
+	ir_module *m = fe_load(path, &ov);
+	ck_assert_ptr_nonnull(m);
+	ck_assert(!m->dp_auto && m->recompute_auto);
+	scaleout so;
+	ir_module *kept = scaleout_search(m, &(pass_opts){0}, &so);
+	ck_assert_ptr_nonnull(kept);
+	check_rows(m, kept, &so);
+	ck_assert_int_eq(so.nrows, 2);
+	ck_assert(so.rows[0].ok && !so.rows[0].fits && so.rows[0].recompute == IR_RECOMP_NONE);
+	ck_assert(so.rows[1].chosen && so.rows[1].recompute == IR_RECOMP_FULL);
+	ck_assert(so.rows[1].recompute_share > 0 && so.rows[1].recompute_share < 1);
+	ck_assert_int_eq(kept->plan.recompute, IR_RECOMP_FULL);
+	for (int s = 0; s < kept->nstages; s++)
+		ck_assert_int_eq(kept->stages[s].recompute, IR_RECOMP_FULL);
+	ir_free(kept);
+	scaleout_free(&so);
+	/* With room for the stash, stashing is faster and kept. */
+	m->cluster.mem = UINT64_MAX;
+	kept = scaleout_search(m, &(pass_opts){0}, &so);
+	ck_assert_ptr_nonnull(kept);
+	check_rows(m, kept, &so);
+	ck_assert_int_eq(kept->plan.recompute, IR_RECOMP_NONE);
+	ir_free(kept);
+	scaleout_free(&so);
+	ir_free(m);
+}
+END_TEST
+
 static Suite *scaleout_suite(void)
 {
 	Suite *s = suite_create("scaleout");
@@ -197,6 +242,7 @@ static Suite *scaleout_suite(void)
 	tcase_add_test(tc, test_rows_are_fixed_dp_plans);
 	tcase_add_test(tc, test_memory_decides);
 	tcase_add_test(tc, test_fixed_sharding_and_no_candidate);
+	tcase_add_test(tc, test_recompute_when_it_must);
 	suite_add_tcase(s, tc);
 	return s;
 }

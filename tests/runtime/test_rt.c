@@ -290,6 +290,77 @@ START_TEST(test_step_deterministic)
 }
 END_TEST
 
+/* rt_run_r, F again from the same input (a recomputing stage's B), fills
+ * the same stash and output bits as rt_run_f did, and B from that stash
+ * gives the same loss and weights: two models, one B'ing from F's stashes,
+ * the other from stashes made again into buffers of their own (F's
+ * overwritten first). */
+START_TEST(test_recompute_same_bits)
+{
+	bufs b1, b2;
+	rt_ctx *c1 = tiny_model(NULL, tiny_train(), &b1);
+	rt_ctx *c2 = tiny_model(NULL, tiny_train(), &b2);
+	size_t act[3];
+	void *r[3];
+	float *ry;
+	for (int h = 0; h < 3; h++) {
+		rt_layer_info in;
+		ck_assert_int_eq(rt_layer_get(c2, h, &in), RT_OK);
+		act[h] = (size_t)in.sizes.act;
+		ck_assert_int_eq(rt_arena_alloc(c2, act[h], &r[h]), RT_OK);
+	}
+	ck_assert_int_eq(rt_arena_alloc(c2, 8 * 8 * sizeof(float), (void **)&ry), RT_OK);
+	ck_assert_int_eq(rt_run_r(c2, 0, 0, NULL, ry, r[0]), RT_ESTATE);
+	double loss[2];
+	for (int k = 0; k < 2; k++) {
+		rt_ctx *c = k ? c2 : c1;
+		bufs *b = k ? &b2 : &b1;
+		int have = 0;
+		ck_assert_int_eq(rt_step_begin(c), RT_OK);
+		for (int m = 0; m < 2; m++) {
+			/* the fill R's buffers get: the slices' padding, which no
+			 * kernel writes, compares equal */
+			for (int h = 0; h < 3; h++)
+				memset(b->act[h][m], 0xa5, act[h]);
+			ck_assert_int_eq(rt_run_f(c, 0, m, NULL, b->x[m], b->act[0][m]), RT_OK);
+			ck_assert_int_eq(rt_run_f(c, 1, m, b->x[m], b->x[m], b->act[1][m]), RT_OK);
+			ck_assert_int_eq(rt_run_f(c, 2, m, b->x[m], NULL, b->act[2][m]), RT_OK);
+		}
+		for (int m = 0; m < 2; m++) {
+			void *a[3] = {b->act[0][m], b->act[1][m], b->act[2][m]};
+			if (k) {
+				for (int h = 0; h < 3; h++)
+					memset(r[h], 0xa5, act[h]);
+				ck_assert_int_eq(rt_run_r(c, 0, m, NULL, ry, r[0]), RT_OK);
+				ck_assert_int_eq(rt_run_r(c, 1, m, ry, ry, r[1]), RT_OK);
+				ck_assert_int_eq(rt_run_r(c, 2, m, ry, NULL, r[2]), RT_OK);
+				ck_assert(memcmp(ry, b->x[m], 8 * 8 * sizeof(float)) == 0);
+				for (int h = 0; h < 3; h++) {
+					ck_assert_msg(memcmp(r[h], a[h], act[h]) == 0,
+					              "layer %d, micro-batch %d: the stash made again differs", h, m);
+					memset(a[h], 0x5a, act[h]);
+					a[h] = r[h];
+				}
+			}
+			ck_assert_int_eq(rt_run_b(c, 2, m, NULL, b->g[m], a[2], b->ws[2]), RT_OK);
+			ck_assert_int_eq(rt_run_b(c, 1, m, b->g[m], b->g[m], a[1], b->ws[1]), RT_OK);
+			ck_assert_int_eq(rt_run_b(c, 0, m, b->g[m], NULL, a[0], b->ws[0]), RT_OK);
+			for (int h = 0; h < 3; h++)
+				ck_assert_int_eq(rt_run_w(c, h, m, b->ws[h]), RT_OK);
+		}
+		ck_assert_int_eq(rt_step_end(c, &loss[k], &have), RT_OK);
+		ck_assert_int_eq(have, 1);
+	}
+	ck_assert(loss[0] == loss[1] && isfinite(loss[0]));
+	uint64_t h1, h2;
+	ck_assert_int_eq(rt_model_hash(c1, &h1), RT_OK);
+	ck_assert_int_eq(rt_model_hash(c2, &h2), RT_OK);
+	ck_assert(h1 == h2);
+	ck_assert_int_eq(rt_finalize(c2), RT_OK);
+	ck_assert_int_eq(rt_finalize(c1), RT_OK);
+}
+END_TEST
+
 /* AdamW's first step moves every parameter with a gradient well above eps
  * by lr (m/sqrt(v) = sign g after bias correction); with weight decay,
  * matrices shrink by (1 - lr*wd) first and vectors do not. */
@@ -449,6 +520,9 @@ START_TEST(test_comm_tags)
 	ck_assert_int_eq(memcmp(ra, a, sizeof a), 0);
 	ck_assert_int_eq(memcmp(rb, bq, sizeof bq), 0);
 	ck_assert_int_eq(rt_wait(c, req[0]), RT_EARG); /* freed by its wait */
+	/* Nothing pending: a carried wait's first step (overlap_param_gather). */
+	ck_assert_int_eq(rt_wait(c, RT_NO_REQ), RT_OK);
+	ck_assert_int_eq(rt_wait(c, -2), RT_EARG);
 
 	/* A group: one handle. */
 	int g;
@@ -767,6 +841,7 @@ static Suite *rt_suite(void)
 	tcase_add_loop_test(tc, test_model_bytes_messages, 0, 9);
 	tcase_add_test(tc, test_step_order);
 	tcase_add_test(tc, test_step_deterministic);
+	tcase_add_test(tc, test_recompute_same_bits);
 	tcase_add_test(tc, test_adamw_first_step);
 	tcase_add_loop_test(tc, test_decay_per_tensor, 0, 2);
 	tcase_add_test(tc, test_data_synthetic);

@@ -124,6 +124,49 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* Full recomputation (docs/cost-model.md, "Recomputation"): B runs F again,
+ * so 1F1B's closed form holds with B + F for B; each device keeps its
+ * stage's input (the boundary value; nothing on the first, whose input is
+ * the data) per micro-batch in flight instead of the stash, and needs the
+ * stash and one value during one F or B. */
+START_TEST(test_recompute_full)
+{
+	int p = 4, M = 8;
+	double F = 3, B = 5, W = 2;
+	ir_module *mod = uniform(p, M, F, B, W, INFINITY, 0);
+	uint64_t act = 1 << 16, vb = sim_boundary_bytes(mod);
+	for (int l = 0; l < mod->nlayers; l++)
+		if (mod->layers[l].kind == IR_LAYER_MLP)
+			mod->layers[l].cost.act = act;
+	sim_result *r0 = sim_run(mod);
+	for (int s = 0; s < mod->nstages; s++)
+		mod->stages[s].recompute = IR_RECOMP_FULL;
+	sim_result *r = sim_run(mod);
+	ck_assert(r0 && r);
+	for (int s = 0; s < mod->nstages; s++) {
+		ck_assert_double_eq(sim_stage_time(mod, s, IR_OP_B), B + F);
+		ck_assert_double_eq(sim_stage_time(mod, s, IR_OP_F), F);
+		ck_assert_double_eq(sim_stage_time(mod, s, IR_OP_W), W);
+		ck_assert_uint_eq(ir_stage_kept(mod, s), s ? vb : 0);
+		ck_assert_uint_eq(ir_stage_redo(mod, s), act + vb);
+	}
+	ck_assert_double_eq(r0->makespan, (M + p - 1) * (F + B + W));
+	ck_assert_double_eq(r->makespan, (M + p - 1) * (F + (B + F) + W));
+	for (int d = 0; d < p; d++) {
+		uint64_t n = (uint64_t)(p - d), kept = d ? vb : 0;
+		ck_assert_double_eq(r->dev[d].busy, M * (2 * F + B + W));
+		ck_assert_uint_eq(r0->dev[d].peak_act, n * act + 100);
+		/* The first B: the inputs in flight, its W stash, the stash made again. */
+		ck_assert_uint_eq(r->dev[d].peak_act, n * kept + 100 + act + vb);
+		if (n > 1)
+			ck_assert_uint_lt(r->dev[d].peak_act, r0->dev[d].peak_act);
+	}
+	sim_free(r);
+	sim_free(r0);
+	ir_free(mod);
+}
+END_TEST
+
 /* D1 runs F S1 m1 first: it needs F S0 m1, which D0 runs after B S0 m0,
  * which needs B S1 m0, which D1 runs after F S1 m1: a cycle. */
 START_TEST(test_stuck_programs)
@@ -446,6 +489,98 @@ START_TEST(test_dp_memory)
 }
 END_TEST
 
+/* Two pipeline devices, D = 2, the distributed optimizer: S0 = [embedding,
+ * mlp] on D0, S1 = [mlp with 2e6 parameters, head] on D1, 1F1B over four
+ * micro-batches per replica, mlp F = B = W = f.  S1's all-gather moves
+ * 8e6 bytes, 1000us on the 4e9 B/s link; D1 finishes last (the 1000us
+ * reduce-scatter, its update, the gather), while its next step waits f
+ * for D0's first F anyway: the fill the carried wait hides the gather in. */
+static ir_module *dp_overlap(double f, int overlap, ir_backend be, ir_schedule sched)
+{
+	ir_module *m = ir_new();
+	m->model = (ir_model_info){"dp", 64, 256, 16, IR_DTYPE_F32};
+	m->train = (ir_train){.mbs = 1, .microbatches = 8, .steps = 1, .lr = 1e-3, .seed = 1};
+	m->cluster = (ir_cluster){.name = "c", .devices = 4, .per_node = 8, .mem = 1ull << 40,
+	                          .flops = 1e12, .membw = 1e12, .intra = {4e9, 0}, .inter = {4e9, 0}};
+	m->plan = (ir_plan_opts){.schedule = sched, .chunks = 1, .partition = IR_PART_UNIFORM,
+	                         .backend = be, .dp = 2, .rank_order = IR_RANKS_PP_INNER,
+	                         .dist_opt = 1, .overlap_gather = overlap, .bucket = 1ull << 30};
+	const uint64_t params[4] = {1000, 1000, 2000000, 0};
+	const ir_layer_kind kinds[4] = {IR_LAYER_EMBEDDING, IR_LAYER_MLP, IR_LAYER_MLP, IR_LAYER_HEAD};
+	for (int i = 0; i < 4; i++) {
+		ir_layer *l = ir_add_layer(m, kinds[i], (ir_loc){0});
+		bool mlp = kinds[i] == IR_LAYER_MLP;
+		if (mlp)
+			l->attr[IR_ATTR_FFN] = 128;
+		l->cost = (ir_cost){.known = true, .f = mlp ? f : 0, .b = mlp ? f : 0, .w = mlp ? f : 0,
+		                    .flops = 1e6, .act = 4096, .wstash = 1024, .params = params[i],
+		                    .resident = params[i] * 16};
+	}
+	pass_id ids[] = {PASS_partition, PASS_place, PASS_schedule, PASS_comm, PASS_verify, PASS_memplan};
+	ck_assert_int_eq(pass_run(m, ids, 6, NULL), 0);
+	return m;
+}
+
+/* The overlapped all-gather: on mpi (collectives beside the transfers),
+ * with a fill of f = 600us before D1's first F, most of S1's 1000us
+ * gather hides in it, and the step is that much shorter than with the
+ * gather waited at the end; it never hides more than the gather.  (On
+ * nccl D1's first receive queues behind the gather on its communication
+ * stream: nothing hides there.)  And a plan with the overlap on is never
+ * slower than one with it off (comm keeps it only where the steady step
+ * is not). */
+START_TEST(test_dp_overlap_gather)
+{
+	{
+		ir_backend be = IR_BACKEND_MPI;
+		ir_module *on = dp_overlap(600, 1, be, IR_SCHED_1F1B);
+		ir_module *off = dp_overlap(600, 0, be, IR_SCHED_1F1B);
+		ck_assert_int_eq(on->plan.overlap_gather, 1);
+		bool carried = false;
+		for (int i = 0; i < on->devices[1].nops; i++)
+			carried |= on->devices[1].ops[i].comm == IR_COMM_WAIT && on->devices[1].ops[i].carried;
+		ck_assert(carried);
+		sim_result *a = sim_run(on), *b = sim_run(off);
+		ck_assert_ptr_nonnull(a);
+		ck_assert_ptr_nonnull(b);
+		ck_assert_int_gt(a->steps, 1);
+		ck_assert_int_eq(b->steps, 1);
+		double ag = sim_coll_time(on, IR_COMM_ALLGATHER, 1, 8000000);
+		ck_assert_double_eq_tol(ag, 1000, 1e-9);
+		/* D1 waits for the gather only where the fill does not cover it. */
+		ck_assert_double_lt(a->dev[1].gather_exposed, ag - 500);
+		ck_assert_double_eq(b->dev[1].gather_exposed, 0);
+		ck_assert_double_lt(a->makespan, b->makespan - 500);
+		ck_assert_double_ge(a->makespan, b->makespan - ag);
+		/* The idle split still adds up with the wait early in the step. */
+		for (int d = 0; d < 2; d++) {
+			const sim_device *sd = &a->dev[d];
+			ck_assert_double_eq_tol(sd->busy + sd->warmup + sd->cooldown + sd->residual + sd->exposed +
+			                        sd->update, a->makespan, 1e-6);
+		}
+		sim_free(a);
+		sim_free(b);
+		ir_free(on);
+		ir_free(off);
+	}
+	/* Never slower: every schedule, both backends, fills short and long. */
+	static const ir_schedule scheds[] = {IR_SCHED_1F1B, IR_SCHED_GPIPE, IR_SCHED_ZBH1, IR_SCHED_ZBH2};
+	static const double fs[] = {10, 100, 600, 3000};
+	for (int be = 0; be < IR_NBACKENDS; be++)
+		for (size_t k = 0; k < sizeof scheds / sizeof *scheds; k++)
+			for (size_t j = 0; j < sizeof fs / sizeof *fs; j++) {
+				ir_module *on = dp_overlap(fs[j], 1, (ir_backend)be, scheds[k]);
+				ir_module *off = dp_overlap(fs[j], 0, (ir_backend)be, scheds[k]);
+				sim_result *a = sim_run(on), *b = sim_run(off);
+				ck_assert_double_le(a->makespan, b->makespan);
+				sim_free(a);
+				sim_free(b);
+				ir_free(on);
+				ir_free(off);
+			}
+}
+END_TEST
+
 static Suite *sim_suite(void)
 {
 	Suite *s = suite_create("simulate");
@@ -455,6 +590,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_latency_single_microbatch);
 	tcase_add_test(tc, test_bandwidth_and_nodes);
 	tcase_add_test(tc, test_memory);
+	tcase_add_test(tc, test_recompute_full);
 	tcase_add_test(tc, test_stuck_programs);
 	tcase_add_test(tc, test_needs_costs);
 	tcase_add_test(tc, test_deterministic_and_fast);
@@ -463,6 +599,7 @@ static Suite *sim_suite(void)
 	tcase_add_test(tc, test_dp_collective_cost);
 	tcase_add_test(tc, test_dp_exposed_reduction);
 	tcase_add_test(tc, test_dp_memory);
+	tcase_add_test(tc, test_dp_overlap_gather);
 	suite_add_tcase(s, tc);
 	return s;
 }
