@@ -448,6 +448,8 @@ static void lower_dp(ir_module *m, pass_ctx *cx, const bool *late)
 
 static int lower(ir_module *m, pass_ctx *cx, const bool *late)
 {
+	if (m->ndevices && ir_lowered(m))
+		return 0; /* the pass is idempotent: its collectives are in too */
 	int rc = lower_p2p(m, cx);
 	if (!rc && ir_dp(m) > 1)
 		lower_dp(m, cx, late);

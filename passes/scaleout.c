@@ -322,7 +322,8 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		diag_sink_error(ds, at, "out of memory");
 		return NULL;
 	}
-	/* The candidates that may fit, most promising (least bound) first; one
+	/* The candidates that may fit, most promising (least bound) first (a
+	 * stashing one that does not fit brings its recomputing twin forward); one
 	 * whose bound is not below the best step found cannot win, and none is
 	 * begun once the budget has run out. */
 	int *order = malloc((size_t)out->nrows * sizeof *order), nord = 0;
@@ -366,6 +367,19 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		}
 		double share = t < end ? (end - t) * SEARCH_SHARE / (double)(nord - k) : 0;
 		plan_one(m, po, share, row, &c[i]);
+		/* Too big with its activations stashed: the same recomputing is
+		 * the likeliest to fit, so it is next. */
+		if (!(row->ok && row->fits) && row->recompute == IR_RECOMP_NONE)
+			for (int j = k + 2; j < nord; j++) {
+				const scaleout_row *o = &out->rows[order[j]];
+				if (o->dp == row->dp && o->dist_opt == row->dist_opt &&
+				    o->recompute == IR_RECOMP_FULL) {
+					int moved = order[j];
+					memmove(order + k + 2, order + k + 1, (size_t)(j - k - 1) * sizeof *order);
+					order[k + 1] = moved;
+					break;
+				}
+			}
 		if (row->ok && row->fits &&
 		    (best < 0 || row->step < out->rows[best].step ||
 		     (row->step == out->rows[best].step && i < best)))

@@ -183,20 +183,25 @@ static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need);
 /* over_after_memplan for the tuner's own candidates, cheaper: with
  * replicas, comm's choices fixed instead of simulated (pp-inner, the
  * reductions posted as each stage closes: their buffers live longest, so
- * the peak is never below the one comm's choice gives) and no proof (a
- * memory plan needs none; the pipeline proves the plan kept). */
+ * the peak is never below the one comm's choice of where gives; the
+ * all-gathers not overlapped, as comm lowers them where the overlap would
+ * not fit); then the proof and the memory plan as over_after_memplan
+ * (comm keeps the lowering). */
 static int over_after_memplan_fit(const ir_module *m, ir_module *x, uint64_t *need)
 {
-	if (ir_dp(x) <= 1)
-		return over_after_memplan(m, x, need);
-	diag_sink quiet = {0};
-	arena *a = arena_new();
-	pass_ctx cx = {.diag = &quiet, .scratch = a};
-	int rc = pass_comm_fixed(x, &cx, IR_RANKS_PP_INNER, false);
-	arena_free(a);
-	if (rc != 0 || pass_run_one(x, PASS_memplan, &(pass_opts){.diag = &quiet}) != 0)
-		return -1; /* the pipeline will report it on the real module */
-	return over_memory(m, x, need);
+	if (ir_dp(x) > 1) {
+		/* Without the overlapped all-gather, whose buffer lives through the
+		 * step: comm keeps the overlap only where the plan still fits. */
+		x->plan.overlap_gather = 0;
+		diag_sink quiet = {0};
+		arena *a = arena_new();
+		pass_ctx cx = {.diag = &quiet, .scratch = a};
+		int rc = pass_comm_fixed(x, &cx, IR_RANKS_PP_INNER, false);
+		arena_free(a);
+		if (rc != 0)
+			return -1; /* the pipeline will report it on the real module */
+	}
+	return over_after_memplan(m, x, need);
 }
 
 /* The largest device peak of x once lowered and given its memory plan

@@ -190,12 +190,14 @@ expect 1 "--bucket must be a size such as 4MiB or 65536 (1 byte .. 1 PiB), got '
 expect 1 "unknown rank order 'pp-outer'; did you mean 'pp-inner'?" plan $m --devices 4 --dp 2 --rank-order pp-outer
 expect 1 "--dp applies to a model, not to IR text" sim tests/e2e/deadlock-mpi.opir --dp 2
 # --dp auto: the search over the data-parallel degree (docs/dataparallel.md, "Choosing D")
-expect 0 "data parallelism (--dp auto): 5 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
+expect 0 "data parallelism (--dp auto): 10 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
+expect 0 "data parallelism (--dp auto): 5 candidates on 4 devices" plan $m --devices 4 --dp auto --recompute none --schedule 1f1b
+expect 0 "recomputation (--recompute auto): 2 candidates on 4 devices" plan $m --devices 4 --dp 1 --recompute auto --schedule 1f1b
 expect 0 "chosen: D=" plan $m --devices 4 --dp auto --schedule 1f1b --bucket 4MiB
-expect 0 '"dp_search": [{"dp": 1, "pipeline_devices": 4, "dist_optimizer": false, "planned": true' plan $m --devices 4 --dp auto --schedule 1f1b --json
-expect 0 "data parallelism (--dp auto): 3 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer --schedule 1f1b
+expect 0 '"dp_search": [{"dp": 1, "pipeline_devices": 4, "dist_optimizer": false, "recompute": "none", "planned": true' plan $m --devices 4 --dp auto --schedule 1f1b --json
+expect 0 "data parallelism (--dp auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer --schedule 1f1b
 expect 1 "--dp must be auto or an integer in 1..65536, got 'many'" plan $m --devices 4 --dp many
-expect 1 "--passes runs the passes given on one plan; --dp auto plans every data-parallel degree" plan $m --devices 4 --dp auto --passes cost
+expect 1 "--passes runs the passes given on one plan; --dp auto and --recompute auto plan every candidate" plan $m --devices 4 --dp auto --passes cost
 expect 1 "dp=auto: no data-parallel degree D divides both the 64 devices and the step's 1 micro-batches" plan $m --devices 64 --microbatches 1 --dp auto
 p=tests/cli/published.json
 expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2
