@@ -7,6 +7,7 @@
  * it. */
 #include "frontend.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -177,18 +178,15 @@ enum { PL_SCHEDULE, PL_CHUNKS, PL_PARTITION, PL_STAGES, PL_PLACEMENT, PL_DP, PL_
 static const char *const recompute_words[] = {"none", "full", "selective", "auto"};
 _Static_assert(IR_NRECOMPUTES == 3, "recompute_words lists the IR's modes first");
 
-static int recompute_mode(ir_loc loc, int i, ir_recompute *out)
+static int recompute_mode(fe *f, ir_loc loc, int i)
 {
 	if (i == IR_RECOMP_SELECTIVE) {
 		diag_error(loc, "%s", ir_selective_unbuilt);
 		return -1;
 	}
-	if (i == IR_NRECOMPUTES) {
-		diag_error(loc, "recompute mode 'auto' (the tuner choosing per stage) is not built yet: give none "
-		                "or full");
-		return -1;
-	}
-	*out = (ir_recompute)i;
+	f->recompute_given = true;
+	f->m->recompute_auto = i == IR_NRECOMPUTES; /* auto: the search tries none and full */
+	f->m->plan.recompute = i == IR_NRECOMPUTES ? IR_RECOMP_NONE : (ir_recompute)i;
 	return 0;
 }
 
@@ -201,6 +199,28 @@ static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
 		return -1;
 	*out = i % 2;
 	return 0;
+}
+
+/* dp := integer in 1..65536 | auto (the driver's search chooses it). */
+static int read_dp(fe *f, yaml_node_t *n)
+{
+	const char *s;
+	f->dp_written = true;
+	if (ydoc_scalar(f->d, n, "'dp'", "an integer or auto", &s) < 0)
+		return -1;
+	bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+	if (plain && strcmp(s, "auto") == 0) {
+		f->m->dp_auto = true;
+		f->m->plan.dp = 0;
+		return 0;
+	}
+	if (!plain || !(isdigit((unsigned char)s[0]) || s[0] == '+' || s[0] == '-')) {
+		diag_error(ydoc_at(f->d, n), "expected an integer or auto for 'dp', got %s",
+		           ydoc_describe(f->d, n));
+		return -1;
+	}
+	f->m->dp_auto = false;
+	return ydoc_int(f->d, n, "'dp'", 1, 65536, &f->m->plan.dp);
 }
 
 /* plan := {schedule, chunks, partition, stage_layers, placement, dp,
@@ -227,7 +247,9 @@ static int read_plan(fe *f, yaml_node_t *map)
 	p->schedule = sched;
 	p->partition = part;
 	int order = p->rank_order;
-	if ((v[PL_DP] && ydoc_int(d, v[PL_DP], "'dp'", 1, 65536, &p->dp) < 0) ||
+	if (v[PL_DP] && read_dp(f, v[PL_DP]) < 0)
+		return -1;
+	if (
 	    (v[PL_RANK_ORDER] && ydoc_enum(d, v[PL_RANK_ORDER], "'rank_order'", "rank order",
 	                                   ir_rank_order_names, IR_NRANK_ORDERS, &order) < 0) ||
 	    (v[PL_DIST_OPT] && read_switch(d, v[PL_DIST_OPT], "'distributed_optimizer'",
@@ -245,7 +267,7 @@ static int read_plan(fe *f, yaml_node_t *map)
 	if (v[PL_RECOMPUTE] &&
 	    (ydoc_enum(d, v[PL_RECOMPUTE], "'recompute'", "recompute mode", recompute_words,
 	               NELEMS(recompute_words), &rc) < 0 ||
-	     recompute_mode(ydoc_at(d, v[PL_RECOMPUTE]), rc, &p->recompute) < 0))
+	     recompute_mode(f, ydoc_at(d, v[PL_RECOMPUTE]), rc) < 0))
 		return -1;
 	/* Errors about the data-parallel options point at dp, or at the first
 	 * of the others given without it. */
@@ -400,6 +422,12 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	m->plan.backend = (ir_backend)backend;
 	if (override_num("'--dp'", ov->dp, 1, 65536, &m->plan.dp, ov->dp_at) < 0)
 		return -1;
+	if (ov->dp)
+		m->dp_auto = false;
+	if (ov->dp_auto) {
+		m->dp_auto = true;
+		m->plan.dp = 0;
+	}
 	if (ov->dp_at.src)
 		m->dp_loc = ov->dp_at;
 	int order = (int)m->plan.rank_order;
@@ -422,7 +450,7 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 			             recompute_words, NELEMS(recompute_words));
 			return -1;
 		}
-		if (recompute_mode(ov->recompute_at, rc, &m->plan.recompute) < 0)
+		if (recompute_mode(f, ov->recompute_at, rc) < 0)
 			return -1;
 	}
 	return 0;
@@ -430,17 +458,23 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 
 /* The data-parallel options settled: one replica is no data parallelism
  * (the options that need replicas are refused, at the dp field), a plan
- * with replicas gets the default bucket, and the distributed optimizer
- * overlaps its all-gathers with the next step unless told not to (the
- * switch is refused, where it was written, without it). */
+ * with replicas (or one whose replicas the search chooses) gets the default
+ * bucket, and the distributed optimizer overlaps its all-gathers with the
+ * next step unless told not to (the switch is refused, where it was
+ * written, without it). */
 static int settle_dp(fe *f)
 {
 	ir_module *m = f->m;
 	ir_plan_opts *p = &m->plan;
 	if (p->dp == 1)
 		p->dp = 0;
-	if (p->dp > 1 && !p->bucket)
+	if ((p->dp > 1 || m->dp_auto) && !p->bucket)
 		p->bucket = FE_DEFAULT_BUCKET;
+	if (m->dp_auto) {
+		/* The wish, for the candidates with the distributed optimizer. */
+		p->overlap_gather = !f->overlap_given || f->overlap;
+		return ir_check_dp(m, NULL) ? -1 : 0;
+	}
 	if (f->overlap_given && !(p->dp > 1 && p->dist_opt)) {
 		diag_error(f->overlap_at, "overlap_param_gather applies to the distributed optimizer's "
 		                          "all-gathers: it needs dp > 1 and distributed_optimizer "
@@ -520,7 +554,17 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	}
 	if (v[TOP_PLAN] && read_plan(&f, v[TOP_PLAN]) < 0)
 		goto out;
-	if (apply_overrides(&f, ov) < 0 || settle_dp(&f) < 0 || check_placement(&f) < 0)
+	if (apply_overrides(&f, ov) < 0)
+		goto out;
+	/* dp left open: the search chooses it where the caller asks for that
+	 * default, unless the plan gives stages or their devices (one P's). */
+	if (ov->dp_default_auto && !f.dp_written && !ov->dp && m->plan.partition != IR_PART_GIVEN &&
+	    !m->plan.nplacement)
+		m->dp_auto = true;
+	/* With dp searched, so is the recomputation, unless it is given. */
+	if (m->dp_auto && !f.recompute_given)
+		m->recompute_auto = true;
+	if (settle_dp(&f) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;
 out:

@@ -24,6 +24,9 @@ typedef struct fe_overrides {
 	const char *backend;   /* --backend nccl|mpi */
 	const char *dtype;     /* --dtype f32|bf16|f16 */
 	int64_t dp;            /* --dp D */
+	bool dp_auto;          /* --dp auto: the driver's search chooses D */
+	bool dp_default_auto;  /* a model file without dp (and without a given
+	                        * partition or placement): dp auto too */
 	const char *rank_order; /* --rank-order auto|pp-inner|dp-inner */
 	bool dist_opt;         /* --distributed-optimizer */
 	bool no_overlap_gather; /* --no-overlap-param-gather */

@@ -113,6 +113,8 @@ typedef struct fe {
 	ydoc *d;
 	int nopen;              /* layer lists being read (nested repeats) */
 	yaml_node_t *placement; /* kept for the checks after the overrides */
+	bool dp_written;        /* the plan section gives dp */
+	bool recompute_given;   /* recompute written (YAML or flag) */
 	bool overlap_given;     /* overlap_param_gather written (YAML or flag) */
 	int overlap;            /* its value */
 	ir_loc overlap_at;      /* where */

@@ -9,9 +9,20 @@ ir_module *ir_copy_header(const ir_module *m)
 	c->cluster = m->cluster;
 	c->plan = m->plan;
 	c->loc = m->loc;
+	c->model_loc = m->model_loc;
+	c->train_loc = m->train_loc;
+	c->cluster_loc = m->cluster_loc;
 	c->plan_loc = m->plan_loc;
+	c->microbatches_loc = m->microbatches_loc;
+	c->chunks_loc = m->chunks_loc;
+	c->dtype_loc = m->dtype_loc;
+	c->dp_loc = m->dp_loc;
+	c->cluster_at = m->cluster_at;
+	c->dp_auto = m->dp_auto;
+	c->recompute_auto = m->recompute_auto;
 	for (int l = 0; l < m->nlayers; l++)
-		*ir_add_layer(c, m->layers[l].kind, (ir_loc){0}) = m->layers[l];
+		*ir_add_layer(c, m->layers[l].kind, m->layer_loc ? m->layer_loc[l] : (ir_loc){0}) =
+		    m->layers[l];
 	return c;
 }
 

@@ -6,8 +6,10 @@
 #include "ir.h"
 
 /* A new module with m's header lines (model, train, cluster and plan
- * options), its layers with their costs, and the locations of the module
- * and of its plan line; no stages, programs, proof or memory plan.  The
+ * options), its layers with their costs, and the locations of the module,
+ * its header lines, fields and layers (so that a pass's diagnostic on the
+ * copy points where it would on m); no stages, programs, proof or memory
+ * plan.  The
  * copy shares m's strings and arrays (layer names, the given partition
  * and placement): m must outlive it. */
 ir_module *ir_copy_header(const ir_module *m);

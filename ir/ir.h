@@ -473,6 +473,13 @@ typedef struct ir_module {
 	ir_loc chunks_loc;       /* the same for plan.chunks */
 	ir_loc dtype_loc;        /* the same for model.dtype */
 	ir_loc dp_loc;           /* the same for plan.dp */
+	/* The model asked the driver to choose dp (`--dp auto`, `dp: auto`):
+	 * a request, not a plan, so not part of the text form either; the
+	 * plan the search keeps carries its dp (passes/scaleout.h). */
+	bool dp_auto;
+	/* The same for the recomputation (`--recompute auto`, and with dp
+	 * auto unless a mode is given): the search tries none and full. */
+	bool recompute_auto;
 	struct {
 		ir_loc devices, mem;   /* the cluster field (a preset's too) or flag */
 	} cluster_at;

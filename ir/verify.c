@@ -314,6 +314,8 @@ int ir_check_dp(const ir_module *m, diag_sink *ds)
 	const ir_plan_opts *p = &m->plan;
 	ir_loc loc = ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc));
 	int64_t D = p->dp;
+	if (D <= 1 && m->dp_auto)
+		return 0; /* the options apply to the replicas the search tries */
 	if (D <= 1) {
 		if (p->dist_opt || p->overlap_gather || p->bucket || p->rank_order != IR_RANKS_AUTO) {
 			diag_sink_error(ds, loc, "the data-parallel options (rank order, distributed optimizer, "

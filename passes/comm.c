@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "copy.h"
 
@@ -253,8 +254,18 @@ static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, ui
 	placed **pl = arena_calloc(cx->scratch, (size_t)P, sizeof *pl);
 	int *npl = arena_calloc(cx->scratch, (size_t)P, sizeof *npl);
 	int *low = arena_calloc(cx->scratch, (size_t)P, sizeof *low);
-	for (int d = 0; d < P; d++)
-		pl[d] = arena_calloc(cx->scratch, (size_t)nx + 1, sizeof **pl);
+	/* Each transfer is a send on its source and a receive on its
+	 * destination: room for exactly those (not nx per device, which made
+	 * lowering quadratic in the devices). */
+	for (int t = 0; t < nx; t++) {
+		int cs = xs[t].kind == IR_OP_F ? xs[t].stage + 1 : xs[t].stage - 1;
+		npl[m->stages[xs[t].stage].device]++;
+		npl[m->stages[cs].device]++;
+	}
+	for (int d = 0; d < P; d++) {
+		pl[d] = arena_calloc(cx->scratch, (size_t)npl[d] + 1, sizeof **pl);
+		npl[d] = 0;
+	}
 	int rc = 0;
 	for (int t = 0; t < nx && !rc; t++) {
 		const xfer_order *x = &xs[t];
@@ -340,13 +351,14 @@ static void push_dp(ir_module *m, int d, const bucket *b, ir_comm comm, ir_comm 
 /* Adds each stage's gradient reduction to its device's program: its
  * buckets' all-reduces (reduce-scatters with the distributed optimizer)
  * posted right after the stage's last W (and the gradient that W sends),
- * so that they overlap the rest of the step; then, after the last compute
+ * so that they overlap the rest of the step, or on the devices `late`
+ * names (NULL: none) after the device's last point-to-point op; then, after the last compute
  * op, each bucket's wait and update, and with the distributed optimizer the
  * all-gathers of the updated shards.  Their waits follow at once, or with
  * overlap_param_gather go just before the stage's first F, carried: that
  * wait completes the previous step's all-gather, which then runs under
  * the fill of the pipeline (and the stages ahead of it on the device). */
-static void lower_dp(ir_module *m, pass_ctx *cx)
+static void lower_dp(ir_module *m, pass_ctx *cx, const bool *late)
 {
 	bool carry = m->plan.dist_opt && m->plan.overlap_gather;
 	ir_comm red = m->plan.dist_opt ? IR_COMM_REDUCESCATTER : IR_COMM_ALLREDUCE;
@@ -367,6 +379,12 @@ static void lower_dp(ir_module *m, pass_ctx *cx)
 			if (old[i].comm == IR_COMM_NONE && old[i].kind == IR_OP_W)
 				last[old[i].stage] = i;
 		}
+		/* Late: not before the device's last point-to-point op, so that
+		 * no transfer queues behind a reduction. */
+		int p2p = -1;
+		for (int i = 0; late && late[d] && i < n; i++)
+			if (old[i].comm != IR_COMM_NONE)
+				p2p = i;
 		for (int s = 0; s < m->nstages; s++) {
 			int i = last[s];
 			if (i < 0)
@@ -376,8 +394,9 @@ static void lower_dp(ir_module *m, pass_ctx *cx)
 				i++;
 			closes[i] = s;
 		}
-		/* The buckets in the order their reductions are posted. */
-		int nb = 0;
+		/* The buckets in the order their reductions are posted: a stage's
+		 * once it is closed and the device is past p2p. */
+		int nb = 0, *queue = arena_calloc(cx->scratch, (size_t)m->nstages + 1, sizeof *queue), nq = 0;
 		m->devices[d].nops = 0;
 		bool *started = arena_calloc(cx->scratch, (size_t)m->nstages, sizeof *started);
 		for (int i = 0; i < n; i++) {
@@ -390,12 +409,17 @@ static void lower_dp(ir_module *m, pass_ctx *cx)
 				started[s] = true;
 			}
 			ir_push_op(m, d, &old[i], (ir_loc){0});
-			if (closes[i] < 0)
+			if (closes[i] >= 0)
+				queue[nq++] = closes[i];
+			if (i < p2p)
 				continue;
-			int k = stage_buckets(m, closes[i], bk + nb);
-			for (int j = nb; j < nb + k; j++)
-				push_dp(m, d, &bk[j], red, IR_COMM_NONE, false);
-			nb += k;
+			for (int q = 0; q < nq; q++) {
+				int k = stage_buckets(m, queue[q], bk + nb);
+				for (int j = nb; j < nb + k; j++)
+					push_dp(m, d, &bk[j], red, IR_COMM_NONE, false);
+				nb += k;
+			}
+			nq = 0;
 		}
 		for (int j = 0; j < nb; j++) {
 			push_dp(m, d, &bk[j], IR_COMM_WAIT, red, false);
@@ -422,60 +446,104 @@ static void lower_dp(ir_module *m, pass_ctx *cx)
 	}
 }
 
-static int lower(ir_module *m, pass_ctx *cx)
+static int lower(ir_module *m, pass_ctx *cx, const bool *late)
 {
+	if (m->ndevices && ir_lowered(m))
+		return 0; /* the pass is idempotent: its collectives are in too */
 	int rc = lower_p2p(m, cx);
 	if (!rc && ir_dp(m) > 1)
-		lower_dp(m, cx);
+		lower_dp(m, cx, late);
 	return rc;
 }
 
-/* The rank order left open (auto): the one whose lowered step simulates
- * faster, pp-inner on a tie.  They differ only in which links the
- * transfers and the collectives cross (docs/dataparallel.md). */
-static void choose_rank_order(ir_module *m, pass_ctx *cx)
+/* m's programs lowered on a copy with rank order o and the reductions
+ * late on the devices `late` names (NULL: none), simulated: the step, or
+ * +inf when they cannot be lowered or run. */
+static double try_lowering(const ir_module *m, pass_ctx *cx, ir_rank_order o, const bool *late)
 {
+	ir_module *c = ir_copy_header(m);
+	c->plan.rank_order = o;
+	ir_copy_plan(c, m, true);
+	diag_sink quiet = {0}; /* a choice that cannot be lowered loses */
+	pass_ctx qx = {.diag = &quiet, .scratch = arena_new(), .budget = cx->budget};
+	sim_result *r = lower(c, &qx, late) == 0 ? sim_run_to(c, &quiet) : NULL;
+	double t = r ? r->makespan : INFINITY;
+	sim_free(r);
+	arena_free(qx.scratch);
+	ir_free(c);
+	return t;
+}
+
+/* The choices a data-parallel lowering leaves open, made by simulating
+ * each (docs/dataparallel.md, "Where the reductions go"): the rank order
+ * when it is auto, and whether every device posts its reductions as each
+ * of its stages closes (early: they overlap the rest of the step) or after
+ * its last point-to-point op (late: no transfer queues behind them on the
+ * communication stream).  The fastest is kept; on a tie pp-inner, early.
+ * (Choosing per device, one device flipped at a time, was measured: it
+ * multiplies the lowerings by the devices and, within the tune budget,
+ * lost more to the tuner's shorter search than it gained.) */
+static void choose_lowering(ir_module *m, pass_ctx *cx, bool *late)
+{
+	int P = m->ndevices;
 	double best = INFINITY;
-	ir_rank_order pick = IR_RANKS_PP_INNER;
+	ir_rank_order pick = m->plan.rank_order == IR_RANKS_AUTO ? IR_RANKS_PP_INNER : m->plan.rank_order;
+	bool *all = arena_calloc(cx->scratch, (size_t)P, sizeof *all);
 	for (int o = IR_RANKS_PP_INNER; o <= IR_RANKS_DP_INNER; o++) {
-		ir_module *c = ir_copy_header(m);
-		c->plan.rank_order = (ir_rank_order)o;
-		ir_copy_plan(c, m, true);
-		diag_sink quiet = {0}; /* an order that cannot be lowered loses */
-		pass_ctx qx = {.diag = &quiet, .scratch = cx->scratch, .budget = cx->budget};
-		sim_result *r = lower(c, &qx) == 0 ? sim_run_to(c, &quiet) : NULL;
-		if (r && r->makespan < best)
-			best = r->makespan, pick = (ir_rank_order)o;
-		sim_free(r);
-		ir_free(c);
+		if (m->plan.rank_order != IR_RANKS_AUTO && o != (int)m->plan.rank_order)
+			continue;
+		for (int v = 0; v <= 1; v++) {
+			for (int d = 0; d < P; d++)
+				all[d] = v;
+			double t = try_lowering(m, cx, (ir_rank_order)o, all);
+			if (t < best) {
+				best = t, pick = (ir_rank_order)o;
+				memcpy(late, all, (size_t)P * sizeof *late);
+			}
+		}
 	}
 	m->plan.rank_order = pick;
+}
+
+int pass_comm_fixed(ir_module *m, pass_ctx *cx, ir_rank_order o, bool late)
+{
+	ir_assert(o != IR_RANKS_AUTO);
+	m->plan.rank_order = o;
+	bool *all = arena_calloc(cx->scratch, (size_t)m->ndevices + 1, sizeof *all);
+	for (int d = 0; d < m->ndevices; d++)
+		all[d] = late;
+	return lower(m, cx, all);
 }
 
 /* The simulated step of m lowered with overlap_param_gather set to `on`
  * (INFINITY when it cannot be lowered or simulated), and whether every
  * device's peak memory fits. */
-static double step_with_overlap(const ir_module *m, pass_ctx *cx, int on, bool *fits)
+static double step_with_overlap(const ir_module *m, pass_ctx *cx, const bool *late, int on,
+                                bool *fits)
 {
 	ir_module *c = ir_copy_header(m);
 	c->plan.overlap_gather = on;
 	ir_copy_plan(c, m, true);
 	diag_sink quiet = {0};
-	pass_ctx qx = {.diag = &quiet, .scratch = cx->scratch, .budget = cx->budget};
-	sim_result *r = lower(c, &qx) == 0 ? sim_run_to(c, &quiet) : NULL;
+	pass_ctx qx = {.diag = &quiet, .scratch = arena_new(), .budget = cx->budget};
+	sim_result *r = lower(c, &qx, late) == 0 ? sim_run_to(c, &quiet) : NULL;
 	double t = r ? r->makespan : INFINITY;
 	*fits = r != NULL;
 	for (int d = 0; r && d < r->ndev; d++)
 		*fits &= r->dev[d].peak_mem <= m->cluster.mem;
 	sim_free(r);
+	arena_free(qx.scratch);
 	ir_free(c);
 	return t;
 }
 
 int pass_comm(ir_module *m, pass_ctx *cx)
 {
-	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1 && m->plan.rank_order == IR_RANKS_AUTO)
-		choose_rank_order(m, cx);
+	bool *late = NULL;
+	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1) {
+		late = arena_calloc(cx->scratch, (size_t)m->ndevices, sizeof *late);
+		choose_lowering(m, cx, late);
+	}
 	/* A carried wait moves its unpacking to the start of the next step,
 	 * before its stage's first F: on a device whose step ends with slack
 	 * and whose first F feeds the others, that can cost more than the
@@ -486,11 +554,12 @@ int pass_comm(ir_module *m, pass_ctx *cx)
 	 * line says which. */
 	if (m->ndevices && !ir_lowered(m) && ir_dp(m) > 1 && m->plan.overlap_gather) {
 		bool fits_on, fits_off;
-		double on = step_with_overlap(m, cx, 1, &fits_on), off = step_with_overlap(m, cx, 0, &fits_off);
+		double on = step_with_overlap(m, cx, late, 1, &fits_on);
+		double off = step_with_overlap(m, cx, late, 0, &fits_off);
 		if (!(on < off) || (fits_off && !fits_on))
 			m->plan.overlap_gather = 0;
 	}
-	return lower(m, cx);
+	return lower(m, cx, late);
 }
 
 static int lower_p2p(ir_module *m, pass_ctx *cx)

@@ -120,6 +120,10 @@ int pass_place(ir_module *m, pass_ctx *cx);
 int pass_schedule(ir_module *m, pass_ctx *cx);
 int pass_tune(ir_module *m, pass_ctx *cx);
 int pass_comm(ir_module *m, pass_ctx *cx);
+/* comm with its data-parallel choices fixed instead of simulated (tests):
+ * rank order o (not auto), every device's reductions late (after its last
+ * point-to-point op) or early (as each stage closes). */
+int pass_comm_fixed(ir_module *m, pass_ctx *cx, ir_rank_order o, bool late);
 int pass_verify(ir_module *m, pass_ctx *cx);
 int pass_memplan(ir_module *m, pass_ctx *cx);
 

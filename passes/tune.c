@@ -177,6 +177,33 @@ static ir_module *baseline(const ir_module *m, int i, char *why, size_t n)
 	return c;
 }
 
+static int over_memory(const ir_module *m, const ir_module *x, uint64_t *need);
+static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need);
+
+/* over_after_memplan for the tuner's own candidates, cheaper: with
+ * replicas, comm's choices fixed instead of simulated (pp-inner, the
+ * reductions posted as each stage closes: their buffers live longest, so
+ * the peak is never below the one comm's choice of where gives; the
+ * all-gathers not overlapped, as comm lowers them where the overlap would
+ * not fit); then the proof and the memory plan as over_after_memplan
+ * (comm keeps the lowering). */
+static int over_after_memplan_fit(const ir_module *m, ir_module *x, uint64_t *need)
+{
+	if (ir_dp(x) > 1) {
+		/* Without the overlapped all-gather, whose buffer lives through the
+		 * step: comm keeps the overlap only where the plan still fits. */
+		x->plan.overlap_gather = 0;
+		diag_sink quiet = {0};
+		arena *a = arena_new();
+		pass_ctx cx = {.diag = &quiet, .scratch = a};
+		int rc = pass_comm_fixed(x, &cx, IR_RANKS_PP_INNER, false);
+		arena_free(a);
+		if (rc != 0)
+			return -1; /* the pipeline will report it on the real module */
+	}
+	return over_after_memplan(m, x, need);
+}
+
 /* The largest device peak of x once lowered and given its memory plan
  * (what will really be allocated), against its memory: the device over it
  * most, or -1.  x is lowered in place (with its own schedule's semantics). */
@@ -184,6 +211,13 @@ static int over_after_memplan(const ir_module *m, ir_module *x, uint64_t *need)
 {
 	if (!run_quiet(x, pass_lower_passes, NULL, 0))
 		return -1; /* the pipeline will report it on the real module */
+	return over_memory(m, x, need);
+}
+
+/* The device of lowered x over m's memory most (its peak into *need), or
+ * -1. */
+static int over_memory(const ir_module *m, const ir_module *x, uint64_t *need)
+{
 	diag_sink quiet = {0};
 	sim_result *r = sim_run_to(x, &quiet);
 	int worst = -1;
@@ -224,22 +258,31 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows)
 	}
 }
 
-double tune_lower_bound(const ir_module *m)
+void tune_bound_terms(const ir_module *m, double *work, double *path, double *layer, int *heaviest)
 {
-	double work = 0, path = 0, layer = 0;
+	*work = *path = *layer = 0;
+	*heaviest = 0;
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		/* The plan's recomputation (every stage's) runs F again in B. */
 		double f = m->plan.recompute != IR_RECOMP_NONE ? 2 * c->f : c->f;
 		double all = f + c->b + c->w;
-		work += all;
-		path += f + c->b;
-		layer = all > layer ? all : layer;
+		*work += all;
+		*path += f + c->b;
+		if (all > *layer)
+			*layer = all, *heaviest = l;
 	}
 	double M = (double)ir_local_mb(m);
-	path += m->layers[0].cost.w;
-	work *= M / (double)ir_pipe_devices(m);
-	layer *= M;
+	*path += m->layers[0].cost.w;
+	*work *= M / (double)ir_pipe_devices(m);
+	*layer *= M;
+}
+
+double tune_lower_bound(const ir_module *m)
+{
+	double work, path, layer;
+	int heaviest;
+	tune_bound_terms(m, &work, &path, &layer, &heaviest);
 	double lb = work > path ? work : path;
 	return layer > lb ? layer : lb;
 }
@@ -840,7 +883,7 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 			ir_module *low = ir_copy_header(m);
 			ir_copy_plan(low, c, false);
 			uint64_t need = 0;
-			int over = over_after_memplan(m, low, &need);
+			int over = over_after_memplan_fit(m, low, &need);
 			v.fits = over < 0;
 			checked = true;
 			if (over >= 0)
@@ -985,7 +1028,7 @@ int pass_tune(ir_module *m, pass_ctx *cx)
 		if (!x)
 			break;
 		need = 0;
-		over = mem == UINT64_MAX || planned ? -1 : over_after_memplan(m, x, &need);
+		over = mem == UINT64_MAX || planned ? -1 : over_after_memplan_fit(m, x, &need);
 		if (over < 0) {
 			/* x was lowered to check it: m takes only the ordered plan; the
 			 * pipeline lowers m itself. */

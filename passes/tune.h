@@ -54,4 +54,9 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows);
  * as B runs F again.  Microseconds. */
 double tune_lower_bound(const ir_module *m);
 
+/* Its three terms, microseconds: the work per device, the critical path
+ * (which ends with a weight gradient of layer 0) and the heaviest layer's
+ * work (layer *heaviest, whose last op is a weight gradient too). */
+void tune_bound_terms(const ir_module *m, double *work, double *path, double *layer, int *heaviest);
+
 #endif

@@ -17,6 +17,7 @@
 #include "pass.h"
 #include "print.h"
 #include "report.h"
+#include "scaleout.h"
 #include "simulate.h"
 #include "tune.h"
 #include "viz.h"
@@ -42,13 +43,13 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
 	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
 	X(BACKEND, "--backend", "nccl|mpi", C_MODEL, "transport semantics to lower for and prove (default nccl)") \
-	X(DP, "--dp", "D", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md)") \
+	X(DP, "--dp", "D|auto", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md); auto (plan's and sim's default; compile's is 1): every D that divides both, with the distributed optimizer off and on and the recomputation searched too, the fastest that fits kept") \
 	X(RANK_ORDER, "--rank-order", "auto|pp-inner|dp-inner", C_MODEL, "with --dp: number a pipeline's devices next to each other (pp-inner) or a DP group's (dp-inner); auto, the default: the one whose step simulates faster") \
 	X(DIST_OPT, "--distributed-optimizer", NULL, C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather)") \
 	X(NO_OVERLAP_PG, "--no-overlap-param-gather", NULL, C_MODEL, "with --distributed-optimizer: wait for each all-gather at the end of its step instead of before its stage's first forward of the next step") \
 	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
-	X(RECOMPUTE, "--recompute", "none|full", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B (docs/cost-model.md, \"Recomputation\"; selective and auto are not built yet)") \
+	X(RECOMPUTE, "--recompute", "none|full|auto", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B (docs/cost-model.md, \"Recomputation\"); auto, the default with --dp auto: the faster of none and full that fits, searched with D (selective is not built yet)") \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the tuner's search (default 20)") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
@@ -323,6 +324,7 @@ static int parse_seconds(const args *a, opt_id id, double max, double *out)
 typedef struct pipeline {
 	pass_id ids[64];
 	int n;
+	bool custom; /* --passes: not the default pipeline */
 	pass_opts po;
 } pipeline;
 
@@ -336,6 +338,7 @@ static int setup_pipeline(const args *a, pipeline *pl)
 		pl->n = pass_parse_list(a->val[O_PASSES], pl->ids, 64, flag_loc(a, O_PASSES));
 		if (pl->n < 0)
 			return 1;
+		pl->custom = true;
 	} else {
 		pl->n = pass_default_pipeline_len;
 		memcpy(pl->ids, pass_default_pipeline, (size_t)pl->n * sizeof *pl->ids);
@@ -375,8 +378,17 @@ static ir_module *load_model(const args *a)
 		return NULL;
 	if (a->set[O_CHUNKS] && parse_count(a, O_CHUNKS, 1024, &ov.chunks))
 		return NULL;
-	if (a->set[O_DP] && parse_count(a, O_DP, 65536, &ov.dp))
-		return NULL;
+	if (a->set[O_DP]) {
+		double v;
+		if (strcmp(a->val[O_DP], "auto") == 0)
+			ov.dp_auto = true;
+		else if (flag_number(a->val[O_DP], true, 1, 65536, &v))
+			ov.dp = (int64_t)v;
+		else {
+			cli_error("--dp must be auto or an integer in 1..65536, got '%s'", a->val[O_DP]);
+			return NULL;
+		}
+	}
 	if (a->set[O_BUCKET] && parse_size(a, O_BUCKET, &ov.bucket))
 		return NULL;
 	/* Errors about the data-parallel options point at --dp, or at the
@@ -387,6 +399,10 @@ static ir_module *load_model(const args *a)
 			ov.dp_at = flag_loc(a, dp_flags[k]);
 			break;
 		}
+	/* plan and sim answer "how fast on these devices": the degree is the
+	 * search's unless given; compile builds the one given (1 unless
+	 * --dp or the model says), since its numbers depend on it. */
+	ov.dp_default_auto = a->cmd->bit != C_COMPILE;
 	ov.rank_order = a->val[O_RANK_ORDER];
 	ov.dist_opt = a->set[O_DIST_OPT];
 	ov.no_overlap_gather = a->set[O_NO_OVERLAP_PG];
@@ -462,17 +478,36 @@ static int write_ir(const args *a, const ir_module *m)
 /* ---- planning ---------------------------------------------------------- */
 
 /* The tail the planning commands share: the passes -- for an IR file
- * that `compile` finishes (`finish`), the ones it still lacks -- the
- * invariants, the proof again where the programs are lowered (`reprove`:
- * codegen trusts no text), and the simulated step when the module has
- * costs and programs (*r; NULL otherwise).  Returns 0, or 1 after a
- * diagnostic. */
-static int run_pipeline(ir_module *m, pipeline *pl, bool finish, bool reprove, sim_result **r)
+ * that `compile` finishes (`finish`), the ones it still lacks; for a model
+ * whose dp is left to the search (--dp auto), the search, which plans
+ * every candidate and replaces *mp by the one it keeps (*so says how each
+ * did) -- the invariants, the proof again where the programs are lowered
+ * (`reprove`: codegen trusts no text), and the simulated step when the
+ * module has costs and programs (*r; NULL otherwise).  Returns 0, or 1
+ * after a diagnostic. */
+static int run_pipeline(ir_module **mp, pipeline *pl, bool finish, bool reprove, sim_result **r,
+                        scaleout *so)
 {
 	*r = NULL;
+	memset(so, 0, sizeof *so);
+	so->chosen = -1;
 	if (finish)
-		pl->n = pass_lacking(m, pl->ids);
-	if (pass_run(m, pl->ids, pl->n, &pl->po) != 0 || ir_verify(m) != 0)
+		pl->n = pass_lacking(*mp, pl->ids);
+	if ((*mp)->dp_auto || (*mp)->recompute_auto) {
+		if (pl->custom)
+			return cli_error("--passes runs the passes given on one plan; --dp auto and "
+			                 "--recompute auto plan every candidate with the default pipeline: "
+			                 "give --dp D and --recompute none|full");
+		ir_module *x = scaleout_search(*mp, &pl->po, so);
+		if (!x)
+			return 1;
+		so->base = *mp; /* x shares its strings: freed after x */
+		*mp = x;
+	} else if (pass_run(*mp, pl->ids, pl->n, &pl->po) != 0) {
+		return 1;
+	}
+	ir_module *m = *mp;
+	if (ir_verify(m) != 0)
 		return 1;
 	if (reprove && ir_lowered(m) && pass_run_one(m, PASS_verify, NULL) != 0)
 		return 1;
@@ -490,10 +525,14 @@ static int write_pictures(const args *a, const ir_module *m, const sim_result *r
 	return 0;
 }
 
-/* The plan, its simulated step and, for a tuned plan, its comparison
- * with the baselines (c: NULL when there is none). */
-static void print_tables(const ir_module *m, const sim_result *r, const plan_comparison *c)
+/* The data-parallel search's rows when it ran (--dp auto), the plan, its
+ * simulated step and, for a tuned plan, its comparison with the
+ * baselines (c: NULL when there is none). */
+static void print_tables(const ir_module *m, const sim_result *r, const plan_comparison *c,
+                         const scaleout *so)
 {
+	if (so->nrows > 1)
+		print_scaleout_table(m, so);
 	print_plan_table(m);
 	if (r)
 		print_sim_table(m, r);
@@ -515,19 +554,22 @@ static int cmd_plan(const args *a)
 	if (!a->set[O_PASSES])
 		pl.n = pass_pipeline_for(m, pl.ids);
 	sim_result *r;
-	rc = run_pipeline(m, &pl, false, false, &r);
+	scaleout so;
+	rc = run_pipeline(&m, &pl, false, false, &r, &so);
+	if (rc && so.nrows && !a->set[O_JSON])
+		print_scaleout_table(m, &so); /* why no candidate plans or fits */
 	if (!rc && !r && (a->set[O_TRACE] || a->set[O_SVG]))
 		rc = cli_error("--trace and --svg need a simulated plan (costs and programs)");
 	if (!rc) {
 		bool ir_to_stdout = a->set[O_OUTPUT] && strcmp(a->val[O_OUTPUT], "-") == 0;
 		if (a->set[O_JSON]) {
-			print_plan_json(m, r);
+			print_plan_json(m, r, &so);
 		} else if (!pl.po.print_after_all && !ir_to_stdout) {
 			plan_comparison c;
 			bool tuned = r && m->plan.schedule == IR_SCHED_TUNED;
 			if (tuned)
 				plan_compare(m, &budget, &c);
-			print_tables(m, r, tuned ? &c : NULL);
+			print_tables(m, r, tuned ? &c : NULL, &so);
 		}
 		if (a->set[O_OUTPUT])
 			rc = write_ir(a, m);
@@ -536,6 +578,7 @@ static int cmd_plan(const args *a)
 	}
 	sim_free(r);
 	ir_free(m);
+	scaleout_free(&so);
 	return rc;
 }
 
@@ -592,7 +635,10 @@ static int cmd_sim(const args *a)
 		return 1;
 	}
 	sim_result *r;
-	int rc = run_pipeline(m, &pl, false, false, &r);
+	scaleout so;
+	int rc = run_pipeline(&m, &pl, false, false, &r, &so);
+	if (rc && so.nrows && !a->set[O_JSON])
+		print_scaleout_table(m, &so);
 	if (!rc && !r) {
 		diag_error(ir_loc_or(m->plan_loc, m->loc),
 		           "sim: the plan has no device programs; run the 'schedule' pass first");
@@ -600,8 +646,10 @@ static int cmd_sim(const args *a)
 	}
 	if (r) {
 		if (a->set[O_JSON]) {
-			print_plan_json(m, r);
+			print_plan_json(m, r, &so);
 		} else {
+			if (so.nrows > 1)
+				print_scaleout_table(m, &so);
 			ir_print_summary(stdout, m, pass_partition_label(m));
 			print_sim_table(m, r);
 		}
@@ -609,6 +657,7 @@ static int cmd_sim(const args *a)
 	}
 	sim_free(r);
 	ir_free(m);
+	scaleout_free(&so);
 	arena_free(ar);
 	return rc;
 }
@@ -780,7 +829,10 @@ static int cmd_compile(const args *a)
 		return 1;
 	}
 	sim_result *r;
-	rc = run_pipeline(m, &pl, finish, true, &r);
+	scaleout so;
+	rc = run_pipeline(&m, &pl, finish, true, &r, &so);
+	if (rc && so.nrows)
+		print_scaleout_table(m, &so);
 	plan_comparison c;
 	if (!rc && r) {
 		plan_compare(m, &budget, &c);
@@ -788,11 +840,12 @@ static int cmd_compile(const args *a)
 		co.lower_bound = c.lower_bound;
 	}
 	if (!rc && !pl.po.print_after_all)
-		print_tables(m, r, r ? &c : NULL);
+		print_tables(m, r, r ? &c : NULL, &so);
 	if (!rc && cg_compile(m, &co) != 0)
 		rc = 1;
 	sim_free(r);
 	ir_free(m);
+	scaleout_free(&so);
 	arena_free(ar);
 	return rc;
 }
@@ -827,7 +880,8 @@ static int cmd_profile(const args *a)
 	b.val[O_DEVICES] = "2";
 	b.val[O_SCHEDULE] = "1f1b";
 	b.val[O_CHUNKS] = "1";
-	b.set[O_BACKEND] = b.set[O_DEVICES] = b.set[O_SCHEDULE] = b.set[O_CHUNKS] = true;
+	b.val[O_DP] = "1"; /* the two ranks are one pipeline, whatever the model asks */
+	b.set[O_BACKEND] = b.set[O_DEVICES] = b.set[O_SCHEDULE] = b.set[O_CHUNKS] = b.set[O_DP] = true;
 	ir_module *m = load_model(&b);
 	int rc = 1;
 	sim_result *r = NULL;
@@ -836,7 +890,8 @@ static int cmd_profile(const args *a)
 		pipeline pl = {0};
 		pl.n = pass_pipeline_for(m, pl.ids);
 		co.dir = dir;
-		rc = run_pipeline(m, &pl, false, false, &r) || cg_compile(m, &co) != 0;
+		scaleout so;
+		rc = run_pipeline(&m, &pl, false, false, &r, &so) || cg_compile(m, &co) != 0;
 	}
 	if (!rc) {
 		char out[4096], cmd[8192];

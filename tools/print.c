@@ -97,7 +97,38 @@ static void print_sim_json(const sim_result *r, bool times_only)
 	}
 }
 
-void print_plan_json(const ir_module *m, const sim_result *r)
+/* The data-parallel search's rows (docs/cli.md, "--dp auto"). */
+static void print_scaleout_json(const ir_module *m, const scaleout *so)
+{
+	printf(", \"dp_search\": [");
+	for (int i = 0; i < so->nrows; i++) {
+		const scaleout_row *w = &so->rows[i];
+		printf("%s{\"dp\": %lld, \"pipeline_devices\": %lld, \"dist_optimizer\": %s, "
+		       "\"recompute\": \"%s\", \"planned\": %s, \"fits\": %s, \"chosen\": %s",
+		       i ? ", " : "", (long long)w->dp, (long long)w->pp, w->dist_opt ? "true" : "false",
+		       ir_recompute_names[w->recompute],
+		       w->ok ? "true" : "false", w->fits ? "true" : "false", w->chosen ? "true" : "false");
+		if (w->ok) {
+			printf(", \"makespan_s\": %.9g, \"bubble_ratio\": %.6f, \"exposed_reduction_s\": %.9g, "
+			       "\"update_s\": %.9g, \"recompute_share\": %.6f, \"tokens_per_s\": %.6g, "
+			       "\"lower_bound_s\": %.9g",
+			       w->step * 1e-6, w->bubble, w->exposed * 1e-6, w->update * 1e-6,
+			       w->recompute_share, w->tokens_per_s, w->bound * 1e-6);
+			if (ir_times_only(m))
+				printf(", \"peak_mem_bytes\": null");
+			else
+				printf(", \"peak_mem_bytes\": %llu", (unsigned long long)w->peak);
+		}
+		if (!w->chosen) {
+			printf(", \"why\": ");
+			print_json_str(w->why);
+		}
+		printf("}");
+	}
+	printf("]");
+}
+
+void print_plan_json(const ir_module *m, const sim_result *r, const scaleout *so)
 {
 	printf("{\"model\": ");
 	print_json_str(m->model.name);
@@ -127,6 +158,8 @@ void print_plan_json(const ir_module *m, const sim_result *r)
 		       m->plan.deterministic ? "true" : "false", (unsigned long long)m->plan.bucket);
 	if (r)
 		print_sim_json(r, ir_times_only(m));
+	if (so && so->nrows)
+		print_scaleout_json(m, so);
 	printf("}\n");
 }
 
@@ -289,4 +322,43 @@ void print_plan_table(const ir_module *m)
 		}
 		printf("%s\n", dev->nops > 8 ? " ..." : "");
 	}
+}
+
+void print_scaleout_table(const ir_module *m, const scaleout *so)
+{
+	char t[32], u[32], v[32], w[32], x[32];
+	printf("%s: %d candidates on %lld devices, %lld micro-batches a step in all\n",
+	       so->dp_searched ? "data parallelism (--dp auto)" : "recomputation (--recompute auto)",
+	       so->nrows, (long long)m->cluster.devices, (long long)m->train.microbatches);
+	printf("%5s %5s %-9s %-10s %12s %7s %12s %12s %12s %12s %12s  %s\n", "D", "P", "dist-opt",
+	       "recompute", "step", "bubble", "exposed red", "update", "peak memory", "tokens/s",
+	       "lower bound", "");
+	for (int i = 0; i < so->nrows; i++) {
+		const scaleout_row *row = &so->rows[i];
+		char rc[32];
+		if (row->ok && row->recompute != IR_RECOMP_NONE)
+			snprintf(rc, sizeof rc, "%s %.0f%%", ir_recompute_names[row->recompute],
+			         100 * row->recompute_share);
+		else
+			snprintf(rc, sizeof rc, "%s", ir_recompute_names[row->recompute]);
+		printf("%5lld %5lld %-9s %-10s", (long long)row->dp, (long long)row->pp,
+		       row->dp == 1 ? "-" : row->dist_opt ? "on" : "off", rc);
+		if (!row->ok) {
+			printf(" %s\n", row->why);
+			continue;
+		}
+		printf(" %12s %6.1f%% %12s %12s %12s %12.0f %12s  %s\n", fmt_time(t, sizeof t, row->step),
+		       100 * row->bubble, row->dp > 1 ? fmt_time(u, sizeof u, row->exposed) : "-",
+		       row->dp > 1 ? fmt_time(v, sizeof v, row->update) : "-",
+		       fmt_peak(x, sizeof x, m, row->peak), row->tokens_per_s,
+		       fmt_time(w, sizeof w, row->bound), row->chosen ? "chosen" : row->why);
+	}
+	if (so->chosen >= 0) {
+		const scaleout_row *c = &so->rows[so->chosen];
+		printf("chosen: D=%lld x P=%lld%s%s, %.1f %% above its lower bound\n", (long long)c->dp,
+		       (long long)c->pp, c->dist_opt ? " with the distributed optimizer" : "",
+		       c->recompute != IR_RECOMP_NONE ? ", recomputing every stage" : "",
+		       100 * (c->step / c->bound - 1));
+	}
+	printf("\n");
 }

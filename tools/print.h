@@ -4,6 +4,7 @@
 #define OCTO_PRINT_H
 
 #include "ir.h"
+#include "scaleout.h"
 #include "simulate.h"
 #include "tune.h"
 
@@ -26,7 +27,11 @@ void print_sim_table(const ir_module *m, const sim_result *r);
 /* The tuned plan (r) against the baselines and the lower bound. */
 void print_comparison(const ir_module *m, const sim_result *r, const plan_comparison *c);
 
-/* The plan, and r's fields when r is not NULL, as one JSON object. */
-void print_plan_json(const ir_module *m, const sim_result *r);
+/* The plan, r's fields when r is not NULL and the data-parallel search's
+ * rows when so is not NULL, as one JSON object. */
+void print_plan_json(const ir_module *m, const sim_result *r, const scaleout *so);
+
+/* The data-parallel search (--dp auto): one row per candidate. */
+void print_scaleout_table(const ir_module *m, const scaleout *so);
 
 #endif

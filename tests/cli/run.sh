@@ -76,13 +76,14 @@ truncate -s 300M "$tmp/big.yaml"
 expect 1 "big.yaml:1:1: error: file too large: 314572800 bytes; the limit is 256 MiB" plan "$tmp/big.yaml"
 expect 1 "cannot write '/nonexistent/x.opir'" plan $m -o /nonexistent/x.opir
 # plan
-expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4 --schedule 1f1b
+expect 0 "plan: 4 stages on 4 devices, partition uniform, schedule 1f1b" plan $m --devices 4 --dp 1 --schedule 1f1b
 expect 0 "schedule tuned" plan $m --devices 4
 expect 0 "lower bound" plan $m --devices 4
 expect 0 "faster than the best baseline that fits" plan $m --devices 4
-expect 0 "F0.0 send:act0.0>D1 F0.1" plan models/tiny-dense.yaml --schedule 1f1b
+expect 0 "F0.0 send:act0.0>D1 F0.1" plan models/tiny-dense.yaml --dp 1 --schedule 1f1b
 expect 0 "note: MFU above 100 %" plan models/tiny-dense.yaml --schedule 1f1b --profile tests/cli/profile-fast.yaml
-expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4
+expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4 --dp 1
+expect 1 "error: the model does not fit with any data-parallel degree: with the least memory, D=1 x P=4, a device holds at least" plan models/deepseek-v3.yaml --devices 4
 # a budget that ends before the search judges a layout of its own: the baselines say it does not fit
 expect 1 "error: the model does not fit: in the best plan found, device D" plan models/llama-3-70b.yaml --devices 16 --tune-budget 0.001
 expect 1 "--tune-budget must be a number of seconds" plan $m --tune-budget 0
@@ -107,11 +108,13 @@ expect 0 "; *** IR Dump Before place ***" plan $m --schedule 1f1b --print-ir-bef
 # a tuned plan runs no partition, place or schedule (tests/golden/dumps.expected): tune makes all three
 expect 0 "; *** IR Dump After tune ***" plan $m --print-ir-after-all
 expect 0 "cluster h100-sxm: 16 devices" plan models/llama-3-8b.yaml --devices 16
-expect 1 "<command line>:1:39: error: cannot cut 12 layers into 16 stages" plan $m --devices 16
+expect 1 "<command line>:1:39: error: cannot cut 12 layers into 16 stages" plan $m --devices 16 --dp 1
+# the search makes replicas of a shorter pipeline instead
+expect 0 "chosen: D=" plan $m --devices 16
 expect 1 "<command line>:1:39: error: cannot open cluster file 'nowhere/x.yaml'" plan $m --cluster nowhere/x.yaml
 expect 0 "\"ops_per_device\": [" plan $m --json --devices 4
 # a dump is IR text that opt, verify and the golden files accept
-"$bin" plan $m --devices 4 --schedule 1f1b -o "$tmp/p.opir" >/dev/null 2>&1
+"$bin" plan $m --devices 4 --dp 1 --schedule 1f1b -o "$tmp/p.opir" >/dev/null 2>&1
 expect 0 "ok: 12 layers, 4 stages, 4 device programs" verify "$tmp/p.opir"
 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >/dev/null 2>&1
 if cmp -s "$tmp/p.opir" "$tmp/q.opir"; then pass=$((pass + 1)); else
@@ -119,11 +122,11 @@ if cmp -s "$tmp/p.opir" "$tmp/q.opir"; then pass=$((pass + 1)); else
 expect 0 "@D3" opt "$tmp/p.opir" --passes=partition,place --print-ir-after=place
 # JSON is one valid object
 if command -v python3 >/dev/null; then
-  if "$bin" plan $m --json --devices 4 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["devices"]==4 and d["schedule"]=="tuned" and len(d["stages"])>=4 and d["makespan_s"]>0 and len(d["peak_mem_bytes"])==4, d' 2>"$tmp/err"; then
+  if "$bin" plan $m --json --devices 4 --dp 1 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["devices"]==4 and d["schedule"]=="tuned" and len(d["stages"])>=4 and d["makespan_s"]>0 and len(d["peak_mem_bytes"])==4, d' 2>"$tmp/err"; then
     pass=$((pass + 1)); else echo "FAIL plan --json: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
 fi
 # profiles replace the analytic costs
-expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --profile tests/cli/profile.yaml --schedule 1f1b
+expect 0 "makespan 86.638 ms" plan models/tiny-dense.yaml --dp 1 --profile tests/cli/profile.yaml --schedule 1f1b
 expect 1 "nope.yaml:1:1: error: cannot open file" plan $m --profile nope.yaml
 # ops and transfers of no time: the transfers are ordered causally (every schedule, both backends)
 for s in tuned gpipe 1f1b zbh1 zbh2; do for b in nccl mpi; do
@@ -164,8 +167,8 @@ expect 1 "unknown option '--svg'" opt $c --svg x.svg
 # plan output says what the plan is (issue 14)
 expect 0 "plan: 7 stages on 2 devices, partition tuned, schedule tuned" plan models/tiny-dense.yaml --devices 2 --microbatches 4
 expect 0 '"partition": "tuned"' plan models/tiny-dense.yaml --devices 2 --microbatches 4 --json
-expect 0 "F0.0 send:act0.0>D1 F0.1 send:act0.1>D1" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
-expect 0 "recv:act0.0<D0 recv:act0.1<D0 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0>D0" plan models/tiny-dense.yaml --devices 2 --microbatches 4 --schedule 1f1b
+expect 0 "F0.0 send:act0.0>D1 F0.1 send:act0.1>D1" plan models/tiny-dense.yaml --devices 2 --dp 1 --microbatches 4 --schedule 1f1b
+expect 0 "recv:act0.0<D0 recv:act0.1<D0 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0>D0" plan models/tiny-dense.yaml --devices 2 --dp 1 --microbatches 4 --schedule 1f1b
 # data parallelism in the plan and sim tables and --json (docs/simulator.md, "Data parallelism")
 expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on (all-gather overlapped with the next step), deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
 expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b
@@ -182,18 +185,28 @@ expect 0 '"exposed_reduction_s": ' plan $m --devices 4 --dp 2 --schedule 1f1b --
 # the data-parallel flags: located errors (docs/dataparallel.md, "Asking for it")
 expect 1 "<command line>:1:51: error: dp=3 does not divide the cluster's 4 devices" plan $m --devices 4 --dp 3
 expect 1 "error: dp=2 does not divide the step's 3 micro-batches" plan $m --devices 4 --dp 2 --microbatches 3
-expect 1 "<command line>:1:51: error: the data-parallel options (rank order, distributed optimizer, bucket) need dp > 1" plan $m --devices 4 --bucket 4MiB
+expect 1 "<command line>:1:51: error: the data-parallel options (rank order, distributed optimizer, bucket) need dp > 1" plan $m --devices 4 --dp 1 --bucket 4MiB
 expect 1 "--bucket must be a size such as 4MiB or 65536 (1 byte .. 1 PiB), got '0B'" plan $m --devices 4 --dp 2 --bucket 0B
 expect 1 "unknown rank order 'pp-outer'; did you mean 'pp-inner'?" plan $m --devices 4 --dp 2 --rank-order pp-outer
 expect 1 "--dp applies to a model, not to IR text" sim tests/e2e/deadlock-mpi.opir --dp 2
+# --dp auto: the search over the data-parallel degree (docs/dataparallel.md, "Choosing D")
+expect 0 "data parallelism (--dp auto): 10 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
+expect 0 "data parallelism (--dp auto): 5 candidates on 4 devices" plan $m --devices 4 --dp auto --recompute none --schedule 1f1b
+expect 0 "recomputation (--recompute auto): 2 candidates on 4 devices" plan $m --devices 4 --dp 1 --recompute auto --schedule 1f1b
+expect 0 "chosen: D=" plan $m --devices 4 --dp auto --schedule 1f1b --bucket 4MiB
+expect 0 '"dp_search": [{"dp": 1, "pipeline_devices": 4, "dist_optimizer": false, "recompute": "none", "planned": true' plan $m --devices 4 --dp auto --schedule 1f1b --json
+expect 0 "data parallelism (--dp auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer --schedule 1f1b
+expect 1 "--dp must be auto or an integer in 1..65536, got 'many'" plan $m --devices 4 --dp many
+expect 1 "--passes runs the passes given on one plan; --dp auto and --recompute auto plan every candidate" plan $m --devices 4 --dp auto --passes cost
+expect 1 "dp=auto: no data-parallel degree D divides both the 64 devices and the step's 1 micro-batches" plan $m --devices 64 --microbatches 1 --dp auto
 p=tests/cli/published.json
 expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2
 expect 0 "tokens/s, MFU n/a" plan --profile $p --devices 2
 expect 0 '"mfu": null, "peak_mem_bytes": null' plan --profile $p --devices 2 --json
-expect 0 "plan: 8 stages on 4 devices, partition uniform, schedule i1f1b" plan $m --devices 4 --schedule i1f1b
+expect 0 "plan: 8 stages on 4 devices, partition uniform, schedule i1f1b" plan $m --devices 4 --dp 1 --schedule i1f1b
 expect 0 "i1f1b v=2      schedule i1f1b needs 2 or more chunks per device; 4 stages on 4 devices is 1f1b" plan tests/cli/given4.yaml
-expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4 --tune-budget 0.01
-expect 1 "1048576 micro-batches on 4 stages make 4194304 (stage, micro-batch) pairs; a plan holds at most 1048576" plan models/tiny-dense.yaml --microbatches 1048576
+expect 1 "error: the model does not fit: in the best plan found, device D" plan models/deepseek-v3.yaml --devices 4 --dp 1 --tune-budget 0.01
+expect 1 "1048576 micro-batches on 4 stages make 4194304 (stage, micro-batch) pairs; a plan holds at most 1048576" plan models/tiny-dense.yaml --dp 1 --microbatches 1048576
 # every schedule plan offers compiles (tests/passes/test_schedules.c has the grid)
 for sched in tuned gpipe; do
   expect 0 "compiled tiny-dense for 1 CPU rank" compile models/tiny-dense.yaml --devices 1 --microbatches 3 --schedule $sched -o "$tmp/c-$sched"

@@ -101,7 +101,7 @@ for comm in nccl mpi; do
 	fi
 done
 # A CPU-ranks plan file (lowered for mpi) is refused by the CUDA target.
-"$OCTO" plan "$SRC/models/tiny-dense.yaml" --backend mpi -o "$TMP/mpi.opir" > /dev/null 2>&1
+"$OCTO" plan "$SRC/models/tiny-dense.yaml" --dp 1 --backend mpi -o "$TMP/mpi.opir" > /dev/null 2>&1
 "$OCTO" compile "$TMP/mpi.opir" --target cuda -o "$TMP/r" > "$TMP/log" 2>&1
 rc=$?
 [ $rc = 1 ] && grep -q "lowered for mpi, but CUDA ranks talk through NCCL" "$TMP/log" && ok ||

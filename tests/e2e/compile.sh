@@ -111,7 +111,7 @@ expect "compile without -o: error" 1 "give it with -o DIR" "$octopipe" compile "
 expect "--emit=asm: error" 1 "--emit takes llvm, obj or both" "$octopipe" compile "$dense" --emit=asm -o "$tmp/x"
 
 # ---- an .opir input trains like its YAML ----------------------------------------
-"$octopipe" plan "$dense" --devices 2 --schedule zbh1 --backend mpi -o "$tmp/p.opir" >/dev/null 2>&1
+"$octopipe" plan "$dense" --devices 2 --dp 1 --schedule zbh1 --backend mpi -o "$tmp/p.opir" >/dev/null 2>&1
 expect "compile a plan (.opir)" 0 "compiled tiny-dense for 2 CPU ranks" "$octopipe" compile "$tmp/p.opir" -o "$tmp/po"
 expect "compile the same from YAML" 0 "compiled" "$octopipe" compile "$dense" --devices 2 --schedule zbh1 -o "$tmp/py"
 # An untuned compile has no tuner to report on: no progress line (its
@@ -122,7 +122,7 @@ expect "compile the same from YAML" 0 "compiled" "$octopipe" compile "$dense" --
 "$tmp/py/launch" --steps 2 >"$tmp/py.log" 2>&1
 [ -n "$(hash_of "$tmp/po.log")" ] && [ "$(hash_of "$tmp/po.log")" = "$(hash_of "$tmp/py.log")" ] &&
 	ok ".opir and YAML give the same weights" || bad ".opir vs YAML" "$tmp/po.log"
-"$octopipe" plan "$dense" --devices 2 --schedule 1f1b -o "$tmp/nccl.opir" >/dev/null 2>&1
+"$octopipe" plan "$dense" --devices 2 --dp 1 --schedule 1f1b -o "$tmp/nccl.opir" >/dev/null 2>&1
 expect "an .opir lowered for nccl: refused" 1 "lowered for nccl" "$octopipe" compile "$tmp/nccl.opir" -o "$tmp/x"
 
 # ---- checkpoints across plans: 4 steps on 2 ranks + 4 on 3 == 8 on 1 --------------

@@ -3,11 +3,13 @@
  * partition, placement as given, and 1F1B programs that run to completion
  * under the pipeline's data dependences with 1F1B's in-flight bound; and
  * comm's data-parallel choices (the rank order, the overlapped all-gather). */
+#include <math.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend.h"
+#include "copy.h"
 #include "pass.h"
 #include "simulate.h"
 #include "testutil.h"
@@ -375,6 +377,59 @@ START_TEST(test_rank_order_auto)
 }
 END_TEST
 
+/* m's compute programs lowered on a copy with comm's choices fixed: the
+ * simulated step. */
+static double fixed_step(const ir_module *m, ir_rank_order o, bool late)
+{
+	ir_module *c = ir_copy_header(m);
+	ir_copy_plan(c, m, true);
+	arena *a = arena_new();
+	pass_ctx cx = {.diag = &diag_default, .scratch = a};
+	ck_assert_int_eq(pass_comm_fixed(c, &cx, o, late), 0);
+	arena_free(a);
+	sim_result *r = sim_run(c);
+	ck_assert_ptr_nonnull(r);
+	double t = r->makespan;
+	sim_free(r);
+	ir_free(c);
+	return t;
+}
+
+/* Where the reductions go: `comm` keeps the fastest of posting them as
+ * each stage closes and after the device's last transfer, under each rank
+ * order; with two stages a device (interleaved 1F1B) and slow collectives,
+ * posting early holds the transfers the other stage still needs on the
+ * communication stream, and late wins. */
+START_TEST(test_reduction_placement)
+{
+	ir_module *m = chain(8, 4, 16, 2);
+	m->plan.schedule = IR_SCHED_I1F1B;
+	m->plan.dp = 2;
+	m->plan.bucket = 1 << 20;
+	m->cluster.devices = 8;
+	m->cluster.per_node = 4;
+	m->cluster.inter = (ir_link){1e8, 20};
+	for (int l = 1; l <= 8; l++)
+		m->layers[l].attr[IR_ATTR_FFN] = 4096;
+	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
+	ck_assert_int_eq(pass_run(m, pass_plan_passes.ids, pass_plan_passes.n, NULL), 0);
+	double t[2][2];
+	for (int o = 0; o < 2; o++)
+		for (int late = 0; late < 2; late++)
+			t[o][late] = fixed_step(m, o ? IR_RANKS_DP_INNER : IR_RANKS_PP_INNER, late);
+	ck_assert_int_eq(pass_run_one(m, PASS_comm, NULL), 0);
+	sim_result *r = sim_run(m);
+	ck_assert_ptr_nonnull(r);
+	int o = m->plan.rank_order == IR_RANKS_DP_INNER;
+	double best = fmin(fmin(t[0][0], t[0][1]), fmin(t[1][0], t[1][1]));
+	ck_assert_msg(r->makespan == best, "comm kept %g us; early/late: pp-inner %g/%g, dp-inner %g/%g",
+	              r->makespan, t[0][0], t[0][1], t[1][0], t[1][1]);
+	ck_assert_msg(t[o][1] < t[o][0], "late %g us, early %g us", t[o][1], t[o][0]);
+	sim_free(r);
+	ir_free(m);
+}
+END_TEST
+
 /* Every zoo model, planned (1F1B: some do not fit 4 devices' memory, which
  * the tuner would refuse), survives print and parse field for field. */
 START_TEST(test_zoo_roundtrip)
@@ -414,6 +469,7 @@ static Suite *passes_suite(void)
 	tcase_add_test(tc, test_dump_banners);
 	tcase_add_test(tc, test_tiny_models_plan);
 	tcase_add_test(tc, test_rank_order_auto);
+	tcase_add_test(tc, test_reduction_placement);
 	tcase_add_test(tc, test_zoo_roundtrip);
 	tcase_add_test(tc, test_overlap_param_gather);
 	tcase_add_test(tc, test_pipeline_for_and_lacking);
