@@ -21,6 +21,7 @@
 #include "cuda_emu_text.h" /* generated: static const char cg_cuda_emu[] (cuda_emu.h) */
 #include "cuda_kernels.h"
 #include "cuda_lib.h" /* generated: static const char cg_cuda_lib[] */
+#include "cg_lazy.h"  /* after nvrtc.h: NVRTC's functions, loaded on first use */
 #include "layers.h"   /* rt__shape: the runtime's shape rules, one copy */
 
 /* The entry points of each kind; constants come from the prelude. */
@@ -355,6 +356,8 @@ char *cg_cuda_emu_source(const rt_layer_desc *d, bool bf16, const char *table, a
 #ifdef OCTO_HAVE_CUDA
 int cg_cuda_ptx(const char *name, const char *src, const char *arch, char **ptx, arena *a)
 {
+	if (cg_nvrtc_load())
+		return -1;
 	nvrtcProgram prog;
 	nvrtcResult r = nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
 	if (r != NVRTC_SUCCESS) {

@@ -631,20 +631,31 @@ __device__ void scan_f(const real *x, const real *Bm, const real *Cm, const real
 	}
 }
 
-/* The sum of v over the P threads of a scan block in a fixed tree order
- * (red: P floats of shared memory); every thread gets it. */
+/* The sums of v[0..n) over the P threads of a scan block, each in the same
+ * fixed tree order, all n at once (red: n x P floats of shared memory, n at
+ * most OCTO_SUMS(P)); every thread gets them back in v.  One tree for n sums
+ * instead of n trees: log2(P) + 2 barriers for the lot, not for each. */
+#define OCTO_SUMS(P) (4096 / (P))
 template <int P>
-__device__ float head_sum(float *red, int p, float v)
+__device__ void head_sums(float *red, int p, float *v, int n)
 {
-	red[p] = v;
+	for (int k = 0; k < n; k++) red[k * P + p] = v[k];
 	__syncthreads();
 	for (int w = 1; w < P; w <<= 1) {
-		if (p % (2 * w) == 0 && p + w < P) red[p] += red[p + w];
+		if (p % (2 * w) == 0 && p + w < P)
+			for (int k = 0; k < n; k++) red[k * P + p] += red[k * P + p + w];
 		__syncthreads();
 	}
-	float sum = red[0];
+	for (int k = 0; k < n; k++) v[k] = red[k * P];
 	__syncthreads();
-	return sum;
+}
+
+/* head_sums over v[0..n) in groups that fit red. */
+template <int P>
+__device__ void head_sums_all(float *red, int p, float *v, int n)
+{
+	for (int k = 0; k < n; k += OCTO_SUMS(P))
+		head_sums<P>(red, p, v + k, n - k < OCTO_SUMS(P) ? n - k : OCTO_SUMS(P));
 }
 
 /* B: one block of P threads per (sequence, head); backwards in time, a
@@ -658,11 +669,11 @@ __device__ void scan_b(const real *x, const real *Bm, const real *Cm, const real
                        real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD, int mbs)
 {
 	const int NC = (SEQ + OCTO_CHUNK - 1) / OCTO_CHUNK;
-	__shared__ float red[P];
+	__shared__ float red[(2 * N + 1 < OCTO_SUMS(P) ? 2 * N + 1 : OCTO_SUMS(P)) * P];
 	long b = blockIdx.x / NH;
 	int h = (int)(blockIdx.x % NH), p = threadIdx.x, g = h / (NH / G), ch = h * P + p;
 	if (b >= mbs) return;
-	float dS[N], A[N], St[OCTO_CHUNK + 1][N], dAl[N], dDl = 0.f;
+	float dS[N], A[N], St[OCTO_CHUNK + 1][N], dAl[N], dDl = 0.f, sums[2 * N + 1];
 	for (int n = 0; n < N; n++) {
 		dS[n] = 0.f;
 		dAl[n] = 0.f;
@@ -691,25 +702,34 @@ __device__ void scan_b(const real *x, const real *Bm, const real *Cm, const real
 			}
 			dx[t * LX + ch] = st(d * dxv + ld(D[A1 ? ch : h]) * dy);
 			dDl += dy * xv;
-			/* per-n reductions over the P channels of the head: dC, dB */
+			/* per-n reductions over the P channels of the head: dC, dB, and ddt */
 			for (int n = 0; n < N; n++) {
-				float dc = head_sum<P>(red, p, St[s - s0 + 1][n] * dy);
-				float db = head_sum<P>(red, p, d * dS[n] * xv);
-				if (p == 0) dcp[(t * NH + h) * N + n] = dc, dbp[(t * NH + h) * N + n] = db;
+				sums[2 * n] = St[s - s0 + 1][n] * dy;
+				sums[2 * n + 1] = d * dS[n] * xv;
 			}
-			float ddsum = head_sum<P>(red, p, dd);
-			if (p == 0) ddt[t * NH + h] = ddsum;
+			sums[2 * N] = dd;
+			head_sums_all<P>(red, p, sums, 2 * N + 1);
+			if (p == 0) {
+				for (int n = 0; n < N; n++)
+					dcp[(t * NH + h) * N + n] = sums[2 * n], dbp[(t * NH + h) * N + n] = sums[2 * n + 1];
+				ddt[t * NH + h] = sums[2 * N];
+			}
 			for (int n = 0; n < N; n++) dS[n] *= expf(d * A[n]);
 		}
 	}
 	/* dA, dD: per channel (A1) or summed over the head's channels; W adds them. */
-	for (int n = 0; n < N; n++) {
-		if (A1) { dA[(b * NH * P + ch) * N + n] = dAl[n]; continue; }
-		float da = head_sum<P>(red, p, dAl[n]);
-		if (p == 0) dA[(b * NH + h) * N + n] = da;
+	if (A1) {
+		for (int n = 0; n < N; n++) dA[(b * NH * P + ch) * N + n] = dAl[n];
+		dD[b * NH * P + ch] = dDl;
+		return;
 	}
-	float dd = head_sum<P>(red, p, dDl);
-	if (p == 0) dD[A1 ? b * NH * P + ch : b * NH + h] = A1 ? dDl : dd;
+	for (int n = 0; n < N; n++) sums[n] = dAl[n];
+	sums[N] = dDl;
+	head_sums_all<P>(red, p, sums, N + 1);
+	if (p == 0) {
+		for (int n = 0; n < N; n++) dA[(b * NH + h) * N + n] = sums[n];
+		dD[b * NH + h] = sums[N];
+	}
 }
 
 /* dB, dC of group g = sum over its heads, ascending, into dst at stride LBC. */

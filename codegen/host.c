@@ -45,6 +45,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "cg_impl.h"
+#include "cg_lazy.h" /* after the LLVM headers: the functions, loaded on first use */
 
 /* ---- struct mirrors ----------------------------------------------------- */
 
@@ -692,14 +693,8 @@ int cg_emit_object(const cg_rank *r, const char *name, const char *obj_path, con
 static int emit(build_fn *build, const void *arg, const char *name, const char *obj_path,
                 const char *ll_path)
 {
-	static bool initialised;
-	if (!initialised) {
-		if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) {
-			diag_error((ir_loc){0}, "LLVM has no native target on this machine");
-			return -1;
-		}
-		initialised = true;
-	}
+	if (cg_llvm_load()) /* and the native target's initialisation */
+		return -1;
 	int rc = -1;
 	char *msg = NULL, *triple = LLVMGetDefaultTargetTriple();
 	LLVMTargetRef target;

@@ -5,8 +5,9 @@
 # --emulate rehearses it without a GPU (ctest gpu_check_rehearsal): the
 # built BUILD_DIR as it is, the emulator in the GPU's place (--target
 # cuda-emu, dev_check --device emu), small shapes instead of seq 4096, no
-# NVRTC or cuBLAS steps; so the script's own logic is tested where no GPU
-# is.
+# NVRTC or cuBLAS steps, one kind in step 3 and 3 steps in step 4 (what the
+# emulator checks beyond that is other tests' part); so the script's own
+# logic is tested where no GPU is.
 #
 # Without a GPU (no nvidia-smi, or no device listed) it says so and exits 0.
 # With one, in order, each step printing PASS or FAIL:
@@ -52,6 +53,10 @@ if [ $EMU = 1 ]; then
 	TARGET=(--target cuda-emu)
 	DEVICE=(--device emu)
 	SEQ=64 HID=128 VOCAB=512 VOCAB2=512 FFN=256 FFN2=256
+	# Every kind on the emulator is ctest dev_check's and dev_check_bf16's
+	# part, and tiny-hybrid's emulated losses against the CPU's are
+	# e2e_device_emu's: here one kind and 3 steps run the script's logic.
+	KINDS=(mlp) STEPS=3
 	HEADS="heads: 4, kv_heads: 2, head_dim: 32"
 	MAMBA="state: 16, expand: 2, conv: 4, heads: 4, head_dim: 64, groups: 2"
 else
@@ -61,6 +66,7 @@ else
 	TARGET=(--target cuda --gpu-arch "$ARCH")
 	DEVICE=(--device cuda --gpu-arch "$ARCH")
 	SEQ=4096 HID=4096 VOCAB=128256 VOCAB2=131072 FFN=14336 FFN2=21504
+	KINDS=() STEPS=5
 	HEADS="heads: 32, kv_heads: 8, head_dim: 128"
 	MAMBA="state: 128, expand: 2, conv: 4, heads: 128, head_dim: 64, groups: 8"
 fi
@@ -103,7 +109,7 @@ done
 
 step "3. every kind's F/B/W on the GPU against the CPU kernels (f32 1e-5, bf16 2e-2)"
 for mode in "" --bf16; do
-	if timeout 300 "$BUILD/tests/dev/dev_check" "${DEVICE[@]}" $mode > "$TMP/dc.log" 2>&1; then
+	if timeout 300 "$BUILD/tests/dev/dev_check" "${DEVICE[@]}" $mode "${KINDS[@]}" > "$TMP/dc.log" 2>&1; then
 		pass "dev_check ${mode:---f32}: $(grep -c ' ok$' "$TMP/dc.log") outputs within the threshold"
 	else
 		grep -v ' ok$' "$TMP/dc.log" | tail -30
@@ -113,17 +119,17 @@ for mode in "" --bf16; do
 done
 
 step "4. tiny-hybrid on the GPU: losses against the CPU run"
-# train DIR LOG COMM NRANKS: 5 steps; "STEP HEXLOSS" lines in LOG.losses.
+# train DIR LOG COMM NRANKS: STEPS steps; "STEP HEXLOSS" lines in LOG.losses.
 train() {
-	OCTO_COMM=$3 timeout 300 "$1/launch" --steps 5 > "$2" 2>&1 || { tail -15 "$2"; return 1; }
+	OCTO_COMM=$3 timeout 300 "$1/launch" --steps $STEPS > "$2" 2>&1 || { tail -15 "$2"; return 1; }
 	sed -n 's/^step \([0-9]*\) loss [^ ]* (\([^)]*\)).*/\1 \2/p' "$2" > "$2.losses"
-	[ "$(wc -l < "$2.losses")" = 5 ] || { tail -15 "$2"; return 1; }
+	[ "$(wc -l < "$2.losses")" = $STEPS ] || { tail -15 "$2"; return 1; }
 }
 # close A B TOL: every step's loss of A within TOL (relative) of B's.
 close() {
 	join "$1.losses" "$2.losses" | while read -r s a b; do printf '%.17g %.17g\n' "$a" "$b"; done |
-		awk -v tol="$3" '{e = ($1 - $2) / $2; if (e < 0) e = -e; if (e > w) w = e; n++}
-			END {printf "largest relative difference %.2e over %d steps\n", w, n; exit !(n == 5 && w <= tol)}'
+		awk -v tol="$3" -v steps=$STEPS '{e = ($1 - $2) / $2; if (e < 0) e = -e; if (e > w) w = e; n++}
+			END {printf "largest relative difference %.2e over %d steps\n", w, n; exit !(n == steps && w <= tol)}'
 }
 "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --devices 1 -o "$TMP/cpu1" > "$TMP/c.log" 2>&1 &&
 	train "$TMP/cpu1" "$TMP/cpu.log" mpi 1 || fail "the CPU reference run"
