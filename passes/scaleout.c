@@ -32,7 +32,6 @@ static double now(void)
 /* The search's share of the budget: the rest is left to the baselines the
  * driver compares the chosen plan with (tune_baselines). */
 #define SEARCH_SHARE 0.85
-#define DEFAULT_BUDGET_S 20
 
 void scaleout_free(scaleout *s)
 {
@@ -315,7 +314,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 	}
 	tune_budget fallback = tune_budget_start(0), *b = po->budget ? po->budget : &fallback;
 	double t0 = b->armed ? b->armed : now();
-	double end = t0 + (b->seconds > 0 ? b->seconds : DEFAULT_BUDGET_S);
+	double end = t0 + b->seconds; /* tune_budget_start's: never 0 */
 	double last_line = t0;
 	cand *c = calloc((size_t)out->nrows, sizeof *c);
 	if (!c) {

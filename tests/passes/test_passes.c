@@ -430,6 +430,29 @@ START_TEST(test_reduction_placement)
 }
 END_TEST
 
+/* comm is idempotent on lowered data-parallel programs: run again, it adds
+ * no second set of collectives (it once did: the point-to-point lowering
+ * stopped, the data-parallel one ran again). */
+START_TEST(test_comm_idempotent_with_collectives)
+{
+	ir_module *m = chain(4, 4, 4, 1);
+	m->plan.schedule = IR_SCHED_1F1B;
+	m->plan.dp = 2;
+	m->plan.dist_opt = 1;
+	m->plan.bucket = 1 << 20;
+	ck_assert_int_eq(run_default(m), 0);
+	ir_module *again = ir_copy_header(m);
+	ir_copy_plan(again, m, false);
+	ck_assert_int_eq(pass_run_one(again, PASS_comm, NULL), 0);
+	ck_assert_int_eq(m->ndevices, again->ndevices);
+	for (int d = 0; d < m->ndevices; d++)
+		ck_assert_int_eq(again->devices[d].nops, m->devices[d].nops);
+	ck_assert_int_eq(ir_verify(again), 0);
+	ir_free(again);
+	ir_free(m);
+}
+END_TEST
+
 /* Every zoo model, planned (1F1B: some do not fit 4 devices' memory, which
  * the tuner would refuse), survives print and parse field for field. */
 START_TEST(test_zoo_roundtrip)
@@ -470,6 +493,7 @@ static Suite *passes_suite(void)
 	tcase_add_test(tc, test_tiny_models_plan);
 	tcase_add_test(tc, test_rank_order_auto);
 	tcase_add_test(tc, test_reduction_placement);
+	tcase_add_test(tc, test_comm_idempotent_with_collectives);
 	tcase_add_test(tc, test_zoo_roundtrip);
 	tcase_add_test(tc, test_overlap_param_gather);
 	tcase_add_test(tc, test_pipeline_for_and_lacking);
