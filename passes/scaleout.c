@@ -33,6 +33,14 @@ static double now(void)
  * driver compares the chosen plan with (tune_baselines). */
 #define SEARCH_SHARE 0.85
 
+/* Of the search's share, what the first round (every candidate once) may
+ * take; the rest plans the fastest candidates again with more time
+ * (second_round). */
+#define FIRST_ROUND 0.5
+
+/* At most this many candidates are planned again. */
+#define SECOND_ROUND_MAX 3
+
 void scaleout_free(scaleout *s)
 {
 	free(s->rows);
@@ -100,6 +108,7 @@ typedef struct cand {
 	char *diag;    /* its diagnostics as printed, or NULL */
 	size_t ndiag;
 	char first[160]; /* the first one's message */
+	bool cut;      /* its tuner stopped at its deadline: more time may find a faster plan */
 } cand;
 
 /* The first line of a quiet sink's first error, into why. */
@@ -153,6 +162,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	if (dumps)
 		o.dump = open_memstream(&c->dump, &c->ndump);
 	int rc = pass_run(x, ids, n, &o);
+	c->cut = b.cut;
 	if (o.dump)
 		fclose(o.dump);
 	sim_result *r = rc == 0 && ir_verify(x) == 0 ? sim_run_to(x, &quiet) : NULL;
@@ -191,6 +201,53 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	}
 	sim_free(r);
 	c->m = x;
+}
+
+/* Plan again, with the search's time that is left, the fastest candidates
+ * that fit and whose tuner was cut short, fastest first, while their bound
+ * is below the best step: the first round gave every candidate an equal
+ * share, and the ones that matter are known only after it.  A candidate's
+ * second plan replaces its first when it is faster.  Returns the best. */
+static int second_round(const ir_module *m, const pass_opts *po, scaleout *out, cand *c, int best,
+                        double end)
+{
+	int pick[SECOND_ROUND_MAX], n = 0;
+	for (int i = 0; i < out->nrows; i++) {
+		const scaleout_row *r = &out->rows[i];
+		if (!r->ok || !r->fits || !c[i].cut)
+			continue;
+		int k = n < SECOND_ROUND_MAX ? n++ : SECOND_ROUND_MAX;
+		for (; k > 0 && r->step < out->rows[pick[k - 1]].step; k--)
+			if (k < SECOND_ROUND_MAX)
+				pick[k] = pick[k - 1];
+		if (k < SECOND_ROUND_MAX)
+			pick[k] = i;
+	}
+	for (int k = 0; k < n; k++) {
+		int i = pick[k];
+		double t = now();
+		if (t >= end || out->rows[i].bound >= out->rows[best].step)
+			break;
+		scaleout_row again = out->rows[i];
+		again.ok = again.fits = false;
+		again.peak = 0;
+		cand d = {0};
+		plan_one(m, po, (end - t) * SEARCH_SHARE / (double)(n - k), &again, &d);
+		if (again.ok && again.fits && again.step < out->rows[i].step) {
+			out->rows[i] = again;
+			ir_free(c[i].m);
+			free(c[i].dump);
+			free(c[i].diag);
+			c[i] = d;
+			if (again.step < out->rows[best].step || (again.step == out->rows[best].step && i < best))
+				best = i;
+		} else {
+			ir_free(d.m);
+			free(d.dump);
+			free(d.diag);
+		}
+	}
+	return best;
 }
 
 /* Why a row that plans and fits lost to the chosen one: the larger of its
@@ -364,7 +421,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 				        (long long)out->rows[best].dp);
 			fprintf(stderr, "\n");
 		}
-		double share = t < end ? (end - t) * SEARCH_SHARE / (double)(nord - k) : 0;
+		double share = t < end ? (end - t) * SEARCH_SHARE * FIRST_ROUND / (double)(nord - k) : 0;
 		plan_one(m, po, share, row, &c[i]);
 		/* Too big with its activations stashed: the same recomputing is
 		 * the likeliest to fit, so it is next. */
@@ -385,6 +442,8 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 			best = i;
 	}
 	free(order);
+	if (best >= 0)
+		best = second_round(m, po, out, c, best, end);
 	/* The baselines compared afterwards stop by the same deadline. */
 	b->t0 = t0;
 	b->end = end;

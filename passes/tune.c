@@ -973,6 +973,9 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 	for (int i = 0; i < t.npool && po->partition != IR_PART_GIVEN; i++)
 		refine(&t, &t.pool[i]);
 
+	if (now() >= t.deadline)
+		b->cut = true;
+
 	/* The best of the tuned plan and the baselines' plans. */
 	bool tuned_ok = t.have_best && t.best.v.fits;
 	ir_module *x = NULL;
@@ -1017,6 +1020,7 @@ int pass_tune(ir_module *m, pass_ctx *cx)
 	b->t0 = b->armed ? b->armed : now();
 	b->armed = 0; /* a budget made before the plan counts for this plan only */
 	b->last_progress = b->t0;
+	b->cut = false;
 	double deadline = b->end = b->t0 + (b->seconds > 0 ? b->seconds : DEFAULT_BUDGET_S);
 	uint64_t mem = m->cluster.mem, need = 0;
 	verdict tight = {.tight_dev = -1};

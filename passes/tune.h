@@ -33,6 +33,8 @@ typedef struct tune_budget {
 	double armed;         /* when its clock started, for the next plan (0: at the tune pass) */
 	double t0, end;       /* the last plan's start and deadline (set by the tune pass) */
 	double last_progress; /* when the last progress line was written */
+	bool cut;             /* the last plan's search reached its deadline (set by the tune pass):
+	                       * more time might have found a faster plan */
 } tune_budget;
 
 /* A budget of `seconds` counted from now, for the next plan; 0: the
