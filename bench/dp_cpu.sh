@@ -43,7 +43,7 @@ for spec in "1 1 plain" "1 1 det" "2 1 plain" "2 1 distopt" "2 1 det" "2 2 plain
 	dir=$work/$name
 	args=(--devices $((D * P)) --profile "$work/prof.yaml")
 	[ "$D" -gt 1 ] && args+=(--dp "$D")
-	[ "$mode" = distopt ] && args+=(--distributed-optimizer)
+	[ "$mode" = distopt ] && args+=(--distributed-optimizer on)
 	[ "$mode" = det ] && args+=(--deterministic)
 	"$octopipe" compile "$yaml" "${args[@]}" -o "$dir" >"$dir.compile"
 	"$dir/launch" --steps "$steps" --trace "$dir/trace" >"$dir.run" 2>&1

@@ -201,6 +201,20 @@ static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
 	return 0;
 }
 
+/* distributed_optimizer := on | off | true | false | auto (the driver's
+ * search tries it off and on). */
+static int read_dist_opt(fe *f, yaml_node_t *n)
+{
+	static const char *const names[] = {"off", "on", "false", "true", "auto"};
+	int i = 0;
+	if (ydoc_enum(f->d, n, "'distributed_optimizer'", "value", names, NELEMS(names), &i) < 0)
+		return -1;
+	f->m->dist_opt_auto = i == 4;
+	f->dist_opt_given = i < 4;
+	f->m->plan.dist_opt = i < 4 ? i % 2 : 0;
+	return 0;
+}
+
 /* dp := integer in 1..65536 | auto (the driver's search chooses it). */
 static int read_dp(fe *f, yaml_node_t *n)
 {
@@ -252,8 +266,7 @@ static int read_plan(fe *f, yaml_node_t *map)
 	if (
 	    (v[PL_RANK_ORDER] && ydoc_enum(d, v[PL_RANK_ORDER], "'rank_order'", "rank order",
 	                                   ir_rank_order_names, IR_NRANK_ORDERS, &order) < 0) ||
-	    (v[PL_DIST_OPT] && read_switch(d, v[PL_DIST_OPT], "'distributed_optimizer'",
-	                                   &p->dist_opt) < 0) ||
+	    (v[PL_DIST_OPT] && read_dist_opt(f, v[PL_DIST_OPT]) < 0) ||
 	    (v[PL_OVERLAP] && read_switch(d, v[PL_OVERLAP], "'overlap_param_gather'",
 	                                  &f->overlap) < 0) ||
 	    (v[PL_DETERMINISTIC] && read_switch(d, v[PL_DETERMINISTIC], "'deterministic'",
@@ -435,8 +448,11 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 	                  IR_NRANK_ORDERS, &order) < 0)
 		return -1;
 	m->plan.rank_order = (ir_rank_order)order;
-	if (ov->dist_opt)
-		m->plan.dist_opt = 1;
+	if (ov->dist_opt) {
+		m->plan.dist_opt = ov->dist_opt == FE_ON;
+		m->dist_opt_auto = ov->dist_opt == FE_AUTO;
+		f->dist_opt_given = ov->dist_opt != FE_AUTO;
+	}
 	if (ov->no_overlap_gather)
 		f->overlap_given = true, f->overlap = 0, f->overlap_at = ov->no_overlap_at;
 	if (ov->deterministic)
@@ -468,6 +484,9 @@ static int settle_dp(fe *f)
 	ir_plan_opts *p = &m->plan;
 	if (p->dp == 1)
 		p->dp = 0;
+	/* One replica has no optimizer state to shard: nothing to search. */
+	if (!m->dp_auto && p->dp <= 1)
+		m->dist_opt_auto = false;
 	if ((p->dp > 1 || m->dp_auto) && !p->bucket)
 		p->bucket = FE_DEFAULT_BUCKET;
 	if (m->dp_auto) {
@@ -475,13 +494,16 @@ static int settle_dp(fe *f)
 		p->overlap_gather = !f->overlap_given || f->overlap;
 		return ir_check_dp(m, NULL) ? -1 : 0;
 	}
-	if (f->overlap_given && !(p->dp > 1 && p->dist_opt)) {
+	if (f->overlap_given && !(p->dp > 1 && (p->dist_opt || m->dist_opt_auto))) {
 		diag_error(f->overlap_at, "overlap_param_gather applies to the distributed optimizer's "
 		                          "all-gathers: it needs dp > 1 and distributed_optimizer "
-		                          "(--dp D --distributed-optimizer)");
+		                          "(--dp D --distributed-optimizer on)");
 		return -1;
 	}
-	p->overlap_gather = p->dp > 1 && p->dist_opt && (!f->overlap_given || f->overlap);
+	/* With the optimizer's sharding searched, the wish, for the candidates
+	 * that shard. */
+	p->overlap_gather = p->dp > 1 && (p->dist_opt || m->dist_opt_auto) &&
+	                    (!f->overlap_given || f->overlap);
 	return ir_check_dp(m, NULL) ? -1 : 0;
 }
 
@@ -564,6 +586,9 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	/* With dp searched, so is the recomputation, unless it is given. */
 	if (m->dp_auto && !f.recompute_given)
 		m->recompute_auto = true;
+	/* And the distributed optimizer, unless on or off is given. */
+	if (m->dp_auto && !f.dist_opt_given)
+		m->dist_opt_auto = true;
 	if (settle_dp(&f) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;

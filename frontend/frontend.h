@@ -13,6 +13,9 @@
  * gradient per collective (docs/dataparallel.md). */
 #define FE_DEFAULT_BUCKET (32ull << 20)
 
+/* fe_overrides.dist_opt: on (true, as a flag), off, or searched. */
+enum { FE_ON = 1, FE_OFF, FE_AUTO };
+
 /* Command-line overrides of the YAML; 0 / NULL = not given. */
 typedef struct fe_overrides {
 	int64_t devices;      /* --devices N */
@@ -28,7 +31,7 @@ typedef struct fe_overrides {
 	bool dp_default_auto;  /* a model file without dp (and without a given
 	                        * partition or placement): dp auto too */
 	const char *rank_order; /* --rank-order auto|pp-inner|dp-inner */
-	bool dist_opt;         /* --distributed-optimizer */
+	int dist_opt;          /* --distributed-optimizer: 0 not given, else FE_ON, FE_OFF or FE_AUTO */
 	bool no_overlap_gather; /* --no-overlap-param-gather */
 	bool deterministic;    /* --deterministic */
 	uint64_t bucket;       /* --bucket BYTES */
@@ -37,7 +40,7 @@ typedef struct fe_overrides {
 	 * the command line, so that errors about them show the flag); unset:
 	 * unknown. */
 	ir_loc devices_at, microbatches_at, chunks_at, cluster_at, dtype_at, dp_at, recompute_at,
-	    no_overlap_at;
+	    no_overlap_at, dist_opt_at;
 } fe_overrides;
 
 /* Load a model file.  Returns NULL after a diagnostic. */

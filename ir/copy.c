@@ -20,6 +20,7 @@ ir_module *ir_copy_header(const ir_module *m)
 	c->cluster_at = m->cluster_at;
 	c->dp_auto = m->dp_auto;
 	c->recompute_auto = m->recompute_auto;
+	c->dist_opt_auto = m->dist_opt_auto;
 	for (int l = 0; l < m->nlayers; l++)
 		*ir_add_layer(c, m->layers[l].kind, m->layer_loc ? m->layer_loc[l] : (ir_loc){0}) =
 		    m->layers[l];

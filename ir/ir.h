@@ -480,6 +480,10 @@ typedef struct ir_module {
 	/* The same for the recomputation (`--recompute auto`, and with dp
 	 * auto unless a mode is given): the search tries none and full. */
 	bool recompute_auto;
+	/* The same for the distributed optimizer (`--distributed-optimizer
+	 * auto`, and with dp auto unless on or off is given): the search tries
+	 * it off and on. */
+	bool dist_opt_auto;
 	struct {
 		ir_loc devices, mem;   /* the cluster field (a preset's too) or flag */
 	} cluster_at;

@@ -341,7 +341,7 @@ int ir_check_dp(const ir_module *m, diag_sink *ds)
 		                (long long)D);
 		return 1;
 	}
-	if (p->overlap_gather && !p->dist_opt) {
+	if (p->overlap_gather && !p->dist_opt && !m->dist_opt_auto) {
 		diag_sink_error(ds, loc, "overlap_param_gather=on needs the distributed optimizer "
 		                         "(dist_optimizer=on): without it there is no all-gather to overlap");
 		return 1;

@@ -126,6 +126,7 @@ static ir_module *candidate(const ir_module *m, const scaleout_row *row)
 {
 	ir_module *x = ir_copy_header(m);
 	x->dp_auto = false;
+	x->dist_opt_auto = false;
 	x->plan.dp = row->dp > 1 ? row->dp : 0;
 	x->recompute_auto = false;
 	x->plan.recompute = row->recompute;
@@ -327,9 +328,8 @@ static int candidates(const ir_module *m, scaleout *out)
 		if (N % D || M % D || N / D > m->nlayers)
 			continue;
 		for (int on = 0; on <= 1; on++) {
-			if (m->dp_auto ? (on && D == 1) || (m->plan.dist_opt && !on && D > 1)
-			               : on != (m->plan.dist_opt && D > 1))
-				continue; /* searched with dp; else as given */
+			if (m->dist_opt_auto ? on && D == 1 : on != (m->plan.dist_opt && D > 1))
+				continue; /* searched; else as given */
 			for (int rc = IR_RECOMP_NONE; rc <= IR_RECOMP_FULL; rc++) {
 				if (!m->recompute_auto && rc != (int)m->plan.recompute)
 					continue;
@@ -349,6 +349,8 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 	memset(out, 0, sizeof *out);
 	out->chosen = -1;
 	out->dp_searched = m->dp_auto;
+	out->dist_opt_searched = m->dist_opt_auto;
+	out->recompute_searched = m->recompute_auto;
 	ir_loc at = ir_loc_or(m->dp_loc, ir_loc_or(m->plan_loc, m->loc));
 	diag_sink *ds = po->diag;
 	if (ir_times_only(m)) {

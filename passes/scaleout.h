@@ -45,7 +45,9 @@ typedef struct scaleout {
 	scaleout_row *rows; /* malloc'd; scaleout_free */
 	int nrows;
 	int chosen;         /* index of the kept row, or -1 */
-	bool dp_searched;   /* dp was the search's (else only the recomputation) */
+	bool dp_searched;   /* what was the search's: dp, */
+	bool dist_opt_searched; /* the optimizer's sharding, */
+	bool recompute_searched; /* the recomputation */
 	ir_module *base;    /* the model searched, when the caller hands it over
 	                     * (the module kept shares its strings): scaleout_free
 	                     * frees it, after the module kept is freed */

@@ -992,7 +992,9 @@ static sim_result *sim_step(const ir_module *m, diag_sink *ds, const double *con
 		sim_device *sd = &r->dev[d];
 		device_stats(m, r, d);
 		device_memory(m, r, d);
-		idle += r->makespan - sd->busy - sd->exposed - sd->update;
+		/* A device busy the whole step: its sum rounds to +-1 ulp of it. */
+		double gap = r->makespan - sd->busy - sd->exposed - sd->update;
+		idle += gap > 0 ? gap : 0;
 		r->exposed = sd->exposed > r->exposed ? sd->exposed : r->exposed;
 		if (sd->gather_exposed > r->gather_exposed)
 			r->gather_exposed = sd->gather_exposed;

@@ -45,7 +45,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(BACKEND, "--backend", "nccl|mpi", C_MODEL, "transport semantics to lower for and prove (default nccl)") \
 	X(DP, "--dp", "D|auto", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md); auto (plan's and sim's default; compile's is 1): every D that divides both, with the distributed optimizer off and on and the recomputation searched too, the fastest that fits kept") \
 	X(RANK_ORDER, "--rank-order", "auto|pp-inner|dp-inner", C_MODEL, "with --dp: number a pipeline's devices next to each other (pp-inner) or a DP group's (dp-inner); auto, the default: the one whose step simulates faster") \
-	X(DIST_OPT, "--distributed-optimizer", NULL, C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather)") \
+	X(DIST_OPT, "--distributed-optimizer", "on|off|auto", C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather); auto, the default with --dp auto: off and on both planned, the faster that fits kept") \
 	X(NO_OVERLAP_PG, "--no-overlap-param-gather", NULL, C_MODEL, "with --distributed-optimizer: wait for each all-gather at the end of its step instead of before its stage's first forward of the next step") \
 	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
@@ -404,7 +404,17 @@ static ir_module *load_model(const args *a)
 	 * --dp or the model says), since its numbers depend on it. */
 	ov.dp_default_auto = a->cmd->bit != C_COMPILE;
 	ov.rank_order = a->val[O_RANK_ORDER];
-	ov.dist_opt = a->set[O_DIST_OPT];
+	if (a->set[O_DIST_OPT]) {
+		static const char *const modes[] = {"on", "off", "auto"};
+		for (int i = 0; i < 3; i++)
+			if (strcmp(a->val[O_DIST_OPT], modes[i]) == 0)
+				ov.dist_opt = FE_ON + i;
+		if (!ov.dist_opt) {
+			cli_error("--distributed-optimizer must be on, off or auto, got '%s'",
+			          a->val[O_DIST_OPT]);
+			return NULL;
+		}
+	}
 	ov.no_overlap_gather = a->set[O_NO_OVERLAP_PG];
 	ov.no_overlap_at = flag_loc(a, O_NO_OVERLAP_PG);
 	ov.deterministic = a->set[O_DETERMINISTIC];
@@ -493,11 +503,12 @@ static int run_pipeline(ir_module **mp, pipeline *pl, bool finish, bool reprove,
 	so->chosen = -1;
 	if (finish)
 		pl->n = pass_lacking(*mp, pl->ids);
-	if ((*mp)->dp_auto || (*mp)->recompute_auto) {
+	if ((*mp)->dp_auto || (*mp)->recompute_auto || (*mp)->dist_opt_auto) {
 		if (pl->custom)
-			return cli_error("--passes runs the passes given on one plan; --dp auto and "
-			                 "--recompute auto plan every candidate with the default pipeline: "
-			                 "give --dp D and --recompute none|full");
+			return cli_error("--passes runs the passes given on one plan; --dp auto, "
+			                 "--distributed-optimizer auto and --recompute auto plan every "
+			                 "candidate with the default pipeline: give --dp D, "
+			                 "--distributed-optimizer on|off and --recompute none|full");
 		ir_module *x = scaleout_search(*mp, &pl->po, so);
 		if (!x)
 			return 1;

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "pass.h"
 
@@ -327,9 +328,21 @@ void print_plan_table(const ir_module *m)
 void print_scaleout_table(const ir_module *m, const scaleout *so)
 {
 	char t[32], u[32], v[32], w[32], x[32];
-	printf("%s: %d candidates on %lld devices, %lld micro-batches a step in all\n",
-	       so->dp_searched ? "data parallelism (--dp auto)" : "recomputation (--recompute auto)",
-	       so->nrows, (long long)m->cluster.devices, (long long)m->train.microbatches);
+	/* What was searched, as the flags that ask for it. */
+	char what[128] = "";
+	const char *part[3] = {so->dp_searched ? "--dp auto" : NULL,
+	                       so->dist_opt_searched ? "--distributed-optimizer auto" : NULL,
+	                       so->recompute_searched ? "--recompute auto" : NULL};
+	for (int i = 0; i < 3; i++)
+		if (part[i])
+			snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", *what ? ", " : "",
+			         part[i]);
+	printf("%s (%s): %d candidates on %lld devices, %lld micro-batches a step in all\n",
+	       so->dp_searched           ? "data parallelism"
+	       : !so->dist_opt_searched ? "recomputation"
+	       : !so->recompute_searched ? "the distributed optimizer"
+	                                 : "the distributed optimizer and recomputation",
+	       what, so->nrows, (long long)m->cluster.devices, (long long)m->train.microbatches);
 	printf("%5s %5s %-9s %-10s %12s %7s %12s %12s %12s %12s %12s  %s\n", "D", "P", "dist-opt",
 	       "recompute", "step", "bubble", "exposed red", "update", "peak memory", "tokens/s",
 	       "lower bound", "");

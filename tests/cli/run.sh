@@ -170,17 +170,17 @@ expect 0 '"partition": "tuned"' plan models/tiny-dense.yaml --devices 2 --microb
 expect 0 "F0.0 send:act0.0>D1 F0.1 send:act0.1>D1" plan models/tiny-dense.yaml --devices 2 --dp 1 --microbatches 4 --schedule 1f1b
 expect 0 "recv:act0.0<D0 recv:act0.1<D0 wait:act0.0 F1.0 B1.0 W1.0 send:grad1.0>D0" plan models/tiny-dense.yaml --devices 2 --dp 1 --microbatches 4 --schedule 1f1b
 # data parallelism in the plan and sim tables and --json (docs/simulator.md, "Data parallelism")
-expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on (all-gather overlapped with the next step), deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
-expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b
-expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer --no-overlap-param-gather --schedule 1f1b
-expect 0 "overlapped parameter all-gather: exposed " plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b
-expect 0 '"overlap_param_gather": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule i1f1b --json
-expect 0 '"overlap_param_gather": false' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json
+expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on (all-gather overlapped with the next step), deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer on --schedule i1f1b
+expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer on --schedule 1f1b
+expect 0 "data parallel: 2 x 2 (replicas x pipeline devices, pp-inner ranks), distributed optimizer on, deterministic off" plan $m --devices 4 --dp 2 --distributed-optimizer on --no-overlap-param-gather --schedule 1f1b
+expect 0 "overlapped parameter all-gather: exposed " plan $m --devices 4 --dp 2 --distributed-optimizer on --schedule i1f1b
+expect 0 '"overlap_param_gather": true' plan $m --devices 4 --dp 2 --distributed-optimizer on --schedule i1f1b --json
+expect 0 '"overlap_param_gather": false' plan $m --devices 4 --dp 2 --distributed-optimizer on --schedule 1f1b --json
 expect 0 '"dist_optimizer": true, "overlap_param_gather": false' plan tests/cli/dp-overlap-off.yaml --json
 expect 1 "<command line>:1:58: error: overlap_param_gather applies to the distributed optimizer's all-gathers" plan $m --devices 4 --dp 2 --no-overlap-param-gather
 expect 0 "data parallel 2 x 2 (replicas x pipeline devices, dp-inner ranks), distributed optimizer off: collectives " plan $m --devices 4 --dp 2 --rank-order dp-inner --schedule 1f1b
 expect 0 "pipeline  exposed red       update  collectives  peak memory" plan $m --devices 4 --dp 2 --schedule 1f1b
-expect 0 '"dp": 2, "pipeline_devices": 2, "rank_order": "pp-inner", "dist_optimizer": true' plan $m --devices 4 --dp 2 --distributed-optimizer --schedule 1f1b --json
+expect 0 '"dp": 2, "pipeline_devices": 2, "rank_order": "pp-inner", "dist_optimizer": true' plan $m --devices 4 --dp 2 --distributed-optimizer on --schedule 1f1b --json
 expect 0 '"exposed_reduction_s": ' plan $m --devices 4 --dp 2 --schedule 1f1b --json
 # the data-parallel flags: located errors (docs/dataparallel.md, "Asking for it")
 expect 1 "<command line>:1:51: error: dp=3 does not divide the cluster's 4 devices" plan $m --devices 4 --dp 3
@@ -190,14 +190,25 @@ expect 1 "--bucket must be a size such as 4MiB or 65536 (1 byte .. 1 PiB), got '
 expect 1 "unknown rank order 'pp-outer'; did you mean 'pp-inner'?" plan $m --devices 4 --dp 2 --rank-order pp-outer
 expect 1 "--dp applies to a model, not to IR text" sim tests/e2e/deadlock-mpi.opir --dp 2
 # --dp auto: the search over the data-parallel degree (docs/dataparallel.md, "Choosing D")
-expect 0 "data parallelism (--dp auto): 10 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
-expect 0 "data parallelism (--dp auto): 5 candidates on 4 devices" plan $m --devices 4 --dp auto --recompute none --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --distributed-optimizer auto, --recompute auto): 10 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --distributed-optimizer auto): 5 candidates on 4 devices" plan $m --devices 4 --dp auto --recompute none --schedule 1f1b
 expect 0 "recomputation (--recompute auto): 2 candidates on 4 devices" plan $m --devices 4 --dp 1 --recompute auto --schedule 1f1b
 expect 0 "chosen: D=" plan $m --devices 4 --dp auto --schedule 1f1b --bucket 4MiB
 expect 0 '"dp_search": [{"dp": 1, "pipeline_devices": 4, "dist_optimizer": false, "recompute": "none", "planned": true' plan $m --devices 4 --dp auto --schedule 1f1b --json
-expect 0 "data parallelism (--dp auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --recompute auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer on --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --recompute auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer off --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --distributed-optimizer auto): 5 candidates on 4 devices" sim $m --devices 4 --dp auto --recompute none --schedule 1f1b
+expect 0 "the distributed optimizer (--distributed-optimizer auto): 2 candidates on 4 devices" plan $m --devices 4 --dp 2 --distributed-optimizer auto --schedule 1f1b
+expect 0 "the distributed optimizer and recomputation (--distributed-optimizer auto, --recompute auto): 4 candidates" plan $m --devices 4 --dp 2 --distributed-optimizer auto --recompute auto --schedule 1f1b
+expect 0 '"dist_optimizer": false' plan $m --devices 4 --dp 2 --distributed-optimizer off --schedule 1f1b --json
+sed -e 's/^training:/plan: {dp: 2, distributed_optimizer: auto}\ntraining:/' -e "s#data/corpus.txt#$PWD/models/data/corpus.txt#" $m >"$tmp/distopt-auto.yaml"
+expect 0 "the distributed optimizer (--distributed-optimizer auto): 2 candidates on 4 devices" plan "$tmp/distopt-auto.yaml" --devices 4 --schedule 1f1b
+sed -e 's/^training:/plan: {distributed_optimizer: maybe}\ntraining:/' -e "s#data/corpus.txt#$PWD/models/data/corpus.txt#" $m >"$tmp/distopt-bad.yaml"
+expect 1 "distopt-bad.yaml:21:31: error: unknown value 'maybe'; known: off, on, false, true, auto" plan "$tmp/distopt-bad.yaml" --devices 4
+expect 1 "--distributed-optimizer must be on, off or auto, got 'yes'" plan $m --devices 4 --dp 2 --distributed-optimizer yes
+expect 1 "option '--distributed-optimizer' needs a value" plan $m --devices 4 --dp 2 --distributed-optimizer
 expect 1 "--dp must be auto or an integer in 1..65536, got 'many'" plan $m --devices 4 --dp many
-expect 1 "--passes runs the passes given on one plan; --dp auto and --recompute auto plan every candidate" plan $m --devices 4 --dp auto --passes cost
+expect 1 "--passes runs the passes given on one plan; --dp auto, --distributed-optimizer auto and --recompute auto plan every candidate" plan $m --devices 4 --dp auto --passes cost
 expect 1 "dp=auto: no data-parallel degree D divides both the 64 devices and the step's 1 micro-batches" plan $m --devices 64 --microbatches 1 --dp auto
 p=tests/cli/published.json
 expect 0 "7 attention, 1 head), times only (hidden, vocab and memory not known), seq 4096" plan --profile $p --devices 2

@@ -96,12 +96,13 @@ for model in $models; do
 	echo "reference: $model, 1 rank, deterministic: $(awk '{printf "%s ", $2}' "$tmp/$ref.losses")"
 	for c in $configs; do
 		D=${c%:*} P=${c#*:}
-		for opt in "" --distributed-optimizer; do
+		for opt in "" distopt; do
 			[ "$D" = 1 ] && [ -n "$opt" ] && continue
 			[ "$quick" = 1 ] && [ -z "$opt" ] && continue
 			name=$model-d$D-p$P${opt:+-distopt}
 			args=(--devices $((D * P)) --deterministic)
-			[ "$D" -gt 1 ] && args+=(--dp "$D" $opt)
+			[ "$D" -gt 1 ] && args+=(--dp "$D")
+			[ -n "$opt" ] && args+=(--distributed-optimizer on)
 			compile "$name" "$yaml" "${args[@]}" && train "$name" --steps $steps && same "$name" $ref
 		done
 	done
@@ -117,7 +118,7 @@ for model in $models; do
 	fi
 	if [ "$quick" != 1 ]; then
 		name=$model-d2-p2-nooverlap
-		compile $name "$yaml" --devices 4 --dp 2 --distributed-optimizer --no-overlap-param-gather \
+		compile $name "$yaml" --devices 4 --dp 2 --distributed-optimizer on --no-overlap-param-gather \
 			--deterministic && train $name --steps $steps && same $name $ref
 	fi
 	if [ "$quick" != 1 ]; then
@@ -178,14 +179,14 @@ fi
 # Resume across (D, P) and the distributed optimizer.
 yaml=$src/models/tiny-hybrid.yaml
 if compile full "$yaml" --devices 1 --deterministic && train full --steps 6 &&
-	compile save "$yaml" --devices 4 --dp 2 --distributed-optimizer --deterministic &&
+	compile save "$yaml" --devices 4 --dp 2 --distributed-optimizer on --deterministic &&
 	train save --steps 3 --checkpoint "$tmp/ck"; then
 	for c in 1:4 4:1 2:2; do
 		D=${c%:*} P=${c#*:}
 		name=resume-d$D-p$P
 		args=(--devices $((D * P)) --deterministic)
 		[ "$D" -gt 1 ] && args+=(--dp "$D")
-		[ "$c" = 2:2 ] && args+=(--distributed-optimizer)
+		[ "$c" = 2:2 ] && args+=(--distributed-optimizer on)
 		[ "$quick" = 1 ] && [ "$D" = 4 ] && continue
 		compile $name "$yaml" "${args[@]}" && train $name --steps 3 --resume "$tmp/ck" || continue
 		if [ "$(tail -3 "$tmp/full.losses" | awk '{print $2}')" = "$(awk '{print $2}' "$tmp/$name.losses")" ] &&

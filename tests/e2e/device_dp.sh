@@ -114,7 +114,7 @@ for model in $models; do
 		if [ "${OCTO_TEST_QUICK:-0}" != 1 ]; then
 			compile plain "$yaml" --devices 4 --dp 2 && train plain plain --steps $steps &&
 				close plain $ref
-			compile plain-distopt "$yaml" --devices 4 --dp 2 --distributed-optimizer &&
+			compile plain-distopt "$yaml" --devices 4 --dp 2 --distributed-optimizer on &&
 				train plain-distopt plain-distopt --steps $steps && same plain-distopt plain &&
 				OCTO_COMM= train plain-distopt-mpi plain-distopt --steps $steps &&
 				same plain-distopt-mpi plain
@@ -122,7 +122,7 @@ for model in $models; do
 		# the checkpoint: saved at (2, 2) with the distributed optimizer
 		# after step 1, step 2 on 1 rank (the reference's program)
 		name=d2-p2-distopt
-		if compile $name "$yaml" --devices 4 --dp 2 --distributed-optimizer --deterministic &&
+		if compile $name "$yaml" --devices 4 --dp 2 --distributed-optimizer on --deterministic &&
 			train $name $name --steps 1 --checkpoint "$tmp/ck" &&
 			train resume $ref --steps 1 --resume "$tmp/ck"; then
 			if [ "$(tail -1 "$tmp/$ref.losses" | awk '{print $2}')" = "$(awk '{print $2}' "$tmp/resume.losses")" ] &&
@@ -143,7 +143,7 @@ for model in $models; do
 			bad "OCTO_COMM=mpi with dp 2: $(grep -m1 error "$tmp/mpi.log" || tail -3 "$tmp/mpi.log")"
 		fi
 	else
-		compile d2-p2-distopt-h "$yaml" --devices 4 --dp 2 --distributed-optimizer --deterministic &&
+		compile d2-p2-distopt-h "$yaml" --devices 4 --dp 2 --distributed-optimizer on --deterministic &&
 			train d2-p2-distopt-h d2-p2-distopt-h --steps $steps && same d2-p2-distopt-h $ref
 		compile plain-h "$yaml" --devices 2 --dp 2 && train plain-h plain-h --steps $steps &&
 			close plain-h $ref

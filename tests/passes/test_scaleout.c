@@ -167,20 +167,37 @@ START_TEST(test_memory_decides)
 }
 END_TEST
 
-/* The distributed optimizer given: only candidates with it (where there
- * are replicas); a degree that divides nothing: no candidates, an error. */
+/* The distributed optimizer given on: only candidates with it (where there
+ * are replicas); given off: none with it; searched: both where there are
+ * replicas; a degree that divides nothing: no candidates, an error. */
 START_TEST(test_fixed_sharding_and_no_candidate)
 {
-	ir_module *m = load("tiny-dense", 4, "1f1b");
-	m->plan.dist_opt = 1;
+	for (int mode = 0; mode < 3; mode++) { /* off, on, searched */
+		ir_module *m = load("tiny-dense", 4, "1f1b");
+		ck_assert(m->dist_opt_auto); /* with dp auto, unless given */
+		m->plan.dist_opt = mode == 1;
+		m->dist_opt_auto = mode == 2;
+		scaleout so;
+		ir_module *kept = scaleout_search(m, &(pass_opts){0}, &so);
+		ck_assert_ptr_nonnull(kept);
+		int on = 0, replicated = 0;
+		for (int i = 0; i < so.nrows; i++) {
+			on += so.rows[i].dist_opt;
+			replicated += so.rows[i].dp > 1;
+			if (mode < 2)
+				ck_assert(so.rows[i].dist_opt == (mode == 1 && so.rows[i].dp > 1));
+		}
+		if (mode == 2)
+			ck_assert_int_eq(on * 2, replicated); /* each replicated D off and on */
+		ck_assert(!kept->dist_opt_auto);
+		ir_free(kept);
+		scaleout_free(&so);
+		ir_free(m);
+	}
+
+	ir_module *m;
 	scaleout so;
-	ir_module *kept = scaleout_search(m, &(pass_opts){0}, &so);
-	ck_assert_ptr_nonnull(kept);
-	for (int i = 0; i < so.nrows; i++)
-		ck_assert(so.rows[i].dist_opt == (so.rows[i].dp > 1));
-	ir_free(kept);
-	scaleout_free(&so);
-	ir_free(m);
+	ir_module *kept;
 
 	m = load("tiny-dense", 64, "1f1b"); /* more devices than layers, D = 1 only divides M */
 	m->train.microbatches = 1;
