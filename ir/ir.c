@@ -302,16 +302,109 @@ static int by_send(const void *x, const void *y)
 	return (a[0] > b[0]) - (a[0] < b[0]);
 }
 
-/* The transfers of device d with comm c and peer p, sorted by tag. */
-static int tagged(const ir_device *dv, ir_comm c, int p, xfer_key **out)
+/* ---- channels ---------------------------------------------------------------- */
+
+/* Per device, the positions of its sends (0) and receives (1) grouped by
+ * peer: group p of kind k is pos[d][k][start[d][k][p] .. start[d][k][p + 1]),
+ * in program order. */
+struct ir_channels {
+	int P;
+	int **start[2], **pos[2]; /* [kind][device] */
+};
+
+void ir_channels_free(ir_channels *ix)
 {
-	int n = 0;
-	xfer_key *k = malloc(((size_t)dv->nops + 1) * sizeof *k);
-	if (!k)
+	if (!ix)
+		return;
+	for (int k = 0; k < 2; k++) {
+		for (int d = 0; d < ix->P && ix->start[k]; d++) {
+			free(ix->start[k][d]);
+			free(ix->pos[k][d]);
+		}
+		free(ix->start[k]);
+		free(ix->pos[k]);
+	}
+	free(ix);
+}
+
+ir_channels *ir_channels_index(const ir_module *m)
+{
+	int P = m->ndevices;
+	ir_channels *ix = calloc(1, sizeof *ix);
+	if (!ix)
 		ir_bug("out of memory");
+	ix->P = P;
+	for (int k = 0; k < 2; k++) {
+		ix->start[k] = calloc((size_t)P + 1, sizeof *ix->start[k]);
+		ix->pos[k] = calloc((size_t)P + 1, sizeof *ix->pos[k]);
+		if (!ix->start[k] || !ix->pos[k])
+			ir_bug("out of memory");
+	}
+	for (int d = 0; d < P; d++) {
+		const ir_device *dv = &m->devices[d];
+		for (int k = 0; k < 2; k++) {
+			ir_comm c = k ? IR_COMM_RECV : IR_COMM_SEND;
+			int *st = calloc((size_t)P + 2, sizeof *st), n = 0;
+			if (!st)
+				ir_bug("out of memory");
+			for (int i = 0; i < dv->nops; i++)
+				if (dv->ops[i].comm == c && dv->ops[i].peer >= 0 && dv->ops[i].peer < P)
+					st[dv->ops[i].peer + 2]++, n++;
+			for (int p = 0; p < P; p++)
+				st[p + 2] += st[p + 1];
+			int *pos = malloc(((size_t)n + 1) * sizeof *pos);
+			if (!pos)
+				ir_bug("out of memory");
+			for (int i = 0; i < dv->nops; i++)
+				if (dv->ops[i].comm == c && dv->ops[i].peer >= 0 && dv->ops[i].peer < P)
+					pos[st[dv->ops[i].peer + 1]++] = i;
+			ix->start[k][d] = st; /* st[p] .. st[p + 1]: peer p's, after the fill */
+			ix->pos[k][d] = pos;
+		}
+	}
+	return ix;
+}
+
+/* The positions of device d's ops with comm c (send or receive) and peer
+ * p, in program order: *n of them, from the index or by a scan into *own
+ * (malloc'd, or NULL). */
+static const int *channel_ops(const ir_module *m, const ir_channels *ix, int d, ir_comm c, int p,
+                              int *n, int **own)
+{
+	*own = NULL;
+	int k = c == IR_COMM_RECV;
+	if (ix) {
+		const int *st = ix->start[k][d];
+		*n = st[p + 1] - st[p];
+		return ix->pos[k][d] + st[p];
+	}
+	const ir_device *dv = &m->devices[d];
+	int *pos = malloc(((size_t)dv->nops + 1) * sizeof *pos);
+	if (!pos)
+		ir_bug("out of memory");
+	*n = 0;
 	for (int i = 0; i < dv->nops; i++)
 		if (dv->ops[i].comm == c && dv->ops[i].peer == p)
-			k[n++] = (xfer_key){dv->ops[i].stage, dv->ops[i].mb, (int)dv->ops[i].kind, i};
+			pos[(*n)++] = i;
+	*own = pos;
+	return pos;
+}
+
+/* The transfers of device d with comm c and peer p, sorted by tag. */
+static int tagged(const ir_module *m, const ir_channels *ix, int d, ir_comm c, int p,
+                  xfer_key **out)
+{
+	int n, *own;
+	const int *pos = channel_ops(m, ix, d, c, p, &n, &own);
+	xfer_key *k = malloc(((size_t)n + 1) * sizeof *k);
+	if (!k)
+		ir_bug("out of memory");
+	const ir_device *dv = &m->devices[d];
+	for (int i = 0; i < n; i++) {
+		const ir_op *o = &dv->ops[pos[i]];
+		k[i] = (xfer_key){o->stage, o->mb, (int)o->kind, pos[i]};
+	}
+	free(own);
 	qsort(k, (size_t)n, sizeof *k, by_tag);
 	*out = k;
 	return n;
@@ -319,12 +412,12 @@ static int tagged(const ir_device *dv, ir_comm c, int p, xfer_key **out)
 
 /* mpi: the runtime tags a message with its value (rt_comm.c), and MPI
  * matches a receive with the oldest message of its sender and tag. */
-static int tag_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
-                     void *ctx)
+static int tag_pairs(const ir_module *m, const ir_channels *ix, int a, int b,
+                     int (*pair)(void *ctx, int i, int j), void *ctx)
 {
 	xfer_key *s, *r;
-	int ns = tagged(&m->devices[a], IR_COMM_SEND, b, &s);
-	int nr = tagged(&m->devices[b], IR_COMM_RECV, a, &r);
+	int ns = tagged(m, ix, a, IR_COMM_SEND, b, &s);
+	int nr = tagged(m, ix, b, IR_COMM_RECV, a, &r);
 	int (*pairs)[2] = malloc(((size_t)(ns < nr ? ns : nr) + 1) * sizeof *pairs), np = 0;
 	if (!pairs)
 		ir_bug("out of memory");
@@ -352,25 +445,23 @@ static int tag_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, in
 	return send_left ? IR_CHANNEL_SEND_LEFT : recv_left ? IR_CHANNEL_RECV_LEFT : 0;
 }
 
-int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
-                     void *ctx)
+int ir_channel_pairs(const ir_module *m, const ir_channels *ix, int a, int b,
+                     int (*pair)(void *ctx, int i, int j), void *ctx)
 {
 	if (m->plan.backend == IR_BACKEND_MPI)
-		return tag_pairs(m, a, b, pair, ctx);
+		return tag_pairs(m, ix, a, b, pair, ctx);
 	/* nccl: no tags; the k-th send meets the k-th receive. */
-	const ir_device *da = &m->devices[a], *db = &m->devices[b];
-	int i = 0, j = 0;
-	for (;;) {
-		while (i < da->nops && !(da->ops[i].comm == IR_COMM_SEND && da->ops[i].peer == b))
-			i++;
-		while (j < db->nops && !(db->ops[j].comm == IR_COMM_RECV && db->ops[j].peer == a))
-			j++;
-		if (i == da->nops || j == db->nops)
-			return i != da->nops ? IR_CHANNEL_SEND_LEFT : j != db->nops ? IR_CHANNEL_RECV_LEFT : 0;
-		int rc = pair(ctx, i++, j++);
-		if (rc)
-			return rc;
-	}
+	int ns, nr, *own_s, *own_r;
+	const int *s = channel_ops(m, ix, a, IR_COMM_SEND, b, &ns, &own_s);
+	const int *r = channel_ops(m, ix, b, IR_COMM_RECV, a, &nr, &own_r);
+	int rc = 0, k = 0;
+	for (; k < ns && k < nr && !rc; k++)
+		rc = pair(ctx, s[k], r[k]);
+	free(own_s);
+	free(own_r);
+	if (rc)
+		return rc;
+	return ns > nr ? IR_CHANNEL_SEND_LEFT : nr > ns ? IR_CHANNEL_RECV_LEFT : 0;
 }
 
 ir_op_kind ir_value_maker(const ir_module *m, ir_op_kind value)

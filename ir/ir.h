@@ -626,8 +626,16 @@ ir_op *ir_push_op(ir_module *m, int dev, const ir_op *op, ir_loc loc);
  * value, or 0 when every op found its partner, IR_CHANNEL_SEND_LEFT when a
  * send has no receive, IR_CHANNEL_RECV_LEFT when a receive has no send. */
 enum { IR_CHANNEL_SEND_LEFT = -1, IR_CHANNEL_RECV_LEFT = -2 };
-int ir_channel_pairs(const ir_module *m, int a, int b, int (*pair)(void *ctx, int i, int j),
-                     void *ctx);
+/* ix: the module's channels, indexed once (ir_channels_index) for a caller
+ * that pairs many channels: each pairing then reads its own channel's
+ * ops, not every op of both devices; NULL: scan. */
+typedef struct ir_channels ir_channels;
+int ir_channel_pairs(const ir_module *m, const ir_channels *ix, int a, int b,
+                     int (*pair)(void *ctx, int i, int j), void *ctx);
+/* Every device's sends and receives, grouped by peer in program order
+ * (malloc'd; ir_channels_free).  Valid while the programs do not change. */
+ir_channels *ir_channels_index(const ir_module *m);
+void ir_channels_free(ir_channels *ix);
 
 /* The compute op that makes a stage's value (IR_OP_F: the activation F
  * sends on; IR_OP_B: the input gradient B sends back): F for an

@@ -716,17 +716,19 @@ static int verify_comm(const ir_module *m)
 	/* The backend's matching per channel (nccl: the k-th send from a to b
 	 * meets the k-th receive on b from a; mpi: the send and the receive of
 	 * one value meet), same value and size. */
+	ir_channels *ix = errs ? NULL : ir_channels_index(m);
 	for (int a = 0; a < P && !errs; a++)
 		for (int b = 0; b < P && !errs; b++) {
 			if (a == b)
 				continue;
 			channel_ctx c = {m, a, b};
-			int rc = ir_channel_pairs(m, a, b, channel_pair, &c);
+			int rc = ir_channel_pairs(m, ix, a, b, channel_pair, &c);
 			if (rc == IR_CHANNEL_SEND_LEFT || rc == IR_CHANNEL_RECV_LEFT)
 				diag_error(m->loc, "channel D%d -> D%d: %s", a, b,
 				           rc == IR_CHANNEL_SEND_LEFT ? "a send has no receive" : "a receive has no send");
 			errs += rc != 0;
 		}
+	ir_channels_free(ix);
 #undef VAL
 #undef CPOS
 	free(snd);

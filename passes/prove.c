@@ -276,10 +276,12 @@ static void build_edges(graph *g)
 		/* Partners: as the backend matches (nccl first in, first out per
 		 * channel; mpi by tag), within the replica. */
 		ir_module v = replica_view(g, r);
+		ir_channels *ix = ir_channels_index(&v);
 		for (int a = 0; a < g->P; a++)
 			for (int b = 0; b < g->P; b++)
 				if (a != b)
-					ir_channel_pairs(&v, a, b, partner_edges, &(partner_ctx){g, r, a, b});
+					ir_channel_pairs(&v, ix, a, b, partner_edges, &(partner_ctx){g, r, a, b});
+		ir_channels_free(ix);
 	}
 	/* Collectives: a member's completes only once every member of its DP
 	 * group has posted it (in the quotient, its own post: P -> C). */

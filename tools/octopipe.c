@@ -23,6 +23,7 @@
 #include "viz.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -932,6 +933,12 @@ static int cmd_profile(const args *a)
 
 int main(int argc, char **argv)
 {
+	/* Planning allocates and frees modules of much the same size many times
+	 * over: keep freed memory for the next one rather than returning it to
+	 * the system and faulting it in again (ir/support.c does the same for
+	 * the arenas' big chunks). */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	if (argc < 2) {
 		usage(stderr);
 		return 1;
