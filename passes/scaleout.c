@@ -141,9 +141,16 @@ static ir_module *candidate(const ir_module *m, const scaleout_row *row)
 	return x;
 }
 
+/* The search's clock, for its progress lines and the candidates' (one
+ * line a second in all, counted from the search's start). */
+typedef struct search_clock {
+	double t0, last_line;
+	int k, n; /* the candidate being planned, of n */
+} search_clock;
+
 /* Plan candidate row on a copy of m within `seconds`. */
 static void plan_one(const ir_module *m, const pass_opts *po, double seconds, scaleout_row *row,
-                     cand *c)
+                     cand *c, search_clock *ck)
 {
 	ir_module *x = candidate(m, row);
 	free(c->diag); /* the prescreen's, empty */
@@ -153,6 +160,13 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	int n = pass_pipeline_for(x, ids);
 	diag_sink quiet = {.stream = open_memstream(&c->diag, &c->ndiag)};
 	tune_budget b = tune_budget_start(seconds > 0.01 ? seconds : 0.01);
+	b.clock0 = ck->t0;
+	b.last_progress = ck->last_line;
+	snprintf(b.what, sizeof b.what, "D=%lld x P=%lld%s%s%s (%d of %d)", (long long)row->dp,
+	         (long long)row->pp, row->dist_opt ? ", distributed optimizer" : "",
+	         row->recompute != IR_RECOMP_NONE ? ", recompute " : "",
+	         row->recompute != IR_RECOMP_NONE ? ir_recompute_names[row->recompute] : "", ck->k,
+	         ck->n);
 	pass_opts o = *po;
 	o.diag = &quiet;
 	o.budget = &b;
@@ -164,6 +178,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 		o.dump = open_memstream(&c->dump, &c->ndump);
 	int rc = pass_run(x, ids, n, &o);
 	c->cut = b.cut;
+	ck->last_line = b.last_progress;
 	if (o.dump)
 		fclose(o.dump);
 	sim_result *r = rc == 0 && ir_verify(x) == 0 ? sim_run_to(x, &quiet) : NULL;
@@ -210,7 +225,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
  * share, and the ones that matter are known only after it.  A candidate's
  * second plan replaces its first when it is faster.  Returns the best. */
 static int second_round(const ir_module *m, const pass_opts *po, scaleout *out, cand *c, int best,
-                        double end)
+                        double end, search_clock *ck)
 {
 	int pick[SECOND_ROUND_MAX], n = 0;
 	for (int i = 0; i < out->nrows; i++) {
@@ -233,7 +248,9 @@ static int second_round(const ir_module *m, const pass_opts *po, scaleout *out, 
 		again.ok = again.fits = false;
 		again.peak = 0;
 		cand d = {0};
-		plan_one(m, po, (end - t) * SEARCH_SHARE / (double)(n - k), &again, &d);
+		ck->k = k + 1;
+		ck->n = n;
+		plan_one(m, po, (end - t) * SEARCH_SHARE / (double)(n - k), &again, &d, ck);
 		if (again.ok && again.fits && again.step < out->rows[i].step) {
 			out->rows[i] = again;
 			ir_free(c[i].m);
@@ -374,7 +391,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 	tune_budget fallback = tune_budget_start(0), *b = po->budget ? po->budget : &fallback;
 	double t0 = b->armed ? b->armed : now();
 	double end = t0 + b->seconds; /* tune_budget_start's: never 0 */
-	double last_line = t0;
+	search_clock ck = {.t0 = t0, .last_line = t0};
 	cand *c = calloc((size_t)out->nrows, sizeof *c);
 	if (!c) {
 		diag_sink_error(ds, at, "out of memory");
@@ -413,8 +430,10 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 			snprintf(row->why, sizeof row->why, "not planned: the tune budget (--tune-budget) ran out");
 			continue;
 		}
-		if (t - last_line >= 1) {
-			last_line = t;
+		ck.k = k + 1;
+		ck.n = nord;
+		if (t - ck.last_line >= 1) {
+			ck.last_line = t;
 			fprintf(stderr, "dp search: %.1f s, D=%lld x P=%lld%s (%d of %d)", t - t0,
 			        (long long)row->dp, (long long)row->pp,
 			        row->dist_opt ? ", distributed optimizer" : "", k + 1, nord);
@@ -424,7 +443,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 			fprintf(stderr, "\n");
 		}
 		double share = t < end ? (end - t) * SEARCH_SHARE * FIRST_ROUND / (double)(nord - k) : 0;
-		plan_one(m, po, share, row, &c[i]);
+		plan_one(m, po, share, row, &c[i], &ck);
 		/* Too big with its activations stashed: the same recomputing is
 		 * the likeliest to fit, so it is next. */
 		if (!(row->ok && row->fits) && row->recompute == IR_RECOMP_NONE)
@@ -445,7 +464,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 	}
 	free(order);
 	if (best >= 0)
-		best = second_round(m, po, out, c, best, end);
+		best = second_round(m, po, out, c, best, end, &ck);
 	/* The baselines compared afterwards stop by the same deadline. */
 	b->t0 = t0;
 	b->end = end;

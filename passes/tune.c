@@ -70,10 +70,12 @@ static void progress_line(tune_budget *b, const char *doing, long evals, double 
 {
 	double n = now();
 	/* No tune pass ran (the baselines of an untuned plan): no plan clock. */
-	if (!b || !b->t0 || n - b->t0 < 1 || n - b->last_progress < 1)
+	double t0 = b && b->clock0 ? b->clock0 : b ? b->t0 : 0;
+	if (!b || !b->t0 || n - t0 < 1 || n - b->last_progress < 1)
 		return;
 	b->last_progress = n;
-	fprintf(stderr, "tune: %.1f s, %s, %ld plans judged", n - b->t0, doing, evals);
+	fprintf(stderr, "tune: %.1f s, %s%s%s, %ld plans judged", n - t0, b->what,
+	        *b->what ? ": " : "", doing, evals);
 	if (best >= 0)
 		fprintf(stderr, ", best %.3f ms, %.1f %% above the lower bound", best * 1e-3,
 		        100 * (best / lb - 1));
@@ -1024,7 +1026,8 @@ int pass_tune(ir_module *m, pass_ctx *cx)
 	tune_budget fallback = tune_budget_start(0), *b = cx->budget ? cx->budget : &fallback;
 	b->t0 = b->armed ? b->armed : now();
 	b->armed = 0; /* a budget made before the plan counts for this plan only */
-	b->last_progress = b->t0;
+	if (!b->clock0)
+		b->last_progress = b->t0; /* else the caller's last line */
 	b->cut = false;
 	double deadline = b->end = b->t0 + (b->seconds > 0 ? b->seconds : DEFAULT_BUDGET_S);
 	uint64_t mem = m->cluster.mem, need = 0;

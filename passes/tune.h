@@ -35,6 +35,10 @@ typedef struct tune_budget {
 	double last_progress; /* when the last progress line was written */
 	bool cut;             /* the last plan's search reached its deadline (set by the tune pass):
 	                       * more time might have found a faster plan */
+	/* A plan among several (a --dp auto candidate): the progress lines
+	 * count from the command's start (0: the plan's) and name the plan. */
+	double clock0;
+	char what[96];
 } tune_budget;
 
 /* A budget of `seconds` counted from now, for the next plan; 0: the
