@@ -146,6 +146,7 @@ static ir_module *candidate(const ir_module *m, const scaleout_row *row)
 typedef struct search_clock {
 	double t0, last_line;
 	int k, n; /* the candidate being planned, of n */
+	bool have_fit; /* a candidate fits: the others' tuners may stop at their deadlines */
 } search_clock;
 
 /* Plan candidate row on a copy of m within `seconds`. */
@@ -161,6 +162,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	diag_sink quiet = {.stream = open_memstream(&c->diag, &c->ndiag)};
 	tune_budget b = tune_budget_start(seconds > 0.01 ? seconds : 0.01);
 	b.clock0 = ck->t0;
+	b.may_fail = ck->have_fit;
 	b.last_progress = ck->last_line;
 	snprintf(b.what, sizeof b.what, "D=%lld x P=%lld%s%s%s (%d of %d)", (long long)row->dp,
 	         (long long)row->pp, row->dist_opt ? ", distributed optimizer" : "",
@@ -250,6 +252,7 @@ static int second_round(const ir_module *m, const pass_opts *po, scaleout *out, 
 		cand d = {0};
 		ck->k = k + 1;
 		ck->n = n;
+		ck->have_fit = true;
 		plan_one(m, po, (end - t) * SEARCH_SHARE / (double)(n - k), &again, &d, ck);
 		if (again.ok && again.fits && again.step < out->rows[i].step) {
 			out->rows[i] = again;
@@ -443,6 +446,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 			fprintf(stderr, "\n");
 		}
 		double share = t < end ? (end - t) * SEARCH_SHARE * FIRST_ROUND / (double)(nord - k) : 0;
+		ck.have_fit = best >= 0;
 		plan_one(m, po, share, row, &c[i], &ck);
 		/* Too big with its activations stashed: the same recomputing is
 		 * the likeliest to fit, so it is next. */

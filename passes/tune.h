@@ -39,6 +39,9 @@ typedef struct tune_budget {
 	 * count from the command's start (0: the plan's) and name the plan. */
 	double clock0;
 	char what[96];
+	/* Past the deadline, stop even when no plan fits yet (the caller
+	 * already has one that does: a --dp auto search that found a fit). */
+	bool may_fail;
 } tune_budget;
 
 /* A budget of `seconds` counted from now, for the next plan; 0: the
