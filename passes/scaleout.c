@@ -285,12 +285,42 @@ static void why_lost(scaleout_row *row, const scaleout_row *best)
 		snprintf(row->why, sizeof row->why, "%s: %s slower", red > idle ? "reduction" : "bubble", d);
 }
 
+/* The least largest stage time (F + B + W of one micro-batch, F twice when
+ * recomputing) of a cut of x's layers into P contiguous stages: the
+ * greedy check of a cap, bisected. */
+static double largest_stage(const ir_module *x, int P)
+{
+	double lo = 0, hi = 0;
+	for (int l = 0; l < x->nlayers; l++) {
+		const ir_cost *c = &x->layers[l].cost;
+		double t = (x->plan.recompute != IR_RECOMP_NONE ? 2 : 1) * c->f + c->b + c->w;
+		lo = t > lo ? t : lo;
+		hi += t;
+	}
+	for (int it = 0; it < 50 && hi - lo > 1e-9 * hi; it++) {
+		double cap = (lo + hi) / 2, run = 0;
+		int stages = 1;
+		for (int l = 0; l < x->nlayers && stages <= P; l++) {
+			const ir_cost *c = &x->layers[l].cost;
+			double t = (x->plan.recompute != IR_RECOMP_NONE ? 2 : 1) * c->f + c->b + c->w;
+			if (run + t > cap)
+				stages++, run = 0;
+			run += t;
+		}
+		if (stages <= P)
+			hi = cap;
+		else
+			lo = cap;
+	}
+	return hi;
+}
+
 /* What a candidate is known to need before it is planned: its lower bound
  * (row->bound), and false with row->why when no plan of it can fit: some
  * device holds at least the resident bytes (weights, gradients, optimizer
  * state) of the layers' average share, and of the largest layer, which
  * one device holds whole. */
-static bool prescreen(const ir_module *m, scaleout_row *row, cand *c)
+static bool prescreen(const ir_module *m, scaleout_row *row, cand *c, double *estimate)
 {
 	ir_module *x = candidate(m, row);
 	diag_sink quiet = {.stream = open_memstream(&c->diag, &c->ndiag)};
@@ -300,6 +330,12 @@ static bool prescreen(const ir_module *m, scaleout_row *row, cand *c)
 	memcpy(c->first, quiet.first, sizeof c->first);
 	if (ok) {
 		row->bound = scaleout_bound(x);
+		/* What 1F1B on the balanced cut would take: the fill and drain
+		 * (P - 1 stage times) and the layers' granularity, which the bound
+		 * does not see; at least the bound. */
+		int64_t P = row->pp;
+		double fb = (double)(ir_local_mb(x) + P - 1) * largest_stage(x, (int)P);
+		*estimate = fb > row->bound ? fb : row->bound;
 		uint64_t sum = 0, most = 0;
 		for (int l = 0; l < x->nlayers; l++) {
 			uint64_t r = cost_resident(x, l);
@@ -325,11 +361,11 @@ static bool prescreen(const ir_module *m, scaleout_row *row, cand *c)
 	return ok;
 }
 
-/* Is candidate a more promising than b: a smaller bound, or the same and
- * less memory needed (more likely to fit)? */
-static bool before(const scaleout_row *a, const scaleout_row *b)
+/* Is candidate a (estimated ea) more promising than b (eb): a smaller
+ * estimate, or the same and less memory needed (more likely to fit)? */
+static bool before(const scaleout_row *a, double ea, const scaleout_row *b, double eb)
 {
-	return a->bound < b->bound || (a->bound == b->bound && a->peak < b->peak);
+	return ea < eb || (ea == eb && a->peak < b->peak);
 }
 
 /* The candidate list: every D dividing N and M with a layer per pipeline
@@ -400,23 +436,32 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		diag_sink_error(ds, at, "out of memory");
 		return NULL;
 	}
-	/* The candidates that may fit, most promising (least bound) first (a
-	 * stashing one that does not fit brings its recomputing twin forward); one
-	 * whose bound is not below the best step found cannot win, and none is
-	 * begun once the budget has run out. */
+	/* The candidates that may fit, most promising first (the least
+	 * estimated step: 1F1B on the balanced cut, at least the bound; a
+	 * stashing one that does not fit brings its recomputing twin forward);
+	 * one whose bound is not below the best step found cannot win, and none
+	 * is begun once the budget has run out. */
 	int *order = malloc((size_t)out->nrows * sizeof *order), nord = 0;
 	if (!order) {
 		free(c);
 		diag_sink_error(ds, at, "out of memory");
 		return NULL;
 	}
+	double *est = calloc((size_t)out->nrows, sizeof *est);
+	if (!est) {
+		free(c);
+		free(order);
+		diag_sink_error(ds, at, "out of memory");
+		return NULL;
+	}
 	for (int i = 0; i < out->nrows; i++)
-		if (prescreen(m, &out->rows[i], &c[i])) {
+		if (prescreen(m, &out->rows[i], &c[i], &est[i])) {
 			int k = nord++;
-			for (; k > 0 && before(&out->rows[i], &out->rows[order[k - 1]]); k--)
+			for (; k > 0 && before(&out->rows[i], est[i], &out->rows[order[k - 1]], est[order[k - 1]]); k--)
 				order[k] = order[k - 1];
 			order[k] = i;
 		}
+	free(est);
 	int best = -1;
 	for (int k = 0; k < nord; k++) {
 		int i = order[k];
