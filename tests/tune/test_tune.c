@@ -106,8 +106,8 @@ END_TEST
 /* Recomputing, a B can need more than its F kept room for: the stage
  * keeps only its input from F to B, so F's memory check lets many F's in,
  * and their B's write W stashes (which recomputation keeps) far larger
- * than that input; the list scheduler runs a pending W first where a B
- * would not fit.  tiny-hybrid on 4 devices with 3 MiB each: a plan without
+ * than that input; the list scheduler runs a pending W first where a
+ * recomputing B would not fit.  tiny-hybrid on 4 devices with 3 MiB each: a plan without
  * recomputation fits; before that check none recomputing did (the best
  * found needed 3.96 MiB).  Now one fits, and it is the faster: memory is
  * what recomputation buys time with. */
