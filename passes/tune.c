@@ -353,6 +353,18 @@ static bool f_fits(const lsched *L, int d, int s)
 	return L->used[d] + L->act[s] + L->ws[s] + L->redo[s] + L->reserve[s] <= L->limit[d];
 }
 
+/* B(s) of a recomputing stage fits when the W stash it writes and the
+ * stash it makes again fit beside what is held.  F's check keeps that
+ * room for the last F only, and a recomputing stage keeps just its input:
+ * many F's pass, and their B's then pile up W stashes far larger than
+ * what F kept unless a pending W goes first.  Without recomputation F
+ * kept the stash that B trades for its W stash, and the check would only
+ * hold back B's that the judge lets through. */
+static bool b_fits(const lsched *L, int d, int s)
+{
+	return L->redo[s] == 0 || L->used[d] + L->ws[s] + L->redo[s] <= L->limit[d];
+}
+
 /* Build every device's program into L->m.  Returns 0, or -1 when the
  * policy runs into a dead end (memory too tight for it). */
 static int list_schedule(lsched *L, const knobs *k)
@@ -401,7 +413,11 @@ static int list_schedule(lsched *L, const knobs *k)
 		bool has_w = L->wh[d] != L->wt[d];
 		ir_op_kind kind;
 		int s;
-		if (best_b >= 0 && (k->b_first || best_f < 0)) {
+		bool b_next = best_b >= 0 && (k->b_first || best_f < 0);
+		if (b_next && has_w && !b_fits(L, d, best_b)) {
+			/* The W's first, at once: each frees the W stash the B lacks. */
+			kind = IR_OP_W, s = L->wq[d][L->wh[d]] / M;
+		} else if (b_next) {
 			kind = IR_OP_B, s = best_b;
 		} else if (best_f >= 0) {
 			kind = IR_OP_F, s = best_f;
