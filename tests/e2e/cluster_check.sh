@@ -104,7 +104,7 @@ fi
 run check "$steps" "$yaml" --devices 4 --dp auto --deterministic --cluster "$cluster" || exit 1
 out=$tmp/check.compile
 # The candidates' table: from its title to the chosen line.
-sed -n '/^data parallelism (--dp auto)/,/^chosen: /p' "$out" >"$tmp/table"
+sed -n '/^data parallelism (--dp auto/,/^chosen: /p' "$out" >"$tmp/table"
 echo "planned: $(grep '^chosen: ' "$tmp/table")"
 rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/' "$tmp/table")
 none_fit=$(echo "$rows" | awk '$4 == "none" && !/does not fit/' | wc -l)
