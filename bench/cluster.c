@@ -49,6 +49,19 @@ typedef struct plan_out {
 	char why[120];
 } plan_out;
 
+/* Heterogeneous: the model mixes in Mamba or MoE layers (the stacks of
+ * attention and MLP alone are the homogeneous ones). */
+static bool heterogeneous(const char *path)
+{
+	fe_overrides ov = {.dp = 1};
+	ir_module *m = fe_load(path, &ov);
+	bool h = false;
+	for (int l = 0; m && l < m->nlayers; l++)
+		h |= m->layers[l].kind == IR_LAYER_MAMBA || m->layers[l].kind == IR_LAYER_MOE;
+	ir_free(m);
+	return h;
+}
+
 /* The global batch: the file's micro-batches doubled to at least 2N. */
 static int64_t batch(const char *path, int64_t n)
 {
@@ -185,13 +198,15 @@ int main(int argc, char **argv)
 	       "that fits\n\n", budget);
 	printf("%-20s %5s %6s | %-12s %10s | %-17s %10s %7s %8s %7s\n", "model", "N", "M",
 	       "default D x P", "tokens/s", "tuned D x P, rc", "tokens/s", "ratio", "vs bound", "plan s");
-	double all_log = 0, gaps[1024];
-	int all_n = 0, ngaps = 0;
+	double all_log = 0, het_log = 0, gaps[1024], least = INFINITY, slowest = 0;
+	int all_n = 0, het_n = 0, ngaps = 0;
+	char least_at[96] = "";
 	for (int i = 0; i < nnames; i++) {
 		char path[512];
 		snprintf(path, sizeof path, "models/%s.yaml", names[i]);
 		double model_log = 0;
 		int model_n = 0;
+		bool het = heterogeneous(path);
 		for (int k = 0; k < nn; k++) {
 			int64_t n = ns[k], mb = batch(path, n);
 			plan_out def, tun;
@@ -215,7 +230,14 @@ int main(int argc, char **argv)
 				snprintf(r, sizeof r, "%.2fx", q);
 				model_log += log(q), model_n++;
 				all_log += log(q), all_n++;
+				if (het)
+					het_log += log(q), het_n++;
+				if (q < least) {
+					least = q;
+					snprintf(least_at, sizeof least_at, "%s on %lld", names[i], (long long)n);
+				}
 			}
+			slowest = tun.seconds > slowest ? tun.seconds : slowest;
 			printf("%-20s %5lld %6lld | %-12s %10s | %-17s %10s %7s %8s %7.1f", names[i],
 			       (long long)n, (long long)mb, a, ta, b, tb, r, g, tun.seconds);
 			if (!def.ok)
@@ -238,5 +260,11 @@ int main(int argc, char **argv)
 		       100 * gaps[ngaps / 2], 100 * gaps[ngaps - 1]);
 	}
 	printf("\n");
+	if (het_n)
+		printf("heterogeneous models (Mamba or MoE layers): geometric mean tuned / default %.2fx "
+		       "over %d rows\n", exp(het_log / het_n), het_n);
+	if (all_n)
+		printf("least ratio: %.2fx (%s); the longest plan: %.1f s with --tune-budget %g\n", least,
+		       least_at, slowest, budget);
 	return 0;
 }
