@@ -262,22 +262,44 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows)
 
 void tune_bound_terms(const ir_module *m, double *work, double *path, double *layer, int *heaviest)
 {
-	*work = *path = *layer = 0;
+	double M = (double)ir_local_mb(m), w0 = m->nlayers ? m->layers[0].cost.w : 0;
+	int L = m->nlayers, P = (int)ir_pipe_devices(m);
+	/* The plan's recomputation (every stage's) runs F again in B. */
+	double redo = m->plan.recompute != IR_RECOMP_NONE ? 1 : 0;
+	double all = 0, fb = 0, pre_f = 0, pre_b = 0;
+	*path = *layer = 0;
 	*heaviest = 0;
-	for (int l = 0; l < m->nlayers; l++) {
+	for (int l = 0; l < L; l++) {
 		const ir_cost *c = &m->layers[l].cost;
-		/* The plan's recomputation (every stage's) runs F again in B. */
-		double f = m->plan.recompute != IR_RECOMP_NONE ? 2 * c->f : c->f;
-		double all = f + c->b + c->w;
-		*work += all;
-		*path += f + c->b;
-		if (all > *layer)
-			*layer = all, *heaviest = l;
+		double b = c->b + redo * c->f;
+		all += c->f + b + c->w;
+		fb += c->f + b;
+		/* pre_f, pre_b: micro-batch 0's forward and backward below l. */
+		double chain = pre_f + M * (c->f + b) + pre_b + w0;
+		double mine = pre_f + M * (c->f + b + c->w);
+		*path = chain > *path ? chain : *path;
+		if (mine > *layer)
+			*layer = mine, *heaviest = l;
+		pre_f += c->f;
+		pre_b += b;
 	}
-	double M = (double)ir_local_mb(m);
-	*path += m->layers[0].cost.w;
-	*work *= M / (double)ir_pipe_devices(m);
-	*layer *= M;
+	/* The devices' work with their idle starts and ends, for the best
+	 * number k of devices holding layers. */
+	int K = P < L ? P : L;
+	double sf = 0, sfb = 0, pf = 0, pb = 0;
+	*work = INFINITY;
+	for (int k = 1; k <= K; k++) {
+		const ir_cost *c = &m->layers[k - 1].cost;
+		sf += pf; /* the k least forward prefixes: layers 0 .. k-1's */
+		sfb += pf + pb + w0;
+		double a = (M * all + sf) / k, b = (M * fb + sfb) / k;
+		double t = a > b ? a : b;
+		*work = t < *work ? t : *work;
+		pf += c->f;
+		pb += c->b + redo * c->f;
+	}
+	if (!K)
+		*work = 0;
 }
 
 double tune_lower_bound(const ir_module *m)

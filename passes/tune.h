@@ -54,18 +54,29 @@ tune_budget tune_budget_start(double seconds);
  * (ok false, `why` says so).  b NULL: no deadline and no progress lines. */
 void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows);
 
-/* LB = max(total work / devices, one micro-batch's critical path, the
- * heaviest layer's work): the work is M x sum over layers of (f + b + w);
- * the critical path is sum of (f + b) over all layers plus the W of layer
- * 0, which must follow the last B of the first stage; and a layer runs on
- * one device, so M x its f + b + w is a bound too.  With the plan's
- * recomputation (every stage's; docs/cost-model.md) each f counts twice,
- * as B runs F again.  Microseconds. */
+/* A lower bound on the step of any partition, placement and order of m
+ * (docs/tuner.md, "Lower bound"), the largest of three terms.  With the
+ * plan's recomputation (every stage's; docs/cost-model.md) B runs F again:
+ * b counts f + b.  Microseconds. */
 double tune_lower_bound(const ir_module *m);
 
-/* Its three terms, microseconds: the work per device, the critical path
- * (which ends with a weight gradient of layer 0) and the heaviest layer's
- * work (layer *heaviest, whose last op is a weight gradient too). */
+/* Its three terms, microseconds:
+ * - work: the devices' work with their idle starts.  Each device holding
+ *   layers waits, before its first op, for micro-batch 0's forward through
+ *   the layers before its lowest one (the lowest layers of k devices are k
+ *   distinct indices), then runs its work; and after its last B, the
+ *   backward through the layers below (and layer 0's W) still follows.  So
+ *   for some k <= min(P, L) devices, k x LB >= M x sum(f + b + w) + the k
+ *   least forward prefixes, and k x LB >= M x sum(f + b) + the k least
+ *   (forward + backward prefix + w0); with every prefix 0 the first is
+ *   total work / P.
+ * - path: for every layer l, micro-batch 0's forward up to l, the M
+ *   micro-batches' f + b of l on its one device, then the last one's
+ *   backward below l and layer 0's W (with M = 1, one micro-batch's
+ *   critical path); it ends with a weight gradient of layer 0.
+ * - layer: for every layer l, the forward up to l and then M x its
+ *   f + b + w on its device (layer *heaviest is the largest); it ends with
+ *   a weight gradient of that layer. */
 void tune_bound_terms(const ir_module *m, double *work, double *path, double *layer, int *heaviest);
 
 #endif
