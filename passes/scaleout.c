@@ -41,6 +41,10 @@ static double now(void)
 /* At most this many candidates are planned again. */
 #define SECOND_ROUND_MAX 3
 
+/* The tuner's effort (plans judged, tune_budget.effort) in the first
+ * round: this share of a plan's; the second round gives the whole. */
+#define FIRST_EFFORT 0.25
+
 void scaleout_free(scaleout *s)
 {
 	free(s->rows);
@@ -108,7 +112,7 @@ typedef struct cand {
 	char *diag;    /* its diagnostics as printed, or NULL */
 	size_t ndiag;
 	char first[160]; /* the first one's message */
-	bool cut;      /* its tuner stopped at its deadline: more time may find a faster plan */
+	bool cut, spent; /* its tuner stopped at its deadline, or its effort: more may find a faster plan */
 } cand;
 
 /* The first line of a quiet sink's first error, into why. */
@@ -147,11 +151,12 @@ typedef struct search_clock {
 	double t0, last_line;
 	int k, n; /* the candidate being planned, of n */
 	bool have_fit; /* a candidate fits: the others' tuners may stop at their deadlines */
+	long effort;   /* a plan's tuner effort (tune_budget.effort) */
 } search_clock;
 
 /* Plan candidate row on a copy of m within `seconds`. */
-static void plan_one(const ir_module *m, const pass_opts *po, double seconds, scaleout_row *row,
-                     cand *c, search_clock *ck)
+static void plan_one(const ir_module *m, const pass_opts *po, double seconds, long effort,
+                     scaleout_row *row, cand *c, search_clock *ck)
 {
 	ir_module *x = candidate(m, row);
 	free(c->diag); /* the prescreen's, empty */
@@ -162,6 +167,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	diag_sink quiet = {.stream = open_memstream(&c->diag, &c->ndiag)};
 	tune_budget b = tune_budget_start(seconds > 0.01 ? seconds : 0.01);
 	b.clock0 = ck->t0;
+	b.effort = effort;
 	b.may_fail = ck->have_fit;
 	b.last_progress = ck->last_line;
 	snprintf(b.what, sizeof b.what, "D=%lld x P=%lld%s%s%s (%d of %d)", (long long)row->dp,
@@ -180,6 +186,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 		o.dump = open_memstream(&c->dump, &c->ndump);
 	int rc = pass_run(x, ids, n, &o);
 	c->cut = b.cut;
+	c->spent = b.spent;
 	ck->last_line = b.last_progress;
 	if (o.dump)
 		fclose(o.dump);
@@ -221,8 +228,9 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, sc
 	c->m = x;
 }
 
-/* Plan again, with the search's time that is left, the fastest candidates
- * that fit and whose tuner was cut short, fastest first, while their bound
+/* Plan again, with the search's time that is left and a plan's whole
+ * effort, the fastest candidates that fit and whose tuner was cut short
+ * (by its seconds or its effort), fastest first, while their bound
  * is below the best step: the first round gave every candidate an equal
  * share, and the ones that matter are known only after it.  A candidate's
  * second plan replaces its first when it is faster.  Returns the best. */
@@ -232,7 +240,7 @@ static int second_round(const ir_module *m, const pass_opts *po, scaleout *out, 
 	int pick[SECOND_ROUND_MAX], n = 0;
 	for (int i = 0; i < out->nrows; i++) {
 		const scaleout_row *r = &out->rows[i];
-		if (!r->ok || !r->fits || !c[i].cut)
+		if (!r->ok || !r->fits || !(c[i].cut || c[i].spent))
 			continue;
 		int k = n < SECOND_ROUND_MAX ? n++ : SECOND_ROUND_MAX;
 		for (; k > 0 && r->step < out->rows[pick[k - 1]].step; k--)
@@ -253,7 +261,7 @@ static int second_round(const ir_module *m, const pass_opts *po, scaleout *out, 
 		ck->k = k + 1;
 		ck->n = n;
 		ck->have_fit = true;
-		plan_one(m, po, (end - t) * SEARCH_SHARE / (double)(n - k), &again, &d, ck);
+		plan_one(m, po, (end - t) * SEARCH_SHARE / (double)(n - k), ck->effort, &again, &d, ck);
 		if (again.ok && again.fits && again.step < out->rows[i].step) {
 			out->rows[i] = again;
 			ir_free(c[i].m);
@@ -430,7 +438,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 	tune_budget fallback = tune_budget_start(0), *b = po->budget ? po->budget : &fallback;
 	double t0 = b->armed ? b->armed : now();
 	double end = t0 + b->seconds; /* tune_budget_start's: never 0 */
-	search_clock ck = {.t0 = t0, .last_line = t0};
+	search_clock ck = {.t0 = t0, .last_line = t0, .effort = tune_effort(b)};
 	cand *c = calloc((size_t)out->nrows, sizeof *c);
 	if (!c) {
 		diag_sink_error(ds, at, "out of memory");
@@ -492,7 +500,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		}
 		double share = t < end ? (end - t) * SEARCH_SHARE * FIRST_ROUND / (double)(nord - k) : 0;
 		ck.have_fit = best >= 0;
-		plan_one(m, po, share, row, &c[i], &ck);
+		plan_one(m, po, share, (long)(FIRST_EFFORT * (double)ck.effort), row, &c[i], &ck);
 		/* Too big with its activations stashed: the same recomputing is
 		 * the likeliest to fit, so it is next. */
 		if (!(row->ok && row->fits) && row->recompute == IR_RECOMP_NONE)
@@ -514,6 +522,12 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 	free(order);
 	if (best >= 0)
 		best = second_round(m, po, out, c, best, end, &ck);
+	/* What cut the kept plan's search short, for `plan` to say: its
+	 * tuner's seconds or effort, or candidates left unplanned. */
+	b->cut = best >= 0 && c[best].cut;
+	b->spent = best >= 0 && c[best].spent;
+	for (int i = 0; i < out->nrows; i++)
+		b->cut |= strstr(out->rows[i].why, "tune budget") != NULL;
 	/* The baselines compared afterwards stop by the same deadline. */
 	b->t0 = t0;
 	b->end = end;

@@ -56,6 +56,17 @@ static double now(void)
  * deadline. */
 #define DEFAULT_BUDGET_S 20
 
+/* Plans judged by one search at most, unless --tune-effort says (the
+ * baselines included).  Enough for the searches of docs/tuner.md's tables
+ * to end where no move helps (a few thousand plans) -- so they end at the
+ * same plan on any machine -- and a bound on those that would not. */
+#define DEFAULT_EFFORT 20000
+
+long tune_effort(const tune_budget *b)
+{
+	return b && b->effort > 0 ? b->effort : DEFAULT_EFFORT;
+}
+
 tune_budget tune_budget_start(double seconds)
 {
 	/* The default counts from the tune pass. */
@@ -582,6 +593,7 @@ typedef struct tuner {
 	uint64_t reserve;   /* bytes each device keeps free (see judge) */
 	double deadline;
 	long evals;
+	long effort;        /* plans judged at most by the search (the baselines' count) */
 	cand best;
 	bool have_best;
 	cand pool[POOL];    /* the best few layouts, each under its best policy */
@@ -591,6 +603,19 @@ typedef struct tuner {
 	arena *a;           /* the pass's scratch: the candidates kept */
 	tune_budget *budget;
 } tuner;
+
+/* Stop searching: the deadline passed (the budget's seconds: tune_budget.cut)
+ * or the effort is spent (tune_budget.spent).  The effort stops the search
+ * at the same point on any machine; the seconds only where they come
+ * first. */
+static bool stop(tuner *t)
+{
+	if (now() >= t->deadline)
+		return t->budget->cut = true;
+	if (t->evals >= t->effort)
+		return t->budget->spent = true;
+	return false;
+}
 
 static void progress(tuner *t)
 {
@@ -828,7 +853,7 @@ static void try_layout(tuner *t, int S, const int *bound, const int *dev)
 	c.bound = (int *)bound;
 	c.dev = (int *)dev;
 	bool any = false;
-	for (int i = 0; i < NPOLICIES && now() < t->deadline; i++) {
+	for (int i = 0; i < NPOLICIES && !stop(t); i++) {
 		c.k = policies[i];
 		consider(t, &c);
 		if (c.v.ok && c.v.fits && (!any || c.v.makespan < mine.v.makespan)) {
@@ -855,9 +880,9 @@ static void refine(tuner *t, const cand *from)
 {
 	cand c = {0};
 	copy_cand(t->a, &c, from);
-	for (bool improved = true; improved && now() < t->deadline;) {
+	for (bool improved = true; improved && !stop(t);) {
 		improved = false;
-		for (int i = 1; i < c.S && now() < t->deadline; i++)
+		for (int i = 1; i < c.S && !stop(t); i++)
 			for (int dir = -1; dir <= 1; dir += 2) {
 				int nb = c.bound[i] + dir;
 				if (nb <= c.bound[i - 1] || nb >= c.bound[i + 1])
@@ -893,6 +918,7 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 {
 	int P = (int)ir_pipe_devices(m);
 	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve, .deadline = deadline,
+	           .effort = tune_effort(b),
 	           .doing = "planning the baselines", .a = cx->scratch, .budget = b};
 
 	/* 1. The baselines' plans, their orders run with the backward split
@@ -983,7 +1009,7 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 			/* Each stage count twice: the partition pass's balanced cut
 			 * (least largest stage), then the even one (also least
 			 * squares); the search needs both starting points. */
-			if (now() >= t.deadline || (int64_t)S * ir_local_mb(m) > PASS_MAX_PAIRS)
+			if (stop(&t) || (int64_t)S * ir_local_mb(m) > PASS_MAX_PAIRS)
 				break;
 			if (S < 1 || !(even ? balanced_bounds(m, S, bound, t.deadline, t.a) : minmax_bounds(m, S, bound)))
 				continue;
@@ -1066,7 +1092,7 @@ int pass_tune(ir_module *m, pass_ctx *cx)
 	b->armed = 0; /* a budget made before the plan counts for this plan only */
 	if (!b->clock0)
 		b->last_progress = b->t0; /* else the caller's last line */
-	b->cut = false;
+	b->cut = b->spent = false;
 	double deadline = b->end = b->t0 + (b->seconds > 0 ? b->seconds : DEFAULT_BUDGET_S);
 	uint64_t mem = m->cluster.mem, need = 0;
 	verdict tight = {.tight_dev = -1};

@@ -33,8 +33,10 @@ typedef struct tune_budget {
 	double armed;         /* when its clock started, for the next plan (0: at the tune pass) */
 	double t0, end;       /* the last plan's start and deadline (set by the tune pass) */
 	double last_progress; /* when the last progress line was written */
+	long effort;          /* plans the search judges at most (0: the default, 20000) */
 	bool cut;             /* the last plan's search reached its deadline (set by the tune pass):
 	                       * more time might have found a faster plan */
+	bool spent;           /* the same for its effort */
 	/* A plan among several (a --dp auto candidate): the progress lines
 	 * count from the command's start (0: the plan's) and name the plan. */
 	double clock0;
@@ -47,6 +49,9 @@ typedef struct tune_budget {
 /* A budget of `seconds` counted from now, for the next plan; 0: the
  * default, 20 s counted from the start of the tune pass. */
 tune_budget tune_budget_start(double seconds);
+
+/* b's effort, or the default (plans judged). */
+long tune_effort(const tune_budget *b);
 
 /* Plan and simulate every baseline on a copy of m (its model, cluster and
  * costs; its own plan is not touched).  Fills rows[0..TUNE_NBASELINES); a

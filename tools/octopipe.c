@@ -52,7 +52,8 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
 	X(RECOMPUTE, "--recompute", "none|full|auto", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B (docs/cost-model.md, \"Recomputation\"); auto, the default with --dp auto: the faster of none and full that fits, searched with D (selective is not built yet)") \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
-	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the tuner's search (default 20)") \
+	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the whole planning in wall time (default 20): the search stops where it got, and the plan says so") \
+	X(TUNE_EFFORT, "--tune-effort", "N", C_MODEL | C_OPT, "bound the tuner's search in plans judged (default 20000): the same plan on any machine unless --tune-budget comes first") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
 	X(PRINT_BEFORE, "--print-ir-before", "PASS", C_PASSES, "print the IR before PASS")   \
 	X(PRINT_AFTER, "--print-ir-after", "PASS", C_PASSES, "print the IR after PASS")      \
@@ -629,7 +630,9 @@ static int cmd_sim(const args *a)
 	if (a->input && is_ir_file(a->input)) {
 		if (model_flags_on_ir(a, true) ||
 		    (a->set[O_TUNE_BUDGET] &&
-		     cli_error("--tune-budget is for a model: sim runs no tuner on IR text (%s)", a->input))) {
+		     cli_error("--tune-budget is for a model: sim runs no tuner on IR text (%s)", a->input)) ||
+		    (a->set[O_TUNE_EFFORT] &&
+		     cli_error("--tune-effort is for a model: sim runs no tuner on IR text (%s)", a->input))) {
 			arena_free(ar);
 			return 1;
 		}
@@ -960,6 +963,13 @@ int main(int argc, char **argv)
 	if (a.set[O_TUNE_BUDGET] && parse_seconds(&a, O_TUNE_BUDGET, 1e6, &seconds))
 		return 1;
 	budget = tune_budget_start(seconds);
+	if (a.set[O_TUNE_EFFORT]) {
+		double v;
+		if (!flag_number(a.val[O_TUNE_EFFORT], true, 1, 1e9, &v))
+			return cli_error("--tune-effort must be an integer in 1..1000000000, got '%s'",
+			                 a.val[O_TUNE_EFFORT]);
+		budget.effort = (long)v;
+	}
 	switch (a.cmd->bit) {
 	case C_PLAN:
 		return cmd_plan(&a);

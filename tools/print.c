@@ -224,6 +224,10 @@ void print_sim_table(const ir_module *m, const sim_result *r)
 
 void plan_compare(const ir_module *m, tune_budget *b, plan_comparison *c)
 {
+	c->cut = b->cut;
+	c->spent = b->spent;
+	c->seconds = b->seconds;
+	c->effort = tune_effort(b);
 	tune_baselines(m, b, c->rows);
 	c->lower_bound = tune_lower_bound(m);
 }
@@ -252,11 +256,21 @@ void print_comparison(const ir_module *m, const sim_result *r, const plan_compar
 		peak = r->dev[d].peak_mem > peak ? r->dev[d].peak_mem : peak;
 	printf("%-14s %12s %7.1f%% %12s\n", "tuned", fmt_time(t, sizeof t, r->makespan),
 	       100 * r->bubble_ratio, fmt_peak(mem, sizeof mem, m, peak));
-	printf("%-14s %12s   (tuned is %.1f %% above it", "lower bound", fmt_time(t, sizeof t, lb),
-	       100 * (r->makespan / lb - 1));
+	if (r->makespan <= lb * (1 + 1e-9))
+		printf("%-14s %12s   (tuned reaches it: no plan is faster", "lower bound",
+		       fmt_time(t, sizeof t, lb));
+	else
+		printf("%-14s %12s   (tuned is %.1f %% above it", "lower bound", fmt_time(t, sizeof t, lb),
+		       100 * (r->makespan / lb - 1));
 	if (isfinite(best))
 		printf("; %.2fx faster than the best baseline that fits", best / r->makespan);
 	printf(")\n");
+	if (c->cut)
+		printf("the tune budget (--tune-budget %g s) cut the search short: more time may find a "
+		       "faster plan\n", c->seconds);
+	else if (c->spent)
+		printf("the tune effort (--tune-effort %ld plans judged) ended the search: a larger effort "
+		       "may find a faster plan\n", c->effort);
 }
 
 

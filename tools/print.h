@@ -14,6 +14,9 @@
 typedef struct plan_comparison {
 	tune_row rows[TUNE_NBASELINES];
 	double lower_bound; /* microseconds */
+	bool cut, spent;    /* the budget's seconds, or its effort, ended the search */
+	double seconds;     /* the budget */
+	long effort;
 } plan_comparison;
 
 void plan_compare(const ir_module *m, tune_budget *b, plan_comparison *c);

@@ -205,6 +205,9 @@ sed -e 's/^training:/plan: {dp: 2, distributed_optimizer: auto}\ntraining:/' -e 
 expect 0 "the distributed optimizer (--distributed-optimizer auto): 2 candidates on 4 devices" plan "$tmp/distopt-auto.yaml" --devices 4 --schedule 1f1b
 sed -e 's/^training:/plan: {distributed_optimizer: maybe}\ntraining:/' -e "s#data/corpus.txt#$PWD/models/data/corpus.txt#" $m >"$tmp/distopt-bad.yaml"
 expect 1 "distopt-bad.yaml:21:31: error: unknown value 'maybe'; known: off, on, false, true, auto" plan "$tmp/distopt-bad.yaml" --devices 4
+expect 0 "the tune effort (--tune-effort 5 plans judged) ended the search" plan models/tiny-hybrid.yaml --devices 4 --dp 1 --tune-effort 5
+expect 1 "--tune-effort must be an integer in 1..1000000000, got '0'" plan models/tiny-hybrid.yaml --devices 4 --tune-effort 0
+expect 1 "--tune-effort is for a model: sim runs no tuner on IR text" sim tests/deadlock/exchange-mpi.opir --tune-effort 10
 expect 1 "--distributed-optimizer must be on, off or auto, got 'yes'" plan $m --devices 4 --dp 2 --distributed-optimizer yes
 expect 1 "option '--distributed-optimizer' needs a value" plan $m --devices 4 --dp 2 --distributed-optimizer
 expect 1 "--dp must be auto or an integer in 1..65536, got 'many'" plan $m --devices 4 --dp many

@@ -221,6 +221,39 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
+/* An effort ends the search at the same plan each time, says so, and a
+ * larger one finds a plan no slower; a search that ends on its own is
+ * neither cut nor spent. */
+START_TEST(test_effort)
+{
+	char *text[2];
+	double step[2];
+	for (int i = 0; i < 2; i++) {
+		ir_module *m = load("nemotron-h-8b", 8, 16, 0);
+		tune_budget b = tune_budget_start(1000);
+		b.effort = 30;
+		ck_assert_int_eq(plan_within(m, &b), 0);
+		ck_assert(b.spent && !b.cut);
+		text[i] = ir_print_string(m);
+		sim_result *r = sim_run(m);
+		step[i] = r->makespan;
+		sim_free(r);
+		ir_free(m);
+	}
+	ck_assert_msg(strcmp(text[0], text[1]) == 0, "one effort, two plans");
+	free(text[0]);
+	free(text[1]);
+	ir_module *m = load("nemotron-h-8b", 8, 16, 0);
+	tune_budget b = tune_budget_start(1000);
+	ck_assert_int_eq(plan_within(m, &b), 0);
+	ck_assert(!b.spent && !b.cut); /* the default effort: the search ends where no move helps */
+	sim_result *r = sim_run(m);
+	ck_assert_double_le(r->makespan, step[0]);
+	sim_free(r);
+	ir_free(m);
+}
+END_TEST
+
 /* A given partition and placement stay as the user wrote them; only the
  * order is tuned. */
 START_TEST(test_keeps_given_plan)
@@ -353,6 +386,7 @@ static Suite *tune_suite(void)
 	tcase_add_test(tc, test_does_not_fit_whatever_the_budget);
 	tcase_add_test(tc, test_huge_model_small_budget);
 	tcase_add_test(tc, test_deterministic);
+	tcase_add_test(tc, test_effort);
 	tcase_add_test(tc, test_keeps_given_plan);
 	tcase_add_test(tc, test_roundtrip_and_idempotent);
 	tcase_add_test(tc, test_tuned_pipeline_skips_the_plan_passes);
