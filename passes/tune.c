@@ -1031,6 +1031,31 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 					try_layout(&t, S, b2, dev);
 			}
 		}
+		/* The last layers alone on the last device (the LM head and up to
+		 * two before it: its M forwards and backwards on one device are
+		 * the chain docs/tuner.md's bound counts), the others round-robin
+		 * or in a V over the P - 1 other devices, the loads evened out per
+		 * device. */
+		int L = m->nlayers;
+		for (int kh = 1; kh <= 3 && P >= 3 && po->nplacement == 0 && !stop(&t); kh++)
+			for (int v = 1; v <= 2; v++) {
+				int S = v * (P - 1) + 1, n = L - kh;
+				if (n < S - 1 || (int64_t)S * ir_local_mb(m) > PASS_MAX_PAIRS)
+					continue;
+				for (placement_kind pk = PL_RR; pk <= PL_V; pk++) {
+					if (pk == PL_V && v != 2)
+						continue;
+					for (int s = 0; s < S - 1; s++) {
+						bound[s] = (int)((int64_t)s * n / (S - 1));
+						dev[s] = pk == PL_V && s >= P - 1 ? 2 * (P - 1) - 1 - s : s % (P - 1);
+					}
+					bound[S - 1] = n;
+					bound[S] = L;
+					dev[S - 1] = P - 1;
+					balance_devices(m, S, P, dev, bound, t.deadline, t.a);
+					try_layout(&t, S, bound, dev);
+				}
+			}
 		if (!t.have_best && P > m->nlayers) {
 			/* Fewer layers than devices: one layer per stage. */
 			for (int s = 0; s <= m->nlayers; s++)
