@@ -264,8 +264,11 @@ void tune_bound_terms(const ir_module *m, double *work, double *path, double *la
 	*heaviest = 0;
 	for (int l = 0; l < m->nlayers; l++) {
 		const ir_cost *c = &m->layers[l].cost;
-		/* The plan's recomputation (every stage's) runs F again in B. */
-		double f = m->plan.recompute != IR_RECOMP_NONE ? 2 * c->f : c->f;
+		/* The plan's recomputation (every stage's) runs F again in B
+		 * (full), or the scan's F (selective: sel_f). */
+		double f = c->f + (m->plan.recompute == IR_RECOMP_FULL        ? c->f
+		                   : m->plan.recompute == IR_RECOMP_SELECTIVE ? c->sel_f
+		                                                              : 0);
 		double all = f + c->b + c->w;
 		*work += all;
 		*path += f + c->b;

@@ -53,7 +53,8 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows);
  * 0, which must follow the last B of the first stage; and a layer runs on
  * one device, so M x its f + b + w is a bound too.  With the plan's
  * recomputation (every stage's; docs/cost-model.md) each f counts twice,
- * as B runs F again.  Microseconds. */
+ * as B runs F again (full), or f + sel_f, as B runs the scan's F again
+ * (selective).  Microseconds. */
 double tune_lower_bound(const ir_module *m);
 
 /* Its three terms, microseconds: the work per device, the critical path
