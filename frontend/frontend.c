@@ -581,16 +581,18 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	/* With dp searched, so is the recomputation, unless it is given. */
 	if (m->dp_auto && !f.recompute_given)
 		m->recompute_auto = true;
-	/* That search plans none and full; selective is a mode of a given dp. */
-	if (m->dp_auto && m->plan.recompute == IR_RECOMP_SELECTIVE) {
-		diag_error(f.recompute_at, "recompute mode 'selective' with dp searched: the search "
-		                           "plans none and full (docs/dataparallel.md, \"Choosing D\"); "
-		                           "give dp (--dp D, or plan: dp: D) to plan selective");
-		goto out;
-	}
 	/* And the distributed optimizer, unless on or off is given. */
 	if (m->dp_auto && !f.dist_opt_given)
 		m->dist_opt_auto = true;
+	/* Those searches plan recompute none and full (scaleout); selective is
+	 * planned where nothing is searched. */
+	if (m->plan.recompute == IR_RECOMP_SELECTIVE && (m->dp_auto || m->dist_opt_auto)) {
+		diag_error(f.recompute_at, "recompute mode 'selective' with %s searched: the search plans "
+		           "none and full (docs/dataparallel.md, \"Choosing D\"); give %s to plan selective",
+		           m->dp_auto ? "dp" : "the distributed optimizer",
+		           m->dp_auto ? "dp (--dp D, or plan: dp: D)" : "distributed_optimizer on or off");
+		goto out;
+	}
 	if (settle_dp(&f) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;
