@@ -649,9 +649,9 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		if (of[i] >= 0)
 			coll_wait[of[i]] = i;
 	free(of);
-	uint64_t *sbytes = xmalloc(((size_t)S + 1) * 2 * sizeof *sbytes); /* per stage: act, wstash */
+	uint64_t *sbytes = xmalloc(((size_t)S + 1) * 2 * sizeof *sbytes); /* per stage: kept, wstash */
 	for (int s = 0; s < S; s++)
-		sbytes[2 * s] = stage_bytes(m, s, false), sbytes[2 * s + 1] = stage_bytes(m, s, true);
+		sbytes[2 * s] = ir_stage_kept(m, s), sbytes[2 * s + 1] = stage_bytes(m, s, true);
 	int nb = 0, cap = 3 * n + 1;
 	ir_buf *b = xmalloc((size_t)cap * sizeof *b);
 	for (int i = 0; i < n; i++) {
@@ -687,8 +687,7 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		if (redo && f)
 			b[nb++] = (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, i, 0, ir_stage_redo(m, s)};
 		else if (f)
-			b[nb++] = (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, POS(s, mb, IR_OP_B), 0,
-			                   ir_stage_kept(m, s)};
+			b[nb++] = (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, POS(s, mb, IR_OP_B), 0, sbytes[2 * s]};
 		if (redo && !f)
 			b[nb++] = (ir_buf){IR_BUF_RECOMP, IR_OP_F, s, mb, i, i, 0, ir_stage_redo(m, s)};
 		if (!f)

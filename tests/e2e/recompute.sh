@@ -15,7 +15,8 @@
 # The recomputing run must really recompute: with full its trace holds an R
 # (rt_run_r) for every F, and `octopipe report` reads that trace (an R
 # counts in its B); with selective there is no R (the scan runs again inside
-# B) and the memory plan's arenas are smaller than without.
+# B), the memory plan's arenas are smaller than without, and `octopipe
+# report` reads its trace too.
 #
 # OCTO_TEST_QUICK=1 (the sanitizer build, where the emulator is some 20x
 # slower) trains 2 steps and leaves the emulated runs out: their kernels are
@@ -109,13 +110,19 @@ pair() {
 	done
 }
 
+# report NAME: `octopipe report` reads NAME's trace.
+report() {
+	if [ -d "$tmp/$1/trace" ] && ! "$octopipe" report "$tmp/$1" >"$tmp/report" 2>&1; then
+		echo "FAIL: $1: octopipe report refused its trace:"
+		head -5 "$tmp/report" | sed 's/^/    /'
+		fail=1
+	fi
+}
+
 pair dense "$steps" full "$src/models/tiny-dense.yaml" --devices 2 --schedule 1f1b
-if [ -d "$tmp/dense-full/trace" ] && ! "$octopipe" report "$tmp/dense-full" >"$tmp/report" 2>&1; then
-	echo "FAIL: dense-full: octopipe report refused its trace:"
-	head -5 "$tmp/report" | sed 's/^/    /'
-	fail=1
-fi
+report dense-full
 pair hybrid "$steps" "full selective" "$src/models/tiny-hybrid.yaml" --devices 2 --schedule zbv
+report hybrid-selective
 pair mamba1 "$steps" selective "$src/tests/e2e/tiny-mamba1.yaml" --devices 2 --schedule 1f1b
 if [ "$quick" != 1 ]; then
 	pair dense-emu 2 full "$src/models/tiny-dense.yaml" --target cuda-emu --devices 2 --schedule zbh1
