@@ -67,12 +67,14 @@ typedef struct lowering {
 
 #define AT(s, mb) ((size_t)(s) * (size_t)L->M + (size_t)(mb))
 
-/* Does stage s recompute its activations?  Its stash buffers (act,
+/* Does stage s recompute its activations fully?  Its stash buffers (act,
  * recomp) then hold one value more after the stash: the chain of its
- * layers (ir_stage_redo). */
+ * layers (ir_stage_redo).  A selective stage runs as one that does not,
+ * with its layers' rt_layer_desc.selective set: smaller act stashes, and
+ * each mamba layer's B makes its chunk states again inside rt_run_b. */
 static bool redo(const lowering *L, int s)
 {
-	return L->m->stages[s].recompute != IR_RECOMP_NONE;
+	return L->m->stages[s].recompute == IR_RECOMP_FULL;
 }
 
 /* What each buffer of the plan holds, by the runtime's sizes. */
@@ -203,17 +205,20 @@ static cg_op redo_op(const lowering *L, const cg_op *b, int s, int mb)
 }
 
 /* Layer l's stashes in the module are the runtime's (the cost pass put
- * them there), or a profile's measured on another executor, refused. */
-static int check_stashes(const ir_module *m, int l, const rt_sizes *sz, bool device)
+ * them there; run selectively, its act less its sel_act), or a profile's
+ * measured on another executor, refused. */
+static int check_stashes(const ir_module *m, int l, const rt_layer_desc *d, const rt_sizes *sz,
+                         bool device)
 {
 	const ir_cost *c = &m->layers[l].cost;
 	uint64_t act = cost_stash_round((uint64_t)sz->act), ws = cost_stash_round((uint64_t)sz->wstash);
-	if (c->act == act && c->wstash == ws)
+	uint64_t plan_act = c->act - (d->selective ? c->sel_act : 0); /* sel_act <= act: verified */
+	if (plan_act == act && c->wstash == ws)
 		return 0;
-	bool act_off = c->act != act;
+	bool act_off = plan_act != act;
 	if (!(c->measured & (act_off ? IR_CF_BIT(ACT) : IR_CF_BIT(WSTASH))))
 		ir_bug("codegen: layer L%d's %s stash is %llu bytes in the plan, but the %s's are %llu", l,
-		       act_off ? "act" : "W", (unsigned long long)(act_off ? c->act : c->wstash),
+		       act_off ? "act" : "W", (unsigned long long)(act_off ? plan_act : c->wstash),
 		       device ? "device executor" : "CPU runtime",
 		       (unsigned long long)(act_off ? act : ws));
 	diag_error(ir_loc_or(m->layer_loc ? m->layer_loc[l] : (ir_loc){0}, ir_loc_or(m->plan_loc, m->loc)),
@@ -427,6 +432,9 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 			rt_layer_spec *sp = &out->layers[h];
 			sp->index = l;
 			sp->desc = cost_rt_desc(m, &m->layers[l]);
+			/* A selective stage's layers that leave something out. */
+			sp->desc.selective = st->recompute == IR_RECOMP_SELECTIVE &&
+			                     m->layers[l].cost.sel_act > 0;
 			sp->bucket_start = 0; /* the reductions' first layers: below */
 			if (rt_layer_check(&sp->desc) != RT_OK ||
 			    (device ? dev_layer_sizes(&sp->desc, m->model.dtype == IR_DTYPE_BF16, &L->sz[h])
@@ -438,7 +446,7 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 				           device ? "device executor (docs/cuda.md)" : "CPU runtime");
 				return -1;
 			}
-			if (check_stashes(m, l, &L->sz[h], device) < 0)
+			if (check_stashes(m, l, &sp->desc, &L->sz[h], device) < 0)
 				return -1;
 			out->act_at[h] = (int64_t)L->stash[0][s];
 			out->ws_at[h] = (int64_t)L->stash[1][s];

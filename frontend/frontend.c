@@ -172,22 +172,17 @@ static int read_int_list(ydoc *d, yaml_node_t *seq, const char *key, int64_t lo,
 enum { PL_SCHEDULE, PL_CHUNKS, PL_PARTITION, PL_STAGES, PL_PLACEMENT, PL_DP, PL_RANK_ORDER,
        PL_DIST_OPT, PL_OVERLAP, PL_DETERMINISTIC, PL_BUCKET, PL_RECOMPUTE };
 
-/* The words 'recompute' takes (YAML and --recompute): the IR's modes, of
- * which selective is not built yet, and auto, the tuner's choice, not
- * built either.  Refused at loc with the reason; else into *out. */
+/* The words 'recompute' takes (YAML and --recompute): the IR's modes, and
+ * auto, the search's choice (scaleout: none or full).  Into the plan. */
 static const char *const recompute_words[] = {"none", "full", "selective", "auto"};
 _Static_assert(IR_NRECOMPUTES == 3, "recompute_words lists the IR's modes first");
 
-static int recompute_mode(fe *f, ir_loc loc, int i)
+static void recompute_mode(fe *f, ir_loc loc, int i)
 {
-	if (i == IR_RECOMP_SELECTIVE) {
-		diag_error(loc, "%s", ir_selective_unbuilt);
-		return -1;
-	}
 	f->recompute_given = true;
+	f->recompute_at = loc;
 	f->m->recompute_auto = i == IR_NRECOMPUTES; /* auto: the search tries none and full */
 	f->m->plan.recompute = i == IR_NRECOMPUTES ? IR_RECOMP_NONE : (ir_recompute)i;
-	return 0;
 }
 
 /* on | off | true | false -> 1 | 0 */
@@ -277,11 +272,12 @@ static int read_plan(fe *f, yaml_node_t *map)
 	if (v[PL_OVERLAP])
 		f->overlap_given = true, f->overlap_at = ydoc_at(d, k[PL_OVERLAP]);
 	int rc = IR_RECOMP_NONE;
-	if (v[PL_RECOMPUTE] &&
-	    (ydoc_enum(d, v[PL_RECOMPUTE], "'recompute'", "recompute mode", recompute_words,
-	               NELEMS(recompute_words), &rc) < 0 ||
-	     recompute_mode(f, ydoc_at(d, v[PL_RECOMPUTE]), rc) < 0))
-		return -1;
+	if (v[PL_RECOMPUTE]) {
+		if (ydoc_enum(d, v[PL_RECOMPUTE], "'recompute'", "recompute mode", recompute_words,
+		              NELEMS(recompute_words), &rc) < 0)
+			return -1;
+		recompute_mode(f, ydoc_at(d, v[PL_RECOMPUTE]), rc);
+	}
 	/* Errors about the data-parallel options point at dp, or at the first
 	 * of the others given without it. */
 	for (int i = PL_DP; i <= PL_BUCKET; i++)
@@ -466,8 +462,7 @@ static int apply_overrides(fe *f, const fe_overrides *ov)
 			             recompute_words, NELEMS(recompute_words));
 			return -1;
 		}
-		if (recompute_mode(f, ov->recompute_at, rc) < 0)
-			return -1;
+		recompute_mode(f, ov->recompute_at, rc);
 	}
 	return 0;
 }
@@ -589,6 +584,15 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	/* And the distributed optimizer, unless on or off is given. */
 	if (m->dp_auto && !f.dist_opt_given)
 		m->dist_opt_auto = true;
+	/* Those searches plan recompute none and full (scaleout); selective is
+	 * planned where nothing is searched. */
+	if (m->plan.recompute == IR_RECOMP_SELECTIVE && (m->dp_auto || m->dist_opt_auto)) {
+		diag_error(f.recompute_at, "recompute mode 'selective' with %s searched: the search plans "
+		           "none and full (docs/dataparallel.md, \"Choosing D\"); give %s to plan selective",
+		           m->dp_auto ? "dp" : "the distributed optimizer",
+		           m->dp_auto ? "dp (--dp D, or plan: dp: D)" : "distributed_optimizer on or off");
+		goto out;
+	}
 	if (settle_dp(&f) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;

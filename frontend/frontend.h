@@ -35,7 +35,7 @@ typedef struct fe_overrides {
 	bool no_overlap_gather; /* --no-overlap-param-gather */
 	bool deterministic;    /* --deterministic */
 	uint64_t bucket;       /* --bucket BYTES */
-	const char *recompute; /* --recompute none|full (selective, auto: refused) */
+	const char *recompute; /* --recompute none|full|selective|auto */
 	/* Where the numeric flags and --cluster were written (a source made of
 	 * the command line, so that errors about them show the flag); unset:
 	 * unknown. */

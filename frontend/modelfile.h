@@ -115,6 +115,7 @@ typedef struct fe {
 	yaml_node_t *placement; /* kept for the checks after the overrides */
 	bool dp_written;        /* the plan section gives dp */
 	bool recompute_given;   /* recompute written (YAML or flag) */
+	ir_loc recompute_at;    /* where, the last time */
 	bool dist_opt_given;    /* distributed_optimizer written on or off (YAML or flag) */
 	bool overlap_given;     /* overlap_param_gather written (YAML or flag) */
 	int overlap;            /* its value */

@@ -47,9 +47,6 @@ const char *const ir_rank_order_names[] = {IR_RANK_ORDERS(NAME)};
 const char *const ir_switch_names[2] = {"off", "on"};
 const char *const ir_buf_names[] = {IR_BUFS(NAME)};
 const char *const ir_recompute_names[] = {IR_RECOMPUTES(NAME)};
-const char ir_selective_unbuilt[] =
-    "recompute mode 'selective' is not built yet: only none and full (docs/cost-model.md, "
-    "\"Recomputation\")";
 const char *const ir_cost_field_names[] = {IR_COST_FIELDS(NAME)};
 #undef NAME
 
@@ -539,14 +536,23 @@ uint64_t ir_stage_act(const ir_module *m, int s)
 
 uint64_t ir_stage_kept(const ir_module *m, int s)
 {
-	if (m->stages[s].recompute == IR_RECOMP_NONE)
-		return stage_bytes(m, s, false);
-	return s > 0 ? ir_boundary_bytes(m) : 0;
+	switch (m->stages[s].recompute) {
+	case IR_RECOMP_FULL: return s > 0 ? ir_boundary_bytes(m) : 0;
+	case IR_RECOMP_SELECTIVE: {
+		/* sel_act <= act per layer (ir_verify): the difference of the sums */
+		uint64_t drop = 0;
+		for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
+			drop = ir_sat_add(drop, m->layers[l].cost.sel_act);
+		uint64_t act = stage_bytes(m, s, false);
+		return act > drop ? act - drop : 0;
+	}
+	default: return stage_bytes(m, s, false);
+	}
 }
 
 uint64_t ir_stage_redo(const ir_module *m, int s)
 {
-	if (m->stages[s].recompute == IR_RECOMP_NONE)
+	if (m->stages[s].recompute != IR_RECOMP_FULL)
 		return 0;
 	return ir_sat_add(stage_bytes(m, s, false), ir_boundary_bytes(m));
 }
@@ -618,10 +624,10 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 #define POS(s, mb, k) pos[((size_t)(s) * M + (mb)) * IR_NOPS + (k)]
 #define VAL(s, mb, k) (((size_t)(s) * M + (mb)) * 2 + (k))
 /* The last op that reads a value op kind k of stage s makes for stage cs:
- * its consumer, or for a recomputing stage's input its B, which runs F
- * again from it. */
+ * its consumer, or for a fully recomputing stage's input its B, which runs
+ * F again from it. */
 #define USE(cs, mb, k)                                                             \
-	POS(cs, mb, (k) == IR_OP_F && m->stages[cs].recompute != IR_RECOMP_NONE ? IR_OP_B : (k))
+	POS(cs, mb, (k) == IR_OP_F && m->stages[cs].recompute == IR_RECOMP_FULL ? IR_OP_B : (k))
 	for (int i = 0; i < n; i++) {
 		const ir_op *op = &dev->ops[i];
 		if (op->comm == IR_COMM_NONE)
@@ -643,9 +649,9 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 		if (of[i] >= 0)
 			coll_wait[of[i]] = i;
 	free(of);
-	uint64_t *sbytes = xmalloc(((size_t)S + 1) * 2 * sizeof *sbytes); /* per stage: act, wstash */
+	uint64_t *sbytes = xmalloc(((size_t)S + 1) * 2 * sizeof *sbytes); /* per stage: kept, wstash */
 	for (int s = 0; s < S; s++)
-		sbytes[2 * s] = stage_bytes(m, s, false), sbytes[2 * s + 1] = stage_bytes(m, s, true);
+		sbytes[2 * s] = ir_stage_kept(m, s), sbytes[2 * s + 1] = stage_bytes(m, s, true);
 	int nb = 0, cap = 3 * n + 1;
 	ir_buf *b = xmalloc((size_t)cap * sizeof *b);
 	for (int i = 0; i < n; i++) {
@@ -674,8 +680,10 @@ int ir_live_buffers(const ir_module *m, int d, ir_buf **out)
 			continue;
 		/* F stashes until B; B keeps the W stash until W.  With full
 		 * recomputation F's stash (and chain) lives during F alone, and B
-		 * makes it again (recomp) from the input F kept (USE). */
-		bool f = op->kind == IR_OP_F, redo = m->stages[s].recompute != IR_RECOMP_NONE;
+		 * makes it again (recomp) from the input F kept (USE).  With
+		 * selective the stash F keeps is smaller (ir_stage_kept): what it
+		 * leaves out is in the runtime's scratch. */
+		bool f = op->kind == IR_OP_F, redo = m->stages[s].recompute == IR_RECOMP_FULL;
 		if (redo && f)
 			b[nb++] = (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, i, 0, ir_stage_redo(m, s)};
 		else if (f)
@@ -758,7 +766,8 @@ static bool cost_eq(const ir_cost *a, const ir_cost *b)
 	return a->f == b->f && a->b == b->b && a->w == b->w && a->flops == b->flops &&
 	       a->act == b->act && a->wstash == b->wstash && a->params == b->params &&
 	       a->resident == b->resident && a->cold == b->cold && a->f_cold == b->f_cold &&
-	       a->b_cold == b->b_cold && a->w_cold == b->w_cold;
+	       a->b_cold == b->b_cold && a->w_cold == b->w_cold && a->sel_act == b->sel_act &&
+	       a->sel_f == b->sel_f;
 }
 
 static bool i64s_eq(const int64_t *a, int na, const int64_t *b, int nb)

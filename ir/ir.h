@@ -171,7 +171,9 @@ typedef enum ir_rank_order {
  * only the stage's input (its value buffer, or nothing for the first
  * stage, whose input is the data) and B runs the stage's F again from it,
  * with the same kernels in the same order, before its own work; selective:
- * named by the format, not built yet (ir_verify refuses it). */
+ * F stashes all but its mamba layers' scan chunk states (ir_cost.sel_act),
+ * which each such layer's B makes again with the scan's F (sel_f) before
+ * its own work. */
 #define IR_RECOMPUTES(X) X(NONE, "none") X(FULL, "full") X(SELECTIVE, "selective")
 typedef enum ir_recompute {
 #define X(e, s) IR_RECOMP_##e,
@@ -256,8 +258,6 @@ extern const char *const ir_backend_names[IR_NBACKENDS];
 extern const char *const ir_rank_order_names[IR_NRANK_ORDERS];
 extern const char *const ir_buf_names[IR_NBUFS];
 extern const char *const ir_recompute_names[IR_NRECOMPUTES];
-/* Why selective recomputation is refused, for every reader's message. */
-extern const char ir_selective_unbuilt[];
 
 /* Index of `s` in a name table of n entries, or -1. */
 int ir_lookup(const char *const *names, int n, const char *s);
@@ -312,6 +312,12 @@ typedef struct ir_cost {
 	double f_cold, b_cold, w_cold; /* the same with the layer's data out of the
 	                    * cache (docs/simulator.md, the cache model); 0 when
 	                    * !cold, and the hot times apply */
+	/* Selective recomputation (docs/cost-model.md, "Recomputation"): derived
+	 * by the cost pass, never measured; 0 for every kind but mamba. */
+	uint64_t sel_act;  /* bytes of act a selective stage does not keep (the
+	                    * scan's chunk states; at most act) */
+	double sel_f;      /* microseconds its B spends making them again (the
+	                    * scan's F) */
 } ir_cost;
 
 /* Times are kept to the nanosecond, so IR text stays short (a profile's
@@ -705,10 +711,14 @@ static inline bool ir_buf_is_stash(ir_buf_kind k)
  *   ir_stage_kept    bytes stage s holds per micro-batch from F until B:
  *                    its act stash without recomputation; with full, its
  *                    input, ir_boundary_bytes (0 for the first stage, whose
- *                    input is the data, read again);
+ *                    input is the data, read again); with selective, its
+ *                    act stash less its layers' sel_act;
  *   ir_stage_redo    bytes stage s needs besides while its F runs and while
- *                    its B runs: 0 without recomputation; with full, its act
- *                    stash plus one value (the chain through its layers). */
+ *                    its B runs, in the arena: 0 without recomputation and
+ *                    with selective (whose chunk states are in the runtime's
+ *                    scratch, as all scratch outside the arena); with full,
+ *                    its act stash plus one value (the chain through its
+ *                    layers). */
 uint64_t ir_stage_act(const ir_module *m, int s);
 uint64_t ir_stage_kept(const ir_module *m, int s);
 uint64_t ir_stage_redo(const ir_module *m, int s);

@@ -683,6 +683,8 @@ static void parse_layer(parser *ps)
 	for (int i = 0; i < N(cost_keys); i++)
 		known[nknown++] = cost_keys[i];
 	known[nknown++] = "measured";
+	known[nknown++] = "sel_f";
+	known[nknown++] = "sel_act";
 	/* measured=f,b,w,...: the fields a profile measured (ir_cost.measured). */
 	field *mf = get(ps, &fs, "measured", false, what);
 	bool has_measured = mf != NULL;
@@ -758,6 +760,11 @@ static void parse_layer(parser *ps)
 		if (pf && !parse_u64(pf->val, &l->cost.params))
 			perr(ps, pf->vloc, "'params' must be an unsigned integer, got '%s'", pf->val);
 		get_bytes(ps, &fs, "resident", &l->cost.resident, what);
+		/* Selective recomputation's: absent is 0. */
+		if (get(ps, &fs, "sel_f", false, what))
+			get_f64(ps, &fs, "sel_f", "us", &l->cost.sel_f, what);
+		if (get(ps, &fs, "sel_act", false, what))
+			get_bytes(ps, &fs, "sel_act", &l->cost.sel_act, what);
 	}
 	check_unused(ps, &fs, what, known, nknown);
 	expect_eol(ps);

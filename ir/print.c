@@ -150,6 +150,11 @@ static void print_layer(FILE *out, const ir_module *m, int i)
 		fprintf(out, " params=%llu", (unsigned long long)c->params);
 	if (has & IR_CF_BIT(RESIDENT))
 		print_bytes(out, "resident", c->resident);
+	/* Selective recomputation's, where there is something to drop. */
+	if (c->known && c->sel_f != 0)
+		print_double(out, "sel_f", c->sel_f, "us");
+	if (c->known && c->sel_act != 0)
+		print_bytes(out, "sel_act", c->sel_act);
 	if (c->measured) {
 		const char *sep = " measured=";
 		for (int k = 0; k < IR_NCOST_FIELDS; k++)

@@ -149,19 +149,26 @@ static int verify_layers(const ir_module *m)
 		if (c->known && !(isfinite(c->f) && c->f >= 0 && isfinite(c->b) && c->b >= 0 &&
 		                  isfinite(c->w) && c->w >= 0 && isfinite(c->flops) && c->flops >= 0 &&
 		                  isfinite(c->f_cold) && c->f_cold >= 0 && isfinite(c->b_cold) &&
-		                  c->b_cold >= 0 && isfinite(c->w_cold) && c->w_cold >= 0)) {
+		                  c->b_cold >= 0 && isfinite(c->w_cold) && c->w_cold >= 0 &&
+		                  isfinite(c->sel_f) && c->sel_f >= 0)) {
 			diag_error(loc, "layer L%d: costs must be finite and non-negative", i);
 			errs++;
 		} else if (c->known) {
-			const double t[] = {c->f, c->b, c->w, c->f_cold, c->b_cold, c->w_cold};
-			static const char *const tn[] = {"f", "b", "w", "f_cold", "b_cold", "w_cold"};
-			for (int k = 0; k < 6; k++)
+			const double t[] = {c->f, c->b, c->w, c->f_cold, c->b_cold, c->w_cold, c->sel_f};
+			static const char *const tn[] = {"f", "b", "w", "f_cold", "b_cold", "w_cold", "sel_f"};
+			for (int k = 0; k < 7; k++)
 				if (t[k] > IR_MAX_US) {
 					diag_error(loc, "layer L%d: %s=%gus is out of range (at most %gus)", i,
 					           tn[k], t[k], IR_MAX_US);
 					errs++;
 					break;
 				}
+			/* What selective leaves out of the stash is a part of it. */
+			if (c->sel_act > c->act) {
+				diag_error(loc, "layer L%d: sel_act=%llu bytes is more than its act=%llu bytes", i,
+				           (unsigned long long)c->sel_act, (unsigned long long)c->act);
+				errs++;
+			}
 			if (c->flops > IR_MAX_LAYER_FLOPS) {
 				diag_error(loc, "layer L%d: flops=%g is out of range (at most %g)", i, c->flops,
 				           IR_MAX_LAYER_FLOPS);
@@ -386,8 +393,6 @@ static int verify_header(const ir_module *m)
 		if (p->placement[i] < 0 || p->placement[i] >= c->devices)
 			errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: placement puts stage %d on device %lld, but the cluster has %lld devices",
 			                   i, (long long)p->placement[i], (long long)c->devices);
-	if (p->recompute == IR_RECOMP_SELECTIVE)
-		errs++, diag_error(ir_loc_or(m->plan_loc, m->loc), "plan: %s", ir_selective_unbuilt);
 	return errs;
 }
 
@@ -403,8 +408,6 @@ static int verify_stages(const ir_module *m)
 			return errs + 1; /* later ranges would only echo this one */
 		}
 		next = s->last + 1;
-		if (s->recompute == IR_RECOMP_SELECTIVE)
-			errs++, diag_error(loc, "stage S%d: %s", i, ir_selective_unbuilt);
 		if (s->device == -1 && !m->ndevices)
 			continue; /* partitioned, not placed yet */
 		if (s->device < 0 || s->device >= ir_pipe_devices(m)) {

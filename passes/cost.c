@@ -8,7 +8,10 @@
  * profile's, ir_cost.measured).
  * Writes: ir_layer.cost of every layer: the fields nobody measured of a
  * cost not known yet, and the stash sizes (act, wstash) of every cost,
- * known or not, that no profile measured.
+ * known or not, that no profile measured; selective recomputation's
+ * sel_act (the act bytes the runtime's selective layer leaves out, at most
+ * act) of every cost the runtime runs but a published profile's, and its
+ * sel_f (the scan's F; scaled by a measured F) of a cost not known yet.
  * Guarantees: afterwards every layer's cost is known, finite and
  * non-negative; measured fields are kept (stash sizes rounded up to
  * RT_ALIGN); the act and wstash bytes of every layer the runtime runs are
@@ -74,6 +77,7 @@ typedef struct acc {
 	double s;                    /* bytes per element of the dtype */
 	double us[IR_NOPS], flops[IR_NOPS];
 	double act, wstash, params;  /* bytes, bytes, count */
+	double scan_f;               /* us: the scan's F (mamba), what a selective B runs again */
 	double compute_s, memory_s;  /* the ops' compute and memory terms: which
 	                              * field to blame for a time out of range */
 } acc;
@@ -272,7 +276,9 @@ static void mamba(acc *a, double h, const int64_t *v)
 		gemm(a, T, R, inner, 1);
 		a->params += inner + inner * N + inner; /* dt bias, A, D */
 		double fl = SCAN_FLOPS * T * inner * N, by = a->s * T * (4 * inner + 2 * N);
+		double before = a->us[IR_OP_F];
 		op(a, IR_OP_F, OC_VECTOR, fl, by);
+		a->scan_f = a->us[IR_OP_F] - before;
 		op(a, IR_OP_B, OC_VECTOR, 2 * fl, 2 * by);
 		a->act += a->s * T * (2 * inner + 2 * N); /* delta, z, B, C */
 		gemm(a, T, inner, h, 1);
@@ -286,7 +292,9 @@ static void mamba(acc *a, double h, const int64_t *v)
 		a->params += 3 * H; /* A, D, dt bias */
 		double fl = T * (2 * Q * (g * N + H * P) + 4 * H * N * P);
 		double by = a->s * T * (xbc + H + inner);
+		double before = a->us[IR_OP_F];
 		op(a, IR_OP_F, OC_SSD, fl, by);
+		a->scan_f = a->us[IR_OP_F] - before;
 		op(a, IR_OP_B, OC_SSD, 2 * fl, 2 * by);
 		a->act += a->s * T * (xbc + H) + F32 * T * H; /* x, B, C, dt; dA cumsum */
 		eltwise(a, 2 * T * inner, T * inner, 9 * T * inner,
@@ -360,7 +368,8 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
 	if (mi->dtype != IR_DTYPE_F32)
 		per_param += MASTER_BYTES;
 	ir_cost c = {.known = true, .f = ir_round_us(a.us[IR_OP_F]),
-	             .b = ir_round_us(a.us[IR_OP_B]), .w = ir_round_us(a.us[IR_OP_W])};
+	             .b = ir_round_us(a.us[IR_OP_B]), .w = ir_round_us(a.us[IR_OP_W]),
+	             .sel_f = ir_round_us(a.scan_f)};
 	c.flops = a.flops[IR_OP_F] + a.flops[IR_OP_B] + a.flops[IR_OP_W];
 	if (fits(m, layer, "the activation stash in bytes", a.act, &c.act) < 0 ||
 	    fits(m, layer, "the W stash in bytes", a.wstash, &c.wstash) < 0 ||
@@ -486,19 +495,37 @@ uint64_t cost_stash_round(uint64_t bytes)
 	                                           : (bytes + RT_ALIGN - 1) & ~(uint64_t)(RT_ALIGN - 1);
 }
 
-int cost_runtime_stashes(const ir_module *m, int layer, uint64_t *act, uint64_t *wstash)
+/* Layer `layer`'s sizes as the executor of m's ranks has them, run
+ * selectively or not. */
+static int runtime_sizes(const ir_module *m, int layer, bool selective, rt_sizes *sz)
 {
 	ir_assert(layer >= 0 && layer < m->nlayers);
 	rt_layer_desc d = cost_rt_desc(m, &m->layers[layer]);
-	rt_sizes sz;
+	d.selective = selective;
 	if (rt_layer_check(&d) != RT_OK)
 		return -1;
-	int rc = cost_device_ranks(m) ? dev_layer_sizes(&d, m->model.dtype != IR_DTYPE_F32, &sz)
-	                              : rt_layer_sizes(&d, &sz);
-	if (rc != RT_OK || sz.act < 0 || sz.wstash < 0)
+	int rc = cost_device_ranks(m) ? dev_layer_sizes(&d, m->model.dtype != IR_DTYPE_F32, sz)
+	                              : rt_layer_sizes(&d, sz);
+	return rc != RT_OK || sz->act < 0 || sz->wstash < 0 ? -1 : 0;
+}
+
+int cost_runtime_stashes(const ir_module *m, int layer, uint64_t *act, uint64_t *wstash)
+{
+	rt_sizes sz;
+	if (runtime_sizes(m, layer, false, &sz) < 0)
 		return -1;
 	*act = cost_stash_round((uint64_t)sz.act);
 	*wstash = cost_stash_round((uint64_t)sz.wstash);
+	return 0;
+}
+
+int cost_runtime_selective(const ir_module *m, int layer, uint64_t *drop)
+{
+	rt_sizes all, sel;
+	if (runtime_sizes(m, layer, false, &all) < 0 || runtime_sizes(m, layer, true, &sel) < 0)
+		return -1;
+	uint64_t a = cost_stash_round((uint64_t)all.act), s = cost_stash_round((uint64_t)sel.act);
+	*drop = a > s ? a - s : 0;
 	return 0;
 }
 
@@ -536,13 +563,18 @@ int pass_cost(ir_module *m, pass_ctx *cx)
 	for (int i = 0; i < m->nlayers; i++) {
 		ir_cost *c = &m->layers[i].cost;
 		if (ir_cost_complete(c->measured)) {
-			c->known = true; /* nothing to make (a published timing profile) */
+			/* Nothing to make (a published timing profile); selective
+			 * recomputation has nothing it knows to drop (sel 0). */
+			c->known = true;
 			continue;
 		}
 		if (!c->known) {
 			ir_cost a;
 			if (cost_layer(m, i, &a) < 0)
 				return -1;
+			/* The scan's share of F, of a measured F. */
+			if ((c->measured & IR_CF_BIT(F)) && a.f > 0)
+				a.sel_f = ir_round_us(a.sel_f * c->f / a.f);
 			keep_measured(&a, c);
 			*c = a;
 		}
@@ -559,6 +591,13 @@ int pass_cost(ir_module *m, pass_ctx *cx)
 			c->wstash = cost_stash_round(c->wstash);
 		else if (rt)
 			c->wstash = ws;
+		/* What a selective stage leaves out of this layer's stash: the
+		 * runtime's (a part of act, measured or not); else what it was. */
+		uint64_t drop;
+		if (cost_runtime_selective(m, i, &drop) == 0)
+			c->sel_act = drop < c->act ? drop : c->act;
+		else if (c->sel_act > c->act)
+			c->sel_act = c->act;
 	}
 	/* Each layer's bytes fit in 64 bits; the step's sum must fit too. */
 	int over = ir_step_bytes_overflow(m);

@@ -2,7 +2,8 @@
  * analytic times and bytes of a layer, and the stash sizes the runtime's
  * executors allocate for it.  Recomputation is a stage's, not a layer's:
  * its quantities are ir_stage_kept and ir_stage_redo (ir.h) and
- * sim_stage_time (simulate.h), from these layer costs. */
+ * sim_stage_time (simulate.h), from these layer costs (with selective,
+ * their sel_act and sel_f). */
 #ifndef OCTO_COST_H
 #define OCTO_COST_H
 
@@ -73,6 +74,13 @@ bool cost_device_ranks(const ir_module *m);
  * layer's slice of its stage's stash).  Returns 0, or -1 when the runtime
  * does not run the layer (the analytic sizes stand then). */
 int cost_runtime_stashes(const ir_module *m, int layer, uint64_t *act, uint64_t *wstash);
+
+/* The act bytes layer `layer` leaves out of its stash in a stage with
+ * recompute=selective (rt_layer_desc.selective: mamba's chunk states; 0
+ * for every other kind), as the executor of m's ranks lays the stash out:
+ * its act less its selective act, each rounded up to RT_ALIGN.  Returns 0,
+ * or -1 when the runtime does not run the layer. */
+int cost_runtime_selective(const ir_module *m, int layer, uint64_t *drop);
 
 /* Bytes rounded up to RT_ALIGN, saturating. */
 uint64_t cost_stash_round(uint64_t bytes);

@@ -78,16 +78,27 @@ uint64_t sim_boundary_bytes(const ir_module *m)
 	return ir_boundary_bytes(m); /* sim_run has checked it against the step's limit */
 }
 
+/* What a recomputing B runs again of layer c before its own work (hot, or
+ * as cold as the B: the cache model): full recomputation the layer's F,
+ * selective its sel_f (the scan's F; its share of F's cold time). */
+static double redo_time(ir_recompute rc, const ir_cost *c, bool cold)
+{
+	switch (rc) {
+	case IR_RECOMP_FULL: return cold ? c->f_cold : c->f;
+	case IR_RECOMP_SELECTIVE: return cold && c->f > 0 ? c->sel_f * c->f_cold / c->f : c->sel_f;
+	default: return 0;
+	}
+}
+
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
 {
-	/* Full recomputation runs the stage's F again inside its B. */
-	bool redo = k == IR_OP_B && m->stages[stage].recompute != IR_RECOMP_NONE;
+	ir_recompute rc = m->stages[stage].recompute;
 	double t = 0;
 	for (int l = m->stages[stage].first; l <= m->stages[stage].last; l++) {
 		const ir_cost *c = &m->layers[l].cost;
 		t += k == IR_OP_F ? c->f : k == IR_OP_B ? c->b : c->w;
-		if (redo)
-			t += c->f;
+		if (k == IR_OP_B)
+			t += redo_time(rc, c, false);
 	}
 	return t;
 }
@@ -463,6 +474,7 @@ static double **cache_times(const ir_module *m, int M)
 			const ir_stage *st = &m->stages[op->stage];
 			int n_l = st->last - st->first + 1;
 			bool redo = op->kind == IR_OP_B && st->recompute != IR_RECOMP_NONE;
+			ir_recompute rc = st->recompute;
 			for (int j = 0; j < n_l; j++) {
 				int l = op->kind == IR_OP_B ? st->last - j : st->first + j;
 				const ir_cost *c = &m->layers[l].cost;
@@ -472,8 +484,8 @@ static double **cache_times(const ir_module *m, int M)
 				double hot = op->kind == IR_OP_F ? c->f : op->kind == IR_OP_B ? c->b : c->w;
 				double cold = op->kind == IR_OP_F ? c->f_cold
 				              : op->kind == IR_OP_B ? c->b_cold : c->w_cold;
-				if (redo) /* F again, as cold as the B that follows it */
-					hot += c->f, cold += c->f_cold;
+				if (redo) /* F again (or its scan), as cold as the B that follows it */
+					hot += redo_time(rc, c, false), cold += redo_time(rc, c, c->cold);
 				double frac = isnan(since) ? 1 : (total - since) / C;
 				t[d][i] += c->cold ? hot + (frac < 1 ? frac : 1) * (cold - hot) : hot;
 				double weights = (double)c->params * wbytes;
@@ -543,8 +555,8 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 
 /* Memory along the device's program order: F stashes its stage's
  * activations until B (with full recomputation its input, and the whole
- * stash during F and again during B: ir_stage_kept, ir_stage_redo); B
- * keeps the W stash until W. */
+ * stash during F and again during B; with selective all but its layers'
+ * sel_act: ir_stage_kept, ir_stage_redo); B keeps the W stash until W. */
 static void device_memory(const ir_module *m, sim_result *r, int d)
 {
 	sim_device *sd = &r->dev[d];

@@ -62,7 +62,8 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows);
 /* A lower bound on the step of any partition, placement and order of m
  * (docs/tuner.md, "Lower bound"), the largest of three terms.  With the
  * plan's recomputation (every stage's; docs/cost-model.md) B runs F again:
- * b counts f + b.  Microseconds. */
+ * b counts f + b (full), or sel_f + b, the scan's F (selective).
+ * Microseconds. */
 double tune_lower_bound(const ir_module *m);
 
 /* Its three terms, microseconds:

@@ -305,8 +305,12 @@ void print_plan_table(const ir_module *m)
 			char kept[32], act[32];
 			ir_fmt_size(kept, sizeof kept, ir_stage_kept(m, s));
 			ir_fmt_size(act, sizeof act, ir_stage_act(m, s));
-			printf("  (recompute %s: F to B keeps %s, not %s, per micro-batch; B runs F again)",
-			       ir_recompute_names[st->recompute], kept, act);
+			if (st->recompute == IR_RECOMP_SELECTIVE && ir_stage_kept(m, s) == ir_stage_act(m, s))
+				printf("  (recompute selective: no mamba layer, F to B keeps all %s)", act);
+			else
+				printf("  (recompute %s: F to B keeps %s, not %s, per micro-batch; B runs %s "
+				       "again)", ir_recompute_names[st->recompute], kept, act,
+				       st->recompute == IR_RECOMP_FULL ? "F" : "the mamba scans' F");
 		}
 		putchar('\n');
 	}

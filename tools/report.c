@@ -330,9 +330,10 @@ int report_run(const char *dir)
 			if (op->comm != IR_COMM_NONE)
 				continue;
 			const ir_stage *st = &m->stages[op->stage];
-			/* A recomputing stage's B: its layers' R events and B events. */
+			/* A fully recomputing stage's B: its layers' R events and B
+			 * events (a selective one's B recomputes inside its B events). */
 			int want = (st->last - st->first + 1) *
-			           (op->kind == IR_OP_B && st->recompute != IR_RECOMP_NONE ? 2 : 1);
+			           (op->kind == IR_OP_B && st->recompute == IR_RECOMP_FULL ? 2 : 1);
 			for (int s = 0; s < rn.nsteps; s++)
 				if (rn.count[AT(&rn, d, i, s)] != want) {
 					rc = fail("%s/trace-rank%d.json: step %d has %d layer events for %s S%d m%d, "

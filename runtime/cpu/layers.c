@@ -140,6 +140,7 @@ static int shape_mamba(const rt_layer_desc *d, rt_shape *s)
 	if (s->dip > LIM_LD || s->mh * s->N > LIM_LD || s->R + 2 * s->N > LIM_LD)
 		return RT_EINVAL;
 	s->nck = (s->S + RT_SCAN_CHUNK - 1) / RT_SCAN_CHUNK;
+	s->sel = d->selective == 1;
 	return RT_OK;
 }
 
@@ -149,7 +150,7 @@ int rt__shape(const rt_layer_desc *d, rt_shape *s)
 		return RT_EARG;
 	*s = (rt_shape){.kind = d->kind, .H = d->hidden, .S = d->seq, .nb = d->mbs, .V = d->vocab};
 	if (!in((int64_t)d->kind, 0, RT_NKINDS - 1) || !in(s->H, 1, LIM) || !in(s->S, 1, LIM) ||
-	    !in(s->nb, 1, LIM) || s->S * s->nb > LIM_LD)
+	    !in(s->nb, 1, LIM) || s->S * s->nb > LIM_LD || !in(d->selective, 0, 1))
 		return RT_EINVAL;
 	s->T = s->S * s->nb;
 	switch (d->kind) {

@@ -34,6 +34,7 @@ typedef struct rt_shape {
 	int ver;
 	int64_t di, mh, P, G, N, Kc, R; /* inner, heads, head dim, groups, state, conv, dt rank */
 	int64_t cd, dip, nck;           /* conv channels, in_proj width, chunks per sequence */
+	bool sel; /* rt_layer_desc.selective: the chunk states in the scratch, made again in B */
 } rt_shape;
 
 int rt__shape(const rt_layer_desc *d, rt_shape *s);

@@ -7,7 +7,11 @@
  * the norm statistics and the scan's chunk states are f32; the scan's dA
  * and dD are per-sequence f32 partials (W sums them: mamba_W_alog); v1 keeps
  * x_proj's whole output for W (dt_proj reads its first R columns in place).
- * The scratch of F and W and the scratch of B share one buffer. */
+ * The scratch of F and W and the scratch of B share one buffer.  Under
+ * recompute=selective (rt_shape.sel) the chunk states are not stashed but
+ * kept in the scratch, beside both: B starts by running F's scan kernel
+ * again on the stashed inputs (its y into B's dys, which B writes later),
+ * which gives F's states bit for bit. */
 #include "dev.h"
 
 #define TRY(call)                                                                        \
@@ -23,7 +27,7 @@ typedef struct mb_act {
 	void *xhat;
 	float *r;
 	void *zx, *cv, *xc, *v, *dt;
-	float *ck; /* [nb][mh][nck][P][N]: the state entering each chunk */
+	float *ck; /* [nb][mh][nck][P][N]: the state entering each chunk (none under selective) */
 	void *ys;
 	void *yhat; /* v2: the gated norm's output before its scale */
 	float *gr;  /* v2: its 1/rms per (row, group) */
@@ -49,6 +53,7 @@ typedef struct mb_scr {
 	void *dyg, *dys, *dxbc;
 	float *dbp, *dcp; /* the scan's dB, dC per head [T][mh][N], before scan_reduce */
 	float *ddt;       /* [T][mh] */
+	float *ck;        /* selective: the chunk states, F's and B's again */
 } mb_scr;
 
 static void mb_map(const rt_shape *s, size_t esz, dev_carve *ca, mb_act *a, dev_carve *cw,
@@ -62,7 +67,7 @@ static void mb_map(const rt_shape *s, size_t esz, dev_carve *ca, mb_act *a, dev_
 	*a = (mb_act){dev_take(ca, T * H * esz),   dev_take(ca, T * f),
 	              dev_take(ca, T * dip * esz), dev_take(ca, T * cd * esz),
 	              dev_take(ca, T * cd * esz),  dev_take(ca, T * mh * esz),
-	              dev_take(ca, T * mh * esz),  dev_take(ca, ck * f),
+	              dev_take(ca, T * mh * esz),  dev_take(ca, s->sel ? 0 : ck * f),
 	              dev_take(ca, T * di * esz),  dev_take(ca, T * di2 * esz),
 	              dev_take(ca, v1 ? 0 : T * (size_t)s->G * f), dev_take(ca, T * xd * esz)};
 	*w = (mb_ws){dev_take(cw, T * H * esz),   dev_take(cw, T * H * esz),
@@ -72,6 +77,7 @@ static void mb_map(const rt_shape *s, size_t esz, dev_carve *ca, mb_act *a, dev_
 	             dev_take(cw, nb * mh * N * f), dev_take(cw, nb * mh * f),
 	             dev_take(cw, T * di1 * esz), dev_take(cw, T * xd * esz),
 	             dev_take(cw, T * xd * esz),  dev_take(cw, T * di1 * esz)};
+	x->ck = dev_take(cs, s->sel ? ck * f : 0);
 	dev_carve fw = *cs, b = *cs;
 	x->u = dev_take(&fw, T * H * esz);
 	x->yn = dev_take(&fw, T * di * esz);
@@ -151,8 +157,9 @@ int dev_mamba_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 	}
 	TRY(dev_each(d, L, "%s_F_dt", T * mh, (void *[]){&dtsrc, &dtb, &a.v, &a.dt}));
 	mb_scan sc = scan_in(d, s, &a);
+	float *ck = s->sel ? x.ck : a.ck;
 	TRY(dev_each(d, L, "%s_F_scan", s->nb * mh * s->P,
-	             (void *[]){&sc.x, &sc.B, &sc.C, &a.dt, &alog, &D, &a.ys, &a.ck}));
+	             (void *[]){&sc.x, &sc.B, &sc.C, &a.dt, &alog, &D, &a.ys, &ck}));
 	if (v1)
 		TRY(dev_each(d, L, "%s_F_gate", T * di, (void *[]){&a.ys, &z, &x.yn}));
 	else
@@ -178,7 +185,13 @@ int dev_mamba_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	void *wout = dev_param(d, L, MB_WOUT);
 	void *cin = dev_at(d, a.zx, v1 ? 0 : di), *z = dev_at(d, a.zx, v1 ? di : 0);
 	void *dcin = dev_at(d, w.dzx, v1 ? 0 : di), *dz = dev_at(d, w.dzx, v1 ? di : 0);
+	mb_scan sc = scan_in(d, s, &a);
+	float *ck = s->sel ? x.ck : a.ck;
 
+	/* Selective: F's chunk states again, by F's kernel on F's inputs. */
+	if (s->sel)
+		TRY(dev_each(d, L, "%s_F_scan", s->nb * mh * s->P,
+		             (void *[]){&sc.x, &sc.B, &sc.C, &a.dt, &alog, &D, &x.dys, &ck}));
 	/* dy first: dx may be dy, and dy is the norm's residual and W's. */
 	TRY(copy(d, w.dy, io->dy, T * H));
 	TRY(copy(d, w.xhat, a.xhat, T * H));
@@ -198,9 +211,8 @@ int dev_mamba_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	if (s->P > 1024)
 		return dev_fail(d, RT_EINVAL, "mamba layer: head_dim %lld over 1024, the threads of "
 		                "one scan block", (long long)s->P);
-	mb_scan sc = scan_in(d, s, &a);
 	TRY(dev_run(d, L, "%s_B_scan", (unsigned)(s->nb * mh), (unsigned)s->P,
-	            (void *[]){&sc.x, &sc.B, &sc.C, &a.dt, &alog, &D, &x.dys, &a.ck, &x.dxbc, &x.dbp,
+	            (void *[]){&sc.x, &sc.B, &sc.C, &a.dt, &alog, &D, &x.dys, &ck, &x.dxbc, &x.dbp,
 	                       &x.dcp, &x.ddt, &w.dA, &w.dD}));
 	void *dB = v1 ? dev_at(d, w.dxdbl, R) : dev_at(d, x.dxbc, di);
 	void *dC = v1 ? dev_at(d, w.dxdbl, R + N) : dev_at(d, x.dxbc, di + s->G * N);

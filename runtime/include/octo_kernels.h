@@ -113,6 +113,11 @@ typedef struct rt_layer_desc {
 	int64_t conv;    /* 0: 4 */
 	int64_t groups;  /* version 2; 0: 1 */
 	int64_t dt_rank; /* version 1; 0: ceil(hidden / 16) */
+	/* 1: the layer is in a stage with recompute=selective (docs/cost-model.md,
+	 * "Recomputation"): a mamba layer keeps its scan's chunk states in the
+	 * scratch, not the activation stash, and B makes them again with F's
+	 * scan before it runs; every other kind ignores it.  0 or 1. */
+	int64_t selective;
 } rt_layer_desc;
 
 /* RT_OK when the descriptor describes a layer these kernels run, else

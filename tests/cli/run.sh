@@ -193,6 +193,9 @@ expect 1 "--dp applies to a model, not to IR text" sim tests/e2e/deadlock-mpi.op
 expect 0 "data parallelism (--dp auto, --distributed-optimizer auto, --recompute auto): 10 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
 expect 0 "data parallelism (--dp auto, --distributed-optimizer auto): 5 candidates on 4 devices" plan $m --devices 4 --dp auto --recompute none --schedule 1f1b
 expect 0 "recomputation (--recompute auto): 2 candidates on 4 devices" plan $m --devices 4 --dp 1 --recompute auto --schedule 1f1b
+# --recompute selective: planned with dp given (docs/cost-model.md, "Recomputation")
+expect 0 "(recompute selective: F to B keeps" plan $m --devices 4 --dp 1 --recompute selective --schedule 1f1b
+expect 1 "recompute mode 'selective' with dp searched" plan $m --devices 4 --dp auto --recompute selective
 expect 0 "chosen: D=" plan $m --devices 4 --dp auto --schedule 1f1b --bucket 4MiB
 expect 0 '"dp_search": [{"dp": 1, "pipeline_devices": 4, "dist_optimizer": false, "recompute": "none", "planned": true' plan $m --devices 4 --dp auto --schedule 1f1b --json
 expect 0 "data parallelism (--dp auto, --recompute auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer on --schedule 1f1b

@@ -216,6 +216,12 @@ START_TEST(test_mamba_closed_forms)
 	ck_assert_double_eq(fl[IR_OP_F], 4 * T * h + mm + (2 * T * xbc * w + 4 * T * xbc) + ssd +
 	                                     9 * T * inner + T * h);
 	ck_assert_double_eq(fl[IR_OP_W], mm);
+	/* What a selective B runs again: the SSD scan's F, one op (0.35 of
+	 * peak, its operands x, B, C, dt and output y read and written once). */
+	double pk = m->cluster.flops, bw = m->cluster.membw, s2 = 2;
+	ck_assert_double_eq(c.sel_f, ir_round_us(1e6 * fmax(ssd / (pk * 0.35),
+	                                                     s2 * T * (xbc + H + inner) / bw) + 4));
+	ck_assert(c.sel_f > 0 && c.sel_f < c.f);
 
 	/* Mamba-1: in_proj h -> 2 inner, x_proj inner -> R + 2N, dt_proj R -> inner,
 	 * selective scan 9 T inner N */
@@ -232,6 +238,9 @@ START_TEST(test_mamba_closed_forms)
 	                                     9 * T * inner * N + T * h);
 	ck_assert_double_eq(fl[IR_OP_B], 8 * T * h + mm + 2 * (2 * T * inner * w + 4 * T * inner) +
 	                                     18 * T * inner * N + T * h);
+	/* The selective scan's F: 9 T inner N FLOPs on CUDA cores (0.05). */
+	ck_assert_double_eq(c.sel_f, ir_round_us(1e6 * fmax(9 * T * inner * N / (pk * 0.05),
+	                                                     s2 * T * (4 * inner + 2 * N) / bw) + 4));
 	ir_free(m);
 }
 END_TEST
@@ -387,11 +396,13 @@ START_TEST(test_pass_idempotent_and_keeps_known)
 	ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
 	/* a known cost keeps its times, FLOPs, parameters and resident bytes;
 	 * its stashes are the runtime's (the plan's default backend, nccl:
-	 * the device executor) */
-	uint64_t act, ws;
+	 * the device executor), and so is what selective recomputation leaves
+	 * out of the act stash of this mamba layer (its chunk states) */
+	uint64_t act, ws, drop;
 	ck_assert_int_eq(cost_runtime_stashes(m, 3, &act, &ws), 0);
-	ck_assert(act != given.act && ws != given.wstash);
-	given.act = act, given.wstash = ws;
+	ck_assert_int_eq(cost_runtime_selective(m, 3, &drop), 0);
+	ck_assert(act != given.act && ws != given.wstash && drop > 0 && drop < act);
+	given.act = act, given.wstash = ws, given.sel_act = drop;
 	ck_assert_mem_eq(&m->layers[3].cost, &given, sizeof given);
 	ck_assert_uint_eq(m->layers[4].cost.act, 1024);
 	ck_assert_uint_eq(m->layers[4].cost.wstash, 512);

@@ -70,6 +70,11 @@ static const tcase cases[] = {
     {"mamba", "Mamba-2, 2 groups", {.kind = RT_MAMBA, BASE, .version = 2, .state = 8,
                                     .heads = 4, .head_dim = 32, .groups = 2}},
     {"mamba", "Mamba-1", {.kind = RT_MAMBA, BASE, .version = 1, .state = 8}},
+    /* recompute=selective: the chunk states in the scratch, B makes them again */
+    {"mamba", "Mamba-2, selective", {.kind = RT_MAMBA, BASE, .version = 2, .state = 8,
+                                     .heads = 4, .head_dim = 32, .groups = 2, .selective = 1}},
+    {"mamba", "Mamba-1, selective", {.kind = RT_MAMBA, BASE, .version = 1, .state = 8,
+                                     .selective = 1}},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -318,6 +323,9 @@ static int run_case(const tcase *c, bool bf16)
 			bad |= report(c, alias ? "F y (aliased)" : "F y", rel_err(got, y, T * H), tol);
 			free(got);
 		}
+		/* The scratch holds nothing from F to B (a selective B makes its
+		 * chunk states again). */
+		DEV(dev->ops->zero(dev, io.scratch, (size_t)ds.scratch), "zeroing the scratch");
 		DEV(dev_backward_b(dev, &L, &io), "B");
 		if (!emb) {
 			float *got = dget(dev, io.dx, T * H, false);

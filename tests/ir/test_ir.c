@@ -47,6 +47,10 @@ static ir_module *sample(bool with_programs)
 	l->attr[IR_ATTR_VERSION] = 2, l->attr[IR_ATTR_STATE] = 16, l->attr[IR_ATTR_EXPAND] = 2;
 	l->attr[IR_ATTR_CONV] = 4, l->attr[IR_ATTR_HEADS] = 8, l->attr[IR_ATTR_HEAD_DIM] = 16;
 	l->attr[IR_ATTR_GROUPS] = 1;
+	/* selective recomputation's quantities round-trip too */
+	l->cost = (ir_cost){.known = true, .f = 3, .b = 4, .w = 2, .flops = 1e6, .act = 3 << 20,
+	                    .wstash = 4096, .params = 9, .resident = 1024, .sel_act = 1 << 20,
+	                    .sel_f = 1.0 / 3.0};
 	l = ir_add_layer(m, IR_LAYER_MAMBA, none);
 	l->attr[IR_ATTR_VERSION] = 1, l->attr[IR_ATTR_STATE] = 16, l->attr[IR_ATTR_EXPAND] = 2;
 	l->attr[IR_ATTR_CONV] = 4, l->attr[IR_ATTR_DT_RANK] = 4;

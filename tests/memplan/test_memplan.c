@@ -12,11 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "frontend.h"
 #include "memplan.h"
 #include "pass.h"
 #include "simulate.h"
 #include "testutil.h"
+#include "tune.h"
 
 /* ---- an independent liveness --------------------------------------------- */
 
@@ -37,6 +39,17 @@ static uint64_t stage_sum(const ir_module *m, int s, bool wstash)
 	uint64_t v = 0;
 	for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
 		v += wstash ? m->layers[l].cost.wstash : m->layers[l].cost.act;
+	return v;
+}
+
+/* What F keeps of stage s until B: a selective stage leaves its layers'
+ * sel_act out. */
+static uint64_t stage_kept(const ir_module *m, int s)
+{
+	uint64_t v = stage_sum(m, s, false);
+	if (m->stages[s].recompute == IR_RECOMP_SELECTIVE)
+		for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
+			v -= m->layers[l].cost.sel_act;
 	return v;
 }
 
@@ -100,7 +113,7 @@ static want derive(const ir_module *m, int d)
 			put(&w, (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, i, 0, rsize});
 		else if (op->kind == IR_OP_F)
 			put(&w, (ir_buf){IR_BUF_ACT, IR_OP_F, s, mb, i, find(m, d, IR_COMM_NONE, IR_OP_B, s, mb), 0,
-			                 stage_sum(m, s, false)});
+			                 stage_kept(m, s)});
 		if (op->kind == IR_OP_B && redo(m, s))
 			put(&w, (ir_buf){IR_BUF_RECOMP, IR_OP_F, s, mb, i, i, 0, rsize});
 		if (op->kind == IR_OP_B)
@@ -544,6 +557,106 @@ START_TEST(test_recompute_full)
 }
 END_TEST
 
+/* Selective recomputation (docs/cost-model.md, "Recomputation"): every
+ * check of the zoo's on tiny-hybrid (Mamba-2), a split and a chunked
+ * schedule, both backends; then by hand: the act buffer of a stage with
+ * mamba layers is its stash less their chunk states (sel_act, from the
+ * runtime's own sizes: the layer's act with rt_layer_desc.selective),
+ * live from F to B as without, no recomp buffer, the received input dead
+ * at F as without; a stage without mamba layers keeps its whole stash;
+ * and the arena of the first device of 1F1B between full's and none's. */
+START_TEST(test_recompute_selective)
+{
+	static const char *const scheds[] = {"1f1b", "zbv"};
+	recompute = "selective";
+	for (int k = 0; k < 2; k++)
+		for (int b = 0; b < IR_NBACKENDS; b++)
+			check_plan("tiny-hybrid", 4, 8, scheds[k], ir_backend_names[b]);
+	ir_module *m = load("tiny-hybrid", 4, 8, "1f1b", "mpi");
+	recompute = "full";
+	ir_module *mf = load("tiny-hybrid", 4, 8, "1f1b", "mpi");
+	recompute = NULL;
+	ir_module *m0 = load("tiny-hybrid", 4, 8, "1f1b", "mpi");
+	ir_module *ms[] = {m, mf, m0};
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(pass_run(ms[i], pass_default_pipeline, pass_default_pipeline_len, NULL), 0);
+	int mamba = 0, other = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		const ir_layer *L = &m->layers[l];
+		rt_layer_desc d = cost_rt_desc(m, L);
+		rt_sizes all, sel;
+		d.selective = 1;
+		ck_assert_int_eq(rt_layer_sizes(&d, &sel), RT_OK);
+		d.selective = 0;
+		ck_assert_int_eq(rt_layer_sizes(&d, &all), RT_OK);
+		ck_assert_uint_eq(L->cost.sel_act, cost_stash_round((uint64_t)all.act) -
+		                                       cost_stash_round((uint64_t)sel.act));
+		ck_assert_int_eq(L->cost.sel_act > 0, L->kind == IR_LAYER_MAMBA);
+		ck_assert_int_eq(L->cost.sel_f > 0, L->kind == IR_LAYER_MAMBA);
+		ck_assert(L->cost.sel_f < L->cost.f);
+	}
+	for (int s = 0; s < m->nstages; s++) {
+		ck_assert_int_eq(m->stages[s].recompute, IR_RECOMP_SELECTIVE);
+		bool has = false;
+		for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
+			has |= m->layers[l].kind == IR_LAYER_MAMBA;
+		mamba += has, other += !has;
+		int d = m->stages[s].device, f = find(m, d, IR_COMM_NONE, IR_OP_F, s, 3),
+		    bw = find(m, d, IR_COMM_NONE, IR_OP_B, s, 3);
+		const ir_buf *b = buf_of(m, d, IR_BUF_ACT, IR_OP_F, s, 3);
+		ck_assert_int_eq(b->first, f);
+		ck_assert_int_eq(b->last, bw);
+		ck_assert_uint_eq(b->size, stage_kept(m, s));
+		ck_assert_uint_eq(b->size, ir_stage_kept(m, s));
+		ck_assert_uint_eq(ir_stage_redo(m, s), 0);
+		if (has)
+			ck_assert_uint_lt(b->size, stage_sum(m, s, false));
+		else
+			ck_assert_uint_eq(b->size, stage_sum(m, s, false));
+		if (s > 0)
+			ck_assert_int_lt(buf_of(m, d, IR_BUF_RECV, IR_OP_F, s - 1, 3)->last, bw);
+		/* The stage's quantities under each mode: selective keeps less than
+		 * none and more than full, for a B between theirs, where it has
+		 * mamba layers; without, what none keeps, in none's time. */
+		uint64_t kept[IR_NRECOMPUTES];
+		double tb[IR_NRECOMPUTES];
+		for (int rc = 0; rc < IR_NRECOMPUTES; rc++) {
+			m->stages[s].recompute = (ir_recompute)rc;
+			kept[rc] = ir_stage_kept(m, s);
+			tb[rc] = sim_stage_time(m, s, IR_OP_B);
+		}
+		m->stages[s].recompute = IR_RECOMP_SELECTIVE;
+		ck_assert(tb[IR_RECOMP_FULL] > tb[IR_RECOMP_NONE]);
+		if (has) {
+			ck_assert(kept[IR_RECOMP_FULL] < kept[IR_RECOMP_SELECTIVE] &&
+			          kept[IR_RECOMP_SELECTIVE] < kept[IR_RECOMP_NONE]);
+			ck_assert(tb[IR_RECOMP_NONE] < tb[IR_RECOMP_SELECTIVE] &&
+			          tb[IR_RECOMP_SELECTIVE] < tb[IR_RECOMP_FULL]);
+		} else {
+			ck_assert_uint_eq(kept[IR_RECOMP_SELECTIVE], kept[IR_RECOMP_NONE]);
+			ck_assert_double_eq(tb[IR_RECOMP_SELECTIVE], tb[IR_RECOMP_NONE]);
+		}
+	}
+	ck_assert(mamba > 0 && other > 0);
+	/* The tuner's lower bound: B runs the scans' F again, not all of F. */
+	double lb[IR_NRECOMPUTES];
+	for (int rc = 0; rc < IR_NRECOMPUTES; rc++) {
+		m->plan.recompute = (ir_recompute)rc;
+		lb[rc] = tune_lower_bound(m);
+	}
+	m->plan.recompute = IR_RECOMP_SELECTIVE;
+	ck_assert(lb[IR_RECOMP_NONE] < lb[IR_RECOMP_SELECTIVE] &&
+	          lb[IR_RECOMP_SELECTIVE] < lb[IR_RECOMP_FULL]);
+	for (int d = 0; d < m->ndevices; d++)
+		for (int i = 0; i < m->memplan[d].nbufs; i++)
+			ck_assert_int_ne(m->memplan[d].bufs[i].kind, IR_BUF_RECOMP);
+	ck_assert_uint_lt(m->memplan[0].arena, m0->memplan[0].arena);
+	ck_assert_uint_gt(m->memplan[0].arena, mf->memplan[0].arena);
+	for (int i = 0; i < 3; i++)
+		ir_free(ms[i]);
+}
+END_TEST
+
 /* ---- the text form and the verifier --------------------------------------------- */
 
 /* A small planned module's text. */
@@ -813,6 +926,7 @@ static Suite *memplan_suite(void)
 	tcase_add_test(tc, test_rules_by_hand);
 	tcase_add_test(tc, test_pass_buffers_one_device);
 	tcase_add_test(tc, test_recompute_full);
+	tcase_add_test(tc, test_recompute_selective);
 	tcase_add_test(tc, test_text_form);
 	tcase_add_test(tc, test_overlap_rejected);
 	tcase_add_test(tc, test_parse_errors);

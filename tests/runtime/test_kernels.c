@@ -450,6 +450,58 @@ START_TEST(test_determinism)
 }
 END_TEST
 
+/* ---- selective recomputation ------------------------------------------------------------ */
+
+/* rt_layer_desc.selective (docs/cost-model.md, "Recomputation"): a mamba
+ * layer's chunk states move from the act stash to the scratch, F's held
+ * nowhere until B, which makes them again: the same y, dx, W stash and
+ * gradients bit for bit, with the scratch garbage between F and B.  Every
+ * other kind ignores the flag: the same sizes. */
+START_TEST(test_selective)
+{
+	const kcase *c = &cases[_i];
+	rt_layer_desc ds = c->d;
+	ds.selective = 1;
+	run a, b;
+	run_alloc(&a, &c->d, 4);
+	run_alloc(&b, &ds, 4);
+	ck_assert_int_eq(a.sz.params, b.sz.params);
+	ck_assert_int_eq(a.sz.wstash, b.sz.wstash);
+	if (c->d.kind == RT_MAMBA) {
+		int64_t nck = (c->d.seq + 15) / 16, di = c->d.hidden * c->d.expand;
+		int64_t ck = c->d.mbs * di * nck * c->d.state * 4; /* heads x P = di, f32 */
+		int64_t al = (ck + 63) / 64 * 64;
+		ck_assert_int_eq(b.sz.act, a.sz.act - al);
+		ck_assert_int_eq(b.sz.scratch, a.sz.scratch + al);
+	} else {
+		ck_assert_int_eq(b.sz.act, a.sz.act);
+		ck_assert_int_eq(b.sz.scratch, a.sz.scratch);
+	}
+	run_fill(&a, 500);
+	run_fill(&b, 500);
+	rt_loss la = {0, 0}, lb = {0, 0};
+	run_fbw(&a, &la);
+	bool emb = c->d.kind == RT_EMBEDDING, head = c->d.kind == RT_HEAD;
+	memset(b.g, 0, b.n * 4);
+	ck_assert_int_eq(rt_forward(&ds, b.p, xin(&b), b.tok, yout(&b), head ? &lb : NULL, b.act,
+	                            b.scr), RT_OK);
+	poison(b.scr, (size_t)b.sz.scratch);
+	ck_assert_int_eq(rt_backward_b(&ds, b.p, head ? NULL : b.dy, 1, emb ? NULL : b.dx, b.act,
+	                               b.ws, b.scr), RT_OK);
+	poison(b.scr, (size_t)b.sz.scratch);
+	ck_assert_int_eq(rt_backward_w(&ds, b.p, b.g, b.ws, b.scr), RT_OK);
+	ck_assert_msg(memcmp(a.y, b.y, a.nx * 4) == 0, "%s: y differs", c->name);
+	ck_assert_msg(memcmp(a.dx, b.dx, a.nx * 4) == 0, "%s: dx differs", c->name);
+	ck_assert_msg(memcmp(a.ws, b.ws, (size_t)a.sz.wstash) == 0, "%s: W stash differs", c->name);
+	ck_assert_msg(memcmp(a.g, b.g, a.n * 4) == 0, "%s: gradients differ", c->name);
+	ds.selective = 2;
+	rt_sizes sz;
+	ck_assert_int_eq(rt_layer_sizes(&ds, &sz), RT_EINVAL);
+	run_free(&a);
+	run_free(&b);
+}
+END_TEST
+
 /* ---- init and layout ------------------------------------------------------------------ */
 
 START_TEST(test_init)
@@ -763,6 +815,7 @@ static Suite *kernels_suite(void)
 	tcase_add_loop_test(tc, test_bw_split, 0, NCASES);
 	tcase_add_loop_test(tc, test_f32_vs_f64, 0, NCASES);
 	tcase_add_loop_test(tc, test_determinism, 0, NCASES);
+	tcase_add_loop_test(tc, test_selective, 0, NCASES);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("api");
 	tcase_add_test(tc, test_init);
