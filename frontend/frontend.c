@@ -181,7 +181,7 @@ static void recompute_mode(fe *f, ir_loc loc, int i)
 {
 	f->recompute_given = true;
 	f->recompute_at = loc;
-	f->m->recompute_auto = i == IR_NRECOMPUTES; /* auto: the search tries none and full */
+	f->m->recompute_auto = i == IR_NRECOMPUTES; /* auto: the search tries the modes */
 	f->m->plan.recompute = i == IR_NRECOMPUTES ? IR_RECOMP_NONE : (ir_recompute)i;
 }
 
@@ -584,15 +584,6 @@ static int load(ir_module *m, const src_file *src, const fe_overrides *ov)
 	/* And the distributed optimizer, unless on or off is given. */
 	if (m->dp_auto && !f.dist_opt_given)
 		m->dist_opt_auto = true;
-	/* Those searches plan recompute none and full (scaleout); selective is
-	 * planned where nothing is searched. */
-	if (m->plan.recompute == IR_RECOMP_SELECTIVE && (m->dp_auto || m->dist_opt_auto)) {
-		diag_error(f.recompute_at, "recompute mode 'selective' with %s searched: the search plans "
-		           "none and full (docs/dataparallel.md, \"Choosing D\"); give %s to plan selective",
-		           m->dp_auto ? "dp" : "the distributed optimizer",
-		           m->dp_auto ? "dp (--dp D, or plan: dp: D)" : "distributed_optimizer on or off");
-		goto out;
-	}
 	if (settle_dp(&f) < 0 || check_placement(&f) < 0)
 		goto out;
 	rc = 0;

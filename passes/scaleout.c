@@ -154,6 +154,21 @@ typedef struct search_clock {
 	long effort;   /* a plan's tuner effort (tune_budget.effort) */
 } search_clock;
 
+/* What B runs again of a layer's F under x's recomputation: all of it
+ * (full), the Mamba scan's (selective), nothing. */
+static double redo_f(const ir_module *x, const ir_cost *c)
+{
+	return x->plan.recompute == IR_RECOMP_FULL        ? c->f
+	       : x->plan.recompute == IR_RECOMP_SELECTIVE ? c->sel_f
+	                                                  : 0;
+}
+
+/* How much a mode saves of the stash: none, selective, full. */
+static int saving(ir_recompute r)
+{
+	return r == IR_RECOMP_NONE ? 0 : r == IR_RECOMP_SELECTIVE ? 1 : 2;
+}
+
 /* Plan candidate row on a copy of m within `seconds`. */
 static void plan_one(const ir_module *m, const pass_opts *po, double seconds, long effort,
                      scaleout_row *row, cand *c, search_clock *ck)
@@ -209,7 +224,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, lo
 	if (row->recompute != IR_RECOMP_NONE) {
 		double f = 0;
 		for (int l = 0; l < x->nlayers; l++)
-			f += x->layers[l].cost.f;
+			f += redo_f(x, &x->layers[l].cost);
 		row->recompute_share = f * (double)ir_local_mb(x) / (double)row->pp / r->makespan;
 	}
 	for (int d = 0; d < r->ndev; d++) {
@@ -301,7 +316,7 @@ static double largest_stage(const ir_module *x, int P)
 	double lo = 0, hi = 0;
 	for (int l = 0; l < x->nlayers; l++) {
 		const ir_cost *c = &x->layers[l].cost;
-		double t = (x->plan.recompute != IR_RECOMP_NONE ? 2 : 1) * c->f + c->b + c->w;
+		double t = c->f + redo_f(x, c) + c->b + c->w;
 		lo = t > lo ? t : lo;
 		hi += t;
 	}
@@ -310,7 +325,7 @@ static double largest_stage(const ir_module *x, int P)
 		int stages = 1;
 		for (int l = 0; l < x->nlayers && stages <= P; l++) {
 			const ir_cost *c = &x->layers[l].cost;
-			double t = (x->plan.recompute != IR_RECOMP_NONE ? 2 : 1) * c->f + c->b + c->w;
+			double t = c->f + redo_f(x, c) + c->b + c->w;
 			if (run + t > cap)
 				stages++, run = 0;
 			run += t;
@@ -383,9 +398,14 @@ static int candidates(const ir_module *m, scaleout *out)
 {
 	int64_t N = m->cluster.devices, M = m->train.microbatches;
 	int64_t lo = m->dp_auto ? 1 : ir_dp(m), hi = m->dp_auto ? N : ir_dp(m);
+	/* Selective drops something only where there are Mamba layers (their
+	 * scans' chunk states); elsewhere it is none under another name. */
+	bool scans = false;
+	for (int l = 0; l < m->nlayers; l++)
+		scans |= m->layers[l].kind == IR_LAYER_MAMBA;
 	int cap = 0;
 	for (int64_t D = lo; D <= hi; D++)
-		cap += N % D == 0 ? 4 : 0;
+		cap += N % D == 0 ? 2 * IR_NRECOMPUTES : 0;
 	if (!(out->rows = calloc((size_t)cap + 1, sizeof *out->rows)))
 		return -1;
 	for (int64_t D = lo; D <= hi; D++) {
@@ -394,14 +414,17 @@ static int candidates(const ir_module *m, scaleout *out)
 		for (int on = 0; on <= 1; on++) {
 			if (m->dist_opt_auto ? on && D == 1 : on != (m->plan.dist_opt && D > 1))
 				continue; /* searched; else as given */
-			for (int rc = IR_RECOMP_NONE; rc <= IR_RECOMP_FULL; rc++) {
-				if (!m->recompute_auto && rc != (int)m->plan.recompute)
+			/* In order of the memory they save: none, selective, full. */
+			static const ir_recompute modes[] = {IR_RECOMP_NONE, IR_RECOMP_SELECTIVE, IR_RECOMP_FULL};
+			for (int k = 0; k < 3; k++) {
+				ir_recompute rc = modes[k];
+				if (m->recompute_auto ? rc == IR_RECOMP_SELECTIVE && !scans : rc != m->plan.recompute)
 					continue;
 				scaleout_row *r = &out->rows[out->nrows++];
 				r->dp = D;
 				r->pp = N / D;
 				r->dist_opt = on;
-				r->recompute = (ir_recompute)rc;
+				r->recompute = rc;
 			}
 		}
 	}
@@ -501,19 +524,24 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		double share = t < end ? (end - t) * SEARCH_SHARE * FIRST_ROUND / (double)(nord - k) : 0;
 		ck.have_fit = best >= 0;
 		plan_one(m, po, share, (long)(FIRST_EFFORT * (double)ck.effort), row, &c[i], &ck);
-		/* Too big with its activations stashed: the same recomputing is
-		 * the likeliest to fit, so it is next. */
-		if (!(row->ok && row->fits) && row->recompute == IR_RECOMP_NONE)
+		/* Too big: the same saving the next more memory (selective, then
+		 * full) is the likeliest to fit and the fastest of those that
+		 * may, so it is next. */
+		if (!(row->ok && row->fits) && row->recompute != IR_RECOMP_FULL) {
+			int twin = -1;
 			for (int j = k + 2; j < nord; j++) {
 				const scaleout_row *o = &out->rows[order[j]];
 				if (o->dp == row->dp && o->dist_opt == row->dist_opt &&
-				    o->recompute == IR_RECOMP_FULL) {
-					int moved = order[j];
-					memmove(order + k + 2, order + k + 1, (size_t)(j - k - 1) * sizeof *order);
-					order[k + 1] = moved;
-					break;
-				}
+				    saving(o->recompute) > saving(row->recompute) &&
+				    (twin < 0 || saving(o->recompute) < saving(out->rows[order[twin]].recompute)))
+					twin = j;
 			}
+			if (twin >= 0) {
+				int moved = order[twin];
+				memmove(order + k + 2, order + k + 1, (size_t)(twin - k - 1) * sizeof *order);
+				order[k + 1] = moved;
+			}
+		}
 		if (row->ok && row->fits &&
 		    (best < 0 || row->step < out->rows[best].step ||
 		     (row->step == out->rows[best].step && i < best)))

@@ -50,7 +50,7 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(NO_OVERLAP_PG, "--no-overlap-param-gather", NULL, C_MODEL, "with --distributed-optimizer: wait for each all-gather at the end of its step instead of before its stage's first forward of the next step") \
 	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
-	X(RECOMPUTE, "--recompute", "none|full|auto", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B (docs/cost-model.md, \"Recomputation\"); auto, the default with --dp auto: the faster of none and full that fits, searched with D (selective is not built yet)") \
+	X(RECOMPUTE, "--recompute", "none|selective|full|auto", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B; selective drops the Mamba scans' chunk states and runs the scans' F again in B (docs/cost-model.md, \"Recomputation\"); auto, the default with --dp auto: the fastest that fits, searched with D") \
 	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the whole planning in wall time (default 20): the search stops where it got, and the plan says so") \
 	X(TUNE_EFFORT, "--tune-effort", "N", C_MODEL | C_OPT, "bound the tuner's search in plans judged (default 20000): the same plan on any machine unless --tune-budget comes first") \

@@ -190,19 +190,21 @@ expect 1 "--bucket must be a size such as 4MiB or 65536 (1 byte .. 1 PiB), got '
 expect 1 "unknown rank order 'pp-outer'; did you mean 'pp-inner'?" plan $m --devices 4 --dp 2 --rank-order pp-outer
 expect 1 "--dp applies to a model, not to IR text" sim tests/e2e/deadlock-mpi.opir --dp 2
 # --dp auto: the search over the data-parallel degree (docs/dataparallel.md, "Choosing D")
-expect 0 "data parallelism (--dp auto, --distributed-optimizer auto, --recompute auto): 10 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --distributed-optimizer auto, --recompute auto): 15 candidates on 4 devices, 8 micro-batches a step in all" plan $m --devices 4 --dp auto --schedule 1f1b
 expect 0 "data parallelism (--dp auto, --distributed-optimizer auto): 5 candidates on 4 devices" plan $m --devices 4 --dp auto --recompute none --schedule 1f1b
-expect 0 "recomputation (--recompute auto): 2 candidates on 4 devices" plan $m --devices 4 --dp 1 --recompute auto --schedule 1f1b
+expect 0 "recomputation (--recompute auto): 3 candidates on 4 devices" plan $m --devices 4 --dp 1 --recompute auto --schedule 1f1b
 # --recompute selective: planned with dp given (docs/cost-model.md, "Recomputation")
 expect 0 "(recompute selective: F to B keeps" plan $m --devices 4 --dp 1 --recompute selective --schedule 1f1b
-expect 1 "recompute mode 'selective' with dp searched" plan $m --devices 4 --dp auto --recompute selective
+expect 0 "data parallelism (--dp auto, --distributed-optimizer auto): 5 candidates on 4 devices" plan $m --devices 4 --dp auto --recompute selective --schedule 1f1b
+expect 0 "selective" plan $m --devices 4 --dp 1 --recompute auto --schedule 1f1b
+expect 0 "recomputation (--recompute auto): 2 candidates on 4 devices" plan models/tiny-dense.yaml --devices 4 --dp 1 --recompute auto --schedule 1f1b
 expect 0 "chosen: D=" plan $m --devices 4 --dp auto --schedule 1f1b --bucket 4MiB
 expect 0 '"dp_search": [{"dp": 1, "pipeline_devices": 4, "dist_optimizer": false, "recompute": "none", "planned": true' plan $m --devices 4 --dp auto --schedule 1f1b --json
-expect 0 "data parallelism (--dp auto, --recompute auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer on --schedule 1f1b
-expect 0 "data parallelism (--dp auto, --recompute auto): 6 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer off --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --recompute auto): 9 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer on --schedule 1f1b
+expect 0 "data parallelism (--dp auto, --recompute auto): 9 candidates on 4 devices" sim $m --devices 4 --dp auto --distributed-optimizer off --schedule 1f1b
 expect 0 "data parallelism (--dp auto, --distributed-optimizer auto): 5 candidates on 4 devices" sim $m --devices 4 --dp auto --recompute none --schedule 1f1b
 expect 0 "the distributed optimizer (--distributed-optimizer auto): 2 candidates on 4 devices" plan $m --devices 4 --dp 2 --distributed-optimizer auto --schedule 1f1b
-expect 0 "the distributed optimizer and recomputation (--distributed-optimizer auto, --recompute auto): 4 candidates" plan $m --devices 4 --dp 2 --distributed-optimizer auto --recompute auto --schedule 1f1b
+expect 0 "the distributed optimizer and recomputation (--distributed-optimizer auto, --recompute auto): 6 candidates" plan $m --devices 4 --dp 2 --distributed-optimizer auto --recompute auto --schedule 1f1b
 expect 0 '"dist_optimizer": false' plan $m --devices 4 --dp 2 --distributed-optimizer off --schedule 1f1b --json
 sed -e 's/^training:/plan: {dp: 2, distributed_optimizer: auto}\ntraining:/' -e "s#data/corpus.txt#$PWD/models/data/corpus.txt#" $m >"$tmp/distopt-auto.yaml"
 expect 0 "the distributed optimizer (--distributed-optimizer auto): 2 candidates on 4 devices" plan "$tmp/distopt-auto.yaml" --devices 4 --schedule 1f1b

@@ -50,10 +50,12 @@ static void check_rows(const ir_module *m, const ir_module *kept, const scaleout
 	int64_t N = m->cluster.devices, M = m->train.microbatches;
 	/* The candidates: every D dividing N and M with a layer per device,
 	 * with the sharding off and on where there are replicas. */
-	int want = 0;
+	int want = 0, modes = 2; /* recomputed: none and full, and selective with Mamba layers */
+	for (int l = 0; l < m->nlayers; l++)
+		modes = m->layers[l].kind == IR_LAYER_MAMBA ? 3 : modes;
 	for (int64_t D = 1; D <= N; D++)
 		if (N % D == 0 && M % D == 0 && N / D <= m->nlayers && (m->dp_auto || D == ir_dp(m)))
-			want += (m->dp_auto && D > 1 && !m->plan.dist_opt ? 2 : 1) * (m->recompute_auto ? 2 : 1);
+			want += (m->dp_auto && D > 1 && !m->plan.dist_opt ? 2 : 1) * (m->recompute_auto ? modes : 1);
 	ck_assert_int_eq(so->nrows, want);
 	ck_assert_int_ge(so->chosen, 0);
 	const scaleout_row *c = &so->rows[so->chosen];
@@ -216,7 +218,9 @@ END_TEST
 
 /* --recompute auto with dp given: the search over the recomputation
  * alone; a model whose 1F1B stash does not fit 4 devices (nemotron-h-8b,
- * 8 micro-batches) is planned recomputing, and one that fits is not. */
+ * 8 micro-batches) is planned recomputing -- selective, which drops the
+ * Mamba scans' chunk states for little time, before full -- and one that
+ * fits is not. */
 START_TEST(test_recompute_when_it_must)
 {
 	char path[512];
@@ -230,13 +234,15 @@ START_TEST(test_recompute_when_it_must)
 	ir_module *kept = scaleout_search(m, &(pass_opts){0}, &so);
 	ck_assert_ptr_nonnull(kept);
 	check_rows(m, kept, &so);
-	ck_assert_int_eq(so.nrows, 2);
+	ck_assert_int_eq(so.nrows, 3);
 	ck_assert(so.rows[0].ok && !so.rows[0].fits && so.rows[0].recompute == IR_RECOMP_NONE);
-	ck_assert(so.rows[1].chosen && so.rows[1].recompute == IR_RECOMP_FULL);
-	ck_assert(so.rows[1].recompute_share > 0 && so.rows[1].recompute_share < 1);
-	ck_assert_int_eq(kept->plan.recompute, IR_RECOMP_FULL);
+	ck_assert(so.rows[1].chosen && so.rows[1].recompute == IR_RECOMP_SELECTIVE);
+	ck_assert(so.rows[1].recompute_share > 0 && so.rows[1].recompute_share < 0.05);
+	ck_assert(so.rows[2].recompute == IR_RECOMP_FULL && !so.rows[2].chosen);
+	ck_assert(!so.rows[2].ok || so.rows[2].step > so.rows[1].step);
+	ck_assert_int_eq(kept->plan.recompute, IR_RECOMP_SELECTIVE);
 	for (int s = 0; s < kept->nstages; s++)
-		ck_assert_int_eq(kept->stages[s].recompute, IR_RECOMP_FULL);
+		ck_assert_int_eq(kept->stages[s].recompute, IR_RECOMP_SELECTIVE);
 	ir_free(kept);
 	scaleout_free(&so);
 	/* With room for the stash, stashing is faster and kept. */
