@@ -388,7 +388,9 @@ void print_scaleout_table(const ir_module *m, const scaleout *so)
 		const scaleout_row *c = &so->rows[so->chosen];
 		printf("chosen: D=%lld x P=%lld%s%s, %.1f %% above its lower bound\n", (long long)c->dp,
 		       (long long)c->pp, c->dist_opt ? " with the distributed optimizer" : "",
-		       c->recompute != IR_RECOMP_NONE ? ", recomputing every stage" : "",
+		       c->recompute == IR_RECOMP_FULL        ? ", recomputing every stage"
+		       : c->recompute == IR_RECOMP_SELECTIVE ? ", recomputing every stage's Mamba scans"
+		                                             : "",
 		       100 * (c->step / c->bound - 1));
 	}
 	printf("\n");
