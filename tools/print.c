@@ -361,7 +361,7 @@ void print_scaleout_table(const ir_module *m, const scaleout *so)
 	       : !so->recompute_searched ? "the distributed optimizer"
 	                                 : "the distributed optimizer and recomputation",
 	       what, so->nrows, (long long)m->cluster.devices, (long long)m->train.microbatches);
-	printf("%5s %5s %-9s %-10s %12s %7s %12s %12s %12s %12s %12s  %s\n", "D", "P", "dist-opt",
+	printf("%5s %5s %-9s %-13s %12s %7s %12s %12s %12s %12s %12s  %s\n", "D", "P", "dist-opt",
 	       "recompute", "step", "bubble", "exposed red", "update", "peak memory", "tokens/s",
 	       "lower bound", "");
 	for (int i = 0; i < so->nrows; i++) {
@@ -372,7 +372,7 @@ void print_scaleout_table(const ir_module *m, const scaleout *so)
 			         100 * row->recompute_share);
 		else
 			snprintf(rc, sizeof rc, "%s", ir_recompute_names[row->recompute]);
-		printf("%5lld %5lld %-9s %-10s", (long long)row->dp, (long long)row->pp,
+		printf("%5lld %5lld %-9s %-13s", (long long)row->dp, (long long)row->pp,
 		       row->dp == 1 ? "-" : row->dist_opt ? "on" : "off", rc);
 		if (!row->ok) {
 			printf(" %s\n", row->why);
