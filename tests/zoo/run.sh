@@ -2,15 +2,16 @@
 # Every model of the zoo (and every good input of tests/good) plans at several device counts, its plan verifies,
 # and its IR text prints back unchanged through `octopipe opt`.
 #   run.sh OCTOPIPE REPO_ROOT
-# OCTO_TEST_QUICK=1 (the sanitizer build) plans at 1 and 4 devices and the
-# baselines at P=4, M=8 only: the same code paths, which is what the
-# sanitizers add to the full pass.
+# OCTO_TEST_QUICK=1 (the sanitizer build) plans at 1 and 4 devices, the
+# baselines at P=4, M=8 only, and the tuned plans with an effort of 200
+# plans judged a tuner: the same code paths, which is what the sanitizers
+# add to the full pass.
 set -u
 bin=$1 root=$2
 cd "$root" || exit 2
 pass=0 fail=0
-devices="1 2 4 8" shapes=("4 8" "8 16")
-if [ "${OCTO_TEST_QUICK:-0}" = 1 ]; then devices="1 4" shapes=("4 8"); fi
+devices="1 2 4 8" shapes=("4 8" "8 16") effort=()
+if [ "${OCTO_TEST_QUICK:-0}" = 1 ]; then devices="1 4" shapes=("4 8") effort=(--tune-effort 200); fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The good inputs fix their own device count (a given placement).
@@ -35,7 +36,7 @@ done
 # (the default): a plan that verifies and prints back, or, for a model too
 # big for it, the error that names the device.
 for model in models/*.yaml; do
-  if timeout 300 "$bin" plan "$model" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
+  if timeout 300 "$bin" plan "$model" "${effort[@]}" --verify-each -o "$tmp/p.opir" >"$tmp/log" 2>&1; then
     if timeout 300 "$bin" opt "$tmp/p.opir" -o "$tmp/q.opir" >/dev/null 2>&1 && cmp -s "$tmp/p.opir" "$tmp/q.opir"; then
       pass=$((pass + 1))
     else
