@@ -519,6 +519,24 @@ int cost_runtime_stashes(const ir_module *m, int layer, uint64_t *act, uint64_t 
 	return 0;
 }
 
+uint64_t cost_device_scratch(const ir_module *m, int d)
+{
+	uint64_t most = 0;
+	if (ir_times_only(m))
+		return 0;
+	for (int s = 0; s < m->nstages; s++) {
+		const ir_stage *st = &m->stages[s];
+		if (st->device != d)
+			continue;
+		for (int l = st->first; l <= st->last; l++) {
+			rt_sizes sz;
+			if (runtime_sizes(m, l, st->recompute == IR_RECOMP_SELECTIVE, &sz) == 0 && sz.scratch > 0)
+				most = (uint64_t)sz.scratch > most ? (uint64_t)sz.scratch : most;
+		}
+	}
+	return cost_stash_round(most);
+}
+
 int cost_runtime_selective(const ir_module *m, int layer, uint64_t *drop)
 {
 	rt_sizes all, sel;

@@ -31,6 +31,13 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
  * the runtime's exact accumulator. */
 uint64_t cost_resident(const ir_module *m, int layer);
 
+/* The runtime's scratch on device d: one buffer per rank, the most any of
+ * its layers needs (the executor's own size functions, each layer run as
+ * its stage recomputes: selective puts the Mamba scans' chunk states
+ * there).  Allocated with the model, beside the resident bytes, for the
+ * whole run; 0 for layers whose shape is not known (a timing profile). */
+uint64_t cost_device_scratch(const ir_module *m, int d);
+
 /* Bytes per parameter of the optimizer's own state: 8 for AdamW's two f32
  * moments (0 for SGD), plus 4 for the f32 master weights when the dtype is
  * not f32.  What the distributed optimizer shards. */

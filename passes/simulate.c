@@ -567,6 +567,8 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 		if (m->stages[s].device == d)
 			for (int l = m->stages[s].first; l <= m->stages[s].last; l++)
 				sd->resident = ir_sat_add(sd->resident, cost_resident(m, l));
+	/* The runtime's scratch, allocated with the model for the whole run. */
+	sd->scratch = cost_device_scratch(m, d);
 	int *coll_of = malloc(((size_t)dev->nops + 1) * sizeof *coll_of);
 	if (!coll_of)
 		ir_bug("out of memory");
@@ -624,7 +626,7 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 	 * what codegen allocates, so it is the peak (docs/memplan.md). */
 	if (m->memplan)
 		sd->peak_act = m->memplan[d].arena;
-	sd->peak_mem = ir_sat_add(sd->resident, sd->peak_act);
+	sd->peak_mem = ir_sat_add(ir_sat_add(sd->resident, sd->scratch), sd->peak_act);
 }
 
 /* Index the lowered programs: each value's send and receive; on nccl the

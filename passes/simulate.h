@@ -67,8 +67,9 @@ typedef struct sim_device {
 	double coll;         /* its collectives' time on the communication stream */
 	uint64_t resident;   /* weights, gradients, optimizer state of its stages
 	                      * (cost_resident: sharded by the distributed optimizer) */
+	uint64_t scratch;    /* the runtime's scratch (cost_device_scratch) */
 	uint64_t peak_act;   /* peak of stashed activations (F..B) and W stash (B..W) */
-	uint64_t peak_mem;   /* resident + peak_act */
+	uint64_t peak_mem;   /* resident + scratch + peak_act */
 	int peak_inflight;   /* most micro-batches between F and B at once, any stage */
 } sim_device;
 

@@ -575,6 +575,8 @@ static int order(ir_module *c, const knobs *k, bool fit, uint64_t reserve)
 		for (int s = 0; s < S; s++)
 			for (int l = c->stages[s].first; l <= c->stages[s].last; l++)
 				L.limit[c->stages[s].device] -= (int64_t)cost_resident(c, l);
+		for (int d = 0; d < P; d++)
+			L.limit[d] -= (int64_t)cost_device_scratch(c, d);
 	}
 	int rc = list_schedule(&L, k);
 	arena_free(a);

@@ -5,7 +5,7 @@
  * search of the program (not ir_live_buffers' index tables), checks the
  * plan against it, bounds the arena from below by the most bytes live at
  * one op, checks every pair of buffers for overlap, and compares the
- * simulator's peak with resident + arena.  It prints one line per plan:
+ * simulator's peak with resident + scratch + arena.  It prints one line per plan:
  * the arena against that bound and against the running sum the tuner
  * judges plans by (docs/memplan.md quotes them). */
 #include <stdio.h>
@@ -209,7 +209,7 @@ static ir_module *load(const char *model, int devices, int mbs, const char *sche
 }
 
 /* One zoo plan, every check; returns the arena over the tuner's estimate
- * (the most, over devices, of resident + arena minus its peak_mem). */
+ * (the most, over devices, of resident + scratch + arena minus its peak_mem). */
 static void check_plan(const char *model, int P, int M, const char *sched, const char *backend)
 {
 	char what[128];
@@ -220,7 +220,7 @@ static void check_plan(const char *model, int P, int M, const char *sched, const
 	ck_assert_ptr_nonnull(m->memplan);
 	ck_assert_msg(ir_verify(m) == 0, "%s: does not verify", what);
 
-	/* The simulator's peak is resident + arena; without the plan it is the
+	/* The simulator's peak is resident + scratch + arena; without the plan it is the
 	 * running sum the tuner judged the plan by. */
 	sim_result *r = sim_run(m);
 	ir_dev_plan *plan = m->memplan;
@@ -242,7 +242,7 @@ static void check_plan(const char *model, int P, int M, const char *sched, const
 		ck_assert_msg(p->arena >= live, "%s D%d: arena %llu below the live peak %llu", what, d,
 		              (unsigned long long)p->arena, (unsigned long long)live);
 		ck_assert_uint_eq(r->dev[d].peak_act, p->arena);
-		ck_assert_uint_eq(r->dev[d].peak_mem, r->dev[d].resident + p->arena);
+		ck_assert_uint_eq(r->dev[d].peak_mem, r->dev[d].resident + r->dev[d].scratch + p->arena);
 		if (live && (double)p->arena / live > worst_frag)
 			worst_frag = (double)p->arena / live;
 		if (r0->dev[d].peak_act && (double)p->arena / r0->dev[d].peak_act > worst_run)
@@ -878,7 +878,7 @@ START_TEST(test_large)
 	sim_result *r = sim_run(m);
 	ck_assert_ptr_nonnull(r);
 	for (int d = 0; d < 64; d++)
-		ck_assert_uint_eq(r->dev[d].peak_mem, r->dev[d].resident + m->memplan[d].arena);
+		ck_assert_uint_eq(r->dev[d].peak_mem, r->dev[d].resident + r->dev[d].scratch + m->memplan[d].arena);
 	sim_free(r);
 	ir_free(m);
 }
@@ -906,7 +906,7 @@ START_TEST(test_many_buffers)
 		ck_assert_ptr_nonnull(r);
 		for (int d = 0; d < 2; d++) {
 			ck_assert_int_gt(m->memplan[d].nbufs, 100000);
-			ck_assert_uint_eq(r->dev[d].peak_mem, r->dev[d].resident + m->memplan[d].arena);
+			ck_assert_uint_eq(r->dev[d].peak_mem, r->dev[d].resident + r->dev[d].scratch + m->memplan[d].arena);
 		}
 		sim_free(r);
 		ir_free(m);

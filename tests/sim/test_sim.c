@@ -114,7 +114,9 @@ START_TEST(test_memory)
 		 * once, so W stashes never add up. */
 		ck_assert_uint_eq(r->dev[d].peak_act, (uint64_t)(4 - d) * 1000 + 100);
 		ck_assert_uint_eq(r->dev[d].resident, 1 << 20);
-		ck_assert_uint_eq(r->dev[d].peak_mem, (1u << 20) + (uint64_t)(4 - d) * 1000 + 100);
+		ck_assert_uint_eq(r->dev[d].scratch, cost_device_scratch(mod, d));
+		ck_assert_uint_eq(r->dev[d].peak_mem,
+		                  (1u << 20) + r->dev[d].scratch + (uint64_t)(4 - d) * 1000 + 100);
 	}
 	/* tokens/s: 8 micro-batches x 16 tokens in makespan microseconds. */
 	ck_assert_double_eq_tol(r->tokens_per_s, 8 * 16 / (r->makespan * 1e-6), 1e-6);
@@ -466,7 +468,8 @@ START_TEST(test_dp_memory)
 				          m->memplan[0].bufs[i].size == 4 * n;
 			ck_assert(bucket);
 			ck_assert_uint_eq(r->dev[0].peak_act, m->memplan[0].arena);
-			ck_assert_uint_eq(r->dev[0].peak_mem, r->dev[0].resident + m->memplan[0].arena);
+			ck_assert_uint_eq(r->dev[0].peak_mem,
+			                  r->dev[0].resident + r->dev[0].scratch + m->memplan[0].arena);
 		}
 		ck_assert_uint_eq(a->memplan[0].arena, b->memplan[0].arena);
 		ck_assert_uint_eq(ra->dev[0].peak_mem - rb->dev[0].peak_mem, 8 * (n - n / D));

@@ -128,7 +128,7 @@ START_TEST(test_recompute_tight_memory)
 		                   .recompute = full ? "full" : "none"};
 		ir_module *m = fe_load(path, &ov);
 		ck_assert_ptr_nonnull(m);
-		m->cluster.mem = 3u << 20;
+		m->cluster.mem = 3200u << 10;
 		tu_capture();
 		int rc = plan(m);
 		ck_assert_msg(rc == 0, "--recompute %s: %s", ov.recompute, tu_captured());
