@@ -154,15 +154,6 @@ typedef struct search_clock {
 	long effort;   /* a plan's tuner effort (tune_budget.effort) */
 } search_clock;
 
-/* What B runs again of a layer's F under x's recomputation: all of it
- * (full), the Mamba scan's (selective), nothing. */
-static double redo_f(const ir_module *x, const ir_cost *c)
-{
-	return x->plan.recompute == IR_RECOMP_FULL        ? c->f
-	       : x->plan.recompute == IR_RECOMP_SELECTIVE ? c->sel_f
-	                                                  : 0;
-}
-
 /* How much a mode saves of the stash: none, selective, full. */
 static int saving(ir_recompute r)
 {
@@ -224,7 +215,7 @@ static void plan_one(const ir_module *m, const pass_opts *po, double seconds, lo
 	if (row->recompute != IR_RECOMP_NONE) {
 		double f = 0;
 		for (int l = 0; l < x->nlayers; l++)
-			f += redo_f(x, &x->layers[l].cost);
+			f += sim_redo_time(x->plan.recompute, &x->layers[l].cost, false);
 		row->recompute_share = f * (double)ir_local_mb(x) / (double)row->pp / r->makespan;
 	}
 	for (int d = 0; d < r->ndev; d++) {
@@ -316,7 +307,7 @@ static double largest_stage(const ir_module *x, int P)
 	double lo = 0, hi = 0;
 	for (int l = 0; l < x->nlayers; l++) {
 		const ir_cost *c = &x->layers[l].cost;
-		double t = c->f + redo_f(x, c) + c->b + c->w;
+		double t = c->f + sim_redo_time(x->plan.recompute, c, false) + c->b + c->w;
 		lo = t > lo ? t : lo;
 		hi += t;
 	}
@@ -325,7 +316,7 @@ static double largest_stage(const ir_module *x, int P)
 		int stages = 1;
 		for (int l = 0; l < x->nlayers && stages <= P; l++) {
 			const ir_cost *c = &x->layers[l].cost;
-			double t = c->f + redo_f(x, c) + c->b + c->w;
+			double t = c->f + sim_redo_time(x->plan.recompute, c, false) + c->b + c->w;
 			if (run + t > cap)
 				stages++, run = 0;
 			run += t;
@@ -494,6 +485,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		}
 	free(est);
 	int best = -1;
+	bool unplanned = false; /* a candidate was left for the budget */
 	for (int k = 0; k < nord; k++) {
 		int i = order[k];
 		scaleout_row *row = &out->rows[i];
@@ -507,6 +499,7 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		 * tuning: a plan that fits is worth more than the budget. */
 		if (t >= end && best >= 0) {
 			snprintf(row->why, sizeof row->why, "not planned: the tune budget (--tune-budget) ran out");
+			unplanned = true;
 			continue;
 		}
 		ck.k = k + 1;
@@ -552,10 +545,8 @@ ir_module *scaleout_search(const ir_module *m, const pass_opts *po, scaleout *ou
 		best = second_round(m, po, out, c, best, end, &ck);
 	/* What cut the kept plan's search short, for `plan` to say: its
 	 * tuner's seconds or effort, or candidates left unplanned. */
-	b->cut = best >= 0 && c[best].cut;
+	b->cut = unplanned || (best >= 0 && c[best].cut);
 	b->spent = best >= 0 && c[best].spent;
-	for (int i = 0; i < out->nrows; i++)
-		b->cut |= strstr(out->rows[i].why, "tune budget") != NULL;
 	/* The baselines compared afterwards stop by the same deadline. */
 	b->t0 = t0;
 	b->end = end;

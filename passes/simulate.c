@@ -81,7 +81,7 @@ uint64_t sim_boundary_bytes(const ir_module *m)
 /* What a recomputing B runs again of layer c before its own work (hot, or
  * as cold as the B: the cache model): full recomputation the layer's F,
  * selective its sel_f (the scan's F; its share of F's cold time). */
-static double redo_time(ir_recompute rc, const ir_cost *c, bool cold)
+double sim_redo_time(ir_recompute rc, const ir_cost *c, bool cold)
 {
 	switch (rc) {
 	case IR_RECOMP_FULL: return cold ? c->f_cold : c->f;
@@ -98,7 +98,7 @@ double sim_stage_time(const ir_module *m, int stage, ir_op_kind k)
 		const ir_cost *c = &m->layers[l].cost;
 		t += k == IR_OP_F ? c->f : k == IR_OP_B ? c->b : c->w;
 		if (k == IR_OP_B)
-			t += redo_time(rc, c, false);
+			t += sim_redo_time(rc, c, false);
 	}
 	return t;
 }
@@ -485,7 +485,7 @@ static double **cache_times(const ir_module *m, int M)
 				double cold = op->kind == IR_OP_F ? c->f_cold
 				              : op->kind == IR_OP_B ? c->b_cold : c->w_cold;
 				if (redo) /* F again (or its scan), as cold as the B that follows it */
-					hot += redo_time(rc, c, false), cold += redo_time(rc, c, c->cold);
+					hot += sim_redo_time(rc, c, false), cold += sim_redo_time(rc, c, c->cold);
 				double frac = isnan(since) ? 1 : (total - since) / C;
 				t[d][i] += c->cold ? hot + (frac < 1 ? frac : 1) * (cold - hot) : hot;
 				double weights = (double)c->params * wbytes;

@@ -132,6 +132,12 @@ double sim_coll_time(const ir_module *m, ir_comm c, int p, uint64_t bytes);
  * (cost_update_us). */
 double sim_update_time(const ir_module *m, const ir_op *op);
 
+/* What a recomputing B (mode rc) runs again of a layer before its own work,
+ * microseconds, hot or as cold as the B (the cache model): full
+ * recomputation the layer's F, selective its sel_f (the scan's F; its share
+ * of F's cold time), none nothing. */
+double sim_redo_time(ir_recompute rc, const ir_cost *c, bool cold);
+
 /* Time of a stage's op (sum over its layers), microseconds. */
 double sim_stage_time(const ir_module *m, int stage, ir_op_kind k);
 

@@ -271,15 +271,6 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows)
 	}
 }
 
-/* What B runs again of layer l's F under the plan's recomputation (every
- * stage's): all of it (full), the scan's (selective: sel_f), nothing. */
-static double redone(const ir_module *m, const ir_cost *c)
-{
-	return m->plan.recompute == IR_RECOMP_FULL        ? c->f
-	       : m->plan.recompute == IR_RECOMP_SELECTIVE ? c->sel_f
-	                                                  : 0;
-}
-
 void tune_bound_terms(const ir_module *m, double *work, double *path, double *layer, int *heaviest)
 {
 	double M = (double)ir_local_mb(m), w0 = m->nlayers ? m->layers[0].cost.w : 0;
@@ -289,7 +280,7 @@ void tune_bound_terms(const ir_module *m, double *work, double *path, double *la
 	*heaviest = 0;
 	for (int l = 0; l < L; l++) {
 		const ir_cost *c = &m->layers[l].cost;
-		double b = c->b + redone(m, c);
+		double b = c->b + sim_redo_time(m->plan.recompute, c, false);
 		all += c->f + b + c->w;
 		fb += c->f + b;
 		/* pre_f, pre_b: micro-batch 0's forward and backward below l. */
@@ -314,7 +305,7 @@ void tune_bound_terms(const ir_module *m, double *work, double *path, double *la
 		double t = a > b ? a : b;
 		*work = t < *work ? t : *work;
 		pf += c->f;
-		pb += c->b + redone(m, c);
+		pb += c->b + sim_redo_time(m->plan.recompute, c, false);
 	}
 	if (!K)
 		*work = 0;

@@ -208,6 +208,28 @@ static ir_module *load(const char *model, int devices, int mbs, const char *sche
 	return m;
 }
 
+/* The runtime's scratch is in the peak: the LM head's is at least its
+ * logits, mbs x seq x vocab values of the dtype (bf16 here), on the head's
+ * device only (failed before the simulator counted it: the peak was the
+ * resident bytes and the arena). */
+START_TEST(test_scratch_in_peak)
+{
+	ir_module *m = load("llama-3-8b", 2, 4, "1f1b", "nccl");
+	ck_assert_int_eq(pass_run_default(m, NULL), 0);
+	sim_result *r = sim_run(m);
+	ck_assert_ptr_nonnull(r);
+	int head = m->stages[m->nstages - 1].device;
+	uint64_t logits = (uint64_t)m->train.mbs * (uint64_t)m->model.seq * (uint64_t)m->model.vocab * 2;
+	ck_assert_uint_ge(r->dev[head].scratch, logits);
+	ck_assert_uint_lt(r->dev[1 - head].scratch, logits);
+	for (int d = 0; d < 2; d++)
+		ck_assert_uint_eq(r->dev[d].peak_mem,
+		                  r->dev[d].resident + r->dev[d].scratch + m->memplan[d].arena);
+	sim_free(r);
+	ir_free(m);
+}
+END_TEST
+
 /* One zoo plan, every check; returns the arena over the tuner's estimate
  * (the most, over devices, of resident + scratch + arena minus its peak_mem). */
 static void check_plan(const char *model, int P, int M, const char *sched, const char *backend)
@@ -921,6 +943,7 @@ static Suite *memplan_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_zoo, 0, (int)(sizeof zoo / sizeof *zoo));
 	tcase_add_test(tc, test_uniform_1f1b_exact);
+	tcase_add_test(tc, test_scratch_in_peak);
 	tcase_add_test(tc, test_equal_sizes_optimal);
 	tcase_add_test(tc, test_random_layouts_valid_and_deterministic);
 	tcase_add_test(tc, test_rules_by_hand);
