@@ -1,7 +1,7 @@
 /* plan_quality: the tuner's plans against the baselines, on the model zoo
  * and on the published timing profiles.
  *
- *   plan_quality [PROFILES_DIR] [--budget SECONDS]
+ *   plan_quality [PROFILES_DIR] [--budget SECONDS] [--only zoo|profiles]
  *
  * Run from the repository root (PROFILES_DIR defaults to
  * ../shared/profiles).  Table 1 plans the zoo's heterogeneous models and
@@ -358,21 +358,25 @@ int main(int argc, char **argv)
 {
 	const char *dir = "../shared/profiles";
 	double budget = 2;
+	const char *only = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--budget") == 0 && i + 1 < argc) {
 			budget = atof(argv[++i]);
+		} else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc &&
+		           (strcmp(argv[i + 1], "zoo") == 0 || strcmp(argv[i + 1], "profiles") == 0)) {
+			only = argv[++i];
 		} else if (argv[i][0] != '-') {
 			dir = argv[i];
 		} else {
-			fprintf(stderr, "usage: plan_quality [PROFILES_DIR] [--budget SECONDS]\n");
+			fprintf(stderr, "usage: plan_quality [PROFILES_DIR] [--budget SECONDS] [--only zoo|profiles]\n");
 			return 1;
 		}
 	}
 	budget_per_plan = tune_budget_start(budget);
 	double t0 = now();
 	printf("# plan_quality: the tuned schedule against the baselines\n\n");
-	int rc = table_zoo(budget);
-	if (rc == 0)
+	int rc = only && strcmp(only, "profiles") == 0 ? 0 : table_zoo(budget);
+	if (rc == 0 && !(only && strcmp(only, "zoo") == 0))
 		rc = table_profiles(dir, budget);
 	fprintf(stderr, "plan_quality: %.1f s\n", now() - t0);
 	return rc;

@@ -271,6 +271,180 @@ void tune_baselines(const ir_module *m, tune_budget *b, tune_row *rows)
 	}
 }
 
+static int by_size_desc(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+	return (a < b) - (a > b);
+}
+
+/* The whole-layers term (tune.h): the layers' M x (f + b + w), largest
+ * first; any kP + 1 of them put k + 1 on one of P devices, at least the
+ * k + 1 least of those. */
+static double whole_layers(const ir_module *m, int P)
+{
+	int L = m->nlayers;
+	double M = (double)ir_local_mb(m), best = 0;
+	if (L == 0 || P < 1)
+		return 0;
+	double *job = malloc((size_t)L * sizeof *job);
+	ir_assert(job != NULL);
+	for (int l = 0; l < L; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		job[l] = M * (c->f + c->b + sim_redo_time(m->plan.recompute, c, false) + c->w);
+	}
+	qsort(job, (size_t)L, sizeof *job, by_size_desc);
+	for (int k = 0; (int64_t)k * P + 1 <= L; k++) {
+		double sum = 0; /* jobs kP - k .. kP */
+		for (int j = k * P - k; j <= k * P; j++)
+			sum += job[j];
+		best = sum > best ? sum : best;
+	}
+	free(job);
+	return best;
+}
+
+/* ---- whole layers with idle starts ---------------------------------------- */
+
+/* The jobs of a split (split_bound): kind 0, the most frequent size, is
+ * counted per device; kinds 1..ni-1 are the state of the dynamic program
+ * (mixed radix, count + 1 digits each); the rest only count in the
+ * total. */
+typedef struct lsplit {
+	int nk, ni, P;
+	double size[64];
+	int count[64];
+	int radix[64];    /* state digit weights of kinds 1..ni-1 */
+	int nstates;
+	double total;     /* every job's size */
+	double first;     /* layer 0's job: on device 0, whose lowest layer it is */
+	const double *idle;
+	int *dp, *next;   /* per state: the most kind-0 jobs placed, -1: none */
+} lsplit;
+
+/* Could the jobs fit P devices, the i-th holding at most T - idle[i]?  A
+ * relaxation (yes whenever some assignment fits): kinds past ni are
+ * divisible, and device i's idle is the least its place among the
+ * devices' lowest layers allows; device 0 holds layer 0. */
+static bool split_fits(lsplit *x, double T)
+{
+	double room = 0;
+	for (int i = 0; i < x->P; i++)
+		room += T > x->idle[i] ? T - x->idle[i] : 0;
+	if (room < x->total * (1 - 1e-12))
+		return false;
+	int n0 = x->count[0];
+	for (int s = 0; s < x->nstates; s++)
+		x->dp[s] = -1;
+	x->dp[0] = 0;
+	for (int i = 0; i < x->P; i++) {
+		double cap = T - x->idle[i] - (i == 0 ? x->first : 0);
+		if (cap < 0 && i == 0)
+			return false;
+		if (cap < 0)
+			continue;
+		memcpy(x->next, x->dp, (size_t)x->nstates * sizeof *x->next);
+		for (int s = 0; s < x->nstates; s++) {
+			if (x->dp[s] < 0)
+				continue;
+			/* Every addition a (kinds 1..ni-1, within what is left) that fits. */
+			int a[64] = {0}, left[64];
+			for (int k = 1, r = s; k < x->ni; k++)
+				left[k] = x->count[k] - (r / x->radix[k]) % (x->count[k] + 1);
+			for (;;) {
+				double used = 0;
+				int off = 0;
+				for (int k = 1; k < x->ni; k++)
+					used += a[k] * x->size[k], off += a[k] * x->radix[k];
+				if (used <= cap * (1 + 1e-12)) {
+					int fit = (int)fmin(floor((cap - used) / x->size[0] + 1e-9), (double)n0);
+					int v = x->dp[s] + fit > n0 ? n0 : x->dp[s] + fit;
+					if (v > x->next[s + off])
+						x->next[s + off] = v;
+				}
+				int k = 1; /* the next addition: odometer, past a digit that no longer fits */
+				while (k < x->ni && (a[k] == left[k] || used > cap * (1 + 1e-12))) {
+					used -= a[k] * x->size[k];
+					a[k] = 0;
+					k++;
+				}
+				if (k >= x->ni)
+					break;
+				a[k]++;
+			}
+		}
+		int *t = x->dp;
+		x->dp = x->next, x->next = t;
+	}
+	return x->dp[x->nstates - 1] >= n0;
+}
+
+/* The least T at which split_fits, above lo (a valid bound already):
+ * for the jobs job[0..L) on P devices whose i-th by lowest layer idles
+ * idle[i].  Returns the largest T found not to fit (so a bound), or lo
+ * when the jobs have too many kinds to split exactly at this size. */
+static double split_bound(const double *job, int L, const double *idle, int P, double lo)
+{
+	lsplit x = {.P = P, .idle = idle, .first = L ? job[0] : 0, .total = L ? job[0] : 0};
+	for (int l = 1; l < L; l++) {
+		int k = 0;
+		while (k < x.nk && x.size[k] != job[l])
+			k++;
+		if (k == x.nk) {
+			if (x.nk == 64)
+				return lo;
+			x.size[x.nk] = job[l], x.count[x.nk++] = 0;
+		}
+		x.count[k]++;
+		x.total += job[l];
+	}
+	if (x.nk == 0)
+		return lo;
+	/* Kind 0: the most frequent; then the others by size, largest first,
+	 * while the states stay within what P devices x ~50 steps afford. */
+	for (int i = 0; i < x.nk; i++)
+		for (int j = i + 1; j < x.nk; j++) {
+			bool swap = i == 0 ? x.count[j] > x.count[i] || (x.count[j] == x.count[i] && x.size[j] > x.size[i])
+			                   : x.size[j] > x.size[i];
+			if (swap) {
+				double ts = x.size[i];
+				int tc = x.count[i];
+				x.size[i] = x.size[j], x.count[i] = x.count[j];
+				x.size[j] = ts, x.count[j] = tc;
+			}
+		}
+	if (!(x.size[0] > 0))
+		return lo;
+	int most = (int)sqrt(2e7 / (50.0 * P)), states = 1;
+	x.ni = 1;
+	for (int k = 1; k < x.nk; k++) {
+		if ((int64_t)states * (x.count[k] + 1) > most)
+			continue; /* divisible: only the total counts it */
+		double ts = x.size[x.ni];
+		int tc = x.count[x.ni];
+		x.size[x.ni] = x.size[k], x.count[x.ni] = x.count[k];
+		x.size[k] = ts, x.count[k] = tc;
+		x.radix[x.ni++] = states;
+		states *= x.count[x.ni - 1] + 1;
+	}
+	x.nstates = states;
+	x.dp = malloc((size_t)states * sizeof *x.dp);
+	x.next = malloc((size_t)states * sizeof *x.next);
+	ir_assert(x.dp && x.next);
+	double hi = lo > 0 ? lo : x.size[0];
+	for (int i = 0; i < 64 && !split_fits(&x, hi); i++)
+		lo = hi, hi *= 2;
+	for (int i = 0; i < 50 && hi - lo > 1e-9 * hi; i++) {
+		double mid = lo + (hi - lo) / 2;
+		if (split_fits(&x, mid))
+			hi = mid;
+		else
+			lo = mid;
+	}
+	free(x.dp);
+	free(x.next);
+	return lo;
+}
+
 void tune_bound_terms(const ir_module *m, double *work, double *path, double *layer, int *heaviest)
 {
 	double M = (double)ir_local_mb(m), w0 = m->nlayers ? m->layers[0].cost.w : 0;
@@ -309,6 +483,33 @@ void tune_bound_terms(const ir_module *m, double *work, double *path, double *la
 	}
 	if (!K)
 		*work = 0;
+	double whole = whole_layers(m, P);
+	*work = whole > *work ? whole : *work;
+	/* Whole layers and idle starts together: device i by lowest layer
+	 * waits for the forward through layers 0 .. i-1 (and after its last B
+	 * the backward through them and layer 0's W). */
+	if (K) {
+		double *job = malloc((size_t)L * sizeof *job), *idle = malloc((size_t)P * sizeof *idle);
+		ir_assert(job && idle);
+		for (int pass = 0; pass < 2; pass++) {
+			double f = 0, bb = 0;
+			for (int i = 0; i < P; i++) {
+				idle[i] = i < L ? f + (pass ? bb + w0 : 0) : INFINITY;
+				if (i < L) {
+					const ir_cost *c = &m->layers[i].cost;
+					f += c->f;
+					bb += c->b + sim_redo_time(m->plan.recompute, c, false);
+				}
+			}
+			for (int l = 0; l < L; l++) {
+				const ir_cost *c = &m->layers[l].cost;
+				job[l] = M * (c->f + c->b + sim_redo_time(m->plan.recompute, c, false) + (pass ? 0 : c->w));
+			}
+			*work = split_bound(job, L, idle, P, *work);
+		}
+		free(job);
+		free(idle);
+	}
 }
 
 double tune_lower_bound(const ir_module *m)
@@ -327,10 +528,20 @@ double tune_lower_bound(const ir_module *m)
  * forward does (fills the pipeline sooner).  deep_first: among ready
  * forwards, the deepest stage first (finishes micro-batches early), else
  * the oldest micro-batch.  w_lazy: with nothing else ready, a pending W
- * waits if an input is known to arrive before it would end. */
+ * waits if an input is known to arrive before it would end.  pri (NULL:
+ * all 0): per stage s, pri[2s] ranks its F and pri[2s + 1] its B; among
+ * the ready ops of a device the higher rank goes first, and the rules
+ * above break ties (a B and an F of one rank: b_first).  The anytime
+ * search tunes them (anneal). */
 typedef struct knobs {
 	bool b_first, deep_first, w_lazy;
+	const signed char *pri;
 } knobs;
+
+static int rank_of(const knobs *k, int s, ir_op_kind kind)
+{
+	return k->pri ? k->pri[2 * s + (kind == IR_OP_B)] : 0;
+}
 
 typedef struct lsched {
 	ir_module *m;
@@ -425,7 +636,8 @@ static int list_schedule(lsched *L, const knobs *k)
 			if (L->nb[s] < L->nf[s]) {
 				double a = L->arr_b[s * M + L->nb[s]];
 				if (a <= T) {
-					if (best_b < 0 || a < L->arr_b[best_b * M + L->nb[best_b]])
+					int r = rank_of(k, s, IR_OP_B), rb = best_b < 0 ? 0 : rank_of(k, best_b, IR_OP_B);
+					if (best_b < 0 || r > rb || (r == rb && a < L->arr_b[best_b * M + L->nb[best_b]]))
 						best_b = s;
 				} else if (a < ta) {
 					ta = a;
@@ -434,7 +646,9 @@ static int list_schedule(lsched *L, const knobs *k)
 			if (L->nf[s] < M && f_fits(L, d, s)) {
 				double a = L->arr_f[s * M + L->nf[s]];
 				if (a <= T) {
-					if (best_f < 0 || (k->deep_first ? s > best_f : L->nf[s] < L->nf[best_f]))
+					int r = rank_of(k, s, IR_OP_F), rf = best_f < 0 ? 0 : rank_of(k, best_f, IR_OP_F);
+					if (best_f < 0 || r > rf ||
+					    (r == rf && (k->deep_first ? s > best_f : L->nf[s] < L->nf[best_f])))
 						best_f = s;
 				} else if (a < ta) {
 					ta = a;
@@ -444,7 +658,9 @@ static int list_schedule(lsched *L, const knobs *k)
 		bool has_w = L->wh[d] != L->wt[d];
 		ir_op_kind kind;
 		int s;
-		bool b_next = best_b >= 0 && (k->b_first || best_f < 0);
+		bool b_next = best_b >= 0 &&
+		              (best_f < 0 || 2 * rank_of(k, best_b, IR_OP_B) + k->b_first >
+		                                     2 * rank_of(k, best_f, IR_OP_F) + !k->b_first);
 		if (b_next && has_w && !b_fits(L, d, best_b)) {
 			/* The W's first, at once: each frees the W stash the B lacks. */
 			kind = IR_OP_W, s = L->wq[d][L->wh[d]] / M;
@@ -582,7 +798,8 @@ typedef struct cand {
 	int S;
 	int *bound;  /* S + 1 layer boundaries: stage s is [bound[s], bound[s+1]) */
 	int *dev;    /* device of each stage */
-	knobs k;
+	knobs k;     /* its policy; k.pri unused: */
+	signed char *pri; /* NULL, or 2S ranks (knobs.pri) */
 	verdict v;
 } cand;
 
@@ -602,6 +819,9 @@ typedef struct tuner {
 	const char *doing;  /* for the progress line */
 	arena *a;           /* the pass's scratch: the candidates kept */
 	tune_budget *budget;
+	int P;              /* devices of one pipeline */
+	double *pre;        /* per layer l: the F + B + W of layers [0, l) */
+	double *load;       /* per device: balance_devices's scratch */
 } tuner;
 
 /* Stop searching: the deadline passed (the budget's seconds: tune_budget.cut)
@@ -629,12 +849,14 @@ static ir_module *build(const tuner *t, const cand *c)
 	ir_module *x = ir_copy_header(t->m);
 	for (int s = 0; s < c->S; s++)
 		ir_add_stage(x, c->bound[s], c->bound[s + 1] - 1, c->dev[s], (ir_loc){0});
-	if (order(x, &c->k, true, t->reserve) == 0)
+	knobs k = c->k;
+	k.pri = c->pri;
+	if (order(x, &k, true, t->reserve) == 0)
 		return x;
 	/* Memory too tight for this policy: the plan it would run, marked as
 	 * not fitting by the judge, still says how much is missing. */
 	ir_clear_devices(x);
-	if (order(x, &c->k, false, 0) == 0)
+	if (order(x, &k, false, 0) == 0)
 		return x;
 	ir_free(x);
 	return NULL;
@@ -647,6 +869,10 @@ static void copy_cand(arena *a, cand *dst, const cand *src)
 	dst->dev = arena_calloc(a, (size_t)src->S, sizeof *dst->dev);
 	memcpy(dst->bound, src->bound, (size_t)(src->S + 1) * sizeof *dst->bound);
 	memcpy(dst->dev, src->dev, (size_t)src->S * sizeof *dst->dev);
+	if (src->pri) {
+		dst->pri = arena_calloc(a, 2 * (size_t)src->S, sizeof *dst->pri);
+		memcpy(dst->pri, src->pri, 2 * (size_t)src->S * sizeof *dst->pri);
+	}
 }
 
 static bool better(const verdict *a, const verdict *b)
@@ -788,16 +1014,12 @@ static bool balanced_bounds(const ir_module *m, int S, int *bound, double deadli
  * (F + B + W of all their stages) for a fixed placement: steepest descent
  * on the sum of squared loads (then the largest), no simulation.  Cheap, so
  * it runs before the simulator judges the layout. */
-static void balance_devices(const ir_module *m, int S, int P, const int *dev, int *bound,
-                            double deadline, arena *a)
+static void balance_devices(tuner *t, int S, const int *dev, int *bound)
 {
-	double *pre = arena_calloc(a, (size_t)m->nlayers + 1, sizeof *pre); /* prefix sums of work */
-	for (int l = 0; l < m->nlayers; l++) {
-		const ir_cost *c = &m->layers[l].cost;
-		pre[l + 1] = pre[l] + c->f + c->b + c->w;
-	}
-	double *load = arena_calloc(a, (size_t)P, sizeof *load);
-	while (now() < deadline) {
+	const double *pre = t->pre;
+	double *load = t->load;
+	int P = t->P;
+	while (now() < t->deadline) {
 		double best_max = INFINITY, best_sq = INFINITY;
 		int best_i = -1, best_nb = 0;
 		for (int pass = -1; pass < 2 * S; pass++) {
@@ -901,6 +1123,230 @@ static void refine(tuner *t, const cand *from)
 	}
 }
 
+/* ---- the anytime search -------------------------------------------------- */
+
+/* splitmix64: the search's moves come from a fixed seed, so the same
+ * effort ends at the same plan on any machine. */
+static uint64_t rnd(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static int pick(uint64_t *s, int n)
+{
+	return (int)(rnd(s) % (uint64_t)n);
+}
+
+typedef enum { MV_SHIFT, MV_MOVE, MV_SWAP, MV_SPLIT, MV_MERGE, MV_POLICY, MV_RANK, MV_KINDS } move_kind;
+
+/* The stages device d holds in c. */
+static int held(const cand *c, int d)
+{
+	int n = 0;
+	for (int s = 0; s < c->S; s++)
+		n += c->dev[s] == d;
+	return n;
+}
+
+static bool same_policy(const knobs *a, const knobs *b)
+{
+	return a->b_first == b->b_first && a->deep_first == b->deep_first && a->w_lazy == b->w_lazy;
+}
+
+/* dst = src, into dst's buffers (room for the anytime search's largest
+ * layout); src->pri NULL reads as all 0. */
+static void set_cand(cand *dst, const cand *src)
+{
+	dst->S = src->S, dst->k = src->k, dst->v = src->v;
+	memcpy(dst->bound, src->bound, (size_t)(src->S + 1) * sizeof *dst->bound);
+	memcpy(dst->dev, src->dev, (size_t)src->S * sizeof *dst->dev);
+	if (src->pri)
+		memcpy(dst->pri, src->pri, 2 * (size_t)src->S * sizeof *dst->pri);
+	else
+		memset(dst->pri, 0, 2 * (size_t)src->S * sizeof *dst->pri);
+}
+
+/* The ranks a stage's F and B may take (knobs.pri). */
+#define RANK_MAX 3
+
+/* One random move of c into n (set_cand's buffers): shift a boundary by
+ * 1-3 layers, move a stage to another device, swap two stages' devices,
+ * split a stage in two (the new one on a random device, with the ranks of
+ * the one split), merge two neighbours, change the policy, or raise or
+ * lower the rank of one stage's F or B.  Every device keeps a stage.
+ * `fixed`: the placement was given, only boundaries, policy and ranks
+ * move.  False: the move drawn does not apply. */
+static bool neighbour(uint64_t *rs, const cand *c, cand *n, int P, int maxS, bool fixed)
+{
+	int S = c->S;
+	set_cand(n, c);
+	static const move_kind fixed_moves[] = {MV_SHIFT, MV_SHIFT, MV_POLICY, MV_RANK};
+	move_kind mk = fixed ? fixed_moves[pick(rs, 4)] : (move_kind)pick(rs, MV_KINDS);
+	switch (mk) {
+	case MV_SHIFT: {
+		if (S < 2)
+			return false;
+		int i = 1 + pick(rs, S - 1), d = 1 + pick(rs, 3);
+		int nb = c->bound[i] + (pick(rs, 2) ? d : -d);
+		if (nb <= c->bound[i - 1] || nb >= c->bound[i + 1])
+			return false;
+		n->bound[i] = nb;
+		return true;
+	}
+	case MV_MOVE: {
+		int s = pick(rs, S), d = pick(rs, P);
+		if (d == c->dev[s] || held(c, c->dev[s]) < 2)
+			return false;
+		n->dev[s] = d;
+		return true;
+	}
+	case MV_SWAP: {
+		int a = pick(rs, S), b = pick(rs, S);
+		if (c->dev[a] == c->dev[b])
+			return false;
+		n->dev[a] = c->dev[b], n->dev[b] = c->dev[a];
+		return true;
+	}
+	case MV_SPLIT: {
+		int s = pick(rs, S), len = c->bound[s + 1] - c->bound[s];
+		if (S + 1 > maxS || len < 2)
+			return false;
+		for (int i = S; i > s; i--)
+			n->bound[i + 1] = c->bound[i];
+		for (int i = S - 1; i >= s; i--) {
+			n->dev[i + 1] = c->dev[i];
+			n->pri[2 * i + 2] = c->pri[2 * i], n->pri[2 * i + 3] = c->pri[2 * i + 1];
+		}
+		n->bound[s + 1] = c->bound[s] + 1 + pick(rs, len - 1);
+		n->dev[s + 1] = pick(rs, P);
+		n->S = S + 1;
+		return true;
+	}
+	case MV_MERGE: {
+		if (S < 2)
+			return false;
+		int s = pick(rs, S - 1), keep = c->dev[s + pick(rs, 2)];
+		int gone = keep == c->dev[s] ? c->dev[s + 1] : c->dev[s];
+		if (gone != keep && held(c, gone) < 2)
+			return false;
+		n->dev[s] = keep;
+		for (int i = s + 1; i < S - 1; i++) {
+			n->dev[i] = c->dev[i + 1];
+			n->pri[2 * i] = c->pri[2 * i + 2], n->pri[2 * i + 1] = c->pri[2 * i + 3];
+		}
+		for (int i = s + 1; i < S; i++)
+			n->bound[i] = c->bound[i + 1];
+		n->S = S - 1;
+		return true;
+	}
+	case MV_POLICY: {
+		int i = pick(rs, NPOLICIES);
+		if (same_policy(&policies[i], &c->k))
+			return false;
+		n->k = policies[i];
+		return true;
+	}
+	default: {
+		int i = pick(rs, 2 * S), r = c->pri[i] + (pick(rs, 2) ? 1 : -1);
+		if (r < -RANK_MAX || r > RANK_MAX)
+			return false;
+		n->pri[i] = (signed char)r;
+		return true;
+	}
+	}
+}
+
+/* The moves drawn without the best getting faster before the search
+ * ends, where it has converged whatever the effort left: 5000 on the
+ * published configurations (a few hundred stages x micro-batches), fewer
+ * on larger ones, whose every plan takes longer to judge, down to 300;
+ * a count of moves, so the same on any machine. */
+static long patience(const tuner *t, int S)
+{
+	double ops = (double)S * (double)ir_local_mb(t->m);
+	double n = 5000 * 512 / (ops > 1 ? ops : 1);
+	return n > 5000 ? 5000 : n < 300 ? 300 : (long)n;
+}
+
+/* c's real memory plan fits (the cluster's memory unlimited: yes): the
+ * judge's reserve is a guess, and the anytime search goes where it is
+ * thinnest. */
+static bool fits_planned(const tuner *t, const cand *c)
+{
+	if (t->m->cluster.mem == UINT64_MAX)
+		return true;
+	ir_module *x = build(t, c);
+	uint64_t need = 0;
+	bool fits = x && over_after_memplan_fit(t->m, x, &need) < 0;
+	ir_free(x);
+	return fits;
+}
+
+/* The anytime search's last bests, checked from the newest for one whose
+ * memory plan fits. */
+#define HISTORY 16
+
+/* Threshold accepting over neighbour(): from the best plan found, accept
+ * a move whose plan fits and is at most a threshold slower than the
+ * current one (the threshold falls to 0 as the search goes on), and go
+ * back to the best after a run of moves that did not improve it.  Runs
+ * until stop() or patience() moves without a faster best.  It starts
+ * only from a best whose memory plan fits (else pass_tune searches again
+ * with a larger reserve, and the time is left to that search), and ends
+ * at its newest best whose memory plan fits. */
+static void anneal(tuner *t, int maxS, bool fixed)
+{
+	if (!t->have_best || !t->best.v.fits)
+		return;
+	if (maxS < t->best.S)
+		maxS = t->best.S;
+	if (!fits_planned(t, &t->best))
+		return;
+	cand start = t->best, hist[HISTORY];
+	long nh = 0;
+	uint64_t rs = 0x6f637470697065ull; /* fixed: see rnd */
+	cand cur = {0}, n = {0};
+	cand *both[] = {&cur, &n};
+	for (int i = 0; i < 2; i++) {
+		both[i]->bound = arena_calloc(t->a, (size_t)maxS + 1, sizeof *cur.bound);
+		both[i]->dev = arena_calloc(t->a, (size_t)maxS, sizeof *cur.dev);
+		both[i]->pri = arena_calloc(t->a, 2 * (size_t)maxS, sizeof *cur.pri);
+	}
+	set_cand(&cur, &t->best);
+	long since_best = 0, since_restart = 0, enough = patience(t, t->best.S);
+	while (!stop(t) && since_best < enough) {
+		since_best++, since_restart++;
+		if (!neighbour(&rs, &cur, &n, t->P, maxS, fixed) ||
+		    (int64_t)n.S * ir_local_mb(t->m) > PASS_MAX_PAIRS)
+			continue;
+		/* Half the layout moves with the devices' loads evened out after
+		 * them: a stage moved or split mostly needs its neighbours'
+		 * layers shifted to pay off. */
+		if (!fixed && pick(&rs, 2))
+			balance_devices(t, n.S, n.dev, n.bound);
+		if (consider(t, &n)) {
+			since_best = since_restart = 0;
+			hist[nh++ % HISTORY] = t->best; /* consider copied it: its own arrays */
+		}
+		double tau = 0.004 * (1 - (double)since_best / (double)enough);
+		if (n.v.ok && n.v.fits && n.v.makespan <= cur.v.makespan * (1 + tau))
+			set_cand(&cur, &n);
+		if (since_restart >= 200) {
+			since_restart = 0;
+			set_cand(&cur, &t->best);
+		}
+	}
+	for (long i = nh - 1; i >= 0 && i >= nh - HISTORY; i--)
+		if (fits_planned(t, &hist[i % HISTORY])) {
+			t->best = hist[i % HISTORY];
+			return;
+		}
+	t->best = start;
+}
+
 /* What follows the search, in units of one baseline planned, judged,
  * lowered and memory-planned (the first one's time): the final plan's
  * check in pass_tune and again in the pipeline, and the comparison table
@@ -919,7 +1365,13 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 	int P = (int)ir_pipe_devices(m);
 	tuner t = {.m = m, .lb = tune_lower_bound(m), .reserve = reserve, .deadline = deadline,
 	           .effort = tune_effort(b),
-	           .doing = "planning the baselines", .a = cx->scratch, .budget = b};
+	           .doing = "planning the baselines", .a = cx->scratch, .budget = b, .P = P};
+	t.pre = arena_calloc(t.a, (size_t)m->nlayers + 1, sizeof *t.pre);
+	t.load = arena_calloc(t.a, (size_t)P, sizeof *t.load);
+	for (int l = 0; l < m->nlayers; l++) {
+		const ir_cost *c = &m->layers[l].cost;
+		t.pre[l + 1] = t.pre[l] + c->f + c->b + c->w;
+	}
 
 	/* 1. The baselines' plans, their orders run with the backward split
 	 * (the gradient leaves when B ends, as in every tuned plan): never
@@ -1026,7 +1478,7 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 				/* The same placement with the devices' loads evened out. */
 				int *b2 = arena_calloc(t.a, (size_t)S + 1, sizeof *b2);
 				memcpy(b2, bound, (size_t)(S + 1) * sizeof *b2);
-				balance_devices(m, S, P, dev, b2, t.deadline, t.a);
+				balance_devices(&t, S, dev, b2);
 				if (memcmp(b2, bound, (size_t)(S + 1) * sizeof *b2) != 0)
 					try_layout(&t, S, b2, dev);
 			}
@@ -1052,7 +1504,7 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 					bound[S - 1] = n;
 					bound[S] = L;
 					dev[S - 1] = P - 1;
-					balance_devices(m, S, P, dev, bound, t.deadline, t.a);
+					balance_devices(&t, S, dev, bound);
 					try_layout(&t, S, bound, dev);
 				}
 			}
@@ -1068,6 +1520,12 @@ static ir_module *search(ir_module *m, pass_ctx *cx, tune_budget *b, uint64_t re
 	/* 5. Refine the best few layouts, unless the partition was given. */
 	for (int i = 0; i < t.npool && po->partition != IR_PART_GIVEN; i++)
 		refine(&t, &t.pool[i]);
+
+	/* 6. The effort left to the anytime search, from the best plan. */
+	if (po->partition != IR_PART_GIVEN) {
+		t.doing = "searching further";
+		anneal(&t, maxS > m->nlayers ? m->nlayers : maxS, po->nplacement != 0);
+	}
 
 	if (now() >= t.deadline)
 		b->cut = true;

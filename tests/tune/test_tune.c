@@ -330,8 +330,9 @@ START_TEST(test_roundtrip_and_idempotent)
 }
 END_TEST
 
-/* The bound's terms, by brute force over each layer and each number of
- * devices holding layers (tune.h says why each holds). */
+/* The bound's terms, by brute force over each layer, each number of
+ * devices holding layers and each assignment of layers to devices (tune.h
+ * says why each holds). */
 START_TEST(test_lower_bound)
 {
 	ir_module *m = load("tiny-dense", 2, 4, 0);
@@ -359,8 +360,36 @@ START_TEST(test_lower_bound)
 		idle_fb += k * w0;
 		work = fmin(work, fmax((M * all + idle_f) / k, (M * fb + idle_fb) / k));
 	}
-	double want = fmax(fmax(work, path), layer);
-	ck_assert_double_eq_tol(tune_lower_bound(m), want, want * 1e-12);
+	/* Whole layers with idle starts: every assignment of the layers to
+	 * the P devices, each device's largest of its forward wait plus its
+	 * work and its wait, F and B, and tail (tune.h); the bound is at most
+	 * the least of those (its relaxation) and the terms above. */
+	double split = INFINITY;
+	for (int a = 0; a < 1 << L; a++) {
+		double worst = 0;
+		for (int d = 0; d < P; d++) {
+			double all_d = 0, fb_d = 0, pf = 0, pb = 0;
+			int low = -1;
+			for (int l = 0; l < L; l++) {
+				const ir_cost *c = &m->layers[l].cost;
+				if ((a >> l & 1) != d)
+					continue;
+				if (low < 0) {
+					low = l;
+					for (int j = 0; j < l; j++)
+						pf += m->layers[j].cost.f, pb += m->layers[j].cost.b;
+				}
+				all_d += M * (c->f + c->b + c->w);
+				fb_d += M * (c->f + c->b);
+			}
+			if (low >= 0)
+				worst = fmax(worst, fmax(pf + all_d, pf + fb_d + pb + w0));
+		}
+		split = fmin(split, worst);
+	}
+	double want = fmax(fmax(work, path), layer), lb = tune_lower_bound(m);
+	ck_assert_msg(lb >= want * (1 - 1e-12) && lb <= fmax(want, split) * (1 + 1e-9),
+	              "bound %.6f us: the terms give %.6f us, the best split %.6f us", lb, want, split);
 	/* At least the old one's: the work over P, one micro-batch's path, the
 	 * heaviest layer's M micro-batches. */
 	double one = w0, big = 0;
@@ -370,6 +399,42 @@ START_TEST(test_lower_bound)
 		big = fmax(big, c->f + c->b + c->w);
 	}
 	ck_assert(tune_lower_bound(m) >= fmax(fmax(M * all / P, one), M * big) * (1 - 1e-12));
+	ir_free(m);
+}
+END_TEST
+
+/* Layers are whole (tune.h, the work term): with only weight gradients
+ * (no forward or backward, so no idle starts and no chains) the bound is
+ * the best split of whole layers over P devices -- at most the least
+ * largest load of any assignment of layers to devices, found here by
+ * enumerating all of them -- and reaches it when the layers are equal
+ * (4 of 10 on one of 3 devices). */
+START_TEST(test_whole_layers)
+{
+	ir_module *m = load("tiny-dense", 3, 4, 0);
+	ck_assert_int_eq(plan(m), 0);
+	int L = m->nlayers;
+	ck_assert_int_eq(L, 10); /* 3^10 assignments */
+	uint64_t seed = 12345;
+	for (int trial = 0; trial < 20; trial++) {
+		double M = 4, w[10];
+		for (int l = 0; l < L; l++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			w[l] = trial == 0 ? 1.0 : 1.0 + (double)(seed >> 40) / (double)(1 << 24) * 9;
+			m->layers[l].cost = (ir_cost){.known = true, .w = w[l]};
+		}
+		double opt = INFINITY;
+		for (int a = 0; a < 59049; a++) {
+			double load[3] = {0};
+			for (int l = 0, x = a; l < L; l++, x /= 3)
+				load[x % 3] += M * w[l];
+			opt = fmin(opt, fmax(load[0], fmax(load[1], load[2])));
+		}
+		double lb = tune_lower_bound(m);
+		ck_assert_msg(lb <= opt * (1 + 1e-12), "trial %d: bound %g above the best split %g", trial, lb, opt);
+		if (trial == 0)
+			ck_assert_double_eq_tol(lb, 4 * M, 1e-9);
+	}
 	ir_free(m);
 }
 END_TEST
@@ -391,6 +456,7 @@ static Suite *tune_suite(void)
 	tcase_add_test(tc, test_roundtrip_and_idempotent);
 	tcase_add_test(tc, test_tuned_pipeline_skips_the_plan_passes);
 	tcase_add_test(tc, test_lower_bound);
+	tcase_add_test(tc, test_whole_layers);
 	suite_add_tcase(s, tc);
 	return s;
 }
