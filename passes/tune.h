@@ -44,6 +44,16 @@ typedef struct tune_budget {
 	/* Past the deadline, stop even when no plan fits yet (the caller
 	 * already has one that does: a --dp auto search that found a fit). */
 	bool may_fail;
+	/* Set by the tune pass when the fastest plan its search found did not
+	 * fit once lowered and memory-planned and a search keeping more
+	 * memory free gave the plan: refused_keep (1/refused_keep of each
+	 * device kept free by that search; 0: the first search's plan was
+	 * taken), the refused plan's step (us), its device furthest over and
+	 * what that one needs (refused_dev -1: none refused). */
+	int refused_keep;
+	double refused_us;
+	int refused_dev;
+	uint64_t refused_need;
 } tune_budget;
 
 /* A budget of `seconds` counted from now, for the next plan; 0: the

@@ -228,6 +228,10 @@ void plan_compare(const ir_module *m, tune_budget *b, plan_comparison *c)
 	c->spent = b->spent;
 	c->seconds = b->seconds;
 	c->effort = tune_effort(b);
+	c->keep = b->refused_dev >= 0 ? b->refused_keep : 0;
+	c->refused_dev = b->refused_dev;
+	c->refused_us = b->refused_us;
+	c->refused_need = b->refused_need;
 	tune_baselines(m, b, c->rows);
 	c->lower_bound = tune_lower_bound(m);
 }
@@ -265,6 +269,14 @@ void print_comparison(const ir_module *m, const sim_result *r, const plan_compar
 	if (isfinite(best))
 		printf("; %.2fx faster than the best baseline that fits", best / r->makespan);
 	printf(")\n");
+	if (c->keep > 0) {
+		char need[32], has[32];
+		ir_fmt_size(need, sizeof need, c->refused_need);
+		ir_fmt_size(has, sizeof has, m->cluster.mem);
+		printf("the first search's plan (%s) needs %s on D%d once its memory is planned (has %s): "
+		       "the plan above comes from a search keeping 1/%d of each device free\n",
+		       fmt_time(t, sizeof t, c->refused_us), need, c->refused_dev, has, c->keep);
+	}
 	if (c->cut)
 		printf("the tune budget (--tune-budget %g s) cut the search short: more time may find a "
 		       "faster plan\n", c->seconds);

@@ -17,6 +17,11 @@ typedef struct plan_comparison {
 	bool cut, spent;    /* the budget's seconds, or its effort, ended the search */
 	double seconds;     /* the budget */
 	long effort;
+	/* The tuner's fastest plan did not fit once memory-planned (see
+	 * tune_budget.refused_*): keep 0 when it did. */
+	int keep, refused_dev;
+	double refused_us;
+	uint64_t refused_need;
 } plan_comparison;
 
 void plan_compare(const ir_module *m, tune_budget *b, plan_comparison *c);
