@@ -23,7 +23,9 @@
  *    device's program (below), under a few priority policies, and the
  *    simulator times it;
  * 5. refine: move single layers across stage boundaries while the
- *    simulated step gets shorter, until no move helps or the budget ends.
+ *    simulated step gets shorter, until no move helps or the budget ends;
+ * 6. search further (anneal): the effort left to a large-neighbourhood
+ *    search over layouts, policies and per-stage ranks, from a fixed seed.
  * Every candidate is a scratch module (freed after it is judged), so the
  * search never grows the module it writes; the candidates kept live in
  * the pass's scratch arena, a candidate's schedule tables in an arena of
