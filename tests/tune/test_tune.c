@@ -222,8 +222,8 @@ START_TEST(test_deterministic)
 END_TEST
 
 /* An effort ends the search at the same plan each time, says so, and a
- * larger one finds a plan no slower; a search that ends on its own is
- * neither cut nor spent. */
+ * larger one (the default) finds a plan no slower; a deadline far off
+ * never cuts it. */
 START_TEST(test_effort)
 {
 	char *text[2];
@@ -246,7 +246,9 @@ START_TEST(test_effort)
 	ir_module *m = load("nemotron-h-8b", 8, 16, 0);
 	tune_budget b = tune_budget_start(1000);
 	ck_assert_int_eq(plan_within(m, &b), 0);
-	ck_assert(!b.spent && !b.cut); /* the default effort: the search ends where no move helps */
+	/* The default effort: the anytime search may use all of it (spent) or
+	 * end where its patience runs out; the seconds never cut it here. */
+	ck_assert(!b.cut);
 	sim_result *r = sim_run(m);
 	ck_assert_double_le(r->makespan, step[0]);
 	sim_free(r);
