@@ -194,9 +194,13 @@ static int post(rt_ctx *ctx, bool send, int peer, void *buf, size_t bytes, rt_ta
 	if (peer < 0 || peer >= ctx->world)
 		return rt__fail(ctx, RT_EARG, "%s: peer rank %d outside 0..%d", send ? "rt_send" : "rt_recv",
 		                peer, ctx->world - 1);
-	if (bytes > INT_MAX || (bytes && !buf))
-		return rt__fail(ctx, RT_EARG, "%s: %zu bytes at %p: bad buffer (at most %d bytes)",
-		                send ? "rt_send" : "rt_recv", bytes, buf, INT_MAX);
+	if (bytes && !buf)
+		return rt__fail(ctx, RT_EARG, "%s: %zu bytes at NULL", send ? "rt_send" : "rt_recv", bytes);
+	/* MPI counts are ints; NCCL's are size_t. */
+	if (bytes > INT_MAX && !ctx->dcomm)
+		return rt__fail(ctx, RT_EARG, "%s: %zu bytes: over MPI's %d a message (the CUDA ranks "
+		                "talk through NCCL, which takes more)", send ? "rt_send" : "rt_recv",
+		                bytes, INT_MAX);
 	if ((rc = encode_tag(ctx, tag, &mtag)))
 		return rc;
 

@@ -32,6 +32,7 @@
  * Every call is checked; a failure leaves "CALL failed during OP: WHY
  * (rank R)" in the device's err and returns RT_EDEVICE (RT_ENODEV without
  * a device). */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ typedef struct rt_cuda {
 	ncclComm_t nccl;
 	ncclComm_t dp; /* the DP group's (NULL without data parallelism) */
 	int replica;   /* this rank's in it */
+	double timeout_s; /* how long an NCCL call may stay in progress */
 } rt_cuda;
 
 static int fail(rt_cuda *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -107,21 +109,31 @@ static int fail(rt_cuda *c, int code, const char *fmt, ...)
 	} while (0)
 
 /* NCCL calls on a non-blocking communicator may return ncclInProgress:
- * poll ncclCommGetAsyncError until the operation settles. */
-static ncclResult_t nccl_settle(ncclComm_t comm, ncclResult_t r)
+ * poll ncclCommGetAsyncError until the operation settles, for at most the
+ * job's timeout (a peer that never joins would otherwise hold this rank
+ * here for ever); still in progress past it, the caller fails and the
+ * failing rank's abort tears the communicator down. */
+static ncclResult_t nccl_settle(ncclComm_t comm, ncclResult_t r, double timeout_s)
 {
-	while (r == ncclInProgress && comm)
+	int64_t end = rt__now_ns() + (int64_t)(timeout_s * 1e9);
+	while (r == ncclInProgress && comm) {
 		if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
 			break;
+		if (r == ncclInProgress && rt__now_ns() > end)
+			break;
+	}
 	return r;
 }
+/* The call runs before its communicator is read: ncclCommInitRankConfig
+ * writes the handle it is then polled through. */
 #define NCCL_OK(c, call, op)                                                              \
 	do {                                                                                \
-		ncclResult_t e_ = nccl_settle((c)->nccl, (call));                               \
+		ncclResult_t e_ = (call);                                                       \
+		e_ = nccl_settle((c)->nccl, e_, (c)->timeout_s);                                \
 		if (e_ != ncclSuccess)                                                          \
 			return fail(c, RT_EDEVICE, "%s failed during %s: %s (%s) (rank %d)", #call,  \
-			            op, ncclGetErrorString(e_), ncclGetLastError((c)->nccl),        \
-			            (c)->rank);                                                     \
+			            op, e_ == ncclInProgress ? "still in progress after the timeout" \
+			            : ncclGetErrorString(e_), ncclGetLastError((c)->nccl), (c)->rank); \
 	} while (0)
 
 static rt_cuda *self(rt_dev *d)
@@ -137,6 +149,13 @@ static int c_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 {
 	rt_cuda *c = self(d);
 	cudaDataType st = d->bf16 ? CUDA_R_16BF : CUDA_R_32F, ct = c_f32 ? CUDA_R_32F : st;
+	/* cublasGemmEx takes int sizes: a plan's shapes past them are refused,
+	 * not truncated. */
+	if (m < 0 || n < 0 || k < 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX ||
+	    ldb > INT_MAX || ldc > INT_MAX)
+		return fail(c, RT_EARG, "a GEMM of %lld x %lld x %lld (leading dimensions %lld, %lld, "
+		            "%lld): cuBLAS takes sizes up to %d (rank %d)", (long long)m, (long long)n,
+		            (long long)k, (long long)lda, (long long)ldb, (long long)ldc, INT_MAX, c->rank);
 	/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
 	BLAS_OK(c, cublasGemmEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
 	                        (int)n, (int)m, (int)k, &alpha, b, st, (int)ldb, a, st, (int)lda, &beta,
@@ -267,12 +286,14 @@ static const dev_ops cuda_ops = {
 
 /* ---- the NCCL communicator ---------------------------------------------------- */
 
-/* Finalized when it can be, else aborted; NULL is nothing. */
+/* Finalized when it can be within END_COMM_S seconds, else aborted; NULL
+ * is nothing. */
+#define END_COMM_S 30.0
 static void end_comm(ncclComm_t comm)
 {
 	if (!comm)
 		return;
-	if (nccl_settle(comm, ncclCommFinalize(comm)) == ncclSuccess)
+	if (nccl_settle(comm, ncclCommFinalize(comm), END_COMM_S) == ncclSuccess)
 		ncclCommDestroy(comm);
 	else
 		ncclCommAbort(comm);
@@ -298,7 +319,7 @@ static int n_dp_init(void *s, MPI_Comm dpc)
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	cfg.blocking = 0; /* so that a failing rank can ncclCommAbort */
 	r = ncclCommInitRankConfig(&c->dp, n, id, c->replica, &cfg);
-	if ((r = nccl_settle(c->dp, r)) != ncclSuccess)
+	if ((r = nccl_settle(c->dp, r, c->timeout_s)) != ncclSuccess)
 		return fail(c, RT_EDEVICE, "ncclCommInitRankConfig failed during the DP group's "
 		            "bootstrap: %s (%s) (rank %d, replica %d of %d)", ncclGetErrorString(r),
 		            ncclGetLastError(c->dp), c->rank, c->replica, n);
@@ -322,7 +343,7 @@ static int n_coll(void *s, int kind, void *buf, size_t count, bool i64)
 		r = ncclReduceScatter(buf, own, count, ty, ncclSum, c->dp, c->comm);
 	else
 		r = ncclAllGather(own, buf, count, ty, c->dp, c->comm);
-	if ((r = nccl_settle(c->dp, r)) != ncclSuccess)
+	if ((r = nccl_settle(c->dp, r, c->timeout_s)) != ncclSuccess)
 		return fail(c, RT_EDEVICE, "%s failed: %s (%s) (rank %d)",
 		            kind == RT_ALL_REDUCE ? "ncclAllReduce" : kind == RT_REDUCE_SCATTER
 		            ? "ncclReduceScatter" : "ncclAllGather", ncclGetErrorString(r),
@@ -360,11 +381,12 @@ static int n_group_end(void *s, void **done)
 	cudaEvent_t ev;
 	/* a group that returns ncclInProgress settles on each communicator */
 	ncclResult_t r = ncclGroupEnd();
-	if (r == ncclInProgress && (r = nccl_settle(c->nccl, r)) == ncclSuccess && c->dp)
-		r = nccl_settle(c->dp, ncclInProgress);
+	if (r == ncclInProgress && (r = nccl_settle(c->nccl, r, c->timeout_s)) == ncclSuccess && c->dp)
+		r = nccl_settle(c->dp, ncclInProgress, c->timeout_s);
 	if (r != ncclSuccess)
 		return fail(c, RT_EDEVICE, "ncclGroupEnd failed during a group's end: %s (%s) (rank %d)",
-		            ncclGetErrorString(r), ncclGetLastError(c->nccl), c->rank);
+		            r == ncclInProgress ? "still in progress after the timeout"
+		            : ncclGetErrorString(r), ncclGetLastError(c->nccl), c->rank);
 	CUDA_OK(c, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "a group's end");
 	CUDA_OK(c, cudaEventRecord(ev, c->comm), "a group's end");
 	/* The compute stream's next kernels see what the group received, and
@@ -490,7 +512,8 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 }
 
 int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *const *names,
-                    const char *const *ptx, bool nccl, rt_dev **out, char *err, size_t errlen)
+                    const char *const *ptx, bool nccl, double timeout_s, rt_dev **out, char *err,
+                    size_t errlen)
 {
 	*out = NULL;
 	rt_cuda *c = calloc(1, sizeof *c);
@@ -500,6 +523,7 @@ int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *cons
 	}
 	c->rank = rank;
 	c->nranks = nranks;
+	c->timeout_s = timeout_s > 0 ? timeout_s : 600;
 	c->dev = (rt_dev){.ops = &cuda_ops, .bf16 = bf16, .row = 256, .each_block = 256,
 	                  .max_grid = 8192, .rank = rank, .impl = c};
 	int rc = setup(c, nmods, names, ptx, !nccl);
@@ -528,8 +552,8 @@ int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *n
 		return rt__fail(ctx, RT_EARG, "OCTO_COMM=%s: the CUDA ranks talk through nccl (the default) "
 		                "or mpi", mode);
 	rt_dev *dev;
-	int rc = dev_cuda_create(ctx->rank, ctx->world, bf16 != 0, nmods, names, ptx, !use_mpi, &dev,
-	                         ctx->err, sizeof ctx->err);
+	int rc = dev_cuda_create(ctx->rank, ctx->world, bf16 != 0, nmods, names, ptx, !use_mpi,
+	                         ctx->timeout_s, &dev, ctx->err, sizeof ctx->err);
 	if (rc)
 		return rc;
 	return rt__dev_attach(ctx, dev, layer_mod, use_mpi ? NULL : &((rt_cuda *)dev->impl)->dcomm,

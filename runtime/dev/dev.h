@@ -133,10 +133,12 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 /* The device of rank `rank` (its index on its node % the node's devices;
  * a collective when MPI is initialised), its modules loaded from PTX,
  * streams, cuBLAS, and with `nccl` the NCCL communicator of nranks ranks
- * (its id broadcast over MPI_COMM_WORLD: MPI must be initialised).  On failure *out is NULL and err says why (RT_ENODEV
- * without a device). */
+ * (its id broadcast over MPI_COMM_WORLD: MPI must be initialised), whose
+ * calls may stay in progress timeout_s seconds at most (0: 600).  On
+ * failure *out is NULL and err says why (RT_ENODEV without a device). */
 int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *const *names,
-                    const char *const *ptx, bool nccl, rt_dev **out, char *err, size_t errlen);
+                    const char *const *ptx, bool nccl, double timeout_s, rt_dev **out, char *err,
+                    size_t errlen);
 
 /* ---- the layer executor ---------------------------------------------------- */
 

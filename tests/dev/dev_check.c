@@ -198,7 +198,7 @@ static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
 		if (cg_cuda_ptx(name, src, gpu_arch, &ptx, a))
 			exit(2);
 		const char *img = ptx;
-		int rc = dev_cuda_create(0, 1, bf16, 1, &name, &img, false, &dev, err, sizeof err);
+		int rc = dev_cuda_create(0, 1, bf16, 1, &name, &img, false, 0, &dev, err, sizeof err);
 		if (rc) {
 			fprintf(stderr, "dev_check: error: %s\n", err);
 			exit(2);
