@@ -423,9 +423,9 @@ static int check(reader *r)
 		for (int mb = 0; mb < M; mb++) {
 			const ir_loc *f = &first[((size_t)st * M + mb) * 4];
 			const char *missing = !f[0].src                ? "forward F"
+			                      : !f[1].src && f[2].src  ? "I before its W"
 			                      : !f[1].src && !f[3].src ? "backward (B, or I and W)"
 			                      : f[1].src && !f[2].src  ? "weight gradient W after its I"
-			                      : !f[1].src && f[2].src  ? "I before its W"
 			                                               : NULL;
 			if (missing) {
 				ir_loc l = f[2].src && !f[1].src ? f[2] : f[1].src ? f[1] : s->stage_at[st];
@@ -481,6 +481,14 @@ static int layers_list(ir_module *m, const char *list, int S, ir_loc where)
 		diag_error(where, "--layers-per-stage gives %d stages, the schedule has %d", n, S);
 		return -1;
 	}
+	int64_t sum = 0;
+	for (int i = 0; i < S; i++)
+		sum += given[i];
+	if (sum != m->nlayers) {
+		diag_error(where, "--layers-per-stage gives %lld layers, the model has %d", (long long)sum,
+		           m->nlayers);
+		return -1;
+	}
 	m->plan.partition = IR_PART_GIVEN;
 	m->plan.given = given;
 	m->plan.ngiven = S;
@@ -489,11 +497,12 @@ static int layers_list(ir_module *m, const char *list, int S, ir_loc where)
 
 /* The model's partition (or the given one) cut into S stages: the
  * partition pass, asked for S stages of one device each. */
-static int cut(ir_module *m, int S)
+static int cut(ir_module *m, int S, ir_loc last_stage)
 {
 	ir_loc where = ir_loc_or(m->plan_loc, m->loc);
 	if (S > m->nlayers) {
-		diag_error(where, "the schedule has %d stages, but the model has %d layers", S, m->nlayers);
+		diag_error(last_stage, "stage %d: the schedule has %d stages, but the model has %d layers",
+		           S - 1, S, m->nlayers);
 		return -1;
 	}
 	if (m->plan.partition == IR_PART_GIVEN && m->plan.ngiven != S) {
@@ -519,7 +528,7 @@ int tcsv_build(ir_module *m, const tcsv_sched *s, const char *layers_per_stage, 
 	ir_assert(m->cluster.devices == P && m->train.microbatches == s->nmb);
 	if (layers_per_stage && layers_list(m, layers_per_stage, S, where))
 		return -1;
-	if (cut(m, S))
+	if (cut(m, S, s->stage_at[S - 1]))
 		return -1;
 	int64_t *placement = arena_calloc(m->arena, (size_t)S, sizeof *placement);
 	int *per = arena_calloc(m->arena, (size_t)P, sizeof *per);
@@ -647,7 +656,16 @@ int tcsv_export(const ir_module *m, bool comms, const char *path)
 		diag_error((ir_loc){0}, "cannot write '%s': %s", path, strerror(errno));
 		return 1;
 	}
-	ir_loc plan = ir_loc_or(m->plan_loc, m->loc);
+	ir_loc plan = {0}; /* notes about the whole file */
+	if (strcmp(pass_partition_label(m), "uniform") != 0) {
+		/* Torch's schedule names stages, not layers: say how to cut them. */
+		char *list = arena_strdup(m->arena, "");
+		for (int st = 0; st < m->nstages; st++)
+			list = arena_printf(m->arena, "%s%s%d", list, st ? "," : "",
+			                    m->stages[st].last - m->stages[st].first + 1);
+		diag_note(plan, "%s: the file names stages, not their layers; this plan's are not the "
+		          "uniform cut: import it with --layers-per-stage %s", path, list);
+	}
 	if (!torch_style_placement(m))
 		diag_note(plan, "%s: torch's _load_csv takes any stage-to-rank mapping from the rows, but "
 		          "torchtitan builds a rank's stages in loop style (stage s on rank s mod %d) or V "

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Schedule interop with torch.distributed.pipelining (docs/interop.md).
+#  1. Round trip: a plan written with --export-schedule torch-csv (and
+#     torch-csv-comms) and read back with `import` has the same stages,
+#     device programs and proof, and the same simulated step, for every
+#     baseline and a tuned plan.
+#  2. The files hold only torch's action strings, one row per device.
+#  3. Schedules in torch's own format (tests/interop/torch: time steps with
+#     idle cells, I/W or B, comm and FSDP actions, \r\n rows) import, are
+#     proven deadlock-free and simulate to the step of OctoPipe's plan of
+#     the same order.
+# Bad files are tests/interop/bad (the interop_bad test).
+#   run.sh OCTOPIPE REPO_ROOT
+set -u
+bin=$1 root=$2
+cd "$root" || exit 2
+model=models/tiny-hybrid.yaml
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+
+# Everything but the plan line (the imported plan names its own schedule
+# and placement) and comments.
+body() { grep -v -e '^plan ' -e '^;' "$1"; }
+makespan() { "$bin" sim "$1" --json | grep -o '"makespan_s": [0-9.e+-]*'; }
+
+# same A.opir B.opir WHAT: the same programs, proof and simulated step.
+same() {
+  if ! diff <(body "$1") <(body "$2") > "$tmp/diff"; then
+    bad "$3: the imported plan differs:"; head -n 10 "$tmp/diff"; return
+  fi
+  local a b
+  a=$(makespan "$1") b=$(makespan "$2")
+  if [ -z "$a" ] || [ "$a" != "$b" ]; then bad "$3: makespan '$a' then '$b'"; return; fi
+  ok
+}
+
+# 1 and 2: round trips.
+action='[0-9]+(F|I|B|W|SEND_F|RECV_F|SEND_B|RECV_B)[0-9]+|[0-9]+REDUCE_GRAD'
+for spec in "1f1b 4 8" "i1f1b 4 8" "i1f1b 2 6" "gpipe 3 5" "zbh1 4 8" "zbh2 4 8" "zbv 2 4" "tuned 4 8"; do
+  set -- $spec
+  sched=$1 dev=$2 mb=$3 name="$1-$2x$3"
+  for fmt in torch-csv torch-csv-comms; do
+    if ! "$bin" plan $model --schedule "$sched" --devices "$dev" --microbatches "$mb" --dp 1 \
+         --tune-effort 500 -o "$tmp/$name.opir" --export-schedule $fmt "$tmp/$name.csv" \
+         > "$tmp/out" 2>&1; then
+      bad "plan $name --export-schedule $fmt:"; head -n 5 "$tmp/out"; continue
+    fi
+    rows=$(wc -l < "$tmp/$name.csv")
+    [ "$rows" -eq "$dev" ] || bad "$name $fmt: $rows rows for $dev devices"
+    if tr ',' '\n' < "$tmp/$name.csv" | grep -v -x -E "$action" | grep -q .; then
+      bad "$name $fmt: a cell that is not a torch action:"
+      tr ',' '\n' < "$tmp/$name.csv" | grep -v -x -E "$action" | head -n 3
+    fi
+    if [ $fmt = torch-csv ] && grep -q -E 'SEND|RECV|REDUCE' "$tmp/$name.csv"; then
+      bad "$name: torch-csv holds comm actions"
+    fi
+    if [ $fmt = torch-csv-comms ] && ! grep -q SEND_F "$tmp/$name.csv"; then
+      bad "$name: torch-csv-comms holds no SEND_F"
+    fi
+    # A cut other than the model's: the layers the exporter's note gives.
+    cut=$(grep -o -e '--layers-per-stage [0-9,]*' "$tmp/out")
+    if ! "$bin" import "$tmp/$name.csv" --model $model $cut -o "$tmp/$name-back.opir" > "$tmp/out" 2>&1; then
+      bad "import $name ($fmt):"; head -n 5 "$tmp/out"; continue
+    fi
+    same "$tmp/$name.opir" "$tmp/$name-back.opir" "$name ($fmt)"
+  done
+done
+
+# A full backward only where the plan runs the backward as one piece.
+"$bin" plan $model --schedule 1f1b --devices 4 --dp 1 --export-schedule torch-csv "$tmp/f.csv" > /dev/null
+"$bin" plan $model --schedule zbh1 --devices 4 --dp 1 --export-schedule torch-csv "$tmp/s.csv" > /dev/null
+if grep -q -E '[0-9](I|W)[0-9]' "$tmp/f.csv" || ! grep -q -E '[0-9]B[0-9]' "$tmp/f.csv"; then
+  bad "1f1b: not written with full backwards B"
+else ok; fi
+if grep -q -E '[0-9]B[0-9]' "$tmp/s.csv" || ! grep -q -E '[0-9]I[0-9]' "$tmp/s.csv"; then
+  bad "zbh1: not written with I and W"
+else ok; fi
+
+# 3: torch's own format.
+for spec in "zbh1-4rank-8mb zbh1 4 8" "zbh1-2rank-4mb-comms zbh1 2 4" \
+            "interleaved-1f1b-2rank-4stage-4mb i1f1b 2 4"; do
+  set -- $spec
+  file=tests/interop/torch/$1.csv
+  if ! "$bin" import "$file" --model $model -o "$tmp/$1.opir" > "$tmp/out" 2>&1; then
+    bad "import $file:"; head -n 5 "$tmp/out"; continue
+  fi
+  grep -q '^proof nccl ' "$tmp/$1.opir" || bad "$file: no deadlock proof in the imported plan"
+  "$bin" plan $model --schedule "$2" --devices "$3" --microbatches "$4" --dp 1 -o "$tmp/$1-own.opir" > /dev/null
+  same "$tmp/$1-own.opir" "$tmp/$1.opir" "$file against plan --schedule $2"
+done
+
+# An imported plan compiles as it stands (its programs are kept).
+if "$bin" import tests/interop/torch/zbh1-2rank-4mb-comms.csv --model $model --backend mpi \
+     -o "$tmp/mpi.opir" > "$tmp/out" 2>&1 && grep -q '^proof mpi ' "$tmp/mpi.opir"; then ok
+else bad "import --backend mpi:"; head -n 5 "$tmp/out"; fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
