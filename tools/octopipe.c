@@ -107,7 +107,7 @@ static const command commands[] = {
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
 	{"profile", C_PROFILE, "MODEL.yaml -o FILE", "measure every layer's F, B, W and the link between two ranks on the target; write a profile (docs/profile.md)"},
 	{"report", C_REPORT, "DIR", "a compiled plan's simulated step against the traces of its run (docs/report.md)"},
-	{"import", C_IMPORT, "FILE.csv --model MODEL.yaml", "read a torch.distributed.pipelining schedule CSV as a plan of the model: stages, placement and order; lower, prove and simulate it (docs/interop.md)"},
+	{"import", C_IMPORT, "FILE.csv", "with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order); lower, prove and simulate it (docs/interop.md)"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
@@ -655,6 +655,12 @@ static int cmd_import(const args *a)
 		b.val[O_DEVICES] = devices, b.val[O_MICROBATCHES] = mbs, b.val[O_DP] = "1";
 		b.set[O_DEVICES] = b.set[O_MICROBATCHES] = b.set[O_DP] = true;
 		m = load_model(&b);
+		if (m && (m->recompute_auto || m->dp_auto || m->dist_opt_auto)) {
+			cli_error("import plans the file's schedule only: give --recompute none, full or "
+			          "selective, not a search (auto)");
+			ir_free(m);
+			m = NULL;
+		}
 	}
 	sim_result *r = NULL;
 	scaleout so = {0};

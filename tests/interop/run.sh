@@ -97,5 +97,21 @@ if "$bin" import tests/interop/torch/zbh1-2rank-4mb-comms.csv --model $model --b
      -o "$tmp/mpi.opir" > "$tmp/out" 2>&1 && grep -q '^proof mpi ' "$tmp/mpi.opir"; then ok
 else bad "import --backend mpi:"; head -n 5 "$tmp/out"; fi
 
+# The command line: each mistake exits 1 with its message.
+t=tests/interop/torch/zbh1-4rank-8mb.csv
+while IFS='|' read -r want cmdline; do
+  err=$(eval "\"\$bin\" $cmdline" 2>&1 >/dev/null); rc=$?
+  if [ $rc -ne 1 ] || ! printf '%s' "$err" | grep -q -F "$want"; then
+    bad "octopipe $cmdline: exit $rc, wanted 1 and '$want':"; printf '%s\n' "$err" | head -n 3
+  else ok; fi
+done <<LIST
+needs the model it schedules|import $t
+reads a torch.distributed.pipelining schedule, FILE.csv|import x.json --model $model
+not a search (auto)|import $t --model $model --recompute auto
+needs a format and a file|plan $model --export-schedule torch-csv
+writes torch-csv or torch-csv-comms, got 'torch'|plan $model --export-schedule torch $tmp/x.csv
+cannot write '/nonexistent/x.csv'|plan $model --dp 1 --tune-effort 100 --export-schedule torch-csv /nonexistent/x.csv
+LIST
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
