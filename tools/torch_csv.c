@@ -154,7 +154,10 @@ static int parse_action(reader *r, const char *p, size_t n, int line, int col, a
 		for (int k = 0; k < A_COUNT; k++)
 			names[k] = acts[k].name;
 		const char *near = *word ? diag_nearest(word, names, A_COUNT) : NULL;
-		if (near)
+		if (!*word)
+			diag_error(at(r, line, tcol), "an action type must follow the stage index %.*s (F, I, "
+			           "B, W, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD)", (int)i, p);
+		else if (near)
 			diag_error(at(r, line, tcol), "unknown action type '%s'; did you mean '%s'?", word, near);
 		else
 			diag_error(at(r, line, tcol), "unknown action type '%s' (F, I, B, W, SEND_F, RECV_F, "
@@ -170,7 +173,12 @@ static int parse_action(reader *r, const char *p, size_t n, int line, int col, a
 	}
 	out->mb = any ? (int)v : -1;
 	if (i < n) {
-		diag_error(at(r, line, col + (int)i), "unexpected '%c' after the action %.*s", p[i], (int)i, p);
+		unsigned char c = (unsigned char)p[i];
+		if (c < 0x20 || c >= 0x7f)
+			diag_error(at(r, line, col + (int)i), "unexpected byte 0x%02x after the action %.*s", c,
+			           (int)i, p);
+		else
+			diag_error(at(r, line, col + (int)i), "unexpected '%c' after the action %.*s", c, (int)i, p);
 		return -1;
 	}
 	if (!any && acts[kind].needs_mb) {

@@ -97,6 +97,33 @@ if "$bin" import tests/interop/torch/zbh1-2rank-4mb-comms.csv --model $model --b
      -o "$tmp/mpi.opir" > "$tmp/out" 2>&1 && grep -q '^proof mpi ' "$tmp/mpi.opir"; then ok
 else bad "import --backend mpi:"; head -n 5 "$tmp/out"; fi
 
+# Mutations of torch's own files (a byte deleted, inserted or replaced;
+# a fixed seed): each imports (exit 0) or fails at a place in the file
+# (exit 1, "FILE:LINE:COL: error: ..."), without a crash, a sanitizer
+# report or a hang.
+RANDOM=7
+alphabet='0123456789FIBW,;()" _SENDRECVUHAOLGP'$'\n\r'
+for src in tests/interop/torch/*.csv; do
+  text=$(cat "$src"; printf x); text=${text%x}
+  for k in $(seq 1 40); do
+    pos=$((RANDOM % ${#text})) ch=${alphabet:$((RANDOM % ${#alphabet})):1}
+    case $((RANDOM % 3)) in
+      0) m=${text:0:pos}${text:pos+1} ;;
+      1) m=${text:0:pos}$ch${text:pos} ;;
+      *) m=${text:0:pos}$ch${text:pos+1} ;;
+    esac
+    f=$tmp/mutant.csv
+    printf '%s' "$m" > "$f"
+    err=$(timeout 60 "$bin" import "$f" --model $model 2>&1 >/dev/null); rc=$?
+    first=$(printf '%s\n' "$err" | head -n 1)
+    if [ $rc -gt 1 ] || printf '%s' "$err" | grep -q -e Sanitizer -e 'runtime error'; then
+      bad "mutant of $src: exit $rc:"; printf '%s\n' "$err" | head -n 5; cp "$f" "$tmp/../mutant-$k.csv" 2>/dev/null
+    elif [ $rc -eq 1 ] && [ "${first#"$f":[0-9]*:[0-9]*: error: }" = "$first" ]; then
+      bad "mutant of $src: an error not located in the file: $first"; cat "$f" | head -n 3
+    else ok; fi
+  done
+done
+
 # The command line: each mistake exits 1 with its message.
 t=tests/interop/torch/zbh1-4rank-8mb.csv
 while IFS='|' read -r want cmdline; do
