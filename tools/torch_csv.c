@@ -617,9 +617,11 @@ int tcsv_export(const ir_module *m, bool comms, const char *path)
 	bool split = ir_schedule_splits_backward[m->plan.schedule];
 	int M = (int)ir_local_mb(m);
 	int *wdone = calloc((size_t)m->nstages, sizeof *wdone);
+	ir_assert(wdone);
 	for (int d = 0; d < m->ndevices; d++) {
 		const ir_device *dev = &m->devices[d];
 		bool first = true;
+		int fused_w = -1; /* the W a B written as torch's full backward took */
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *op = &dev->ops[i];
 			if (op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV) {
@@ -648,12 +650,12 @@ int tcsv_export(const ir_module *m, bool comms, const char *path)
 				bool fuse = !split && j < dev->nops && dev->ops[j].kind == IR_OP_W &&
 				            dev->ops[j].stage == op->stage && dev->ops[j].mb == op->mb;
 				cell(f, &first, op->stage, fuse ? "B" : "I", op->mb);
-				if (!fuse)
-					continue;
-				i = j; /* its W, taken as part of B */
-			} else {
-				cell(f, &first, op->stage, "W", op->mb);
+				if (fuse)
+					fused_w = j; /* comm ops between the two still follow B */
+				continue;
 			}
+			if (i != fused_w)
+				cell(f, &first, op->stage, "W", op->mb);
 			if (comms && ++wdone[op->stage] == M)
 				cell(f, &first, op->stage, "REDUCE_GRAD", -1);
 		}

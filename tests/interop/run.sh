@@ -39,12 +39,13 @@ same() {
 
 # 1 and 2: round trips.
 action='[0-9]+(F|I|B|W|SEND_F|RECV_F|SEND_B|RECV_B)[0-9]+|[0-9]+REDUCE_GRAD'
-for spec in "1f1b 4 8" "i1f1b 4 8" "i1f1b 2 6" "gpipe 3 5" "zbh1 4 8" "zbh2 4 8" "zbv 2 4" "tuned 4 8"; do
+for spec in "1f1b 4 8" "i1f1b 4 8" "i1f1b 2 6" "gpipe 3 5" "zbh1 4 8" "zbh2 4 8" "zbv 2 4" "tuned 4 8" \
+            "1f1b 4 8 mpi" "i1f1b 2 4 mpi" "zbh1 3 6 mpi"; do
   set -- $spec
-  sched=$1 dev=$2 mb=$3 name="$1-$2x$3"
+  sched=$1 dev=$2 mb=$3 backend=${4:-nccl} name="$1-$2x$3-${4:-nccl}"
   for fmt in torch-csv torch-csv-comms; do
     if ! "$bin" plan $model --schedule "$sched" --devices "$dev" --microbatches "$mb" --dp 1 \
-         --tune-effort 500 -o "$tmp/$name.opir" --export-schedule $fmt "$tmp/$name.csv" \
+         --backend "$backend" --tune-effort 500 -o "$tmp/$name.opir" --export-schedule $fmt "$tmp/$name.csv" \
          > "$tmp/out" 2>&1; then
       bad "plan $name --export-schedule $fmt:"; head -n 5 "$tmp/out"; continue
     fi
@@ -57,12 +58,15 @@ for spec in "1f1b 4 8" "i1f1b 4 8" "i1f1b 2 6" "gpipe 3 5" "zbh1 4 8" "zbh2 4 8"
     if [ $fmt = torch-csv ] && grep -q -E 'SEND|RECV|REDUCE' "$tmp/$name.csv"; then
       bad "$name: torch-csv holds comm actions"
     fi
-    if [ $fmt = torch-csv-comms ] && ! grep -q SEND_F "$tmp/$name.csv"; then
-      bad "$name: torch-csv-comms holds no SEND_F"
+    if [ $fmt = torch-csv-comms ]; then
+      # Every send and receive of the plan, once.
+      ops=$(grep -E '^[[:space:]]+(send|recv) ' "$tmp/$name.opir" | grep -c -v ' off=')
+      cells=$(tr ',' '\n' < "$tmp/$name.csv" | grep -c -E 'SEND_|RECV_')
+      [ "$ops" -gt 0 ] && [ "$ops" -eq "$cells" ] || bad "$name: $ops sends and receives, $cells in the file"
     fi
     # A cut other than the model's: the layers the exporter's note gives.
     cut=$(grep -o -e '--layers-per-stage [0-9,]*' "$tmp/out")
-    if ! "$bin" import "$tmp/$name.csv" --model $model $cut -o "$tmp/$name-back.opir" > "$tmp/out" 2>&1; then
+    if ! "$bin" import "$tmp/$name.csv" --model $model --backend "$backend" $cut -o "$tmp/$name-back.opir" > "$tmp/out" 2>&1; then
       bad "import $name ($fmt):"; head -n 5 "$tmp/out"; continue
     fi
     same "$tmp/$name.opir" "$tmp/$name-back.opir" "$name ($fmt)"
