@@ -5,10 +5,18 @@
 #     device programs and proof, and the same simulated step, for every
 #     baseline and a tuned plan.
 #  2. The files hold only torch's action strings, one row per device.
-#  3. Schedules in torch's own format (tests/interop/torch: time steps with
-#     idle cells, I/W or B, comm and FSDP actions, \r\n rows) import, are
-#     proven deadlock-free and simulate to the step of OctoPipe's plan of
-#     the same order.
+#  3. Schedules in torch's own format import, are proven deadlock-free and
+#     simulate to the step of OctoPipe's plan of the same order.  The files
+#     of tests/interop/torch are ZB-H1 (4 ranks, 8 micro-batches) and
+#     Megatron's interleaved 1F1B (2 ranks, 4 stages, 4 micro-batches) as
+#     docs/schedules.md orders them, written as torch writes a schedule:
+#     laid on unit time steps with empty cells where a rank waits, I and W
+#     (or B), torch's current action names; -merged is ZB-H1 with each I
+#     and the W right after it merged into a full backward B, as torch's
+#     _merge_bw does (a split plan with both: the same programs); -comms
+#     adds the sends and receives, the UNSHARD, RESHARD and REDUCE_GRAD
+#     that torch's lowering adds, and \r\n rows as Python's csv module
+#     ends them.
 # Bad files are tests/interop/bad (the interop_bad test).
 #   run.sh OCTOPIPE REPO_ROOT
 set -u
@@ -84,7 +92,7 @@ if grep -q -E '[0-9]B[0-9]' "$tmp/s.csv" || ! grep -q -E '[0-9]I[0-9]' "$tmp/s.c
 else ok; fi
 
 # 3: torch's own format.
-for spec in "zbh1-4rank-8mb zbh1 4 8" "zbh1-2rank-4mb-comms zbh1 2 4" \
+for spec in "zbh1-4rank-8mb zbh1 4 8" "zbh1-2rank-4mb-comms zbh1 2 4" "zbh1-4rank-8mb-merged zbh1 4 8" \
             "interleaved-1f1b-2rank-4stage-4mb i1f1b 2 4"; do
   set -- $spec
   file=tests/interop/torch/$1.csv
