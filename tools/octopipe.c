@@ -107,7 +107,7 @@ static const command commands[] = {
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
 	{"profile", C_PROFILE, "MODEL.yaml -o FILE", "measure every layer's F, B, W and the link between two ranks on the target; write a profile (docs/profile.md)"},
 	{"report", C_REPORT, "DIR", "a compiled plan's simulated step against the traces of its run (docs/report.md)"},
-	{"import", C_IMPORT, "FILE.csv", "with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order); lower, prove and simulate it (docs/interop.md)"},
+	{"import", C_IMPORT, "FILE.csv", "with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order; one pipeline; --recompute none, full or selective, not auto); lower, prove and simulate it (docs/interop.md)"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
