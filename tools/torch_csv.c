@@ -582,7 +582,7 @@ int tcsv_build(ir_module *m, const tcsv_sched *s, const char *layers_per_stage, 
 static bool torch_style_placement(const ir_module *m)
 {
 	int S = m->nstages, P = m->ndevices;
-	bool loop = true, v = S == 2 * P;
+	bool loop = S % P == 0, v = S == 2 * P;
 	for (int s = 0; s < S; s++) {
 		loop = loop && m->stages[s].device == s % P;
 		v = v && m->stages[s].device == (s < P ? s : 2 * P - 1 - s);
@@ -676,10 +676,19 @@ int tcsv_export(const ir_module *m, bool comms, const char *path)
 		diag_note(plan, "%s: the file names stages, not their layers; this plan's are not the "
 		          "uniform cut: import it with --layers-per-stage %s", path, list);
 	}
+	for (int d = 0, st = 0; d < m->ndevices; d++, st = 0) {
+		while (st < m->nstages && m->stages[st].device != d)
+			st++;
+		if (st == m->nstages) {
+			diag_note(plan, "%s: D%d runs no stage, an empty row: torch builds a rank's schedule "
+			          "from its stages, so every rank of the pipeline group needs one", path, d);
+			break;
+		}
+	}
 	if (!torch_style_placement(m))
 		diag_note(plan, "%s: torch's _load_csv takes any stage-to-rank mapping from the rows, but "
-		          "torchtitan builds a rank's stages in loop style (stage s on rank s mod %d) or V "
-		          "style only, and this placement is neither (docs/interop.md)", path, m->ndevices);
+		          "torchtitan builds a rank's stages in loop style (stage s on rank s mod %d, as many "
+		          "on each) or V style only, and this placement is neither (docs/interop.md)", path, m->ndevices);
 	if (ir_dp(m) > 1)
 		diag_note(plan, "%s: one pipeline's schedule (%lld micro-batches); each of the %lld "
 		          "replicas runs it in its own pipeline group, and the gradients' reduction is "
