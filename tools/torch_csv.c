@@ -685,10 +685,15 @@ int tcsv_export(const ir_module *m, bool comms, const char *path)
 			break;
 		}
 	}
-	if (!torch_style_placement(m))
+	if (!torch_style_placement(m)) {
+		char *map = arena_strdup(m->arena, "");
+		for (int st = 0; st < m->nstages; st++)
+			map = arena_printf(m->arena, "%s%s%d", map, st ? "," : "", m->stages[st].device);
 		diag_note(plan, "%s: torch's _load_csv takes any stage-to-rank mapping from the rows, but "
 		          "torchtitan builds a rank's stages in loop style (stage s on rank s mod %d, as many "
-		          "on each) or V style only, and this placement is neither (docs/interop.md)", path, m->ndevices);
+		          "on each) or V style only, and this placement is neither: build stage s on the "
+		          "s-th of the ranks %s (docs/interop.md)", path, m->ndevices, map);
+	}
 	if (ir_dp(m) > 1)
 		diag_note(plan, "%s: one pipeline's schedule (%lld micro-batches); each of the %lld "
 		          "replicas runs it in its own pipeline group, and the gradients' reduction is "
