@@ -129,7 +129,7 @@ for src in tests/interop/torch/*.csv; do
     err=$(timeout 60 "$bin" import "$f" --model $model 2>&1 >/dev/null); rc=$?
     first=$(printf '%s\n' "$err" | head -n 1)
     if [ $rc -gt 1 ] || printf '%s' "$err" | grep -q -e Sanitizer -e 'runtime error'; then
-      bad "mutant of $src: exit $rc:"; printf '%s\n' "$err" | head -n 5; cp "$f" "$tmp/../mutant-$k.csv" 2>/dev/null
+      bad "mutant of $src: exit $rc:"; printf '%s\n' "$err" | head -n 5; head -c 600 "$f"
     elif [ $rc -eq 1 ] && [ "${first#"$f":[0-9]*:[0-9]*: error: }" = "$first" ]; then
       bad "mutant of $src: an error not located in the file: $first"; cat "$f" | head -n 3
     else ok; fi
