@@ -964,12 +964,17 @@ static sim_result *sim_step(const ir_module *m, diag_sink *ds, const double *con
 		for (int d = 0; d < r->ndev; d++)
 			if (s.pc[d] < m->devices[d].nops) {
 				const ir_op *op = &m->devices[d].ops[s.pc[d]];
+				/* At the op that waits, where it was read (IR text, a
+				 * torch schedule), else at the plan. */
+				ir_loc at = where;
+				if (m->op_loc && m->op_loc[d])
+					at = ir_loc_or(m->op_loc[d][s.pc[d]], where);
 				if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE)
-					diag_sink_error(ds, where, "simulate: the programs cannot run to the end: D%d waits at "
+					diag_sink_error(ds, at, "simulate: the programs cannot run to the end: D%d waits at "
 					                "op %d (wait %s S%d b%d) for a collective that never starts",
 					                d, s.pc[d], ir_comm_names[op->coll], op->stage, op->mb);
 				else
-					diag_sink_error(ds, where, "simulate: the programs cannot run to the end: D%d waits at op %d "
+					diag_sink_error(ds, at, "simulate: the programs cannot run to the end: D%d waits at op %d "
 					                  "(%s S%d m%d) for an input that is never produced",
 					           d, s.pc[d], ir_op_names[op->kind], op->stage, op->mb);
 				break;

@@ -4,10 +4,13 @@
 # to the .err file beside the input, no sanitizer report, no hang.  An input
 # may have a .args file beside it: options put after the input (one line,
 # split at blanks; paths relative to the repository, special files such as
-# /dev/zero allowed), for errors that only flags or other files reach.
-#   expect-errors.sh OCTOPIPE REPO_ROOT DIR COMMAND EXT
+# /dev/zero allowed), for errors that only flags or other files reach;
+# without one, the DEFAULT_ARGS given after EXT.
+#   expect-errors.sh OCTOPIPE REPO_ROOT DIR COMMAND EXT [DEFAULT_ARGS...]
 set -u
 bin=$1 root=$2 dir=$3 cmd=$4 ext=$5
+shift 5
+defaults=("$@")
 cd "$root" || exit 2
 pass=0 fail=0
 for input in "$dir"/*."$ext"; do
@@ -15,7 +18,7 @@ for input in "$dir"/*."$ext"; do
   if [ ! -f "$want_file" ]; then
     echo "FAIL $input: no $want_file"; fail=$((fail + 1)); continue
   fi
-  extra=()
+  extra=("${defaults[@]}")
   args_file=${input%.*}.args
   if [ -f "$args_file" ]; then read -r -a extra < "$args_file"; fi
   err=$(timeout 120 "$bin" "$cmd" "$input" "${extra[@]}" 2>&1 >/dev/null)

@@ -7,6 +7,7 @@
  *   octopipe sim FILE             simulate a plan, print its timing
  *   octopipe profile MODEL.yaml   measure layer and link times on the target
  *   octopipe report DIR           a compiled plan's prediction against its run
+ *   octopipe import FILE.csv      a torch.distributed.pipelining schedule as a plan
  *
  * Options come from one table; each subcommand accepts the ones whose mask
  * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
@@ -19,6 +20,7 @@
 #include "report.h"
 #include "scaleout.h"
 #include "simulate.h"
+#include "torch_csv.h"
 #include "tune.h"
 #include "viz.h"
 
@@ -29,7 +31,8 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE = 32, C_REPORT = 64 };
+enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE = 32, C_REPORT = 64,
+       C_IMPORT = 128 };
 #define C_MODEL (C_PLAN | C_COMPILE | C_SIM)
 #define C_PASSES (C_PLAN | C_COMPILE | C_OPT)
 
@@ -37,21 +40,21 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 #define OPTIONS(X)                                                                      \
 	X(HELP, "--help", NULL, ~0, "show this help")                                       \
 	X(DEVICES, "--devices", "N", C_MODEL, "number of devices (overrides the cluster's)") \
-	X(DTYPE, "--dtype", "f32|bf16|f16", C_MODEL | C_PROFILE, "the model's dtype (overrides model.dtype): what the device stores activations and parameters in (CPU ranks train in f32)") \
+	X(DTYPE, "--dtype", "f32|bf16|f16", C_MODEL | C_PROFILE | C_IMPORT, "the model's dtype (overrides model.dtype): what the device stores activations and parameters in (CPU ranks train in f32)") \
 	X(MICROBATCHES, "--microbatches", "M", C_MODEL, "micro-batches per step")            \
-	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL, "cluster preset or cluster file")      \
+	X(CLUSTER, "--cluster", "NAME|FILE", C_MODEL | C_IMPORT, "cluster preset or cluster file")      \
 	X(SCHEDULE, "--schedule", "NAME", C_MODEL, "schedule: tuned (default), gpipe, 1f1b, i1f1b, zbh1, zbh2, zbv") \
 	X(CHUNKS, "--chunks", "V", C_MODEL, "stages per device (interleaved schedules)")     \
-	X(PARTITION, "--partition", "NAME", C_MODEL, "partition: uniform or balanced")       \
-	X(BACKEND, "--backend", "nccl|mpi", C_MODEL, "transport semantics to lower for and prove (default nccl)") \
+	X(PARTITION, "--partition", "NAME", C_MODEL | C_IMPORT, "partition: uniform or balanced")       \
+	X(BACKEND, "--backend", "nccl|mpi", C_MODEL | C_IMPORT, "transport semantics to lower for and prove (default nccl)") \
 	X(DP, "--dp", "D|auto", C_MODEL, "data parallelism: the devices are D replicas of a pipeline of devices / D, each running microbatches / D of the step's micro-batches (docs/dataparallel.md); auto (plan's and sim's default; compile's is 1): every D that divides both, with the distributed optimizer off and on and the recomputation searched too, the fastest that fits kept") \
 	X(RANK_ORDER, "--rank-order", "auto|pp-inner|dp-inner", C_MODEL, "with --dp: number a pipeline's devices next to each other (pp-inner) or a DP group's (dp-inner); auto, the default: the one whose step simulates faster") \
 	X(DIST_OPT, "--distributed-optimizer", "on|off|auto", C_MODEL, "with --dp: shard the optimizer state over the replicas (reduce-scatter, update of a shard, all-gather); auto, the default with --dp auto: off and on both planned, the faster that fits kept") \
 	X(NO_OVERLAP_PG, "--no-overlap-param-gather", NULL, C_MODEL, "with --distributed-optimizer: wait for each all-gather at the end of its step instead of before its stage's first forward of the next step") \
 	X(DETERMINISTIC, "--deterministic", NULL, C_MODEL, "exact gradient sums: the same losses and weights, bit for bit, for every --dp") \
 	X(BUCKET, "--bucket", "BYTES", C_MODEL, "with --dp: bytes of gradient per collective (default 32MiB; whole layers)") \
-	X(RECOMPUTE, "--recompute", "none|selective|full|auto", C_MODEL, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B; selective drops the Mamba scans' chunk states and runs the scans' F again in B (docs/cost-model.md, \"Recomputation\"); auto, the default with --dp auto: the fastest that fits, searched with D") \
-	X(PROFILE, "--profile", "FILE", C_MODEL, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
+	X(RECOMPUTE, "--recompute", "none|selective|full|auto", C_MODEL | C_IMPORT, "activation recomputation of every stage: full keeps only each stage's input from F to B and runs F again before B; selective drops the Mamba scans' chunk states and runs the scans' F again in B (docs/cost-model.md, \"Recomputation\"); auto, the default with --dp auto: the fastest that fits, searched with D") \
+	X(PROFILE, "--profile", "FILE", C_MODEL | C_IMPORT, "measured F/B/W times that replace the analytic costs (docs/profile.md)") \
 	X(TUNE_BUDGET, "--tune-budget", "SECONDS", C_MODEL | C_OPT, "bound the whole planning in wall time (default 20): the search stops where it got, and the plan says so") \
 	X(TUNE_EFFORT, "--tune-effort", "N", C_MODEL | C_OPT, "bound the tuner's search in plans judged (default 20000): the same plan on any machine unless --tune-budget comes first") \
 	X(PASSES, "--passes", "a,b,c", C_PASSES, "run these passes instead of the default pipeline") \
@@ -60,13 +63,16 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(PRINT_ALL, "--print-ir-after-all", NULL, C_PASSES, "print the IR after every pass") \
 	X(PRINT_PIPELINE, "--print-pipeline", NULL, C_PASSES, "print the pass pipeline and exit") \
 	X(VERIFY_EACH, "--verify-each", NULL, C_PASSES, "verify the IR after every pass")    \
-	X(JSON, "--json", NULL, C_PLAN | C_SIM, "print one JSON object instead of the table") \
-	X(TRACE, "--trace", "FILE.json", C_PLAN | C_SIM, "write the simulated step as a Chrome trace (Perfetto)") \
-	X(SVG, "--svg", "FILE.svg", C_PLAN | C_SIM, "draw the simulated step as an SVG timeline") \
+	X(JSON, "--json", NULL, C_PLAN | C_SIM | C_IMPORT, "print one JSON object instead of the table") \
+	X(TRACE, "--trace", "FILE.json", C_PLAN | C_SIM | C_IMPORT, "write the simulated step as a Chrome trace (Perfetto)") \
+	X(SVG, "--svg", "FILE.svg", C_PLAN | C_SIM | C_IMPORT, "draw the simulated step as an SVG timeline") \
 	X(TARGET, "--target", "cpu|cuda|cuda-emu", C_COMPILE | C_PROFILE, "what the executables run on: cpu (MPI ranks; the default), cuda (the layers on GPUs: NVRTC kernels, cuBLAS, NCCL; docs/cuda.md) or cuda-emu (the cuda ranks with their kernels compiled for the host and run by an emulator: the device path without a GPU, for testing)") \
 	X(GPU_ARCH, "--gpu-arch", "sm_XX", C_COMPILE | C_PROFILE, "cuda: the GPU architecture NVRTC compiles for (default sm_90)") \
 	X(EMIT, "--emit", "llvm,obj|cuda,ptx", C_COMPILE, "also write each rank's LLVM module (DIR/rankN.ll) or keep its object (DIR/rankN.o); cuda: write the kernels' CUDA source (DIR/*.cu) or PTX (DIR/*.ptx)") \
-	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE, "write the IR (plan, opt; '-' for stdout), the executables (compile: a directory) or the profile (profile) there")
+	X(EXPORT_SCHEDULE, "--export-schedule", "torch-csv[-comms] FILE", C_PLAN, "also write the plan's per-rank order as torch.distributed.pipelining's schedule CSV (compute actions; -comms: with SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD) to FILE (docs/interop.md)") \
+	X(MODEL, "--model", "MODEL.yaml", C_IMPORT, "the model the schedule runs (its layers, shape and cluster)") \
+	X(LAYERS_PER_STAGE, "--layers-per-stage", "N,N,...", C_IMPORT, "the layers of each stage of the schedule, in order (default: the model's partition, cut into the file's stages)") \
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE | C_IMPORT, "write the IR (plan, opt, import; '-' for stdout), the executables (compile: a directory) or the profile (profile) there")
 
 typedef enum opt_id {
 #define X(e, f, v, m, h) O_##e,
@@ -101,6 +107,7 @@ static const command commands[] = {
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
 	{"profile", C_PROFILE, "MODEL.yaml -o FILE", "measure every layer's F, B, W and the link between two ranks on the target; write a profile (docs/profile.md)"},
 	{"report", C_REPORT, "DIR", "a compiled plan's simulated step against the traces of its run (docs/report.md)"},
+	{"import", C_IMPORT, "FILE.csv", "with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order; one pipeline; --recompute none, full or selective, not auto); lower, prove and simulate it (docs/interop.md)"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
@@ -112,6 +119,7 @@ typedef struct args {
 	int argi[O_COUNT]; /* where in argv each option was written */
 	int argc;
 	char **argv;
+	const char *export_file; /* --export-schedule's second value */
 } args;
 
 /* The command line as a source, so that an error about a flag is printed
@@ -264,6 +272,12 @@ static int parse_args(int argc, char **argv, args *a)
 		}
 		if (!*a->val[id])
 			return cli_error("option '%s' has an empty value", opts[id].flag);
+		if (id == O_EXPORT_SCHEDULE) {
+			if (i + 1 >= argc || !*argv[i + 1])
+				return cli_error("option '%s' needs a format and a file (%s)", opts[id].flag,
+				                 opts[id].value);
+			a->export_file = argv[++i];
+		}
 	}
 	if (!a->input && !a->set[O_PRINT_PIPELINE] && !(a->set[O_PROFILE] && (a->cmd->bit & C_MODEL)))
 		return cli_error("no input file (usage: octopipe %s %s)", a->cmd->name,
@@ -555,8 +569,26 @@ static void print_tables(const ir_module *m, const sim_result *r, const plan_com
 
 /* ---- commands ------------------------------------------------------------ */
 
+/* --export-schedule's format: 0 compute actions, 1 with comms, -1 after
+ * a message. */
+static int export_format(const args *a)
+{
+	if (!a->set[O_EXPORT_SCHEDULE])
+		return 0;
+	if (strcmp(a->val[O_EXPORT_SCHEDULE], "torch-csv") == 0)
+		return 0;
+	if (strcmp(a->val[O_EXPORT_SCHEDULE], "torch-csv-comms") == 0)
+		return 1;
+	cli_error("--export-schedule writes torch-csv or torch-csv-comms, got '%s'",
+	          a->val[O_EXPORT_SCHEDULE]);
+	return -1;
+}
+
 static int cmd_plan(const args *a)
 {
+	int comms = export_format(a);
+	if (comms < 0)
+		return 1;
 	pipeline pl;
 	int rc = setup_pipeline(a, &pl);
 	if (rc)
@@ -586,12 +618,73 @@ static int cmd_plan(const args *a)
 		}
 		if (a->set[O_OUTPUT])
 			rc = write_ir(a, m);
+		if (!rc && a->set[O_EXPORT_SCHEDULE])
+			rc = tcsv_export(m, comms, a->export_file);
 		if (!rc && r)
 			rc = write_pictures(a, m, r);
 	}
 	sim_free(r);
 	ir_free(m);
 	scaleout_free(&so);
+	return rc;
+}
+
+/* import FILE.csv: a torch.distributed.pipelining schedule (tools/torch_csv.c,
+ * docs/interop.md) on --model: the file's ranks are the devices and its
+ * micro-batches the step's; its stages, placement and order are the plan,
+ * which the lowering passes finish, prove and simulate as any other.  The
+ * input's extension chooses the reader. */
+static int cmd_import(const args *a)
+{
+	size_t n = strlen(a->input);
+	if (n < 5 || strcmp(a->input + n - 4, ".csv") != 0)
+		return cli_error("import reads a torch.distributed.pipelining schedule, FILE.csv; got '%s'",
+		                 a->input);
+	if (!a->set[O_MODEL])
+		return cli_error("import %s needs the model it schedules: --model MODEL.yaml", a->input);
+	arena *ar = arena_new();
+	tcsv_sched *s = tcsv_read(ar, a->input);
+	ir_module *m = NULL;
+	int rc = 1;
+	if (s) {
+		char devices[16], mbs[16];
+		snprintf(devices, sizeof devices, "%d", tcsv_ranks(s));
+		snprintf(mbs, sizeof mbs, "%d", tcsv_microbatches(s));
+		args b = *a;
+		b.input = a->val[O_MODEL];
+		b.val[O_DEVICES] = devices, b.val[O_MICROBATCHES] = mbs, b.val[O_DP] = "1";
+		b.set[O_DEVICES] = b.set[O_MICROBATCHES] = b.set[O_DP] = true;
+		m = load_model(&b);
+		if (m && (m->recompute_auto || m->dp_auto || m->dist_opt_auto)) {
+			cli_error("import plans the file's schedule only: give --recompute none, full or "
+			          "selective, not a search (auto)");
+			ir_free(m);
+			m = NULL;
+		}
+	}
+	sim_result *r = NULL;
+	scaleout so = {0};
+	if (m && pass_run_one(m, PASS_cost, NULL) == 0 &&
+	    tcsv_build(m, s, a->val[O_LAYERS_PER_STAGE], flag_loc(a, O_LAYERS_PER_STAGE)) == 0) {
+		pipeline pl = {.n = pass_lower_passes.n, .po.budget = &budget};
+		memcpy(pl.ids, pass_lower_passes.ids, (size_t)pl.n * sizeof *pl.ids);
+		rc = run_pipeline(&m, &pl, false, false, &r, &so);
+	}
+	if (!rc) {
+		bool ir_to_stdout = a->set[O_OUTPUT] && strcmp(a->val[O_OUTPUT], "-") == 0;
+		if (a->set[O_JSON])
+			print_plan_json(m, r, &so);
+		else if (!ir_to_stdout)
+			print_tables(m, r, NULL, &so);
+		if (a->set[O_OUTPUT])
+			rc = write_ir(a, m);
+		if (!rc && r)
+			rc = write_pictures(a, m, r);
+	}
+	sim_free(r);
+	ir_free(m);
+	scaleout_free(&so);
+	arena_free(ar);
 	return rc;
 }
 
@@ -985,6 +1078,8 @@ int main(int argc, char **argv)
 		return cmd_profile(&a);
 	case C_REPORT:
 		return report_run(a.input);
+	case C_IMPORT:
+		return cmd_import(&a);
 	}
 	ir_bug("unhandled command");
 }
