@@ -28,6 +28,7 @@
 #define __forceinline__ inline
 #define __shared__ static
 #define OCTO_KERNEL static
+#define OCTO_KERNEL_THREADS(n) static
 
 #ifndef OCTO_EMU_ABI_H /* embedded, the header's text is already in front */
 #include "emu_abi.h"

@@ -44,7 +44,7 @@ static const char ENTRY_EMBEDDING[] =
 static const char ENTRY_HEAD[] =
     "OCTO_KERNEL void head_F_lse(const real *z, const int *tgt, float *lse, float *ce)\n"
     "{ head_lse<V>(z, tgt, lse, ce); }\n"
-    "OCTO_KERNEL void head_F_loss(const float *ce, const int *tgt, double *out)\n"
+    "OCTO_KERNEL_THREADS(1) void head_F_loss(const float *ce, const int *tgt, double *out)\n"
     "{ loss_sum(ce, tgt, out, T); }\n"
     "OCTO_KERNEL void head_B_dz(real *z, const float *lse, const int *tgt, float dscale)\n"
     "{ head_dz<V>(z, lse, tgt, dscale, T); }\n";
@@ -95,7 +95,7 @@ static const char ENTRY_FFN[] =
 static const char ENTRY_MOE[] =
     "OCTO_KERNEL void moe_F_route(const real *logit, float *p, float *w, int *sel)\n"
     "{ moe_route<E, K>(logit, p, w, sel, T); }\n"
-    "OCTO_KERNEL void moe_F_layout(const int *sel, int *off, int *slot, int *rowtok)\n"
+    "OCTO_KERNEL_THREADS(1) void moe_F_layout(const int *sel, int *off, int *slot, int *rowtok)\n"
     "{ moe_layout<E, K>(sel, off, slot, rowtok, T); }\n"
     "OCTO_KERNEL void moe_F_gather(const real *u, const int *rowtok, real *X)\n"
     "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n"
@@ -129,7 +129,7 @@ static const char ENTRY_MAMBA[] =
     "{ dt_f<MH, DT_LD>(src, bias, v, dt, T); }\n"
     "OCTO_KERNEL void mamba_F_scan(const real *x, const real *Bm, const real *Cm, const real *dt, const real *Alog, const real *D, real *ys, float *chunks)\n"
     "{ scan_f<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, ys, chunks, MBS); }\n"
-    "OCTO_KERNEL void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const real *dt, const real *Alog, const real *D, const real *dys, const float *chunks, real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
+    "OCTO_KERNEL_THREADS(P) void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const real *dt, const real *Alog, const real *D, const real *dys, const float *chunks, real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
     "{ scan_b<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, dys, chunks, dx, dbp, dcp, ddt, dA, dD, MBS); }\n"
     "OCTO_KERNEL void mamba_B_reduce(const float *dbp, const float *dcp, real *dB, real *dC)\n"
     "{ scan_reduce<MH, G, N, LBC>(dbp, dB, T); scan_reduce<MH, G, N, LBC>(dcp, dC, T); }\n"
@@ -333,14 +333,16 @@ char *cg_cuda_emu_source(const rt_layer_desc *d, bool bf16, const char *table, a
 	put(&b, "extern \"C\" const octo_emu_entry %s[] = {\n    {\"octo_emu_bind\", octo_emu_bind},\n",
 	    table);
 	static const char *const cond[] = {"#if", "#ifdef", "#ifndef", "#elif", "#else", "#endif"};
-	static const char kernel[] = "OCTO_KERNEL void ";
+	/* an entry point: OCTO_KERNEL void NAME( or OCTO_KERNEL_THREADS(n) void NAME( */
+	static const char kernel[] = "OCTO_KERNEL", ret[] = " void ";
 	for (const char *l = e; *l;) {
 		size_t n = strcspn(l, "\n");
 		for (size_t i = 0; i < sizeof cond / sizeof *cond; i++)
 			if (is_directive(l, n, cond[i]))
 				put(&b, "%.*s\n", (int)n, l);
-		if (strncmp(l, kernel, sizeof kernel - 1) == 0) {
-			const char *name = l + sizeof kernel - 1;
+		const char *v = strncmp(l, kernel, sizeof kernel - 1) == 0 ? strstr(l, ret) : NULL;
+		if (v && v < l + n) {
+			const char *name = v + sizeof ret - 1;
 			int k = (int)strcspn(name, "( \n");
 			put(&b, "    {\"%.*s\", octo_emu_thunk<%.*s>::call},\n", k, name, k, name);
 		}

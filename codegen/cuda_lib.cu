@@ -15,8 +15,15 @@
 #ifndef OCTO_ROW
 #define OCTO_ROW 256 /* the host emulator compiles the modules with its own */
 #endif
+/* The entry points of codegen/cuda_kernels.c.  Each declares the most
+ * threads a block it is launched with, so that ptxas keeps its registers
+ * within what such a block may hold (spilling if it must) and the driver
+ * refuses a larger launch by name: OCTO_ROW for the row and "each" kernels
+ * (the runtime's row and each_block), OCTO_KERNEL_THREADS(n) for the few
+ * launched otherwise. */
 #ifndef OCTO_KERNEL
-#define OCTO_KERNEL extern "C" __global__ /* the entry points of codegen/cuda_kernels.c */
+#define OCTO_KERNEL extern "C" __global__ __launch_bounds__(OCTO_ROW)
+#define OCTO_KERNEL_THREADS(n) extern "C" __global__ __launch_bounds__(n)
 #endif
 #ifndef INFINITY /* NVRTC has no <math.h> */
 #define INFINITY __int_as_float(0x7f800000)

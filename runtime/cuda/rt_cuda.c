@@ -29,12 +29,25 @@
  *               OCTO_COMM=mpi: no NCCL; the runtime moves host copies over
  *               MPI, so several ranks can share one GPU.
  *
+ *   kernels     each entry point declares the threads of its blocks
+ *               (__launch_bounds__, codegen/cuda_lib.cu); a launch past the
+ *               driver's limit for the function is refused by name, with
+ *               its registers and local memory.  The local memory of the
+ *               rank's kernels (the largest stack frame x the threads the
+ *               device can hold) is reserved at setup, before the runtime's
+ *               buffers, and its size reported, so a plan that does not
+ *               leave room for it fails there, not at the first launch.
+ *               OCTO_CUDA_SYNC=1 waits for the device after every launch
+ *               and GEMM, so an asynchronous fault names its kernel.
+ *
  * Every call is checked; a failure leaves "CALL failed during OP: WHY
  * (rank R)" in the device's err and returns RT_EDEVICE (RT_ENODEV without
- * a device). */
+ * a device); the driver's results are named (CUDA_ERROR_...), and a module
+ * the driver cannot load brings the JIT's log. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +61,23 @@
 #include "dev.h"
 #include "rt_internal.h"
 
-typedef CUresult (*pfn_load)(CUmodule *, const void *);
+typedef CUresult (*pfn_load)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+typedef CUresult (*pfn_errname)(CUresult, const char **);
+typedef CUresult (*pfn_attr)(int *, CUfunction_attribute, CUfunction);
+typedef CUresult (*pfn_count)(unsigned *, CUmodule);
+typedef CUresult (*pfn_enum)(CUfunction *, unsigned, CUmodule);
 typedef CUresult (*pfn_getfn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*pfn_unload)(CUmodule);
 typedef CUresult (*pfn_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
 
-/* A kernel looked up once: (module, name) -> function. */
+/* A kernel looked up once: (module, name) -> function, and the most
+ * threads a block of it may have. */
 typedef struct kfn {
 	int mod;
 	char name[64];
 	CUfunction f;
+	int max_threads;
 } kfn;
 
 typedef struct rt_cuda {
@@ -71,6 +90,8 @@ typedef struct rt_cuda {
 	pfn_getfn getfn;
 	pfn_unload unload;
 	pfn_launch launch;
+	pfn_errname errname;
+	pfn_attr attr;
 	kfn *fns;
 	int nfns, capfns;
 	cublasHandle_t blas;
@@ -80,6 +101,8 @@ typedef struct rt_cuda {
 	ncclComm_t dp; /* the DP group's (NULL without data parallelism) */
 	int replica;   /* this rank's in it */
 	double timeout_s; /* how long an NCCL call may stay in progress */
+	bool sync_each;   /* OCTO_CUDA_SYNC=1: wait after every launch and GEMM */
+	size_t local_bytes; /* device memory the kernels' local memory took at setup */
 } rt_cuda;
 
 static int fail(rt_cuda *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -141,6 +164,29 @@ static rt_cuda *self(rt_dev *d)
 	return d->impl;
 }
 
+/* The driver's name of r (CUDA_ERROR_...), or its number. */
+static const char *cu_name(rt_cuda *c, CUresult r, char buf[32])
+{
+	const char *s = NULL;
+	if (c->errname && c->errname(r, &s) == CUDA_SUCCESS && s)
+		return s;
+	snprintf(buf, 32, "CUresult %d", (int)r);
+	return buf;
+}
+
+/* With OCTO_CUDA_SYNC=1, the device's work so far, waited for: a fault is
+ * then reported at the launch or GEMM that made it. */
+static int sync_after(rt_cuda *c, const char *what, const char *name)
+{
+	if (!c->sync_each)
+		return RT_OK;
+	cudaError_t e = cudaStreamSynchronize(c->compute);
+	if (e != cudaSuccess)
+		return fail(c, RT_EDEVICE, "%s %s failed on the device: %s (rank %d)", what, name,
+		            cudaGetErrorString(e), c->rank);
+	return RT_OK;
+}
+
 /* ---- dev_ops ------------------------------------------------------------------ */
 
 static int c_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -161,6 +207,11 @@ static int c_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 	                        (int)n, (int)m, (int)k, &alpha, b, st, (int)ldb, a, st, (int)lda, &beta,
 	                        cc, ct, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 	        "a GEMM");
+	if (c->sync_each) {
+		char what[96];
+		snprintf(what, sizeof what, "%lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
+		return sync_after(c, "the GEMM", what);
+	}
 	return RT_OK;
 }
 
@@ -169,32 +220,45 @@ static int c_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned 
 	rt_cuda *c = self(d);
 	if (mod < 0 || mod >= c->nmods)
 		return fail(c, RT_EARG, "no kernel module %d (%d loaded) (rank %d)", mod, c->nmods, c->rank);
-	CUfunction f = NULL;
-	for (int i = 0; i < c->nfns && !f; i++)
+	char nb[32];
+	kfn *k = NULL;
+	for (int i = 0; i < c->nfns && !k; i++)
 		if (c->fns[i].mod == mod && strcmp(c->fns[i].name, fn) == 0)
-			f = c->fns[i].f;
-	if (!f) {
+			k = &c->fns[i];
+	if (!k) {
+		CUfunction f = NULL;
+		int maxt = 0;
 		CUresult r = c->getfn(&f, c->mods[mod], fn);
+		if (r == CUDA_SUCCESS)
+			r = c->attr(&maxt, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
 		if (r != CUDA_SUCCESS)
-			return fail(c, RT_EDEVICE, "cuModuleGetFunction(%s) failed in module %s: CUresult %d (rank %d)",
-			            fn, c->names[mod], (int)r, c->rank);
+			return fail(c, RT_EDEVICE, "cuModuleGetFunction(%s) failed in module %s: %s (rank %d)",
+			            fn, c->names[mod], cu_name(c, r, nb), c->rank);
 		if (c->nfns == c->capfns) {
 			int cap = c->capfns ? 2 * c->capfns : 32;
-			kfn *k = realloc(c->fns, (size_t)cap * sizeof *k);
-			if (!k)
+			kfn *more = realloc(c->fns, (size_t)cap * sizeof *more);
+			if (!more)
 				return fail(c, RT_ENOMEM, "out of host memory (rank %d)", c->rank);
-			c->fns = k;
+			c->fns = more;
 			c->capfns = cap;
 		}
-		c->fns[c->nfns] = (kfn){.mod = mod, .f = f};
-		snprintf(c->fns[c->nfns].name, sizeof c->fns[c->nfns].name, "%s", fn);
-		c->nfns++;
+		k = &c->fns[c->nfns++];
+		*k = (kfn){.mod = mod, .f = f, .max_threads = maxt};
+		snprintf(k->name, sizeof k->name, "%s", fn);
 	}
-	CUresult r = c->launch(f, grid, 1, 1, block, 1, 1, 0, c->compute, args, NULL);
+	if ((int64_t)block > k->max_threads) {
+		int regs = 0, local = 0;
+		c->attr(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k->f);
+		c->attr(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k->f);
+		return fail(c, RT_EDEVICE, "kernel %s of module %s: a block of %u threads, but it takes at "
+		            "most %d (%d registers, %d bytes of local memory a thread) (rank %d)", fn,
+		            c->names[mod], block, k->max_threads, regs, local, c->rank);
+	}
+	CUresult r = c->launch(k->f, grid, 1, 1, block, 1, 1, 0, c->compute, args, NULL);
 	if (r != CUDA_SUCCESS)
-		return fail(c, RT_EDEVICE, "cuLaunchKernel(%s, %u x %u) failed in module %s: CUresult %d (rank %d)",
-		            fn, grid, block, c->names[mod], (int)r, c->rank);
-	return RT_OK;
+		return fail(c, RT_EDEVICE, "cuLaunchKernel(%s, %u x %u) failed in module %s: %s (rank %d)",
+		            fn, grid, block, c->names[mod], cu_name(c, r, nb), c->rank);
+	return sync_after(c, "the kernel", fn);
 }
 
 static int c_copy(rt_dev *d, void *dst, const void *src, size_t bytes, dev_dir dir)
@@ -220,8 +284,9 @@ static int c_alloc(rt_dev *d, size_t bytes, void **p)
 	rt_cuda *c = self(d);
 	cudaError_t e = cudaMalloc(p, bytes);
 	if (e != cudaSuccess)
-		return fail(c, RT_ENOMEM, "cudaMalloc of %zu bytes failed: %s (rank %d, device %d)", bytes,
-		            cudaGetErrorString(e), c->rank, c->device);
+		return fail(c, RT_ENOMEM, "cudaMalloc of %zu bytes failed: %s (rank %d, device %d; the "
+		            "kernels' local memory holds %.1f MiB of it)", bytes, cudaGetErrorString(e),
+		            c->rank, c->device, (double)c->local_bytes / (1 << 20));
 	return RT_OK;
 }
 
@@ -432,12 +497,57 @@ static const char *n_error(void *s)
 
 /* ---- setup ------------------------------------------------------------------------ */
 
-static int driver_fn(rt_cuda *c, const char *sym, void **fn)
+static int driver_fn(rt_cuda *c, const char *sym, unsigned version, void **fn)
 {
 	enum cudaDriverEntryPointQueryResult q;
-	CUDA_OK(c, cudaGetDriverEntryPointByVersion(sym, fn, 12000, cudaEnableDefault, &q), sym);
+	CUDA_OK(c, cudaGetDriverEntryPointByVersion(sym, fn, version, cudaEnableDefault, &q), sym);
 	if (q != cudaDriverEntryPointSuccess || !*fn)
 		return fail(c, RT_EDEVICE, "the CUDA driver has no %s (rank %d)", sym, c->rank);
+	return RT_OK;
+}
+
+/* The local memory of the rank's kernels, reserved now: the driver would
+ * otherwise grow it at the first launch that needs more than it holds
+ * (the largest stack frame x every thread the device can hold: GiBs for
+ * a scan kernel's frame), after the runtime's buffers took the memory. */
+static int reserve_local(rt_cuda *c, pfn_count count, pfn_enum enumerate)
+{
+	int frame = 0;
+	char nb[32];
+	const char *at = "";
+	for (int i = 0; i < c->nmods; i++) {
+		unsigned n = 0;
+		CUresult r = count(&n, c->mods[i]);
+		CUfunction *fs = r == CUDA_SUCCESS && n ? malloc(n * sizeof *fs) : NULL;
+		if (r == CUDA_SUCCESS && n && !fs)
+			return fail(c, RT_ENOMEM, "out of host memory (rank %d)", c->rank);
+		if (r == CUDA_SUCCESS && n)
+			r = enumerate(fs, n, c->mods[i]);
+		for (unsigned j = 0; r == CUDA_SUCCESS && j < n; j++) {
+			int local = 0;
+			if ((r = c->attr(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fs[j])) == CUDA_SUCCESS &&
+			    local > frame) {
+				frame = local;
+				at = c->names[i];
+			}
+		}
+		free(fs);
+		if (r != CUDA_SUCCESS)
+			return fail(c, RT_EDEVICE, "the functions of module %s: %s (rank %d)", c->names[i],
+			            cu_name(c, r, nb), c->rank);
+	}
+	size_t limit = 0, before = 0, after = 0, total = 0;
+	CUDA_OK(c, cudaDeviceGetLimit(&limit, cudaLimitStackSize), "device setup");
+	if ((size_t)frame <= limit)
+		return RT_OK;
+	CUDA_OK(c, cudaMemGetInfo(&before, &total), "device setup");
+	cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, (size_t)frame);
+	if (e != cudaSuccess)
+		return fail(c, RT_ENOMEM, "the local memory of module %s's kernels (%d bytes a thread) "
+		            "does not fit on device %d: %s (rank %d)", at, frame, c->device,
+		            cudaGetErrorString(e), c->rank);
+	CUDA_OK(c, cudaMemGetInfo(&after, &total), "device setup");
+	c->local_bytes = before > after ? before - after : 0;
 	return RT_OK;
 }
 
@@ -471,10 +581,16 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 	c->dev.cache_bytes = l2 > 0 ? (size_t)l2 : (size_t)40 << 20;
 
 	pfn_load load;
-	if ((rc = driver_fn(c, "cuModuleLoadData", (void **)&load)) ||
-	    (rc = driver_fn(c, "cuModuleGetFunction", (void **)&c->getfn)) ||
-	    (rc = driver_fn(c, "cuModuleUnload", (void **)&c->unload)) ||
-	    (rc = driver_fn(c, "cuLaunchKernel", (void **)&c->launch)))
+	pfn_count count;
+	pfn_enum enumerate;
+	if ((rc = driver_fn(c, "cuGetErrorName", 12000, (void **)&c->errname)) ||
+	    (rc = driver_fn(c, "cuModuleLoadDataEx", 12000, (void **)&load)) ||
+	    (rc = driver_fn(c, "cuModuleGetFunction", 12000, (void **)&c->getfn)) ||
+	    (rc = driver_fn(c, "cuModuleUnload", 12000, (void **)&c->unload)) ||
+	    (rc = driver_fn(c, "cuLaunchKernel", 12000, (void **)&c->launch)) ||
+	    (rc = driver_fn(c, "cuFuncGetAttribute", 12000, (void **)&c->attr)) ||
+	    (rc = driver_fn(c, "cuModuleGetFunctionCount", 12040, (void **)&count)) ||
+	    (rc = driver_fn(c, "cuModuleEnumerateFunctions", 12040, (void **)&enumerate)))
 		return rc;
 	c->mods = calloc((size_t)nmods + 1, sizeof *c->mods);
 	c->names = calloc((size_t)nmods + 1, sizeof *c->names);
@@ -484,11 +600,17 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 		if (!(c->names[i] = strdup(names[i])))
 			return fail(c, RT_ENOMEM, "out of host memory (rank %d)", c->rank);
 		c->nmods = i + 1;
-		CUresult r = load(&c->mods[i], ptx[i]);
+		char log[2048] = "", nb[32];
+		CUjit_option opt[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+		void *val[2] = {log, (void *)(uintptr_t)(sizeof log - 1)};
+		CUresult r = load(&c->mods[i], ptx[i], 2, opt, val);
 		if (r != CUDA_SUCCESS)
-			return fail(c, RT_EDEVICE, "cuModuleLoadData failed during the load of module %s: "
-			            "CUresult %d (rank %d)", names[i], (int)r, c->rank);
+			return fail(c, RT_EDEVICE, "cuModuleLoadDataEx failed during the load of module %s: "
+			            "%s (rank %d)%s%.1500s", names[i], cu_name(c, r, nb), c->rank,
+			            log[0] ? "; the JIT's log: " : "", log);
 	}
+	if ((rc = reserve_local(c, count, enumerate)))
+		return rc;
 	BLAS_OK(c, cublasCreate(&c->blas), "cuBLAS setup");
 	CUDA_OK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "stream setup");
 	CUDA_OK(c, cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking), "stream setup");
@@ -524,6 +646,8 @@ int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *cons
 	c->rank = rank;
 	c->nranks = nranks;
 	c->timeout_s = timeout_s > 0 ? timeout_s : 600;
+	const char *sync = getenv("OCTO_CUDA_SYNC");
+	c->sync_each = sync && strcmp(sync, "1") == 0;
 	c->dev = (rt_dev){.ops = &cuda_ops, .bf16 = bf16, .row = 256, .each_block = 256,
 	                  .max_grid = 8192, .rank = rank, .impl = c};
 	int rc = setup(c, nmods, names, ptx, !nccl);
@@ -546,7 +670,10 @@ int rt_device_attach_cuda(rt_ctx *ctx, int bf16, int nmods, const char *const *n
 {
 	if (!ctx || nmods < 0 || (nmods && (!names || !ptx)) || !layer_mod)
 		return RT_EARG;
-	const char *mode = getenv("OCTO_COMM");
+	const char *mode = getenv("OCTO_COMM"), *sync = getenv("OCTO_CUDA_SYNC");
+	if (sync && *sync && strcmp(sync, "0") != 0 && strcmp(sync, "1") != 0)
+		return rt__fail(ctx, RT_EARG, "OCTO_CUDA_SYNC=%s: 1 waits for the device after every "
+		                "launch and GEMM, 0 (the default) does not", sync);
 	bool use_mpi = mode && strcmp(mode, "mpi") == 0;
 	if (mode && *mode && !use_mpi && strcmp(mode, "nccl") != 0)
 		return rt__fail(ctx, RT_EARG, "OCTO_COMM=%s: the CUDA ranks talk through nccl (the default) "

@@ -9,6 +9,11 @@
 set -u
 OCTO=$1
 SRC=$2
+# ptxas (the toolkit's, third argument) assembles the sm_90 PTX: each entry
+# point declares its block size (__launch_bounds__, .maxntid) and its
+# registers for a block that size fit an SM's register file; the entries
+# with local memory (stack frame, spills) are listed at the end.
+PTXAS=${3:-}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 pass=0 fail=0
@@ -24,6 +29,40 @@ declare -A ENTRIES=(
 	[moe]="moe_F_route moe_F_layout moe_F_gather moe_F_combine moe_F_act moe_B_route moe_B_act moe_B_scatter moe_W_gather moe_W_norm"
 	[mamba]="mamba_F_conv mamba_F_dt mamba_F_scan mamba_B_scan mamba_B_reduce mamba_B_dt mamba_B_dcv mamba_B_xpre mamba_B_conv mamba_W_conv mamba_W_alog mamba_W_dtbias"
 )
+
+# registers MODEL PTX: ptxas -v's registers and local memory per entry,
+# against the entry's .maxntid.  An SM holds 65536 registers, given out per
+# warp in steps of 256; a block of n threads takes ceil(n / 32) warps.
+registers() {
+	if ! "$PTXAS" -arch=sm_90 -v "$2" -o "$TMP/k.cubin" > "$TMP/ptxas" 2>&1; then
+		bad "$1 $(basename "$2"): ptxas failed"; tail -5 "$TMP/ptxas"; return
+	fi
+	awk -v model="$1" -v mod="$(basename "$2" .ptx)" '
+		FNR == NR && /^\.visible \.entry / { e = $3; sub(/\(.*/, "", e); next }
+		FNR == NR && /^\.maxntid / { n[e] = $2 + 0; next }
+		FNR == NR { next }
+		/Compiling entry function/ { e = $0; sub(/.*function \047/, "", e); sub(/\047 for .*/, "", e) }
+		/bytes stack frame/ { stack[e] = $1; spill[e] = $5 }
+		/Used [0-9]+ registers/ { match($0, /Used [0-9]+/); regs[e] = substr($0, RSTART + 5, RLENGTH - 5) }
+		END {
+			for (e in regs) {
+				t = n[e]
+				per_warp = int((regs[e] * 32 + 255) / 256) * 256
+				need = int((t + 31) / 32) * per_warp
+				printf "%s %s %s %d %d %d %d %d\n", (t < 1 ? "NOBOUND" : need > 65536 ? "OVER" : "ok"),
+				       model, e, regs[e], t, need, stack[e], spill[e]
+			}
+		}' "$2" "$TMP/ptxas" > "$TMP/regs"
+	if [ ! -s "$TMP/regs" ]; then bad "$1 $(basename "$2"): no entries in ptxas -v's output"; return; fi
+	cat "$TMP/regs" >> "$TMP/allregs"
+	while read -r verdict model e r t need stack spill; do
+		case $verdict in
+		ok) ok ;;
+		NOBOUND) bad "$model $e: no __launch_bounds__ (.maxntid) in its PTX" ;;
+		*) bad "$model $e: $r registers x $t threads need $need of an SM's 65536" ;;
+		esac
+	done < "$TMP/regs"
+}
 
 for y in "$SRC"/models/*.yaml; do
 	m=$(basename "$y" .yaml)
@@ -43,6 +82,7 @@ for y in "$SRC"/models/*.yaml; do
 				grep -q "^.visible .entry $e(" "$p" || miss="$miss $e"
 			done
 			[ -z "$miss" ] && ok || bad "$m $arch $(basename "$p"): missing entries:$miss"
+			[ "$arch" = sm_90 ] && [ -n "$PTXAS" ] && registers "$m" "$p"
 		done
 	done
 done
@@ -107,5 +147,9 @@ rc=$?
 [ $rc = 1 ] && grep -q "lowered for mpi, but CUDA ranks talk through NCCL" "$TMP/log" && ok ||
 	bad ".opir lowered for mpi: rc $rc: $(tail -2 "$TMP/log")"
 
+if [ -s "$TMP/allregs" ]; then
+	echo "sm_90 entries with local memory (model entry: registers, threads, stack bytes, spill bytes):"
+	sort -k7,7nr "$TMP/allregs" | awk '$7 > 0 { printf "  %s %s: %d, %d, %d, %d\n", $2, $3, $4, $5, $7, $8 }' | head -20
+fi
 echo "$pass passed, $fail failed"
 exit $fail
