@@ -12,7 +12,8 @@
  *   streams     one compute stream (kernels, cuBLAS, copies) and one
  *               communication stream; a group's transfers wait for the
  *               compute stream's work so far (event), and complete as a
- *               whole (event the runtime's wait polls)
+ *               whole (event the runtime's wait polls); the compute stream
+ *               does not wait for them
  *   GEMMs       cublasGemmEx: row-major products as the column-major
  *               product of the transposes; bf16 or f32 inputs, f32
  *               arithmetic (CUBLAS_COMPUTE_32F: no TF32), f32 or storage-
@@ -454,9 +455,11 @@ static int n_group_end(void *s, void **done)
 		            : ncclGetErrorString(r), ncclGetLastError(c->nccl), c->rank);
 	CUDA_OK(c, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "a group's end");
 	CUDA_OK(c, cudaEventRecord(ev, c->comm), "a group's end");
-	/* The compute stream's next kernels see what the group received, and
-	 * do not overwrite what it sends before it has. */
-	CUDA_OK(c, cudaStreamWaitEvent(c->compute, ev, 0), "a group's end");
+	/* The compute stream does not wait for the group: its kernels go on
+	 * while the transfers run.  What the group received is read, and what
+	 * it sent is overwritten, only by kernels launched after a wait that
+	 * polled this event complete (the memory plan's rule, docs/memplan.md
+	 * "Send buffers"). */
 	*done = ev;
 	return RT_OK;
 }
