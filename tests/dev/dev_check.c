@@ -38,6 +38,7 @@ typedef struct tcase {
 #define SEQ 24 /* more than one scan chunk (16), the last partial */
 #define MBS 2
 #define BASE .hidden = 64, .seq = SEQ, .mbs = MBS
+#define WIDE(h) .hidden = (h), .seq = SEQ, .mbs = MBS
 
 static const tcase cases[] = {
     {"emb", "embedding", {.kind = RT_EMBEDDING, BASE, .vocab = 256}},
@@ -75,6 +76,23 @@ static const tcase cases[] = {
                                      .heads = 4, .head_dim = 32, .groups = 2, .selective = 1}},
     {"mamba", "Mamba-1, selective", {.kind = RT_MAMBA, BASE, .version = 1, .state = 8,
                                      .selective = 1}},
+    /* The production models' per-head widths at a short sequence: the
+     * kernels keep a head's vectors per thread, and these widths compile
+     * to other code than the small ones above (255 registers and spills
+     * on sm_90 for MLA's kv backward, an 11 KB frame for the scan's). */
+    {"attn", "GQA 2/1, head_dim 128 (Llama-3)", {.kind = RT_ATTENTION, WIDE(256), .heads = 2,
+                                                 .kv_heads = 1, .head_dim = 128}},
+    {"attn", "MLA 192/128, ranks 96/64 (DeepSeek-V2/V3)",
+     {.kind = RT_ATTENTION, WIDE(256), .heads = 2, .head_dim = 128, .q_lora_rank = 96,
+      .kv_lora_rank = 64, .qk_rope_dim = 64, .v_head_dim = 128}},
+    {"moe", "64 experts, top 8, 2 shared (DeepSeek-V2-Lite)",
+     {.kind = RT_MOE, WIDE(64), .experts = 64, .top_k = 8, .expert_ffn = 16, .shared_experts = 2,
+      .act = RT_SWIGLU}, .f32_only = true},
+    {"mamba", "Mamba-2, state 128, head_dim 64 (Nemotron-H)",
+     {.kind = RT_MAMBA, WIDE(128), .version = 2, .state = 128, .heads = 4, .head_dim = 64,
+      .groups = 1}},
+    {"mamba", "Mamba-1, state 16, expand 2 (Jamba)",
+     {.kind = RT_MAMBA, WIDE(128), .version = 1, .state = 16}},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
