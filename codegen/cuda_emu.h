@@ -33,7 +33,9 @@
 #ifndef OCTO_EMU_ABI_H /* embedded, the header's text is already in front */
 #include "emu_abi.h"
 #endif
+#ifndef OCTO_ROW /* dev_emu_gpu_launch compiles the modules with -DOCTO_ROW=256 */
 #define OCTO_ROW OCTO_EMU_ROW
+#endif
 
 static octo_emu_ctx *octo_emu;
 

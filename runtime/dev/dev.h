@@ -111,6 +111,10 @@ typedef octo_emu_entry dev_emu_entry;
 #define DEV_EMU_ROW OCTO_EMU_ROW
 
 int dev_emu_create(int rank, bool bf16, rt_dev **out);
+/* The GPU's launch configuration (rt_cuda.c's): row and "each" blocks of
+ * 256 threads, up to 8192 blocks; the modules dev_emu_add_source compiles
+ * from here on get OCTO_ROW 256.  Before the first module is added. */
+void dev_emu_gpu_launch(rt_dev *d);
 /* The emulator's stand-in for NCCL (dev_emu_comm.c): a device
  * communicator (rt_internal.h) over MPI, freed by its destroy.  RT_OK, or
  * a code with the message in err. */

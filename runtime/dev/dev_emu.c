@@ -103,6 +103,7 @@ typedef struct emu {
 	bool probing;      /* thread 0 of the first block, no barrier met yet */
 	bool plain_sync;   /* a plain thread reached a barrier */
 	unsigned sync_thread, sync_block;
+	unsigned row_define; /* OCTO_ROW of the modules compiled from source (0: the ABI's) */
 } emu;
 
 static emu *of_ctx(dev_emu_ctx *ctx)
@@ -112,11 +113,15 @@ static emu *of_ctx(dev_emu_ctx *ctx)
 
 /* ---- memory ------------------------------------------------------------------ */
 
+/* Device memory is poisoned: every byte 0xff, a NaN in f32 and in bf16
+ * and -1 as an index, so that a kernel or GEMM reading what nothing wrote
+ * shows in its results, as cudaMalloc's leftovers would on a GPU. */
 static int emu_alloc(rt_dev *d, size_t bytes, void **p)
 {
 	size_t n = bytes ? (bytes + 255) & ~(size_t)255 : 256;
 	if (n < bytes || !(*p = aligned_alloc(256, n)))
 		return dev_fail(d, RT_ENOMEM, "emu: cannot allocate %zu bytes", bytes);
+	memset(*p, 0xff, n);
 	return RT_OK;
 }
 
@@ -354,6 +359,9 @@ static void emu_barrier(dev_emu_ctx *ctx)
 
 /* Block b on fibers, phase after phase.  *plain (first block only): thread
  * 0 returned without a barrier, the other threads are left to run plain. */
+/* Blocks run in reverse order (grid - 1 first), and so do the threads of
+ * a block that meets no barrier: a GPU promises no order, and a kernel
+ * whose result depends on one fails here rather than on the first GPU. */
 static int run_block(emu *e, unsigned b, bool first, bool *plain)
 {
 	e->ctx.block.x = b;
@@ -423,27 +431,29 @@ static int emu_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigne
 	int rc = RT_OK;
 	unsigned b = 0;
 	for (; b < grid && !plain && rc == RT_OK; b++)
-		rc = run_block(e, b, b == 0, &plain);
+		rc = run_block(e, grid - 1 - b, b == 0, &plain);
 	e->in_fibers = false;
 	if (rc || !plain)
 		return rc;
 
-	/* The fast path: thread 0 of block 0 has run; the rest are calls. */
-	for (unsigned i = 1; i < block; i++) {
+	/* The fast path: thread 0 of the last block has run; the rest are
+	 * calls, from the last thread down. */
+	e->ctx.block.x = grid - 1;
+	for (unsigned i = block - 1; i >= 1; i--) {
 		e->ctx.thread.x = i;
 		e->call(args);
 	}
 	for (b = 1; b < grid && !e->plain_sync; b++) {
-		e->ctx.block.x = b;
-		for (unsigned i = 0; i < block; i++) {
+		e->ctx.block.x = grid - 1 - b;
+		for (unsigned i = block; i-- > 0;) {
 			e->ctx.thread.x = i;
 			e->call(args);
 		}
 	}
 	if (e->plain_sync)
 		return dev_fail(d, RT_EINVAL, "emu module %s: kernel %s: threads diverge at "
-		                "__syncthreads (thread %u of block %u waits, thread 0 of block 0 returned "
-		                "without one)", m->name, fn, e->sync_thread, e->sync_block);
+		                "__syncthreads (thread %u of block %u waits, thread 0 of block %u returned "
+		                "without one)", m->name, fn, e->sync_thread, e->sync_block, grid - 1);
 	return RT_OK;
 }
 
@@ -475,6 +485,14 @@ static const dev_ops emu_ops = {
     .sync = emu_sync_dev,
     .destroy = emu_destroy,
 };
+
+void dev_emu_gpu_launch(rt_dev *d)
+{
+	emu *e = d->impl;
+	e->row_define = 256;
+	d->row = d->each_block = 256;
+	d->max_grid = 8192;
+}
 
 int dev_emu_create(int rank, bool bf16, rt_dev **out)
 {
@@ -566,7 +584,8 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 	/* The object's name carries the source's hash: dlopen returns an object
 	 * already loaded from the same path, so a changed source under a name
 	 * loaded before must be a new file. */
-	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	emu *e = d->impl;
+	uint64_t h = 0xcbf29ce484222325ull ^ e->row_define; /* FNV-1a, and OCTO_ROW */
 	for (const char *p = src; *p; p++)
 		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
 	char cpp[PATH_MAX], so[PATH_MAX], log[PATH_MAX];
@@ -582,8 +601,12 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 		return dev_fail(d, RT_EIO, "emu module %s: cannot write '%s': %s", name, cpp,
 		                strerror(errno));
 
-	/* cxx -std=c++17 -O1 -fPIC -shared -o SO CPP, its output into LOG. */
-	char *argv[] = {(char *)cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", so, cpp, NULL};
+	/* cxx -std=c++17 -O1 -fPIC -shared -o SO CPP [-DOCTO_ROW=N], its output
+	 * into LOG. */
+	char row[32];
+	snprintf(row, sizeof row, "-DOCTO_ROW=%u", e->row_define);
+	char *argv[] = {(char *)cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", so, cpp,
+	                e->row_define ? row : NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0666);

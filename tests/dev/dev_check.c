@@ -193,6 +193,7 @@ static float *dget(rt_dev *dev, const void *p, int64_t n, bool f32)
 
 static const char *device_kind = "emu";
 static const char *gpu_arch = "sm_90";
+static bool gpu_launch; /* --gpu-launch: the emulator with the GPU's blocks */
 static char workdir[4096];
 
 static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
@@ -204,6 +205,8 @@ static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
 			exit(2);
 		char *name = cg_cuda_module_name(d, src, a);
 		DEV(dev_emu_create(0, bf16, &dev), "emulator");
+		if (gpu_launch)
+			dev_emu_gpu_launch(dev);
 		DEV(dev_emu_add_source(dev, name, src, OCTO_CXX, workdir), "module build");
 		return dev;
 	}
@@ -429,8 +432,11 @@ static int run_optim(bool bf16)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [KIND ...]\n"
+	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [--gpu-launch] "
+	           "[KIND ...]\n"
 	           "  KIND: emb head attn mlp moe mamba optim (default: all)\n"
+	           "  --gpu-launch: the emulator launches as the GPU does (256-thread blocks, up to\n"
+	           "  8192 of them) instead of its own 32-thread blocks\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
 	           "  thresholds: 1e-5 (f32) and 2e-2 (bf16) relative to the largest CPU value\n");
 }
@@ -445,6 +451,8 @@ int main(int argc, char **argv)
 			device_kind = argv[++i];
 		} else if (strcmp(argv[i], "--gpu-arch") == 0 && i + 1 < argc) {
 			gpu_arch = argv[++i];
+		} else if (strcmp(argv[i], "--gpu-launch") == 0) {
+			gpu_launch = true;
 		} else if (strcmp(argv[i], "--help") == 0) {
 			usage(stdout);
 			return 0;
