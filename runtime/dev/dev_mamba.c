@@ -26,7 +26,8 @@
 typedef struct mb_act {
 	void *xhat;
 	float *r;
-	void *zx, *cv, *xc, *v, *dt;
+	void *zx, *cv, *xc, *v;
+	float *dt; /* softplus(v) in f32 even in bf16: it scales A in exp(dt A) */
 	float *ck; /* [nb][mh][nck][P][N]: the state entering each chunk (none under selective) */
 	void *ys;
 	void *yhat; /* v2: the gated norm's output before its scale */
@@ -67,7 +68,7 @@ static void mb_map(const rt_shape *s, size_t esz, dev_carve *ca, mb_act *a, dev_
 	*a = (mb_act){dev_take(ca, T * H * esz),   dev_take(ca, T * f),
 	              dev_take(ca, T * dip * esz), dev_take(ca, T * cd * esz),
 	              dev_take(ca, T * cd * esz),  dev_take(ca, T * mh * esz),
-	              dev_take(ca, T * mh * esz),  dev_take(ca, s->sel ? 0 : ck * f),
+	              dev_take(ca, T * mh * f),    dev_take(ca, s->sel ? 0 : ck * f),
 	              dev_take(ca, T * di * esz),  dev_take(ca, T * di2 * esz),
 	              dev_take(ca, v1 ? 0 : T * (size_t)s->G * f), dev_take(ca, T * xd * esz)};
 	*w = (mb_ws){dev_take(cw, T * H * esz),   dev_take(cw, T * H * esz),
