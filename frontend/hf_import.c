@@ -42,6 +42,8 @@ typedef struct hf {
 	const char *const *ignore;
 	int nignore;
 	const char *type;       /* model_type */
+	const char **asked;     /* every key the family looked for, there or not */
+	int nasked, capasked;
 } hf;
 
 static bool is_plain(const yaml_node_t *n, const char *s)
@@ -108,8 +110,11 @@ static int json_check(hf *c, yaml_node_t *n, unsigned char *seen)
 		yaml_scalar_style_t st = n->data.scalar.style;
 		if (st == YAML_DOUBLE_QUOTED_SCALAR_STYLE)
 			return 0;
+		/* Python's json module writes (and reads) Infinity and NaN: a
+		 * number read from them is refused where it is read, as not finite. */
 		if (st == YAML_PLAIN_SCALAR_STYLE &&
-		    (json_number(s) || !strcmp(s, "true") || !strcmp(s, "false") || !strcmp(s, "null")))
+		    (json_number(s) || !strcmp(s, "true") || !strcmp(s, "false") || !strcmp(s, "null") ||
+		     !strcmp(s, "Infinity") || !strcmp(s, "-Infinity") || !strcmp(s, "NaN")))
 			return 0;
 		if (st == YAML_PLAIN_SCALAR_STYLE)
 			diag_error(ydoc_at(&c->d, n), "'%s' is not a JSON value: a string is written in "
@@ -210,10 +215,23 @@ static bool ignored(const hf *c, const char *name)
 	return false;
 }
 
+static void ask(hf *c, const char *name)
+{
+	if (c->nasked == c->capasked) {
+		int cap = c->capasked ? 2 * c->capasked : 64;
+		const char **v = arena_alloc(c->a, (size_t)cap * sizeof *v);
+		if (c->nasked)
+			memcpy(v, c->asked, (size_t)c->nasked * sizeof *v);
+		c->asked = v, c->capasked = cap;
+	}
+	c->asked[c->nasked++] = name;
+}
+
 /* A key's value: NULL when the key is absent, null, or ignored (--ignore
  * reads a key the format can say as absent). */
 static yaml_node_t *get(hf *c, const char *name)
 {
+	ask(c, name);
 	int i = find(c, name);
 	if (i < 0)
 		return NULL;
@@ -227,6 +245,7 @@ static yaml_node_t *get(hf *c, const char *name)
  * ignored. */
 static yaml_node_t *get_kept(hf *c, const char *name)
 {
+	ask(c, name);
 	int i = find(c, name);
 	if (i < 0)
 		return NULL;
@@ -303,9 +322,10 @@ static int get_bool(hf *c, const char *name, bool def, bool *out)
 	return -1;
 }
 
-static int get_str(hf *c, const char *name, const char *def, const char **out)
+/* A string; kept: read even when ignored (a value refuse() judges). */
+static int read_str(hf *c, const char *name, bool kept, const char *def, const char **out)
 {
-	yaml_node_t *v = get(c, name);
+	yaml_node_t *v = kept ? get_kept(c, name) : get(c, name);
 	*out = def;
 	if (!v)
 		return 0;
@@ -315,6 +335,11 @@ static int get_str(hf *c, const char *name, const char *def, const char **out)
 		return -1;
 	}
 	return ydoc_str(&c->d, v, what(c, name), out);
+}
+
+static int get_str(hf *c, const char *name, const char *def, const char **out)
+{
+	return read_str(c, name, false, def, out);
 }
 
 /* A key that does not shape training unless it is not `zero` (a dropout,
@@ -345,7 +370,7 @@ static int want_bool(hf *c, const char *name, bool want, const char *why)
 /* ---- the model ------------------------------------------------------------ */
 
 typedef struct model {
-	int64_t hidden, vocab, seq, layers;
+	int64_t hidden, vocab, seq, maxpos, layers;
 	bool tie;
 	/* attention */
 	int64_t heads, kv_heads, head_dim, window, q_lora, kv_lora, rope_dim, v_head_dim;
@@ -397,6 +422,7 @@ static int read_common(hf *c, model *m, int64_t default_seq)
 	/* The trained sequence is a training choice, not the config's limit:
 	 * up to 4096 tokens (docs/import.md). */
 	m->seq = maxpos < 4096 ? maxpos : 4096;
+	m->maxpos = maxpos;
 	if (get_num(c, "rope_theta", 10000, &m->rope_theta) < 0)
 		return -1;
 	if (!(m->rope_theta > 0)) {
@@ -637,10 +663,13 @@ static int read_deepseek(hf *c, model *m)
 		    need_int(c, "num_experts_per_tok", 1, m->experts, &m->top_k) < 0 ||
 		    need_int(c, "moe_intermediate_size", 1, 1 << 24, &m->expert_ffn) < 0 ||
 		    get_int(c, "n_shared_experts", 0, 65536, 0, &m->shared) < 0 ||
-		    get_str(c, "scoring_func", "softmax", &scoring) < 0 ||
-		    get_str(c, "topk_method", "greedy", &method) < 0 ||
-		    get_bool(c, "norm_topk_prob", false, &norm) < 0 ||
-		    get_num(c, "routed_scaling_factor", 1, &scale) < 0)
+		    read_str(c, "scoring_func", true, "softmax", &scoring) < 0 ||
+		    read_str(c, "topk_method", true, "greedy", &method) < 0 ||
+		    get_bool(c, "norm_topk_prob", false, &norm) < 0)
+			return -1;
+		yaml_node_t *sf = get_kept(c, "routed_scaling_factor");
+		scale = 1;
+		if (sf && ydoc_num(&c->d, sf, "'routed_scaling_factor'", YSRC_ANY, &scale) < 0)
 			return -1;
 		if (strcmp(scoring, "softmax") != 0 &&
 		    refuse(c, "scoring_func", arena_printf(c->a, "router scores by '%s': the moe layer's "
@@ -741,7 +770,8 @@ static int read_nemotron_h(hf *c, model *m)
 	              "layer has none") < 0 ||
 	    want_bool(c, "use_conv_bias", true, "a convolution without bias: the mamba layer's "
 	              "has one") < 0 ||
-	    want_zero(c, "hidden_dropout", "dropout: the layers have none") < 0)
+	    want_zero(c, "hidden_dropout", "dropout: the layers have none") < 0 ||
+	    get_int(c, "sliding_window", 0, 1 << 30, 0, &m->window) < 0)
 		return -1;
 	m->version = 2;
 	if (!strcmp(act, "relu2") || !strcmp(act, "relu") || !strcmp(act, "gelu"))
@@ -784,7 +814,7 @@ static int read_nemotron_h(hf *c, model *m)
 	alloc_layers(c, m, 1);
 	for (size_t i = 0; i < n; i++) {
 		if (pat[i] == 'M' || pat[i] == '*' || pat[i] == '-') {
-			push(m, pat[i]);
+			push(m, pat[i] == '*' && m->window ? 's' : pat[i]);
 			continue;
 		}
 		ir_loc at = ydoc_at(&c->d, pv);
@@ -831,7 +861,7 @@ static const char *const nemotron_quiet[] = {"chunk_size", "time_step_rank", "ti
                                              "time_step_max", "time_step_floor", "time_step_limit",
                                              "residual_in_fp32", "rescale_prenorm_residual",
                                              "mamba_chunk_size", "n_routed_experts", "hidden_act",
-                                             "num_logits_to_keep", NULL};
+                                             "use_mamba_kernels", NULL};
 
 static const family families[] = {
 	{"llama", read_llama, llama_quiet},
@@ -988,7 +1018,7 @@ static void write_pattern(out *o, const model *m)
 			p = q;
 			break;
 		}
-	const char *ind = p < m->len ? "      " : "    ";
+	const char *ind = p < m->len ? "        " : "    ";
 	if (p < m->len)
 		put(o, "  - repeat: %d\n    layers:\n      - pattern: \"", m->len / p);
 	else
@@ -1046,8 +1076,8 @@ static const char *write_model(hf *c, const model *m)
 		    i + 1 < c->nignore ? "" : ".\n");
 	put(&o, "model:\n  name: \"%s\"\n  hidden: %lld\n  vocab: %lld\n", model_name(c->a, c->src->name),
 	    (long long)m->hidden, (long long)m->vocab);
-	put(&o, "  seq: %lld    # of max_position_embeddings, at most 4096 (a training choice)\n",
-	    (long long)m->seq);
+	put(&o, "  seq: %lld    # max_position_embeddings is %lld; the trained length is a training "
+	    "choice\n", (long long)m->seq, (long long)m->maxpos);
 	put(&o, "  dtype: bf16\n");
 	if (m->tie)
 		put(&o, "  tie_embeddings: true\n");
@@ -1075,12 +1105,6 @@ const char *fe_import_hf(arena *a, const src_file *src, const char *const *ignor
 	const char *text = NULL;
 	if (load(&c) < 0)
 		goto out;
-	for (int i = 0; i < n; i++)
-		if (find(&c, ignore[i]) < 0) {
-			diag_error(ignore_at, "--ignore names '%s', which %s does not have",
-			           ysrc_shown(a, ignore[i]), src->name);
-			goto out;
-		}
 	int mt = find(&c, "model_type");
 	if (mt < 0) {
 		diag_error(ydoc_at(&c.d, c.root), "missing key 'model_type': a config.json names its "
@@ -1111,6 +1135,18 @@ const char *fe_import_hf(arena *a, const src_file *src, const char *const *ignor
 	model m = {0};
 	if (f->read(&c, &m) < 0)
 		goto out;
+	/* An ignored key is one of the file's, or one whose absence the family
+	 * refused (its default is what the format cannot say). */
+	for (int i = 0; i < n; i++) {
+		bool asked = false;
+		for (int k = 0; k < c.nasked && !asked; k++)
+			asked = !strcmp(c.asked[k], ignore[i]);
+		if (find(&c, ignore[i]) < 0 && !asked) {
+			diag_error(ignore_at, "--ignore names '%s', which %s does not have",
+			           ysrc_shown(a, ignore[i]), src->name);
+			goto out;
+		}
+	}
 	mark_quiet(&c, common_quiet);
 	mark_quiet(&c, f->quiet);
 	for (int i = 0; i < c.n; i++)
