@@ -173,6 +173,23 @@ static int read_layer(fe *f, yaml_node_t *map, int implied, ir_layer *l)
 			l->attr[a] = act;
 			continue;
 		}
+		if (ai->type == IR_AT_BOOL) {
+			static const char *const names[] = {"false", "true", "off", "on"};
+			int b;
+			if (ydoc_enum(d, v[i], what, "value", names, NELEMS(names), &b) < 0)
+				return -1;
+			l->attr[a] = b % 2;
+			continue;
+		}
+		if (ai->type == IR_AT_REAL) {
+			double r;
+			if (ydoc_num(d, v[i], what, YSRC_POSITIVE, &r) < 0)
+				return -1;
+			/* The default is kept as absent, so that writing it changes
+			 * nothing in the IR. */
+			l->attr[a] = a == IR_ATTR_ROPE_THETA && r == IR_ROPE_THETA ? 0 : ir_real_bits(r);
+			continue;
+		}
 		/* 0 means "absent" in the IR, so a required attribute starts at 1. */
 		int64_t lo = ai->min;
 		if (ir_attr_required(a, kind, version) && lo < 1)

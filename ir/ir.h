@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "support.h"
 
@@ -210,6 +211,9 @@ typedef enum ir_backend {
 	X(KV_LORA_RANK, "kv_lora_rank", K_(ATTENTION), IR_AT_INT, 0, 1 << 20)      \
 	X(QK_ROPE_DIM, "qk_rope_dim", K_(ATTENTION), IR_AT_INT, 0, 1 << 16)        \
 	X(V_HEAD_DIM, "v_head_dim", K_(ATTENTION), IR_AT_INT, 0, 1 << 16)          \
+	X(ROPE_THETA, "rope_theta", K_(ATTENTION), IR_AT_REAL, 0, 0)                \
+	X(QKV_BIAS, "qkv_bias", K_(ATTENTION), IR_AT_BOOL, 0, 1)                   \
+	X(QK_NORM, "qk_norm", K_(ATTENTION), IR_AT_BOOL, 0, 1)                     \
 	X(FFN, "ffn", K_(MLP), IR_AT_INT, 1, 1 << 24)                              \
 	X(ACT, "activation", K_(MLP) | K_(MOE), IR_AT_ACT, 0, IR_NACTS - 1)               \
 	X(EXPERTS, "experts", K_(MOE), IR_AT_INT, 1, 1 << 16)                      \
@@ -222,7 +226,13 @@ typedef enum ir_backend {
 	X(GROUPS, "groups", K_(MAMBA), IR_AT_INT, 0, 1 << 16)                      \
 	X(DT_RANK, "dt_rank", K_(MAMBA), IR_AT_INT, 0, 1 << 20)
 
-typedef enum ir_attr_type { IR_AT_INT, IR_AT_ACT } ir_attr_type;
+/* INT: an integer in min..max.  ACT: an index of ir_act_names.  BOOL: 0
+ * or 1, printed "on" when 1.  REAL: a finite double > 0 kept bit for bit
+ * in the int64 slot (ir_attr_real; min and max do not apply), absent (0)
+ * meaning the attribute's default: rope_theta's is IR_ROPE_THETA. */
+typedef enum ir_attr_type { IR_AT_INT, IR_AT_ACT, IR_AT_BOOL, IR_AT_REAL } ir_attr_type;
+
+#define IR_ROPE_THETA 10000.0 /* rope_theta when absent (docs/yaml.md) */
 
 typedef enum ir_attr {
 #define X(e, s, k, t, lo, hi) IR_ATTR_##e,
@@ -332,6 +342,29 @@ typedef struct ir_layer {
 	int64_t attr[IR_NATTRS]; /* 0 = absent; see IR_ATTRS */
 	ir_cost cost;
 } ir_layer;
+
+/* The value of an IR_AT_REAL attribute (0 when absent), and the slot's
+ * bits for a value. */
+static inline double ir_attr_real(const ir_layer *l, ir_attr a)
+{
+	double v;
+	memcpy(&v, &l->attr[a], sizeof v);
+	return v;
+}
+
+static inline int64_t ir_real_bits(double v)
+{
+	int64_t b;
+	memcpy(&b, &v, sizeof b);
+	return b;
+}
+
+/* rope_theta with its default filled in. */
+static inline double ir_rope_theta(const ir_layer *l)
+{
+	double v = ir_attr_real(l, IR_ATTR_ROPE_THETA);
+	return v != 0 ? v : IR_ROPE_THETA;
+}
 
 typedef struct ir_model_info {
 	const char *name;

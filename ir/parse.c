@@ -668,6 +668,18 @@ static void parse_layer(parser *ps)
 			if (v < 0)
 				perr(ps, f->vloc, "unknown activation '%s'", f->val);
 			l->attr[a] = v;
+		} else if (ai->type == IR_AT_BOOL) {
+			int v = ir_lookup(ir_switch_names, 2, f->val);
+			if (v < 0)
+				perr(ps, f->vloc, "'%s' must be on or off, got '%s'", ai->name, f->val);
+			l->attr[a] = v;
+		} else if (ai->type == IR_AT_REAL) {
+			double v;
+			if (!parse_f64(f->val, "", &v) || !(v > 0))
+				perr(ps, f->vloc, "'%s' must be a finite number > 0, got '%s'", ai->name,
+				     f->val);
+			else
+				l->attr[a] = ir_real_bits(v);
 		} else if (!parse_i64(f->val, 0, INT64_MAX, &l->attr[a])) {
 			perr(ps, f->vloc, "'%s' must be a non-negative integer, got '%s'",
 			     ai->name, f->val);

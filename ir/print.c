@@ -121,6 +121,10 @@ static void print_layer(FILE *out, const ir_module *m, int i)
 				fprintf(out, " %s=%s", ai->name, ir_act_names[v]);
 			else
 				fprintf(out, " %s=%lld", ai->name, (long long)v);
+		} else if (ai->type == IR_AT_REAL && l->attr[a] != 0) {
+			print_double(out, ai->name, ir_attr_real(l, a), "");
+		} else if (ai->type == IR_AT_BOOL && l->attr[a] == 1) {
+			fprintf(out, " %s=%s", ai->name, ir_switch_names[1]);
 		} else if (l->attr[a] != 0) {
 			fprintf(out, " %s=%lld", ai->name, (long long)l->attr[a]);
 		}

@@ -55,6 +55,12 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 				lerr(&c, a, "'%s' does not apply to a %s layer", ai->name, c.kind);
 			continue;
 		}
+		if (ai->type == IR_AT_REAL) {
+			double r = ir_attr_real(l, a);
+			if (v[a] != 0 && !(r > 0 && isfinite(r)))
+				lerr(&c, a, "'%s' must be a finite number > 0, got %g", ai->name, r);
+			continue;
+		}
 		if (ai->type == IR_AT_INT && v[a] == 0) {
 			if (ir_attr_required(a, l->kind, ver))
 				lerr(&c, a, "missing '%s' in %s layer", ai->name, c.kind);
@@ -82,6 +88,15 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 		} else if (v[IR_ATTR_QK_ROPE_DIM] == 0) {
 			lerr(&c, IR_ATTR_KV_LORA_RANK,
 			     "MLA attention ('kv_lora_rank') needs 'qk_rope_dim'");
+		} else {
+			/* MLA's keys share one rotary part and come out of a latent:
+			 * the Qwen-style biases and per-head norms are not defined there
+			 * (docs/layers.md). */
+			static const ir_attr gqa[] = {IR_ATTR_QKV_BIAS, IR_ATTR_QK_NORM};
+			for (size_t i = 0; i < sizeof gqa / sizeof *gqa; i++)
+				if (v[gqa[i]])
+					lerr(&c, gqa[i], "'%s' does not apply to MLA attention ('kv_lora_rank')",
+					     ir_attr_table[gqa[i]].name);
 		}
 		break;
 	case IR_LAYER_MOE:

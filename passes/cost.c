@@ -181,10 +181,21 @@ static void rope(acc *a, double n)
 	eltwise(a, n, n, 3 * n, 0);
 }
 
+/* Bias of a projection's n outputs over `rows` rows: F adds it (1 FLOP an
+ * element); its gradient is the column sum of the output gradient, in W.
+ * Parameters n; nothing stashed (W sums the dY the GEMM already keeps). */
+static void bias(acc *a, double rows, double n)
+{
+	op(a, IR_OP_F, OC_VECTOR, rows * n, a->s * (2 * rows * n + n));
+	op(a, IR_OP_W, OC_VECTOR, rows * n, a->s * (rows * n + n));
+	a->params += n;
+}
+
 /* ---- layer kinds ---------------------------------------------------------- */
 
-static void attention(acc *a, double h, const int64_t *v)
+static void attention(acc *a, double h, const ir_layer *l)
 {
+	const int64_t *v = l->attr;
 	double T = a->T, H = v[IR_ATTR_HEADS], G = v[IR_ATTR_KV_HEADS], d = v[IR_ATTR_HEAD_DIM];
 	double ctx = context(a, v[IR_ATTR_WINDOW]);
 	norm(a, T, h);
@@ -208,6 +219,12 @@ static void attention(acc *a, double h, const int64_t *v)
 		gemm(a, T, H * dv, h, 1);
 	} else {
 		gemm(a, T, h, (H + 2 * G) * d, 1); /* q, k, v */
+		if (v[IR_ATTR_QKV_BIAS])
+			bias(a, T, (H + 2 * G) * d);
+		if (v[IR_ATTR_QK_NORM]) {
+			norm(a, T * H, d); /* per head, one scale for q's heads */
+			norm(a, T * G, d); /* and one for k's */
+		}
 		rope(a, T * (H + G) * d);
 		attn_core(a, H, G, d, d, ctx);
 		gemm(a, T, H * d, h, 1);
@@ -354,7 +371,7 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
 	         .s = ir_dtype_bytes[mi->dtype]};
 	switch (l->kind) {
 	case IR_LAYER_EMBEDDING: embedding(&a, h, mi->vocab); break;
-	case IR_LAYER_ATTENTION: attention(&a, h, l->attr); break;
+	case IR_LAYER_ATTENTION: attention(&a, h, l); break;
 	case IR_LAYER_MLP: mlp(&a, h, l->attr); break;
 	case IR_LAYER_MOE: moe(&a, h, l->attr); break;
 	case IR_LAYER_MAMBA: mamba(&a, h, l->attr); break;
@@ -481,7 +498,9 @@ rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l)
 	    .top_k = a[IR_ATTR_TOP_K], .expert_ffn = a[IR_ATTR_EXPERT_FFN],
 	    .shared_experts = a[IR_ATTR_SHARED_EXPERTS], .version = a[IR_ATTR_VERSION],
 	    .state = a[IR_ATTR_STATE], .expand = a[IR_ATTR_EXPAND], .conv = a[IR_ATTR_CONV],
-	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK]};
+	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK],
+	    .rope_theta = ir_attr_real(l, IR_ATTR_ROPE_THETA), .qkv_bias = a[IR_ATTR_QKV_BIAS],
+	    .qk_norm = a[IR_ATTR_QK_NORM]};
 }
 
 bool cost_device_ranks(const ir_module *m)

@@ -50,6 +50,14 @@ static int shape_attention(const rt_layer_desc *d, rt_shape *s)
 	    !in(d->window, 0, (int64_t)1 << 30))
 		return RT_EINVAL;
 	s->win = d->window;
+	/* rope_theta: 0 is the default; anything else finite and > 0. */
+	if (d->rope_theta != 0 && !(d->rope_theta > 0 && isfinite(d->rope_theta)))
+		return RT_EINVAL;
+	s->theta = d->rope_theta != 0 ? d->rope_theta : RT_ROPE_THETA;
+	if (!in(d->qkv_bias, 0, 1) || !in(d->qk_norm, 0, 1))
+		return RT_EINVAL;
+	s->qkb = d->qkv_bias != 0;
+	s->qkn = d->qk_norm != 0;
 	if (!d->head_dim && s->H % s->nh)
 		return RT_EINVAL;
 	int64_t hd = or_default(d->head_dim, s->H / s->nh);
@@ -66,7 +74,7 @@ static int shape_attention(const rt_layer_desc *d, rt_shape *s)
 	} else {
 		/* MLA: keys and values are per head (kv_heads does not apply). */
 		if (!in(d->kv_lora_rank, 1, LIM) || !in(d->qk_rope_dim, 1, LIM) ||
-		    !in(d->q_lora_rank, 0, LIM) || !in(d->v_head_dim, 0, LIM))
+		    !in(d->q_lora_rank, 0, LIM) || !in(d->v_head_dim, 0, LIM) || s->qkb || s->qkn)
 			return RT_EINVAL;
 		s->nkv = s->nh;
 		s->dn = hd;
@@ -214,12 +222,18 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 		int64_t q = s->nh * s->dqk;
 		bool fullq = !s->mla || !s->rq;
 		t = &tt[AT_NORM], VEC("norm", s->H, INIT_ONES);
+		int64_t k = s->nkv * s->dqk, v = s->nkv * s->dv;
 		t = &tt[AT_WQ], MAT("wq", fullq ? s->H : 0, q);
+		t = &tt[AT_BQ], VEC("bq", s->qkb ? q : 0, INIT_ZEROS);
 		t = &tt[AT_WDQ], MAT("wq_a", fullq ? 0 : s->H, s->rq);
 		t = &tt[AT_QNORM], VEC("q_norm", fullq ? 0 : s->rq, INIT_ONES);
 		t = &tt[AT_WUQ], MAT("wq_b", fullq ? 0 : s->rq, q);
-		t = &tt[AT_WK], MAT("wk", s->mla ? 0 : s->H, s->nkv * s->dqk);
-		t = &tt[AT_WV], MAT("wv", s->mla ? 0 : s->H, s->nkv * s->dv);
+		t = &tt[AT_WK], MAT("wk", s->mla ? 0 : s->H, k);
+		t = &tt[AT_BK], VEC("bk", s->qkb ? k : 0, INIT_ZEROS);
+		t = &tt[AT_WV], MAT("wv", s->mla ? 0 : s->H, v);
+		t = &tt[AT_BV], VEC("bv", s->qkb ? v : 0, INIT_ZEROS);
+		t = &tt[AT_QHNORM], VEC("q_head_norm", s->qkn ? s->dqk : 0, INIT_ONES);
+		t = &tt[AT_KHNORM], VEC("k_head_norm", s->qkn ? s->dqk : 0, INIT_ONES);
 		t = &tt[AT_WDKV], MAT("wkv_a", s->mla ? s->H : 0, s->rkv + s->dr);
 		t = &tt[AT_KVNORM], VEC("kv_norm", s->mla ? s->rkv : 0, INIT_ONES);
 		t = &tt[AT_WUKV], MAT("wkv_b", s->mla ? s->rkv : 0, s->nh * (s->dn + s->dv));

@@ -24,6 +24,8 @@ typedef struct rt_shape {
 	int64_t nh, nkv, dqk, dv, win;
 	int64_t dn, dr, rq, rkv; /* MLA: nope dim, rope dim, q and kv ranks */
 	int64_t rope_off, rope_len; /* the rotated part of each q/k head */
+	double theta;               /* the RoPE base (rope_theta, default filled) */
+	bool qkb, qkn;              /* GQA: q, k, v biases; per-head q, k RMSNorm */
 
 	/* mlp (F = ffn) and moe (F = expert_ffn) */
 	rt_act act;
@@ -47,8 +49,8 @@ const char *rt__kind_name(rt_kind k);
 enum { EMB_TABLE, EMB_N };
 enum { HD_NORM, HD_W, HD_N };
 enum {
-	AT_NORM, AT_WQ, AT_WDQ, AT_QNORM, AT_WUQ, AT_WK, AT_WV, AT_WDKV, AT_KVNORM, AT_WUKV, AT_WO,
-	AT_N
+	AT_NORM, AT_WQ, AT_BQ, AT_WDQ, AT_QNORM, AT_WUQ, AT_WK, AT_BK, AT_WV, AT_BV, AT_QHNORM,
+	AT_KHNORM, AT_WDKV, AT_KVNORM, AT_WUKV, AT_WO, AT_N
 };
 enum { FF_NORM, FF_W1, FF_WU, FF_WD, FF_N }; /* W1: gate (gated) or up (plain) */
 enum { MOE_NORM, MOE_ROUTER, MOE_W1, MOE_WU, MOE_WD, MOE_SW1, MOE_SWU, MOE_SWD, MOE_N };
@@ -56,7 +58,7 @@ enum {
 	MB_NORM, MB_WIN, MB_CONVW, MB_CONVB, MB_XPROJ, MB_DTPROJ, MB_DTBIAS, MB_ALOG, MB_D,
 	MB_GNORM, MB_WOUT, MB_N
 };
-#define RT_MAX_TENSORS 11
+#define RT_MAX_TENSORS 16
 
 typedef enum rt_init_rule {
 	INIT_ONES,

@@ -97,6 +97,9 @@ typedef struct rt_layer_desc {
 	int64_t kv_lora_rank; /* non-zero: MLA */
 	int64_t qk_rope_dim;  /* MLA, required with kv_lora_rank */
 	int64_t v_head_dim;   /* MLA; 0: head_dim */
+	double rope_theta;    /* the RoPE base; 0: 10000 */
+	int64_t qkv_bias;     /* 1: biases on q, k, v (GQA only); 0 or 1 */
+	int64_t qk_norm;      /* 1: RMSNorm per head on q and k before RoPE (GQA only); 0 or 1 */
 
 	/* mlp, moe */
 	int64_t ffn;
