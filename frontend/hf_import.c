@@ -92,6 +92,15 @@ static int keyref_cmp(const void *x, const void *y)
 	return c ? c : a->index - b->index;
 }
 
+/* A string in single quotes (or a YAML block scalar). */
+static void not_double_quoted(hf *c, const yaml_node_t *n)
+{
+	diag_error(ydoc_at(&c->d, n), "a string in %s is YAML, not JSON: write \"%s\" in double "
+	           "quotes", n->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ? "single quotes"
+	                                                                       : "a block",
+	           ysrc_shown(c->a, (const char *)n->data.scalar.value));
+}
+
 /* The tree is JSON: objects and arrays in flow style, keys strings, each
  * key once per object, scalars JSON's; no tag, no alias (a node reached
  * twice).  0, or -1 after a diagnostic. */
@@ -120,7 +129,7 @@ static int json_check(hf *c, yaml_node_t *n, unsigned char *seen)
 			diag_error(ydoc_at(&c->d, n), "'%s' is not a JSON value: a string is written in "
 			           "double quotes; numbers, true, false and null bare", ysrc_shown(c->a, s));
 		else
-			diag_error(ydoc_at(&c->d, n), "not JSON: a string is written in double quotes");
+			not_double_quoted(c, n);
 		return -1;
 	}
 	bool map = n->type == YAML_MAPPING_NODE;
@@ -141,6 +150,12 @@ static int json_check(hf *c, yaml_node_t *n, unsigned char *seen)
 	for (int i = 0; i < np; i++) {
 		yaml_node_pair_t *p = &n->data.mapping.pairs.start[i];
 		yaml_node_t *kn = ydoc_node(&c->d, p->key);
+		if (kn->type == YAML_SCALAR_NODE && (kn->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+		                                     kn->data.scalar.style == YAML_LITERAL_SCALAR_STYLE ||
+		                                     kn->data.scalar.style == YAML_FOLDED_SCALAR_STYLE)) {
+			not_double_quoted(c, kn);
+			return -1;
+		}
 		if (kn->type != YAML_SCALAR_NODE || kn->data.scalar.style != YAML_DOUBLE_QUOTED_SCALAR_STYLE) {
 			diag_error(ydoc_at(&c->d, kn), "a key of a JSON object is a string in double quotes, "
 			           "got %s", ydoc_describe(&c->d, kn));
@@ -1151,10 +1166,15 @@ const char *fe_import_hf(arena *a, const src_file *src, const char *const *ignor
 	mark_quiet(&c, f->quiet);
 	for (int i = 0; i < c.n; i++)
 		if (!c.read[i] && !ignored(&c, c.name[i])) {
-			diag_error(ydoc_at(&c.d, c.key[i]), "unknown key '%s' in a %s config: what it does "
-			           "to the model is not known; --ignore %s if it does not change the "
-			           "architecture (docs/import.md)", ysrc_shown(a, c.name[i]), c.type,
-			           ysrc_shown(a, c.name[i]));
+			const char *near = diag_nearest(c.name[i], c.asked, c.nasked);
+			const char *s = ysrc_shown(a, c.name[i]);
+			if (near)
+				diag_error(ydoc_at(&c.d, c.key[i]), "unknown key '%s' in a %s config; did you "
+				           "mean '%s'?", s, c.type, near);
+			else
+				diag_error(ydoc_at(&c.d, c.key[i]), "unknown key '%s' in a %s config: what it "
+				           "does to the model is not known; --ignore %s if it does not change "
+				           "the architecture (docs/import.md)", s, c.type, s);
 			goto out;
 		}
 	text = write_model(&c, &m);
