@@ -832,9 +832,13 @@ static int read_nemotron_h(hf *c, model *m)
 			push(m, pat[i] == '*' && m->window ? 's' : pat[i]);
 			continue;
 		}
+		/* At the character when the string stands in the file as it is
+		 * (no escapes before it), else at the string. */
 		ir_loc at = ydoc_at(&c->d, pv);
-		if (pv->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE)
-			at.col += 1 + (int)i; /* the pattern has no escapes: checked above */
+		const ysrc *y = &c->d.ys;
+		size_t off = y->line_start[at.line - 1] + (size_t)at.col;
+		if (off + i < y->src->len && !memcmp(y->src->text + off, pat, i + 1))
+			at = ysrc_offset_loc(y, off + i);
 		if (pat[i] == 'E')
 			diag_error(at, "'E' (a MoE layer) in 'hybrid_override_pattern': the import does not "
 			           "read Nemotron-H's MoE keys");
@@ -869,7 +873,7 @@ static const char *const llama_quiet[] = {NULL};
 static const char *const mixtral_quiet[] = {"router_aux_loss_coef", NULL};
 static const char *const qwen2_quiet[] = {"use_mrope", "router_aux_loss_coef", NULL};
 static const char *const gemma_quiet[] = {"cache_implementation", NULL};
-static const char *const deepseek_quiet[] = {"ep_size", "num_nextn_predict_layers", NULL};
+static const char *const deepseek_quiet[] = {"ep_size", "num_nextn_predict_layers", "seq_aux", NULL};
 static const char *const jamba_quiet[] = {"use_mamba_kernels", "router_aux_loss_coef",
                                           "layers_block_type", "layers_num_experts", NULL};
 static const char *const nemotron_quiet[] = {"chunk_size", "time_step_rank", "time_step_min",

@@ -37,5 +37,30 @@ while read -r name published tol ignore; do
     pass=$((pass + 1))
   fi
 done < "$dir/models.txt"
+# check WHAT COMMAND...: the command succeeds and its output holds WHAT.
+check() {
+  local want=$1 out; shift
+  if ! out=$(timeout 120 "$@" 2>&1); then
+    printf 'FAIL %s: failed\n%s\n' "$*" "$(printf '%s\n' "$out" | head -n 5)"; fail=$((fail + 1))
+  elif ! printf '%s' "$out" | grep -qF -- "$want"; then
+    printf 'FAIL %s: output lacks "%s"\n' "$*" "$want"; fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+}
+# The table's line, and no count where the shapes are placeholders (a
+# published timing profile).
+check "parameters: 8030261248 (8.03B)" "$bin" plan models/llama-3-8b.yaml --cluster ideal --devices 4 --dp 1 --schedule 1f1b
+check '"parameters": null' "$bin" plan --profile tests/cli/published.json --devices 4 --dp 1 --schedule 1f1b --json
+# A file that names a model_type is a config, whatever its name; stdout
+# and -o get the same text.
+cp "$dir/configs/mistral-7b.json" "$tmp/mistral-config"
+check "window: 4096" "$bin" import "$tmp/mistral-config"
+"$bin" import "$dir/configs/mistral-7b.json" > "$tmp/a.yaml" && "$bin" import "$dir/configs/mistral-7b.json" -o "$tmp/b.yaml"
+if cmp -s "$tmp/a.yaml" "$tmp/b.yaml"; then pass=$((pass + 1)); else echo "FAIL import: stdout and -o differ"; fail=$((fail + 1)); fi
+# The layer rules, by the kinds plan prints: DeepSeek-V3's three dense
+# layers, then MoE; Jamba's attention at 4 mod 8 and MoE at odd layers.
+check '"kinds": "e*-*-*-*E*E' "$bin" plan "$tmp/deepseek-v3.yaml" --cluster ideal --devices 1 --dp 1 --schedule 1f1b --json
+check '"kinds": "eM-MEM-ME*-MEM-MEM-MEM-ME*-' "$bin" plan "$tmp/jamba-v0.1.yaml" --cluster ideal --devices 1 --dp 1 --schedule 1f1b --json
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ] && [ $pass -gt 0 ]
