@@ -534,19 +534,27 @@ static int read_mixtral(hf *c, model *m)
 	return 0;
 }
 
-/* Qwen2 and Qwen2-MoE: attention with q, k, v biases; a gated MLP, or a
- * MoE on every decoder_sparse_step-th layer not in mlp_only_layers, with
- * shared experts behind a sigmoid gate. */
+/* Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE: attention with q, k, v biases
+ * (Qwen3: with q and k norms instead); a gated MLP, or a MoE on every
+ * decoder_sparse_step-th layer not in mlp_only_layers (Qwen2-MoE: with
+ * shared experts behind a sigmoid gate). */
 static int read_qwen2(hf *c, model *m)
 {
-	bool moe = !strcmp(c->type, "qwen2_moe");
+	bool moe = !strcmp(c->type, "qwen2_moe") || !strcmp(c->type, "qwen3_moe");
+	bool three = !strncmp(c->type, "qwen3", 5);
 	bool sliding;
 	if (read_common(c, m, 32768) < 0 || read_heads(c, m, "head_dim") < 0 ||
 	    need_int(c, "intermediate_size", 1, 1 << 24, &m->ffn) < 0 ||
 	    gated_act(c, "hidden_act", "silu", m) < 0 || read_tie(c, m, false) < 0 ||
 	    get_bool(c, "use_sliding_window", false, &sliding) < 0)
 		return -1;
-	m->qkv_bias = true;
+	/* Qwen2 always has q, k, v biases; Qwen3 none (attention_bias, off,
+	 * would add o's too) and an RMSNorm on every q and k head instead. */
+	m->qkv_bias = !three;
+	m->qk_norm = three;
+	if (three && want_bool(c, "attention_bias", false, "biases on q, k, v and o: the attention "
+	                       "layer has q, k, v biases at most (qkv_bias)") < 0)
+		return -1;
 	/* Without use_sliding_window these two say nothing. */
 	int64_t sw, mwl;
 	if (get_int(c, "sliding_window", 0, 1 << 30, 0, &sw) < 0 ||
@@ -888,6 +896,8 @@ static const family families[] = {
 	{"mixtral", read_mixtral, mixtral_quiet},
 	{"qwen2", read_qwen2, qwen2_quiet},
 	{"qwen2_moe", read_qwen2, qwen2_quiet},
+	{"qwen3", read_qwen2, qwen2_quiet},
+	{"qwen3_moe", read_qwen2, qwen2_quiet},
 	{"gemma", read_gemma, gemma_quiet},
 	{"gemma2", read_gemma, gemma_quiet},
 	{"deepseek_v2", read_deepseek, deepseek_quiet},

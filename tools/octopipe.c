@@ -110,7 +110,7 @@ static const command commands[] = {
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
 	{"profile", C_PROFILE, "MODEL.yaml -o FILE", "measure every layer's F, B, W and the link between two ranks on the target; write a profile (docs/profile.md)"},
 	{"report", C_REPORT, "DIR", "a compiled plan's simulated step against the traces of its run (docs/report.md)"},
-	{"import", C_IMPORT, "FILE.csv|CONFIG.json", "FILE.csv with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order; one pipeline; --recompute none, full or selective, not auto); lower, prove and simulate it (docs/interop.md). CONFIG.json: write the model file (YAML) of a Hugging Face config.json (llama, mistral, mixtral, qwen2, qwen2_moe, gemma, gemma2, deepseek_v2, deepseek_v3, jamba, nemotron_h; docs/import.md)"},
+	{"import", C_IMPORT, "FILE.csv|CONFIG.json", "FILE.csv with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order; one pipeline; --recompute none, full or selective, not auto); lower, prove and simulate it (docs/interop.md). CONFIG.json: write the model file (YAML) of a Hugging Face config.json (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, deepseek_v2, deepseek_v3, jamba, nemotron_h; docs/import.md)"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
