@@ -62,5 +62,20 @@ if cmp -s "$tmp/a.yaml" "$tmp/b.yaml"; then pass=$((pass + 1)); else echo "FAIL 
 # layers, then MoE; Jamba's attention at 4 mod 8 and MoE at odd layers.
 check '"kinds": "e*-*-*-*E*E' "$bin" plan "$tmp/deepseek-v3.yaml" --cluster ideal --devices 1 --dp 1 --schedule 1f1b --json
 check '"kinds": "eM-MEM-ME*-MEM-MEM-MEM-ME*-' "$bin" plan "$tmp/jamba-v0.1.yaml" --cluster ideal --devices 1 --dp 1 --schedule 1f1b --json
+# golden/: small configs whose model file is compared as a whole (the
+# layer rules, the repeat and pattern blocks, the windows), then planned.
+for cfg in "$dir"/golden/*.json; do
+  want=${cfg%.json}.yaml
+  if ! "$bin" import "$cfg" -o "$tmp/got.yaml" 2>"$tmp/err"; then
+    printf 'FAIL import %s\n' "$cfg"; cat "$tmp/err"; fail=$((fail + 1))
+  elif ! cmp -s "$want" "$tmp/got.yaml"; then
+    printf 'FAIL import %s differs from %s:\n' "$cfg" "$want"; diff "$want" "$tmp/got.yaml" | head -n 20
+    fail=$((fail + 1))
+  elif ! "$bin" plan "$want" --devices 2 --dp 1 --schedule 1f1b >/dev/null 2>"$tmp/err"; then
+    printf 'FAIL plan %s\n' "$want"; cat "$tmp/err"; fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+done
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ] && [ $pass -gt 0 ]
