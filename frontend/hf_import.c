@@ -277,17 +277,15 @@ static ir_loc key_loc(hf *c, const char *name)
 /* What `name` says that the format cannot (why): an error at its value,
  * unless --ignore names the key; then a note, the header lists it, and
  * the import goes on without that part.  0 to go on, -1 after the error. */
-static int refuse(hf *c, const char *name, const char *why, const char *hint)
-    __attribute__((format(printf, 3, 0)));
-static int refuse(hf *c, const char *name, const char *why, const char *hint)
+static int refuse(hf *c, const char *name, const char *why)
 {
 	ir_loc at = key_loc(c, name);
 	if (ignored(c, name)) {
 		diag_note(at, "'%s' left out (--ignore): %s", name, why);
 		return 0;
 	}
-	diag_error(at, "'%s' cannot be imported: %s; %s, or --ignore %s to import the model without it",
-	           name, why, hint ? hint : "docs/import.md lists what each family maps", name);
+	diag_error(at, "'%s' cannot be imported: %s; docs/import.md lists what each family maps, or "
+	           "--ignore %s to import the model without it", name, why, name);
 	return -1;
 }
 
@@ -315,11 +313,23 @@ static int need_int(hf *c, const char *name, int64_t lo, int64_t hi, int64_t *ou
 	return get_int(c, name, lo, hi, 0, out);
 }
 
+/* number := JSON number, finite (Python's Infinity and NaN are refused
+ * here, by name). */
+static int read_num(hf *c, yaml_node_t *v, const char *name, double *out)
+{
+	if (is_plain(v, "Infinity") || is_plain(v, "-Infinity") || is_plain(v, "NaN")) {
+		diag_error(ydoc_at(&c->d, v), "'%s' must be a finite number, got %s", name,
+		           (const char *)v->data.scalar.value);
+		return -1;
+	}
+	return ydoc_num(&c->d, v, what(c, name), YSRC_ANY, out);
+}
+
 static int get_num(hf *c, const char *name, double def, double *out)
 {
 	yaml_node_t *v = get(c, name);
 	*out = def;
-	return v ? ydoc_num(&c->d, v, what(c, name), YSRC_ANY, out) : 0;
+	return v ? read_num(c, v, name, out) : 0;
 }
 
 static int get_bool(hf *c, const char *name, bool def, bool *out)
@@ -363,9 +373,9 @@ static int want_zero(hf *c, const char *name, const char *why)
 {
 	yaml_node_t *n = get_kept(c, name);
 	double v = 0;
-	if (n && ydoc_num(&c->d, n, what(c, name), YSRC_ANY, &v) < 0)
+	if (n && read_num(c, n, name, &v) < 0)
 		return -1;
-	return v == 0 ? 0 : refuse(c, name, why, NULL);
+	return v == 0 ? 0 : refuse(c, name, why);
 }
 
 /* A flag whose other value the format cannot say. */
@@ -379,7 +389,7 @@ static int want_bool(hf *c, const char *name, bool want, const char *why)
 		           ydoc_describe(&c->d, n));
 		return -1;
 	}
-	return is_plain(n, want ? "true" : "false") ? 0 : refuse(c, name, why, NULL);
+	return is_plain(n, want ? "true" : "false") ? 0 : refuse(c, name, why);
 }
 
 /* ---- the model ------------------------------------------------------------ */
@@ -421,7 +431,7 @@ static int gated_act(hf *c, const char *key, const char *def, model *m)
 		m->act = "geglu";
 	else
 		return refuse(c, key, arena_printf(c->a, "the gated MLP's activation '%s' is not one of "
-		                                   "silu (swiglu) or gelu (geglu)", ysrc_shown(c->a, s)), NULL);
+		                                   "silu (swiglu) or gelu (geglu)", ysrc_shown(c->a, s)));
 	return 0;
 }
 
@@ -454,7 +464,7 @@ static int read_common(hf *c, model *m, int64_t default_seq)
 			type = (const char *)t->data.scalar.value;
 		if (strcmp(type, "default") != 0 &&
 		    refuse(c, "rope_scaling", arena_printf(c->a, "RoPE scaling of type '%s': the attention "
-		           "layer's RoPE has no frequency scaling", ysrc_shown(c->a, type)), NULL) < 0)
+		           "layer's RoPE has no frequency scaling", ysrc_shown(c->a, type))) < 0)
 			return -1;
 	}
 	return want_zero(c, "attention_dropout", "attention dropout: the attention layer has none");
@@ -561,7 +571,7 @@ static int read_qwen2(hf *c, model *m)
 	    get_int(c, "max_window_layers", 0, INT64_MAX, 0, &mwl) < 0)
 		return -1;
 	if (sliding && refuse(c, "use_sliding_window", "a sliding window on the layers from "
-	                      "max_window_layers on: the import gives every attention layer one window", NULL) < 0)
+	                      "max_window_layers on: the import gives every attention layer one window") < 0)
 		return -1;
 	int64_t step = 1, shared_ffn = 0;
 	bool *dense = arena_alloc(c->a, (size_t)m->layers);
@@ -574,7 +584,7 @@ static int read_qwen2(hf *c, model *m)
 		    get_bool(c, "norm_topk_prob", false, &norm) < 0)
 			return -1;
 		if (!norm && refuse(c, "norm_topk_prob", "top-k weights that are not renormalised: the "
-		                    "moe layer renormalises them to sum to 1", NULL) < 0)
+		                    "moe layer renormalises them to sum to 1") < 0)
 			return -1;
 		if (want_bool(c, "output_router_logits", false, "the router's auxiliary load-balancing "
 		              "loss: the moe layer has none") < 0)
@@ -591,7 +601,7 @@ static int read_qwen2(hf *c, model *m)
 		m->shared = shared_ffn / m->expert_ffn;
 		if (m->shared && refuse(c, "shared_expert_intermediate_size", "the shared experts' "
 		                        "sigmoid gate (shared_expert_gate, hidden x 1): the moe layer adds "
-		                        "its shared experts ungated", NULL) < 0)
+		                        "its shared experts ungated") < 0)
 			return -1;
 		yaml_node_t *only = get(c, "mlp_only_layers");
 		if (only) {
@@ -637,14 +647,14 @@ static int read_gemma(hf *c, model *m)
 		(void)get(c, "sliding_window_size"); /* the same, under an older name */
 		if (scalar != (double)m->head_dim &&
 		    refuse(c, "query_pre_attn_scalar", "scores scaled by a size other than head_dim: "
-		           "the attention layer divides them by sqrt(head_dim)", NULL) < 0)
+		           "the attention layer divides them by sqrt(head_dim)") < 0)
 			return -1;
 		static const char *const caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
 		for (int i = 0; i < 2; i++) {
 			if (get_num(c, caps[i], 0, &cap) < 0)
 				return -1;
 			if (cap != 0 && refuse(c, caps[i], "soft-capped logits (cap * tanh(x / cap)): "
-			                       "the layers have no cap", NULL) < 0)
+			                       "the layers have no cap") < 0)
 				return -1;
 		}
 	}
@@ -692,11 +702,11 @@ static int read_deepseek(hf *c, model *m)
 			return -1;
 		yaml_node_t *sf = get_kept(c, "routed_scaling_factor");
 		scale = 1;
-		if (sf && ydoc_num(&c->d, sf, "'routed_scaling_factor'", YSRC_ANY, &scale) < 0)
+		if (sf && read_num(c, sf, "routed_scaling_factor", &scale) < 0)
 			return -1;
 		if (strcmp(scoring, "softmax") != 0 &&
 		    refuse(c, "scoring_func", arena_printf(c->a, "router scores by '%s': the moe layer's "
-		           "router is a softmax", ysrc_shown(c->a, scoring)), NULL) < 0)
+		           "router is a softmax", ysrc_shown(c->a, scoring))) < 0)
 			return -1;
 		/* Group-limited choices: n_group and topk_group say which groups. */
 		int64_t groups, topk_groups;
@@ -706,14 +716,14 @@ static int read_deepseek(hf *c, model *m)
 		if (strcmp(method, "greedy") != 0 &&
 		    refuse(c, "topk_method", arena_printf(c->a, "top-k selection '%s' (by expert groups, "
 		           "n_group and topk_group): the moe layer picks the top k of all experts",
-		           ysrc_shown(c->a, method)), NULL) < 0)
+		           ysrc_shown(c->a, method))) < 0)
 			return -1;
 		if (m->top_k > 1 && !norm &&
 		    refuse(c, "norm_topk_prob", "top-k weights that are not renormalised: the moe "
-		           "layer renormalises them to sum to 1", NULL) < 0)
+		           "layer renormalises them to sum to 1") < 0)
 			return -1;
 		if (scale != 1 && refuse(c, "routed_scaling_factor", "routed experts' outputs scaled by "
-		                         "a factor: the moe layer adds them as they are", NULL) < 0)
+		                         "a factor: the moe layer adds them as they are") < 0)
 			return -1;
 		if (want_zero(c, "aux_loss_alpha", "the router's auxiliary load-balancing loss: the "
 		              "moe layer has none") < 0)
@@ -800,13 +810,13 @@ static int read_nemotron_h(hf *c, model *m)
 	if (!strcmp(act, "relu2") || !strcmp(act, "relu") || !strcmp(act, "gelu"))
 		m->act = act;
 	else if (refuse(c, "mlp_hidden_act", arena_printf(c->a, "the MLP activation '%s' is not one "
-	                "of relu2, relu or gelu", ysrc_shown(c->a, act)), NULL) < 0)
+	                "of relu2, relu or gelu", ysrc_shown(c->a, act))) < 0)
 		return -1;
 	else
 		m->act = "relu2";
 	if (strcmp(mact, "silu") != 0 &&
 	    refuse(c, "mamba_hidden_act", "a gate other than silu: the mamba layer gates by "
-	           "silu(z)", NULL) < 0)
+	           "silu(z)") < 0)
 		return -1;
 	if (m->m_heads * m->m_head_dim != m->expand * m->hidden) {
 		diag_error(key_loc(c, "mamba_num_heads"), "'mamba_num_heads' x 'mamba_head_dim' (%lld x "
