@@ -868,6 +868,46 @@ static int read_nemotron_h(hf *c, model *m)
 	return 0;
 }
 
+/* layer_types (newer configs write it for every family with attention on
+ * every layer): per layer "full_attention" or "sliding_attention", which
+ * decides each attention layer's window over the family's own rule. */
+static int read_layer_types(hf *c, model *m)
+{
+	yaml_node_t *lt = get(c, "layer_types");
+	if (!lt)
+		return 0;
+	if (ydoc_want(&c->d, lt, YAML_SEQUENCE_NODE, "'layer_types'") < 0)
+		return -1;
+	int64_t n = lt->data.sequence.items.top - lt->data.sequence.items.start;
+	if (n != m->layers) {
+		diag_error(ydoc_at(&c->d, lt), "'layer_types' has %lld entries, but 'num_hidden_layers' "
+		           "is %lld", (long long)n, (long long)m->layers);
+		return -1;
+	}
+	int k = 0;
+	for (yaml_node_item_t *it = lt->data.sequence.items.start; it < lt->data.sequence.items.top; it++) {
+		yaml_node_t *e = ydoc_node(&c->d, *it);
+		const char *s;
+		if (ydoc_scalar(&c->d, e, "an entry of 'layer_types'", "a string", &s) < 0)
+			return -1;
+		bool sliding = !strcmp(s, "sliding_attention");
+		if (!sliding && strcmp(s, "full_attention") != 0) {
+			diag_error(ydoc_at(&c->d, e), "unknown layer type '%s' in 'layer_types'; expected "
+			           "full_attention or sliding_attention", ysrc_shown(c->a, s));
+			return -1;
+		}
+		if (sliding && !m->window) {
+			diag_error(ydoc_at(&c->d, e), "'sliding_attention' in 'layer_types', but the config "
+			           "gives no 'sliding_window'");
+			return -1;
+		}
+		while (k < m->len && m->str[k] != '*' && m->str[k] != 's')
+			k++;
+		m->str[k++] = sliding ? 's' : '*';
+	}
+	return 0;
+}
+
 /* ---- the family table ---------------------------------------------------------- */
 
 typedef struct family {
@@ -1173,6 +1213,9 @@ const char *fe_import_hf(arena *a, const src_file *src, const char *const *ignor
 	}
 	model m = {0};
 	if (f->read(&c, &m) < 0)
+		goto out;
+	/* Every family but the hybrids has one attention layer per layer. */
+	if (f->read != read_jamba && f->read != read_nemotron_h && read_layer_types(&c, &m) < 0)
 		goto out;
 	/* An ignored key is one of the file's, or one whose absence the family
 	 * refused (its default is what the format cannot say). */
