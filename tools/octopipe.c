@@ -8,12 +8,14 @@
  *   octopipe profile MODEL.yaml   measure layer and link times on the target
  *   octopipe report DIR           a compiled plan's prediction against its run
  *   octopipe import FILE.csv      a torch.distributed.pipelining schedule as a plan
+ *   octopipe import CONFIG.json   a Hugging Face config.json as a model file
  *
  * Options come from one table; each subcommand accepts the ones whose mask
  * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
  * 1 user error (with a diagnostic), 2 a feature not built yet. */
 #include "cg.h"
 #include "frontend.h"
+#include "hf_import.h"
 #include "ir.h"
 #include "pass.h"
 #include "print.h"
@@ -72,7 +74,8 @@ enum { C_PLAN = 1, C_COMPILE = 2, C_OPT = 4, C_VERIFY = 8, C_SIM = 16, C_PROFILE
 	X(EXPORT_SCHEDULE, "--export-schedule", "torch-csv[-comms] FILE", C_PLAN, "also write the plan's per-rank order as torch.distributed.pipelining's schedule CSV (compute actions; -comms: with SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD) to FILE (docs/interop.md)") \
 	X(MODEL, "--model", "MODEL.yaml", C_IMPORT, "the model the schedule runs (its layers, shape and cluster)") \
 	X(LAYERS_PER_STAGE, "--layers-per-stage", "N,N,...", C_IMPORT, "the layers of each stage of the schedule, in order (default: the model's partition, cut into the file's stages)") \
-	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE | C_IMPORT, "write the IR (plan, opt, import; '-' for stdout), the executables (compile: a directory) or the profile (profile) there")
+	X(IGNORE, "--ignore", "KEY,...", C_IMPORT, "config.json: import without these keys, knowingly: one that only shapes training is read as absent, a refused one's part the format cannot say is left out (docs/import.md)") \
+	X(OUTPUT, "-o", "FILE", C_PLAN | C_OPT | C_COMPILE | C_PROFILE | C_IMPORT, "write the IR (plan, opt, import of a schedule; '-' for stdout), the model file (import of a config.json; default stdout), the executables (compile: a directory) or the profile (profile) there")
 
 typedef enum opt_id {
 #define X(e, f, v, m, h) O_##e,
@@ -107,7 +110,7 @@ static const command commands[] = {
 	{"sim", C_SIM, "FILE.opir|MODEL.yaml", "simulate a plan: makespan, bubbles, memory, tokens/s"},
 	{"profile", C_PROFILE, "MODEL.yaml -o FILE", "measure every layer's F, B, W and the link between two ranks on the target; write a profile (docs/profile.md)"},
 	{"report", C_REPORT, "DIR", "a compiled plan's simulated step against the traces of its run (docs/report.md)"},
-	{"import", C_IMPORT, "FILE.csv", "with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order; one pipeline; --recompute none, full or selective, not auto); lower, prove and simulate it (docs/interop.md)"},
+	{"import", C_IMPORT, "FILE.csv|CONFIG.json", "FILE.csv with --model MODEL.yaml: read a torch.distributed.pipelining schedule CSV as a plan of the model (stages, placement, order; one pipeline; --recompute none, full or selective, not auto); lower, prove and simulate it (docs/interop.md). CONFIG.json: write the model file (YAML) of a Hugging Face config.json (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, deepseek_v2, deepseek_v3, jamba, nemotron_h; docs/import.md)"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
@@ -634,12 +637,78 @@ static int cmd_plan(const args *a)
  * micro-batches the step's; its stages, placement and order are the plan,
  * which the lowering passes finish, prove and simulate as any other.  The
  * input's extension chooses the reader. */
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* import CONFIG.json: a Hugging Face config.json as a model file
+ * (frontend/hf_import.c, docs/import.md), which the frontend reads back
+ * before it is written, so that what import writes `plan` takes. */
+static int cmd_import_hf(const args *a, arena *ar, const src_file *src)
+{
+	for (int i = 0; i < O_COUNT; i++)
+		if (a->set[i] && i != O_OUTPUT && i != O_IGNORE)
+			return cli_error("%s is for a torch schedule (FILE.csv); the import of a config.json "
+			                 "takes -o and --ignore", opts[i].flag);
+	const char **keys = NULL;
+	int n = 0;
+	if (a->set[O_IGNORE]) {
+		char *list = arena_strdup(ar, a->val[O_IGNORE]);
+		keys = arena_alloc(ar, (strlen(list) / 2 + 1) * sizeof *keys);
+		for (char *w = list, *end; w; w = end) {
+			end = strchr(w, ',');
+			if (end)
+				*end++ = 0;
+			if (!*w)
+				return cli_error("--ignore takes KEY,KEY,... with no empty key, got '%s'",
+				                 a->val[O_IGNORE]);
+			keys[n++] = w;
+		}
+	}
+	const char *text = fe_import_hf(ar, src, keys, n, flag_loc(a, O_IGNORE));
+	if (!text)
+		return 1;
+	bool to_stdout = !a->set[O_OUTPUT] || strcmp(a->val[O_OUTPUT], "-") == 0;
+	ir_module *m = fe_load_src(src_from_string(ar, to_stdout ? "<imported model>" : a->val[O_OUTPUT],
+	                                           text), NULL);
+	if (!m) {
+		diag_note((ir_loc){src, 1, 1}, "the model file above was made from this config.json");
+		return 1;
+	}
+	ir_free(m);
+	if (to_stdout) {
+		fputs(text, stdout);
+		return 0;
+	}
+	FILE *f = fopen(a->val[O_OUTPUT], "w");
+	if (!f)
+		return cli_error("cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
+	fputs(text, f);
+	if (fclose(f) != 0)
+		return cli_error("cannot write '%s': %s", a->val[O_OUTPUT], strerror(errno));
+	return 0;
+}
+
+/* import: the file chooses the reader -- a .csv is a torch schedule, a
+ * .json or a file that names a "model_type" a Hugging Face config. */
 static int cmd_import(const args *a)
 {
-	size_t n = strlen(a->input);
-	if (n < 5 || strcmp(a->input + n - 4, ".csv") != 0)
-		return cli_error("import reads a torch.distributed.pipelining schedule, FILE.csv; got '%s'",
-		                 a->input);
+	if (!ends_with(a->input, ".csv")) {
+		arena *ar = arena_new();
+		const src_file *src = src_read(ar, a->input);
+		int rc = 1;
+		if (src && (ends_with(a->input, ".json") || fe_looks_like_hf(src)))
+			rc = cmd_import_hf(a, ar, src);
+		else if (src)
+			cli_error("import reads a torch.distributed.pipelining schedule (FILE.csv) or a "
+			          "Hugging Face config.json; '%s' is neither", a->input);
+		arena_free(ar);
+		return rc;
+	}
+	if (a->set[O_IGNORE])
+		return cli_error("--ignore is for a config.json; a torch schedule has no keys to ignore");
 	if (!a->set[O_MODEL])
 		return cli_error("import %s needs the model it schedules: --model MODEL.yaml", a->input);
 	arena *ar = arena_new();

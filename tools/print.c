@@ -129,6 +129,22 @@ static void print_scaleout_json(const ir_module *m, const scaleout *so)
 	printf("]");
 }
 
+/* The model's parameter count: every layer's, as the cost pass counts the
+ * tensors the executors hold (docs/layers.md), once costs are known and
+ * carry shapes.  false when they do not (no costs yet, or a published
+ * timing profile, whose shapes are placeholders). */
+static bool model_params(const ir_module *m, uint64_t *out)
+{
+	uint64_t n = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		if (!m->layers[l].cost.known)
+			return false;
+		n = ir_sat_add(n, m->layers[l].cost.params);
+	}
+	*out = n;
+	return m->nlayers > 0 && !ir_times_only(m);
+}
+
 void print_plan_json(const ir_module *m, const sim_result *r, const scaleout *so)
 {
 	printf("{\"model\": ");
@@ -157,6 +173,11 @@ void print_plan_json(const ir_module *m, const sim_result *r, const scaleout *so
 		       ir_rank_order_names[m->plan.rank_order], m->plan.dist_opt ? "true" : "false",
 		       m->plan.overlap_gather ? "true" : "false",
 		       m->plan.deterministic ? "true" : "false", (unsigned long long)m->plan.bucket);
+	uint64_t params;
+	if (model_params(m, &params))
+		printf(", \"parameters\": %llu", (unsigned long long)params);
+	else
+		printf(", \"parameters\": null");
 	if (r)
 		print_sim_json(r, ir_times_only(m));
 	if (so && so->nrows)
@@ -290,6 +311,9 @@ void print_comparison(const ir_module *m, const sim_result *r, const plan_compar
 void print_plan_table(const ir_module *m)
 {
 	ir_print_summary(stdout, m, pass_partition_label(m));
+	uint64_t params;
+	if (model_params(m, &params))
+		printf("parameters: %llu (%.2fB)\n", (unsigned long long)params, params * 1e-9);
 	if (ir_dp(m) > 1) {
 		char shape[128], bucket[32];
 		ir_fmt_size(bucket, sizeof bucket, m->plan.bucket);

@@ -145,7 +145,7 @@ while IFS='|' read -r want cmdline; do
   else ok; fi
 done <<LIST
 needs the model it schedules|import $t
-reads a torch.distributed.pipelining schedule, FILE.csv|import x.json --model $model
+reads a torch.distributed.pipelining schedule (FILE.csv) or a Hugging Face config.json|import $model --model $model
 not a search (auto)|import $t --model $model --recompute auto
 needs a format and a file|plan $model --export-schedule torch-csv
 writes torch-csv or torch-csv-comms, got 'torch'|plan $model --export-schedule torch $tmp/x.csv
