@@ -99,7 +99,8 @@ static const field prog_fields[] = {
 static const field cli_fields[] = {
     FLD(rt_cli, prog, T_PTR),     FLD(rt_cli, steps, T_I64),     FLD(rt_cli, data, T_PTR),
     FLD(rt_cli, checkpoint, T_PTR), FLD(rt_cli, resume, T_PTR),  FLD(rt_cli, trace, T_PTR),
-    FLD(rt_cli, profile, T_PTR),  FLD(rt_cli, done, T_I64),      FLD(rt_cli, t0, T_F64),
+    FLD(rt_cli, profile, T_PTR),  FLD(rt_cli, data_format, T_I32), FLD(rt_cli, data_position, T_I32),
+    FLD(rt_cli, done, T_I64),      FLD(rt_cli, t0, T_F64),
     FLD(rt_cli, first_s, T_F64),  FLD(rt_cli, rest_s, T_F64),    FLD(rt_cli, last_loss, T_F64),
     FLD(rt_cli, path, T_PATH),
 };
