@@ -106,7 +106,7 @@ check() {
 		echo "FAIL: $name: model hash $(cat "$tmp/$name.hash"), 1 rank's ${ref_hash[$model]}"
 		fail=1
 	else
-		echo "ok: $name ($(grep -m1 '^plan:' "$tmp/$name.compile" | sed 's/^plan: //'))"
+		echo "ok: $name ($(grep -m1 '^plan:' "$tmp/${name%-tokens}.compile" | sed 's/^plan: //'))"
 	fi
 }
 
