@@ -92,6 +92,7 @@ static const field options_fields[] = {FLD(rt_options, flags, T_I32),
                                        FLD(rt_options, trace_dir, T_PTR)};
 static const field prog_fields[] = {
     FLD(rt_prog_info, about, T_PTR),  FLD(rt_prog_info, data, T_PTR),
+    FLD(rt_prog_info, data_format, T_I32),
     FLD(rt_prog_info, steps, T_I64),  FLD(rt_prog_info, tokens, T_I64),
     FLD(rt_prog_info, predicted_us, T_F64), FLD(rt_prog_info, rank, T_I32),
     FLD(rt_prog_info, nranks, T_I32), FLD(rt_prog_info, compile, T_I64),

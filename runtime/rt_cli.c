@@ -115,6 +115,8 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 		return usage_error(name, "--data-position is reset or keep, not '%s'", pos);
 	if (pos && !cli->resume)
 		return usage_error(name, "--data-position %s needs --resume DIR", pos);
+	if (!fmt && !data)
+		cli->data_format = prog->data_format;
 	cli->data = data ? data : resolve_data(cli, prog->data);
 	return RT_OK;
 }

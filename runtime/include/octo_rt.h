@@ -396,8 +396,9 @@ int rt_device_buffers(rt_ctx *ctx, size_t bytes, void **base);
  * and its report (docs/codegen.md). */
 typedef struct rt_prog_info {
 	const char *about;   /* --help's description: model, rank, stages, schedule */
-	const char *data;    /* the model's text file, relative to the executable's
+	const char *data;    /* the model's data file(s), relative to the executable's
 	                        directory unless absolute; NULL: synthetic tokens */
+	int32_t data_format; /* how they are read (rt_data_format) unless --data is given */
 	int64_t steps;       /* --steps when not given */
 	int64_t tokens;      /* tokens per step (microbatches x mbs x seq) */
 	double predicted_us; /* the simulator's step time; 0: none */
