@@ -7,7 +7,8 @@
 #                 itself, bit for bit, on 1 rank and 4 ranks zbv (and on 2
 #                 replicas of 2 stages as the text does there): a token per
 #                 byte is the same stream, and a sample's tokens do not
-#                 depend on the plan or on how the stream is cut
+#                 depend on the plan or on how the stream is cut; the same
+#                 through the YAML's training.data: tokens
 #   fine-tune     a checkpoint of the text resumed on other data: refused
 #                 without --data-position (the message says which to give);
 #                 with reset, on the text from sample 16 on, bit for bit the
@@ -44,11 +45,11 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 corpus=$src/models/data/corpus.txt
 yaml=$src/models/tiny-hybrid.yaml
 
-# compile NAME ARGS...: tiny-hybrid into $tmp/NAME.
+# compile NAME YAML ARGS...: the model into $tmp/NAME.
 compile() {
-	local name=$1
-	shift
-	"$octopipe" compile "$yaml" -o "$tmp/$name" "$@" >"$tmp/$name.compile" 2>&1 ||
+	local name=$1 model=$2
+	shift 2
+	"$octopipe" compile "$model" -o "$tmp/$name" "$@" >"$tmp/$name.compile" 2>&1 ||
 		{ bad "compile $name"; tail -5 "$tmp/$name.compile" | sed 's/^/  | /'; exit 1; }
 }
 
@@ -119,9 +120,9 @@ head -c 40012 "$tmp/corpus.u32" | tail -c 12 >"$tmp/t2.u32"
 tail -c +40013 "$tmp/corpus.u32" >"$tmp/t3.u32"
 
 # ---- the same stream, whatever its encoding, cuts and plan ------------------
-compile h1 --devices 1 --schedule 1f1b
-compile h4 --devices 4 --schedule zbv
-compile d2 --devices 4 --dp 2 --schedule 1f1b
+compile h1 "$yaml" --devices 1 --schedule 1f1b
+compile h4 "$yaml" --devices 4 --schedule zbv
+compile d2 "$yaml" --devices 4 --dp 2 --schedule 1f1b
 train text h1 --steps $steps || exit 1
 same_all() {
 	local run=$1 prog=$2 what=$3
@@ -138,6 +139,27 @@ same_all shards32 h4 "4 ranks zbv, three u32 shards" --data "$tmp/t1.u32,$tmp/t2
 train dptext d2 --steps $steps &&
 	train dp d2 --steps $steps --data "$tmp/s1.bin,$tmp/s2.bin" &&
 	same dp dptext "2 replicas x 2 stages, two u16 shards: the text's losses and model hash on that plan"
+# The YAML's own token files (training.data: tokens): named by absolute
+# path in the programs, not copied; token_format for a name of no width.
+tokyaml() {
+	sed -e 's#^  data: text#  data: tokens#' -e "s#^  text_file: .*#$1#" "$yaml" >"$tmp/$2.yaml"
+}
+tokyaml "  token_files: [$tmp/t1.u32, $tmp/t2.u32, $tmp/t3.u32]" y32
+tokyaml "  token_files: corpus.tok\n  token_format: u32" ytok
+compile y32 "$tmp/y32.yaml" --devices 3 --schedule 1f1b
+compile ytok "$tmp/ytok.yaml" --devices 1 --schedule 1f1b
+grep -q "^train .* data=tokens tokens=\"$tmp/t1.u32,$tmp/t2.u32,$tmp/t3.u32\" token_format=auto$" "$tmp/y32/plan.opir" &&
+	[ ! -e "$tmp/y32/t1.u32" ] && ok "data: tokens in the YAML: the plan names the files by absolute path, none copied" ||
+	bad "data: tokens: $(grep '^train' "$tmp/y32/plan.opir")"
+same_all y32 y32 "3 ranks 1f1b, the YAML's three u32 shards"
+same_all ytok ytok "1 rank, the YAML's corpus.tok with token_format: u32"
+same_all ytext ytok "the YAML's tokens replaced by --data (the text, read as text by its name)" --data "$corpus"
+# --data-format over the YAML's token_format: the u32 file read as u16
+# (each byte's token, then a 0) is another stream.
+train yfmt ytok --steps 1 --data-format u16 &&
+	[ "$(sed -n 1p "$tmp/yfmt.out")" != "$(sed -n 1p "$tmp/text.out")" ] &&
+	ok "--data-format u16 over the YAML's token_format u32: another stream, another loss" ||
+	bad "--data-format over the YAML's token_format: the same first loss"
 first=$(sed -n 1p "$tmp/text.out" | awk '{print $2}')
 
 # ---- fine-tuning: a resume on other data -------------------------------------
@@ -169,10 +191,10 @@ if train keep h4 --steps 1 --resume "$tmp/ck" --data "$tmp/tail.bin" --data-posi
 	else
 		bad "keep on the tail: the loss of the text's continuation, or no step 3"
 	fi
-	grep -q "^data u16 0x" "$tmp/ck2/current" 2>/dev/null || grep -q "^data u16 0x" "$tmp/ck2/$(cat "$tmp/ck2/current")/manifest" &&
-		grep -q "^data_pos 24$" "$tmp/ck2/$(cat "$tmp/ck2/current")/manifest" &&
+	man=$tmp/ck2/$(cat "$tmp/ck2/current")/manifest
+	grep -q "^data u16 0x" "$man" && grep -q "^data_pos 24$" "$man" &&
 		ok "the fine-tuned checkpoint records the new data (u16) and its position (24)" ||
-		bad "the fine-tuned checkpoint's manifest: $(grep '^data' "$tmp/ck2/$(cat "$tmp/ck2/current")/manifest")"
+		bad "the fine-tuned checkpoint's manifest: $(grep '^data' "$man")"
 	train again h4 --steps 1 --resume "$tmp/ck2" --data "$tmp/tail.bin" &&
 		ok "the fine-tuned checkpoint resumes on its data without a rule"
 fi
