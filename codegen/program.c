@@ -593,6 +593,7 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	if (m->train.data == IR_DATA_TEXT) {
 		const char *slash = strrchr(m->train.text_file, '/');
 		data = slash ? slash + 1 : m->train.text_file;
+		fmt = RT_DATA_TEXT; /* whatever its name */
 	} else if (m->train.data == IR_DATA_TOKENS) {
 		data = m->train.token_files;
 		fmt = m->train.token_format == IR_TOKFMT_U16   ? RT_DATA_U16

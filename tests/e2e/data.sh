@@ -153,6 +153,11 @@ grep -q "^train .* data=tokens tokens=\"$tmp/t1.u32,$tmp/t2.u32,$tmp/t3.u32\" to
 	bad "data: tokens: $(grep '^train' "$tmp/y32/plan.opir")"
 same_all y32 y32 "3 ranks 1f1b, the YAML's three u32 shards"
 same_all ytok ytok "1 rank, the YAML's corpus.tok with token_format: u32"
+# data: text is text whatever the file's name (the copy keeps the name).
+cp "$corpus" "$tmp/text-named.bin"
+sed "s#^  text_file: .*#  text_file: text-named.bin#" "$yaml" >"$tmp/ybin.yaml"
+compile ybin "$tmp/ybin.yaml" --devices 1 --schedule 1f1b
+same_all ybin ybin "1 rank, the YAML's text_file named .bin: read as text"
 same_all ytext ytok "the YAML's tokens replaced by --data (the text, read as text by its name)" --data "$corpus"
 # --data-format over the YAML's token_format: the u32 file read as u16
 # (each byte's token, then a 0) is another stream.
