@@ -103,20 +103,23 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 			*dest[k] = v;
 		}
 	}
-	static const char *const fmts[] = {"auto", "text", "u16", "u32"}, *const poss[] = {"reset", "keep"};
-	for (int k = 0; fmt && k < 4 && !cli->data_format; k++)
-		cli->data_format = strcmp(fmt, fmts[k]) ? 0 : k;
-	if (fmt && !cli->data_format && strcmp(fmt, "auto"))
+	/* rt_data_format and rt_data_rule by their names (the rule's 0 has none) */
+	static const char *const fmts[] = {"auto", "text", "u16", "u32", NULL},
+	                         *const rules[] = {"", "reset", "keep", NULL};
+	int f = 0, r = 0;
+	while (fmt && fmts[f] && strcmp(fmt, fmts[f]))
+		f++;
+	while (pos && rules[++r] && strcmp(pos, rules[r]))
+		;
+	if (fmt && !fmts[f])
 		return usage_error(name, "--data-format is auto, text, u16 or u32, not '%s'", fmt);
-	for (int k = 0; pos && k < 2; k++)
-		if (!strcmp(pos, poss[k]))
-			cli->data_position = k == 0 ? RT_DATA_RESET : RT_DATA_KEEP;
-	if (pos && !cli->data_position)
+	if (pos && !rules[r])
 		return usage_error(name, "--data-position is reset or keep, not '%s'", pos);
 	if (pos && !cli->resume)
 		return usage_error(name, "--data-position %s needs --resume DIR", pos);
-	if (!fmt && !data)
-		cli->data_format = prog->data_format;
+	/* The model's files are read as compiled; --data's by their names. */
+	cli->data_format = fmt ? f : data ? RT_DATA_AUTO : prog->data_format;
+	cli->data_position = pos ? r : RT_DATA_SAME;
 	cli->data = data ? data : resolve_data(cli, prog->data);
 	return RT_OK;
 }

@@ -252,11 +252,11 @@ static int same_data(rt_ctx *ctx)
 			goto out;
 		}
 		if (o[2] != all[2]) {
+			static const char *const rule[] = {"not given", "reset", "keep"};
 			rc = rt__fail(ctx, RT_EARG,
 			              "model: rank %d and rank 0 resume by different rules (--data-position "
-			              "%llu on rank %d, %llu on rank 0; 0 not given, 1 reset, 2 keep): give "
-			              "every rank the same options",
-			              r, (unsigned long long)o[2], r, (unsigned long long)all[2]);
+			              "%s on rank %d, %s on rank 0): give every rank the same options",
+			              r, rule[o[2] % 3], r, rule[all[2] % 3]);
 			goto out;
 		}
 	}

@@ -16,8 +16,9 @@
 #                 the other data; --data-position without --resume refused
 #   bad data      a size that is not whole tokens, a token outside the
 #                 vocabulary, an empty file, a directory, /dev/null, a FIFO,
-#                 mixed formats, ranks given different data: a non-zero exit
-#                 naming the file (or both ranks) before step 1, never a hang;
+#                 mixed formats, ranks given different data or resume rules: a
+#                 non-zero exit naming the file (or both ranks) before step 1,
+#                 never a hang;
 #                 tokenize's own refusals
 #
 # Exit 0 all pass, 1 a failure, 77 (skip) without mpirun.
@@ -240,6 +241,11 @@ refused "ranks of one job on different token files" \
 	"${MPIRUN[@]}" -np 1 "$tmp/h4/rank0" --steps 1 --data "$tmp/s1.bin" : \
 	-np 1 "$tmp/h4/rank1" --steps 1 --data "$tmp/s2.bin" : -np 1 "$tmp/h4/rank2" --steps 1 --data "$tmp/s1.bin" : \
 	-np 1 "$tmp/h4/rank3" --steps 1 --data "$tmp/s1.bin"
+refused "ranks of one job resuming by different rules" \
+	"rank 1 and rank 0 resume by different rules (--data-position not given on rank 1, reset on rank 0)" \
+	"${MPIRUN[@]}" -np 1 "$tmp/h4/rank0" --steps 1 --resume "$tmp/ck" --data-position reset : \
+	-np 1 "$tmp/h4/rank1" --steps 1 --resume "$tmp/ck" : -np 1 "$tmp/h4/rank2" --steps 1 --resume "$tmp/ck" \
+	--data-position reset : -np 1 "$tmp/h4/rank3" --steps 1 --resume "$tmp/ck" --data-position reset
 refused "tokenize: an empty input" "octopipe tokenize: error: $tmp/empty.bin: empty: a token file needs at least one token" \
 	"$octopipe" tokenize "$tmp/empty.bin" -o "$tmp/x.bin"
 [ ! -e "$tmp/x.bin" ] && [ ! -e "$tmp/x.bin.tmp" ] && ok "tokenize: a failure leaves no file" || bad "tokenize left a file"
