@@ -94,6 +94,7 @@ static const field options_fields[] = {FLD(rt_options, flags, T_I32),
                                        FLD(rt_options, trace_dir, T_PTR)};
 static const field prog_fields[] = {
     FLD(rt_prog_info, about, T_PTR),  FLD(rt_prog_info, data, T_PTR),
+    FLD(rt_prog_info, data_format, T_I32),
     FLD(rt_prog_info, steps, T_I64),  FLD(rt_prog_info, tokens, T_I64),
     FLD(rt_prog_info, predicted_us, T_F64), FLD(rt_prog_info, rank, T_I32),
     FLD(rt_prog_info, nranks, T_I32), FLD(rt_prog_info, compile, T_I64),
@@ -101,7 +102,8 @@ static const field prog_fields[] = {
 static const field cli_fields[] = {
     FLD(rt_cli, prog, T_PTR),     FLD(rt_cli, steps, T_I64),     FLD(rt_cli, data, T_PTR),
     FLD(rt_cli, checkpoint, T_PTR), FLD(rt_cli, resume, T_PTR),  FLD(rt_cli, trace, T_PTR),
-    FLD(rt_cli, profile, T_PTR),  FLD(rt_cli, done, T_I64),      FLD(rt_cli, t0, T_F64),
+    FLD(rt_cli, profile, T_PTR),  FLD(rt_cli, data_format, T_I32), FLD(rt_cli, data_position, T_I32),
+    FLD(rt_cli, done, T_I64),      FLD(rt_cli, t0, T_F64),
     FLD(rt_cli, first_s, T_F64),  FLD(rt_cli, rest_s, T_F64),    FLD(rt_cli, last_loss, T_F64),
     FLD(rt_cli, path, T_PATH),
 };

@@ -586,13 +586,23 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	out->nranks = cg_nranks(m);
 	out->train = L->train;
 	out->train.pipe_rank = d;
+	/* Text is copied next to the programs (codegen/output.c); token files,
+	 * which may be large, are named where they are (absolute paths). */
 	const char *data = NULL;
+	int32_t fmt = RT_DATA_AUTO;
 	if (m->train.data == IR_DATA_TEXT) {
 		const char *slash = strrchr(m->train.text_file, '/');
 		data = slash ? slash + 1 : m->train.text_file;
+		fmt = RT_DATA_TEXT; /* whatever its name */
+	} else if (m->train.data == IR_DATA_TOKENS) {
+		data = m->train.token_files;
+		fmt = m->train.token_format == IR_TOKFMT_U16   ? RT_DATA_U16
+		      : m->train.token_format == IR_TOKFMT_U32 ? RT_DATA_U32
+		                                               : RT_DATA_AUTO;
 	}
 	out->prog = (rt_prog_info){
-	    .about = about_text(m, predicted_us, d, d, device, n, a, data), .data = data, .steps = m->train.steps,
+	    .about = about_text(m, predicted_us, d, d, device, n, a, data), .data = data,
+	    .data_format = fmt, .steps = m->train.steps,
 	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq, /* the whole batch */
 	    .predicted_us = predicted_us, .rank = d, .nranks = cg_nranks(m)};
 	return 0;

@@ -71,7 +71,9 @@ int cg_write_report(const cg_job *j, const cg_rank *ranks, const char *path)
 	           "data %s\n",
 	        (long long)m->train.microbatches, (long long)m->train.mbs,
 	        ir_optimizer_names[m->train.optimizer], m->train.lr, (unsigned long long)m->train.seed,
-	        m->train.data == IR_DATA_TEXT ? m->train.text_file : "synthetic");
+	        m->train.data == IR_DATA_TEXT     ? m->train.text_file
+	        : m->train.data == IR_DATA_TOKENS ? m->train.token_files
+	                                          : "synthetic");
 	fprintf(f, "- plan: schedule %s, %d stages on %d ranks, partition %s\n",
 	        ir_schedule_names[m->plan.schedule], m->nstages, N, ir_partition_names[m->plan.partition]);
 	fprintf(f, "- proof: deadlock-free under %s semantics (%lld steps of the event graph, certificate "

@@ -49,7 +49,8 @@ static int read_model(fe *f, yaml_node_t *map)
 	return 0;
 }
 
-enum { TR_MBS, TR_MB, TR_STEPS, TR_OPT, TR_LR, TR_WD, TR_SEED, TR_DATA, TR_TEXT };
+enum { TR_MBS, TR_MB, TR_STEPS, TR_OPT, TR_LR, TR_WD, TR_SEED, TR_DATA, TR_TEXT, TR_TOKENS,
+       TR_TOKFMT };
 
 /* Where lr and weight_decay were written (or the mapping, for defaults):
  * ir_check_train's `where`. */
@@ -62,20 +63,118 @@ static ir_loc train_where(void *ctx, ir_train_field f)
 	return ((train_locs *)ctx)->at[f];
 }
 
+/* One token file of 'token_files' (n: its node; fmt: 'token_format', or
+ * IR_TOKFMT_AUTO): what the ranks will check at start that a file system
+ * can tell now -- readable, regular, not empty, whole tokens of the width
+ * its name or 'token_format' gives.  The absolute path into *out (the
+ * ranks run elsewhere, and a token file is not copied next to them); the
+ * width into *width, which the other files must share; the tokens added
+ * to *ntok. */
+static int token_file(fe *f, yaml_node_t *n, int fmt, const char **out, int *width,
+                      int64_t *ntok)
+{
+	ydoc *d = f->d;
+	const char *file, *shown;
+	if (ydoc_str(d, n, "a token file", &file) < 0)
+		return -1;
+	if (!*file || strchr(file, ',')) {
+		diag_error(ydoc_at(d, n), *file ? "a token file name must not contain a comma (the ranks "
+		           "take the files as one comma-separated list)" : "a token file name must not be "
+		           "empty");
+		return -1;
+	}
+	const char *path = ysrc_resolve(d->a, ysrc_dir_of(d->a, d->ys.src->name), file);
+	shown = ysrc_shown(d->a, path);
+	char *abs = realpath(path, NULL);
+	struct stat st;
+	if (!abs || access(abs, R_OK) != 0 || stat(abs, &st) != 0) {
+		diag_error(ydoc_at(d, n), "cannot read token file '%s': %s", shown, strerror(errno));
+		free(abs);
+		return -1;
+	}
+	*out = arena_strdup(d->a, abs);
+	free(abs);
+	if (!S_ISREG(st.st_mode)) {
+		diag_error(ydoc_at(d, n), "token file '%s' is not a regular file (%s)", shown,
+		           src_file_kind(st.st_mode));
+		return -1;
+	}
+	size_t len = strlen(file);
+	int w = fmt == IR_TOKFMT_U16 ? 2 : fmt == IR_TOKFMT_U32 ? 4 : 0;
+	if (!w) {
+		/* The runtime's names (docs/data.md): .bin and .u16, .u32. */
+		bool u16 = (len > 4 && (!strcmp(file + len - 4, ".bin") || !strcmp(file + len - 4, ".u16")));
+		w = u16 ? 2 : len > 4 && !strcmp(file + len - 4, ".u32") ? 4 : 0;
+		if (!w) {
+			diag_error(ydoc_at(d, n), "token file '%s': its name says no width (.bin and .u16 are "
+			           "uint16, .u32 uint32): give 'token_format'", shown);
+			return -1;
+		}
+	}
+	if (*width && w != *width) {
+		diag_error(ydoc_at(d, n), "token file '%s' is u%d by its name, the files before it u%d: "
+		           "the files of one stream have one width ('token_format')", shown, w * 8,
+		           *width * 8);
+		return -1;
+	}
+	*width = w;
+	if (st.st_size == 0 || st.st_size % w) {
+		diag_error(ydoc_at(d, n), st.st_size ? "token file '%s' has %lld bytes, not a whole number "
+		           "of u%d tokens" : "token file '%s' is empty", shown, (long long)st.st_size, w * 8);
+		return -1;
+	}
+	*ntok += st.st_size / w;
+	return 0;
+}
+
+/* token_files := a file name | [file name, ...]: one comma-separated list
+ * of absolute paths into t->token_files. */
+static int read_token_files(fe *f, yaml_node_t *v, ir_train *t)
+{
+	ydoc *d = f->d;
+	yaml_node_item_t *it = NULL;
+	int n = 1, width = 0;
+	int64_t ntok = 0;
+	if (v->type == YAML_SEQUENCE_NODE) {
+		it = v->data.sequence.items.start;
+		if ((n = (int)(v->data.sequence.items.top - it)) == 0) {
+			diag_error(ydoc_at(d, v), "'token_files' lists no file");
+			return -1;
+		}
+	}
+	const char *list = NULL;
+	for (int i = 0; i < n; i++) {
+		const char *abs;
+		if (token_file(f, it ? ydoc_node(d, it[i]) : v, t->token_format, &abs, &width, &ntok) < 0)
+			return -1;
+		list = list ? arena_printf(d->a, "%s,%s", list, abs) : abs;
+	}
+	int64_t need = f->m->model.seq + 1;
+	if (ntok < need) {
+		diag_error(ydoc_at(d, v), "the token files have %lld tokens, fewer than one sequence "
+		           "('seq' + 1 = %lld)", (long long)ntok, (long long)need);
+		return -1;
+	}
+	t->token_files = list;
+	return 0;
+}
+
 /* training := {microbatch_size, microbatches, steps, optimizer, lr,
- *              weight_decay, seed, data, text_file}, all optional */
+ *              weight_decay, seed, data, text_file, token_files,
+ *              token_format}, all optional */
 static int read_training(fe *f, yaml_node_t *map)
 {
 	static const char *const keys[] = {"microbatch_size", "microbatches", "steps",
 	                                   "optimizer",       "lr",           "weight_decay",
-	                                   "seed",            "data",         "text_file"};
+	                                   "seed",            "data",         "text_file",
+	                                   "token_files",     "token_format"};
 	keyspec ks = {"in 'training'", keys, NELEMS(keys), 0, 0, 0};
 	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
 	ydoc *d = f->d;
 	ir_train *t = &f->m->train;
 	if (ydoc_walk_map(d, map, "'training'", &ks, k, v) < 0)
 		return -1;
-	int opt = t->optimizer, data = t->data;
+	int opt = t->optimizer, data = t->data, tokfmt = t->token_format;
 	int64_t seed = (int64_t)t->seed;
 	if ((v[TR_MBS] && ydoc_int(d, v[TR_MBS], "'microbatch_size'", 1, 1 << 20, &t->mbs) < 0) ||
 	    (v[TR_MB] && ydoc_int(d, v[TR_MB], "'microbatches'", 1, 1 << 20, &t->microbatches) < 0) ||
@@ -86,8 +185,11 @@ static int read_training(fe *f, yaml_node_t *map)
 	    (v[TR_WD] && ydoc_num(d, v[TR_WD], "'weight_decay'", YSRC_NONNEG, &t->weight_decay) < 0) ||
 	    (v[TR_SEED] && ydoc_int(d, v[TR_SEED], "'seed'", 0, INT64_MAX, &seed) < 0) ||
 	    (v[TR_DATA] &&
-	     ydoc_enum(d, v[TR_DATA], "'data'", "data source", ir_data_names, IR_NDATAS, &data) < 0))
+	     ydoc_enum(d, v[TR_DATA], "'data'", "data source", ir_data_names, IR_NDATAS, &data) < 0) ||
+	    (v[TR_TOKFMT] && ydoc_enum(d, v[TR_TOKFMT], "'token_format'", "token format",
+	                               ir_token_format_names, IR_NTOKEN_FORMATS, &tokfmt) < 0))
 		return -1;
+	t->token_format = tokfmt;
 	t->optimizer = opt;
 	t->data = data;
 	t->seed = (uint64_t)seed;
@@ -105,6 +207,17 @@ static int read_training(fe *f, yaml_node_t *map)
 		diag_error(ydoc_at(d, k[TR_TEXT]), "'text_file' is only read with 'data: text'");
 		return -1;
 	}
+	if (data == IR_DATA_TOKENS && !v[TR_TOKENS]) {
+		diag_error(ydoc_at(d, v[TR_DATA]), "'data: tokens' needs 'token_files'");
+		return -1;
+	}
+	for (int i = TR_TOKENS; i <= TR_TOKFMT; i++)
+		if (data != IR_DATA_TOKENS && v[i]) {
+			diag_error(ydoc_at(d, k[i]), "'%s' is only read with 'data: tokens'", keys[i]);
+			return -1;
+		}
+	if (v[TR_TOKENS] && read_token_files(f, v[TR_TOKENS], t) < 0)
+		return -1;
 	if (data == IR_DATA_TEXT && f->m->model.vocab < 256) {
 		diag_error(ydoc_at(d, v[TR_DATA]),
 		           "'data: text' feeds bytes (token ids 0..255); 'vocab' must be at least 256, "

@@ -64,13 +64,23 @@ typedef enum ir_optimizer {
 	IR_NOPTIMIZERS
 } ir_optimizer;
 
-#define IR_DATAS(X) X(SYNTHETIC, "synthetic") X(TEXT, "text")
+#define IR_DATAS(X) X(SYNTHETIC, "synthetic") X(TEXT, "text") X(TOKENS, "tokens")
 typedef enum ir_data {
 #define X(e, s) IR_DATA_##e,
 	IR_DATAS(X)
 #undef X
 	IR_NDATAS
 } ir_data;
+
+/* How token files are read (docs/data.md): by their names, or one width;
+ * the order is the runtime's rt_data_format less text. */
+#define IR_TOKEN_FORMATS(X) X(AUTO, "auto") X(U16, "u16") X(U32, "u32")
+typedef enum ir_token_format {
+#define X(e, s) IR_TOKFMT_##e,
+	IR_TOKEN_FORMATS(X)
+#undef X
+	IR_NTOKEN_FORMATS
+} ir_token_format;
 
 /* Partition strategies of the `partition` pass. */
 #define IR_PARTITIONS(X) X(UNIFORM, "uniform") X(BALANCED, "balanced") X(GIVEN, "given")
@@ -256,6 +266,7 @@ extern const int ir_dtype_bytes[IR_NDTYPES];
 extern const char *const ir_act_names[IR_NACTS];
 extern const char *const ir_optimizer_names[IR_NOPTIMIZERS];
 extern const char *const ir_data_names[IR_NDATAS];
+extern const char *const ir_token_format_names[IR_NTOKEN_FORMATS];
 extern const char *const ir_partition_names[IR_NPARTITIONS];
 extern const char *const ir_schedule_names[IR_NSCHEDULES];
 extern const bool ir_schedule_splits_backward[IR_NSCHEDULES];
@@ -384,6 +395,8 @@ typedef struct ir_train {
 	uint64_t seed;
 	ir_data data;
 	const char *text_file; /* data == IR_DATA_TEXT */
+	const char *token_files; /* data == IR_DATA_TOKENS: absolute paths, comma-separated */
+	ir_token_format token_format; /* data == IR_DATA_TOKENS */
 } ir_train;
 
 typedef struct ir_link {
@@ -566,7 +579,9 @@ typedef struct ir_module {
 	X("weight_decay", weight_decay, F64, 0, 0)                                 \
 	X("seed", seed, U64, 0, 0)                                                 \
 	X("data", data, ENUM(ir_data_names), 0, 0)                                 \
-	X("text", text_file, STR, 1, 0)
+	X("text", text_file, STR, 1, 0)                                            \
+	X("tokens", token_files, STR, 2, 0)                                        \
+	X("token_format", token_format, ENUM(ir_token_format_names), 2, 0)
 
 #define IR_CLUSTER_FIELDS(X)                                                   \
 	X("name", name, NAME, 0, 0)                                                \

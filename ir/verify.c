@@ -382,6 +382,9 @@ static int verify_header(const ir_module *m)
 	if ((t->data == IR_DATA_TEXT) != (t->text_file != NULL))
 		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), t->text_file ? "a text file is given but data is not 'text'"
 		                                       : "data 'text' needs a text file");
+	if ((t->data == IR_DATA_TOKENS) != (t->token_files != NULL))
+		errs++, diag_error(ir_loc_or(m->train_loc, m->loc), t->token_files ? "token files are given but data is not 'tokens'"
+		                                       : "data 'tokens' needs token files");
 	if (c->devices < 1 || c->per_node < 1 || c->mem == 0 || !(c->flops > 0) ||
 	    !(c->membw > 0) || !(c->intra.bw > 0) || !(c->inter.bw > 0) ||
 	    !(c->intra.lat >= 0) || !(c->inter.lat >= 0) || !(c->send_post >= 0) ||

@@ -68,11 +68,6 @@ static void layer_path(char *buf, size_t len, const char *dir, int64_t layer)
 	snprintf(buf, len, "%s/layer-%04lld.ckpt", dir, (long long)layer);
 }
 
-static uint64_t data_hash(const rt_ctx *ctx)
-{
-	return ctx->text ? rt__fnv(RT_FNV_INIT, ctx->text, ctx->text_len) : 0;
-}
-
 static int write_all(int fd, const void *p, size_t n)
 {
 	const char *b = p;
@@ -239,9 +234,10 @@ static int save_manifest(rt_ctx *ctx, const char *dir)
 	int rc = RT_OK, mine = ctx->train.replica == 0 ? 4 * ctx->nlay : 0, total = 0;
 	int *counts = NULL, *displs = NULL;
 	man_layer *all = NULL, *loc = NULL;
-	char *text = NULL;
+	char *text = NULL, ident[64];
 	size_t len = 0, cap = 0;
 
+	rt__data_ident(ctx, ident, sizeof ident);
 	if (ctx->rank == 0 &&
 	    (!(counts = calloc((size_t)ctx->world, sizeof *counts)) ||
 	     !(displs = calloc((size_t)ctx->world, sizeof *displs)))) {
@@ -300,10 +296,7 @@ static int save_manifest(rt_ctx *ctx, const char *dir)
 		OUT("step %lld\n", (long long)ctx->step);
 		OUT("data_pos %lld\n", (long long)ctx->data_pos);
 		OUT("seed %llu\n", (unsigned long long)ctx->train.seed);
-		if (ctx->text)
-			OUT("data text 0x%016llx\n", (unsigned long long)data_hash(ctx));
-		else
-			OUT("data synthetic\n");
+		OUT("data %s\n", ident);
 		OUT("layers %d\n", n);
 		for (int i = 0; i < n; i++)
 			OUT("layer %llu %s 0x%016llx %llu\n", (unsigned long long)all[i].index,
@@ -641,8 +634,9 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 
 typedef struct manifest {
 	long long step, data_pos;
-	unsigned long long seed, data;
-	bool text;
+	unsigned long long seed;
+	char data[64];   /* the data's identity (rt__data_ident) */
+	int64_t resume_pos; /* the data position to go on from (rt__data_resume) */
 	long long nlayers;
 	man_layer *layers; /* [nlayers] */
 	unsigned long long sum; /* the manifest's checksum: which save */
@@ -743,11 +737,10 @@ static int read_manifest(rt_ctx *ctx, const char *dir, manifest *m)
 		else if (sscanf(line, "seed %llu", &a) == 1)
 			m->seed = a;
 		else if (strcmp(line, "data synthetic") == 0)
-			m->text = false;
-		else if (sscanf(line, "data text 0x%llx", &a) == 1) {
-			m->text = true;
-			m->data = a;
-		} else if (sscanf(line, "layers %lld", &v) == 1 && m->nlayers < 0 && v > 0 && v < (1 << 24)) {
+			snprintf(m->data, sizeof m->data, "synthetic");
+		else if (sscanf(line, "data %7[a-z0-9] 0x%llx", kind, &a) == 2)
+			snprintf(m->data, sizeof m->data, "%s 0x%016llx", kind, a);
+		else if (sscanf(line, "layers %lld", &v) == 1 && m->nlayers < 0 && v > 0 && v < (1 << 24)) {
 			m->nlayers = v;
 			if (!(m->layers = calloc((size_t)v, sizeof *m->layers))) {
 				rc = rt__fail(ctx, RT_ENOMEM, "checkpoint: out of memory");
@@ -775,7 +768,7 @@ out:
 	return rc;
 }
 
-static int check_manifest(rt_ctx *ctx, const char *dir, const manifest *m)
+static int check_manifest(rt_ctx *ctx, const char *dir, manifest *m)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/manifest", dir);
@@ -788,18 +781,17 @@ static int check_manifest(rt_ctx *ctx, const char *dir, const manifest *m)
 		                "checkpoint %s: seed mismatch: the checkpoint was trained with seed %llu, "
 		                "this run has seed %llu (the data would differ)", path, m->seed,
 		                (unsigned long long)ctx->train.seed);
-	if (m->text != (ctx->text != NULL) || (m->text && m->data != data_hash(ctx)))
-		return rt__fail(ctx, RT_ECKPT,
-		                "checkpoint %s: data mismatch: the checkpoint was trained on %s, this run "
-		                "reads %s", path, m->text ? "a text file" : "synthetic tokens",
-		                ctx->text ? (m->text ? "another text file" : "a text file")
-		                          : "synthetic tokens");
 	if (m->step < 0 || m->data_pos < 0)
 		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: negative step or data position", path);
 	if (m->step > RT_MAX_COUNT || m->data_pos > RT_MAX_COUNT)
 		return rt__fail(ctx, RT_ECKPT,
 		                "checkpoint %s: step %lld, data position %lld: beyond what this runtime "
 		                "counts to (2^62)", path, m->step, m->data_pos);
+	if (!m->data[0])
+		return rt__fail(ctx, RT_ECKPT, "checkpoint %s: no data line", path);
+	int rc = rt__data_resume(ctx, path, m->data, m->data_pos, &m->resume_pos);
+	if (rc)
+		return rc;
 	for (int i = 0; i < ctx->nlay; i++) {
 		const rt_lay *l = &ctx->lay[i];
 		const man_layer *e = &m->layers[l->index];
@@ -1019,7 +1011,7 @@ int rt_ckpt_load(rt_ctx *ctx, const char *dir_arg)
 	if ((rc = ctx->exec->upload(ctx)))
 		goto out;
 	ctx->step = m.step;
-	ctx->data_pos = m.data_pos;
+	ctx->data_pos = m.resume_pos;
 	rt__trace(ctx, "ckpt", t0, -1, -1, -1, 0);
 out:
 	free(m.layers);

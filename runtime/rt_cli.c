@@ -16,7 +16,11 @@
 static const char usage_text[] =
     "options:\n"
     "  --steps N         train N steps (after --resume: N more)\n"
-    "  --data FILE       train on the bytes of this text file\n"
+    "  --data FILE[,FILE...]  train on these files, one stream (docs/data.md)\n"
+    "  --data-format F   auto (by name: .bin .u16 uint16, .u32 uint32, else text),\n"
+    "                    text (a token per byte), u16 or u32 (little-endian tokens)\n"
+    "  --data-position P with --resume on other data than the checkpoint's: reset\n"
+    "                    (from sample 0) or keep (the checkpoint's position)\n"
     "  --checkpoint DIR  save the model and optimizer state there after training\n"
     "  --resume DIR      start from the checkpoint in DIR (any plan's)\n"
     "  --trace DIR       write DIR/trace-rank<R>.json (Chrome trace) at the end\n"
@@ -64,11 +68,13 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 	memset(cli, 0, sizeof *cli);
 	cli->prog = prog;
 	cli->steps = prog->steps;
-	const char *name = base_name(argc > 0 ? argv[0] : NULL), *data = NULL;
-	static const char *const flags[] = {"--steps", "--data", "--checkpoint", "--resume",
-	                                    "--trace", "--profile"};
-	const char **dest[] = {NULL, &data, &cli->checkpoint, &cli->resume, &cli->trace,
-	                       &cli->profile};
+	const char *name = base_name(argc > 0 ? argv[0] : NULL), *data = NULL, *fmt = NULL,
+	           *pos = NULL;
+	static const char *const flags[] = {"--steps",   "--data",    "--checkpoint",  "--resume",
+	                                    "--trace",   "--profile", "--data-format", "--data-position"};
+	const char **dest[] = {NULL,         &data,         &cli->checkpoint, &cli->resume,
+	                       &cli->trace,  &cli->profile, &fmt,             &pos};
+	enum { NFLAGS = sizeof flags / sizeof flags[0] };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -78,7 +84,7 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 		}
 		int k = -1;
 		size_t len = strcspn(a, "=");
-		for (int f = 0; f < 6; f++)
+		for (int f = 0; f < NFLAGS; f++)
 			if (strlen(flags[f]) == len && !strncmp(a, flags[f], len))
 				k = f;
 		if (k < 0)
@@ -97,6 +103,23 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 			*dest[k] = v;
 		}
 	}
+	/* rt_data_format and rt_data_rule by their names (the rule's 0 has none) */
+	static const char *const fmts[] = {"auto", "text", "u16", "u32", NULL},
+	                         *const rules[] = {"", "reset", "keep", NULL};
+	int f = 0, r = 0;
+	while (fmt && fmts[f] && strcmp(fmt, fmts[f]))
+		f++;
+	while (pos && rules[++r] && strcmp(pos, rules[r]))
+		;
+	if (fmt && !fmts[f])
+		return usage_error(name, "--data-format is auto, text, u16 or u32, not '%s'", fmt);
+	if (pos && !rules[r])
+		return usage_error(name, "--data-position is reset or keep, not '%s'", pos);
+	if (pos && !cli->resume)
+		return usage_error(name, "--data-position %s needs --resume DIR", pos);
+	/* The model's files are read as compiled; --data's by their names. */
+	cli->data_format = fmt ? f : data ? RT_DATA_AUTO : prog->data_format;
+	cli->data_position = pos ? r : RT_DATA_SAME;
 	cli->data = data ? data : resolve_data(cli, prog->data);
 	return RT_OK;
 }
@@ -181,7 +204,8 @@ int rt_cli_start(rt_cli *cli, rt_ctx *ctx)
 		                "this is the program of rank %d of %d, but it runs as rank %d of %d "
 		                "(start the ranks with the 'launch' script next to it)",
 		                (int)p->rank, (int)p->nranks, rt_rank(ctx), rt_world_size(ctx));
-	if ((rc = same_job(ctx, cli)))
+	if ((rc = same_job(ctx, cli)) ||
+	    (rc = rt_data_options(ctx, cli->data_format, cli->data_position)))
 		return rc;
 	/* A checkpoint, trace or profile that cannot be written is found now,
 	 * not after training. */

@@ -144,9 +144,14 @@ struct rt_ctx {
 	/* model */
 	bool have_model;
 	rt_train train;
-	char *text_path;
-	unsigned char *text; /* the file's bytes (malloc), or NULL: synthetic */
-	size_t text_len;
+	/* the data (rt_data.c): its files mapped read-only, one token stream;
+	 * nshards 0: synthetic tokens */
+	int data_format, data_position; /* rt_data_options */
+	struct rt_shard *shards;        /* [nshards] */
+	int nshards;
+	int tok_width;     /* bytes per token: 1 (text), 2, 4 */
+	uint64_t ntok;     /* tokens of the stream */
+	uint64_t data_sum; /* FNV-1a of every shard's bytes in order */
 	int nlay;
 	rt_lay *lay; /* [nlay] (arena) */
 	void *scratch;
@@ -294,10 +299,23 @@ int64_t rt__exact_round(const int64_t *acc, float *out, int64_t n);
 
 /* ---- rt_data.c: the tokens ---- */
 
-/* Reads the text file (path; NULL: synthetic tokens) into the context and
- * checks that every rank trains on the same data.  Needs ctx->train. */
+/* Maps the data files (path: rt_train.text_file, a comma-separated list;
+ * NULL: synthetic tokens), checks every token against the vocabulary, and
+ * checks that every rank trains on the same data with the same resume
+ * rule (one all-gather).  Needs ctx->train. */
 int rt__data_load(rt_ctx *ctx, const char *path);
 void rt__data_free(rt_ctx *ctx);
+/* The format the first file of path is read as (rt_data_format, never
+ * AUTO): rt_model_bytes' check of text against the vocabulary. */
+int rt__data_format_of(const rt_ctx *ctx, const char *path);
+/* The data's identity as a checkpoint's manifest writes it after "data ":
+ * "synthetic", or "FORMAT 0xHASH" (text, u16, u32). */
+void rt__data_ident(const rt_ctx *ctx, char *buf, size_t len);
+/* At a resume (rt_ckpt_load): the checkpoint's data identity (as
+ * rt__data_ident writes it) and data position; *pos gets the position to
+ * train on from, by the resume rule (rt_data_options), or RT_ECKPT naming
+ * the manifest (path) when the data differ and no rule was given. */
+int rt__data_resume(rt_ctx *ctx, const char *path, const char *ident, int64_t saved, int64_t *pos);
 /* The inputs (targets: false) or targets of micro-batch mb of the current
  * step into ctx->idbuf. */
 void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets);

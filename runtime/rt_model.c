@@ -107,7 +107,7 @@ static int check_train(rt_ctx *ctx, const rt_train *t)
 		return rt__fail(ctx, RT_EARG, "model: dp %lld x %lld micro-batches per replica: more than "
 		                "%d per step", (long long)t->dp, (long long)t->microbatches,
 		                MAX_MICROBATCHES);
-	if (t->text_file && t->vocab < 256)
+	if (t->text_file && rt__data_format_of(ctx, t->text_file) == RT_DATA_TEXT && t->vocab < 256)
 		return rt__fail(ctx, RT_EARG,
 		                "model: text file %s: text data (one token per byte) needs a vocabulary of "
 		                "at least 256, the model's is %lld", t->text_file, (long long)t->vocab);

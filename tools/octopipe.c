@@ -9,6 +9,7 @@
  *   octopipe report DIR           a compiled plan's prediction against its run
  *   octopipe import FILE.csv      a torch.distributed.pipelining schedule as a plan
  *   octopipe import CONFIG.json   a Hugging Face config.json as a model file
+ *   octopipe tokenize IN -o OUT   a token file from text (tokenize.c, docs/data.md)
  *
  * Options come from one table; each subcommand accepts the ones whose mask
  * names it, so --help and the parser cannot disagree.  Exit status: 0 ok,
@@ -23,6 +24,7 @@
 #include "scaleout.h"
 #include "simulate.h"
 #include "torch_csv.h"
+#include "tokenize.h"
 #include "tune.h"
 #include "viz.h"
 
@@ -163,6 +165,8 @@ static void usage(FILE *out)
 	for (int i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  %-8s %-22s %s\n", commands[i].name, commands[i].args,
 		        commands[i].synopsis);
+	fprintf(out, "  %-8s %-22s %s\n", "tokenize", "IN.txt -o OUT.bin",
+	        "a token file (u16 or u32) from text, a token per byte (docs/data.md)");
 	fputs("\n'octopipe COMMAND --help' (or -h) lists the options of a command;\n"
 	      "'octopipe --version' prints the version.\n"
 	      "Exit status: 0 success, 1 an error in the input, 2 a feature not built yet.\n", out);
@@ -1117,6 +1121,8 @@ int main(int argc, char **argv)
 		printf("octopipe 0.1 (IR version %d)\n", IR_VERSION);
 		return 0;
 	}
+	if (strcmp(argv[1], "tokenize") == 0)
+		return tok_main(argc - 1, argv + 1);
 	args a = {.argc = argc, .argv = argv};
 	int rc = parse_args(argc, argv, &a);
 	if (rc)

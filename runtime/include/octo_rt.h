@@ -108,7 +108,7 @@ typedef struct rt_train {
 	float lr;
 	float weight_decay;   /* decoupled, on the tensors with rt_tensor_info.decay */
 	float beta1, beta2, eps; /* AdamW; 0: 0.9, 0.999, 1e-8 */
-	const char *text_file;   /* bytes of this file as tokens; NULL: synthetic tokens */
+	const char *text_file;   /* the data file(s), rt_data_options; NULL: synthetic tokens */
 	/* Data parallelism (docs/runtime.md, "Data parallelism"); all 0: one
 	 * replica, as before.  The job is dp replicas of a pipeline; a rank is
 	 * (replica, pipe_rank), and sends and receives still name ranks of
@@ -275,6 +275,23 @@ int rt_step_end(rt_ctx *ctx, double *loss, int *have_loss);
  * inputs are its first seq tokens, its targets the last seq. */
 int rt_data_sample(const rt_ctx *ctx, int64_t sample, int32_t *tokens);
 
+/* How rt_train.text_file is read (docs/data.md): a comma-separated list of
+ * files (shards), concatenated in order into one token stream, each text
+ * (a token per byte) or flat little-endian uint16 / uint32 tokens, mapped
+ * read-only.  RT_DATA_AUTO: by each file's name: .bin and .u16 are
+ * uint16, .u32 uint32, anything else text. */
+typedef enum rt_data_format { RT_DATA_AUTO, RT_DATA_TEXT, RT_DATA_U16, RT_DATA_U32 } rt_data_format;
+/* What rt_ckpt_load does with a checkpoint trained on other data than
+ * this run's: RT_DATA_SAME refuses it (RT_ECKPT, "data mismatch");
+ * RT_DATA_RESET starts the new data at sample 0 and RT_DATA_KEEP at the
+ * checkpoint's data position, with the model and optimizer state loaded
+ * either way (on the same data too). */
+typedef enum rt_data_rule { RT_DATA_SAME, RT_DATA_RESET, RT_DATA_KEEP } rt_data_rule;
+
+/* Before rt_model_init: the data's format and the resume rule (both 0 by
+ * default).  RT_EARG for a value out of range. */
+int rt_data_options(rt_ctx *ctx, int format, int position);
+
 /* ---- communication -------------------------------------------------------- */
 
 /* What a message carries; with the stage and micro-batch it makes the MPI
@@ -379,8 +396,9 @@ int rt_device_buffers(rt_ctx *ctx, size_t bytes, void **base);
  * and its report (docs/codegen.md). */
 typedef struct rt_prog_info {
 	const char *about;   /* --help's description: model, rank, stages, schedule */
-	const char *data;    /* the model's text file, relative to the executable's
+	const char *data;    /* the model's data file(s), relative to the executable's
 	                        directory unless absolute; NULL: synthetic tokens */
+	int32_t data_format; /* how they are read (rt_data_format) unless --data is given */
 	int64_t steps;       /* --steps when not given */
 	int64_t tokens;      /* tokens per step (microbatches x mbs x seq) */
 	double predicted_us; /* the simulator's step time; 0: none */
@@ -399,6 +417,8 @@ typedef struct rt_cli {
 	const char *resume;     /* --resume DIR: load before training */
 	const char *trace;      /* --trace DIR: per-rank traces (rt_options.trace_dir) */
 	const char *profile;    /* --profile FILE: profiling mode instead of training */
+	int32_t data_format;    /* --data-format: rt_data_format (0: by the file names) */
+	int32_t data_position;  /* --data-position: rt_data_rule (0: the same data only) */
 	int64_t done;           /* steps timed so far */
 	double t0;              /* start of the current step, seconds */
 	double first_s;         /* the first step's time */
@@ -414,7 +434,8 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli);
 
 /* After rt_init: checks that the job is the one the program was compiled
  * for: rank and size, and every rank's compile hash the same (one
- * all-gather; a mismatch names both ranks and both hashes); and, with
+ * all-gather; a mismatch names both ranks and both hashes); passes the
+ * data options on (rt_data_options); and, with
  * --checkpoint, that the directory can be written (rt_ckpt_check), before
  * any step runs.  Else an RT_ code with a message for rt_abort.
  * Collective. */

@@ -6,7 +6,8 @@
 # i1f1b, zbh1, zbh2, zbv, tuned) and under irregular placements (YAML plan
 # sections: unequal stage counts per rank, non-adjacent stages on one rank,
 # the embedding off rank 0); the loss of every step and the final model hash
-# must be identical bit for bit to the 1-rank run.  A schedule that rejects
+# must be identical bit for bit to the 1-rank run, also when tiny-hybrid
+# reads its text as a token file in two shards (docs/data.md).  A schedule that rejects
 # a model/device count says why and is listed as skipped.  tiny-hybrid
 # trains on models/data/corpus.txt: its loss must go down.
 #
@@ -74,10 +75,12 @@ compile_or_skip() {
 	return 1
 }
 
-# train NAME: run the compiled job; leaves "STEP HEXLOSS" lines and the hash.
+# train NAME [ARGS...]: run the compiled job (with ARGS: as the run
+# NAME-tokens); leaves "STEP HEXLOSS" lines and the hash.
 train() {
-	local name=$1
-	if ! timeout 900 "$tmp/$name/launch" --steps $steps >"$tmp/$name.log" 2>&1; then
+	local prog=$1 name=$1${2:+-tokens}
+	shift
+	if ! timeout 900 "$tmp/$prog/launch" --steps $steps "$@" >"$tmp/$name.log" 2>&1; then
 		echo "FAIL: $name: the job failed:"
 		tail -15 "$tmp/$name.log" | sed 's/^/    /'
 		return 1
@@ -103,7 +106,7 @@ check() {
 		echo "FAIL: $name: model hash $(cat "$tmp/$name.hash"), 1 rank's ${ref_hash[$model]}"
 		fail=1
 	else
-		echo "ok: $name ($(grep -m1 '^plan:' "$tmp/$name.compile" | sed 's/^plan: //'))"
+		echo "ok: $name ($(grep -m1 '^plan:' "$tmp/${name%-tokens}.compile" | sed 's/^plan: //'))"
 	fi
 }
 
@@ -155,6 +158,19 @@ for spec in "${irregular[@]}"; do
 		train "$name" && check $model "$name" || fail=1
 	done
 done
+
+# A token file (docs/data.md): the bundled text through `octopipe tokenize`,
+# cut into two shards at an odd token, is the same stream: tiny-hybrid's
+# 1-rank bits on the plans of each kind above that ran.
+if [ -n "${ref_hash[hybrid]:-}" ] &&
+	"$octopipe" tokenize "$src/models/data/corpus.txt" -o "$tmp/corpus.bin" >/dev/null; then
+	head -c 30002 "$tmp/corpus.bin" >"$tmp/a.bin"
+	tail -c +30003 "$tmp/corpus.bin" >"$tmp/b.bin"
+	for name in hybrid-1 hybrid-4-zbv hybrid-4-irregular-tuned; do
+		[ -x "$tmp/$name/launch" ] || continue
+		train "$name" --data "$tmp/a.bin,$tmp/b.bin" && check hybrid "$name-tokens" || fail=1
+	done
+fi
 
 echo "$runs plans agree bit for bit with 1 rank, $skipped refused with a diagnostic (skipped), $([ $fail = 0 ] && echo "no" || echo "some") failures"
 exit $fail

@@ -1,6 +1,8 @@
 /* test_rt.c: Check suite for libocto_rt outside the kernels (octo_rt.h), in
  * one process (MPI as a singleton): the arena, model setup and its errors,
- * the step's order rules, the data definitions of docs/runtime.md, AdamW's
+ * the step's order rules, the data definitions of docs/runtime.md (token
+ * files, shards and what a rank refuses in them, docs/data.md; a resume on
+ * other data), AdamW's
  * first step, weight decay per tensor as docs/layers.md lists it (SGD and
  * AdamW, every layer kind), point-to-point messages to itself (tags, groups, size
  * mismatch, timeouts), a checkpoint round trip, the trace, and data
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -56,12 +59,12 @@ typedef struct bufs {
 	void *act[3][2], *ws[3];
 } bufs;
 
-static rt_ctx *tiny_model(const rt_options *o, rt_train t, bufs *b)
+/* The tiny model on a context the caller opened (rt_data_options set). */
+static rt_ctx *tiny_model_on(rt_ctx *c, rt_train t, bufs *b)
 {
 	rt_layer_spec L[3];
 	size_t bytes;
 	tiny_layers(L);
-	rt_ctx *c = open_ctx(o);
 	ck_assert_int_eq(rt_model_bytes(NULL, &t, 3, L, &bytes), RT_OK);
 	ck_assert_int_eq(rt_arena_init(c, bytes + (1 << 20)), RT_OK);
 	ck_assert_int_eq(rt_model_init(c, &t, 3, L), RT_OK);
@@ -77,6 +80,11 @@ static rt_ctx *tiny_model(const rt_options *o, rt_train t, bufs *b)
 			ck_assert_int_eq(rt_arena_alloc(c, (size_t)in.sizes.act, &b->act[h][m]), RT_OK);
 	}
 	return c;
+}
+
+static rt_ctx *tiny_model(const rt_options *o, rt_train t, bufs *b)
+{
+	return tiny_model_on(open_ctx(o), t, b);
 }
 
 /* One GPipe step in one process. */
@@ -505,6 +513,228 @@ START_TEST(test_data_text)
 }
 END_TEST
 
+/* ---- token files (docs/data.md) ----------------------------------------------------- */
+
+/* Writes n bytes to tmpdir/name; the path into path. */
+static void write_file(char *path, size_t len, const char *name, const void *p, size_t n)
+{
+	snprintf(path, len, "%s/%s", tmpdir, name);
+	FILE *f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The model on data `files` (format, rule): the context, or NULL with the
+ * failure's code in *rc and its message in msg. */
+static rt_ctx *data_model(const char *files, int fmt, int rule, int64_t vocab, int *rc, char *msg)
+{
+	rt_layer_spec L[3];
+	tiny_layers(L);
+	for (int i = 0; i < 3; i++)
+		L[i].desc.vocab = vocab;
+	rt_train t = tiny_train();
+	t.vocab = vocab;
+	t.text_file = files;
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_data_options(c, fmt, rule), RT_OK);
+	ck_assert_int_eq(rt_arena_init(c, 1 << 22), RT_OK);
+	*rc = rt_model_init(c, &t, 3, L);
+	if (*rc == RT_OK)
+		return c;
+	snprintf(msg, 512, "%s", rt_errmsg(c));
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+	return NULL;
+}
+
+/* The samples 0..n-1 of two contexts are the same tokens. */
+static void same_samples(rt_ctx *a, rt_ctx *b, int n)
+{
+	int32_t ta[2 * 5], tb[2 * 5];
+	for (int64_t s = 0; s < n; s++) {
+		ck_assert_int_eq(rt_data_sample(a, s, ta), RT_OK);
+		ck_assert_int_eq(rt_data_sample(b, s, tb), RT_OK);
+		ck_assert_int_eq(memcmp(ta, tb, sizeof ta), 0);
+	}
+}
+
+/* Text, its u16 and u32 tokens, and the u16 tokens cut into three shards
+ * at uneven places are one stream: the same samples, window for window
+ * (a window spans the shards' boundaries). */
+START_TEST(test_data_tokens)
+{
+	enum { N = 37 };
+	unsigned char text[N];
+	uint16_t u16[N];
+	uint32_t u32[N];
+	for (int i = 0; i < N; i++) {
+		text[i] = (unsigned char)(i * 37 + 11);
+		/* little-endian on disk, whatever the host */
+		unsigned char *p = (unsigned char *)&u16[i], *q = (unsigned char *)&u32[i];
+		p[0] = text[i], p[1] = 0;
+		q[0] = text[i], q[1] = q[2] = q[3] = 0;
+	}
+	char pt[64], p16[64], p32[64], s1[64], s2[64], s3[64], list[256], msg[512];
+	write_file(pt, sizeof pt, "stream.txt", text, N);
+	write_file(p16, sizeof p16, "stream.bin", u16, sizeof u16);
+	write_file(p32, sizeof p32, "stream.u32", u32, sizeof u32);
+	write_file(s1, sizeof s1, "s1.u16", u16, 2 * 3);
+	write_file(s2, sizeof s2, "s2.u16", u16 + 3, 2 * 1);
+	write_file(s3, sizeof s3, "s3.u16", u16 + 4, 2 * (N - 4));
+	snprintf(list, sizeof list, "%s,%s,%s", s1, s2, s3);
+	int rc;
+	rt_ctx *ct = data_model(pt, RT_DATA_AUTO, 0, 256, &rc, msg);
+	ck_assert_msg(ct, "%s", msg);
+	/* (37 - 1) / 4 = 9 windows; sequence q = s*2 + b is window q mod 9. */
+	int32_t tok[2 * 5];
+	for (int64_t s = 0; s < 11; s++) {
+		ck_assert_int_eq(rt_data_sample(ct, s, tok), RT_OK);
+		for (int bb = 0; bb < 2; bb++)
+			for (int p = 0; p < 5; p++)
+				ck_assert_int_eq(tok[bb * 5 + p], text[((s * 2 + bb) % 9) * 4 + p]);
+	}
+	const char *other[] = {p16, p32, list};
+	for (int i = 0; i < 3; i++) {
+		rt_ctx *c = data_model(other[i], RT_DATA_AUTO, 0, 256, &rc, msg);
+		ck_assert_msg(c, "%s: %s", other[i], msg);
+		same_samples(ct, c, 11);
+		ck_assert_int_eq(rt_finalize(c), RT_OK);
+	}
+	/* The format by flag, whatever the name: the .u32 file read as u16
+	 * is another stream, each token followed by a 0. */
+	rt_ctx *c = data_model(p32, RT_DATA_U16, 0, 256, &rc, msg);
+	ck_assert_msg(c, "%s", msg);
+	ck_assert_int_eq(rt_data_sample(c, 0, tok), RT_OK);
+	ck_assert(tok[0] == text[0] && tok[1] == 0 && tok[2] == text[1] && tok[3] == 0);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+	ck_assert_int_eq(rt_finalize(ct), RT_OK);
+}
+END_TEST
+
+/* What a rank refuses at load, naming the file: a size that is not whole
+ * tokens, a token outside the vocabulary (the first, with its offset), an
+ * empty file, a directory, /dev/null, a FIFO, too few tokens for one
+ * sequence, shards of two formats, an empty name in the list. */
+START_TEST(test_data_token_errors)
+{
+	uint16_t tok[12];
+	for (int i = 0; i < 12; i++)
+		tok[i] = (uint16_t)(i % 16);
+	char odd[64], high[64], empty[64], fifo[64], shortf[64], text[64], list[256], msg[512];
+	write_file(odd, sizeof odd, "odd.bin", tok, 7);
+	tok[5] = 16; /* token 5: byte offset 10 */
+	unsigned char hb[24];
+	for (int i = 0; i < 12; i++)
+		hb[2 * i] = (unsigned char)tok[i], hb[2 * i + 1] = (unsigned char)(tok[i] >> 8);
+	write_file(high, sizeof high, "high.u16", hb, sizeof hb);
+	write_file(empty, sizeof empty, "empty.bin", "", 0);
+	write_file(shortf, sizeof shortf, "short.bin", hb, 8);
+	write_file(text, sizeof text, "t.txt", "abcdefghijkl", 12);
+	snprintf(fifo, sizeof fifo, "%s/fifo.bin", tmpdir);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	char dir[64];
+	snprintf(dir, sizeof dir, "%s/dir.bin", tmpdir);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	char b1[300], b2[300], b3[300], b4[300];
+	snprintf(b1, sizeof b1, "%s,%s", shortf, text);
+	snprintf(b2, sizeof b2, "%s,", shortf);
+	snprintf(b3, sizeof b3, "token file %s: token 16 at byte offset 10 (token 5) is not below the "
+	         "model's vocabulary of 16", high);
+	snprintf(b4, sizeof b4, "token file %s: 7 bytes, not a whole number of u16 tokens", odd);
+	snprintf(list, sizeof list, "%s: 4 tokens, fewer than one sequence (seq + 1 = 5 tokens)", shortf);
+	const struct {
+		const char *files, *want;
+		int rc, fmt;
+	} bad[] = {
+		{odd, b4, RT_EIO, RT_DATA_AUTO},
+		{high, b3, RT_EIO, RT_DATA_AUTO},
+		{empty, "empty.bin: empty", RT_EIO, RT_DATA_AUTO},
+		{dir, "dir.bin: not a regular file (a directory)", RT_EIO, RT_DATA_AUTO},
+		{"/dev/null", "token file /dev/null: not a regular file (a character device)", RT_EIO,
+		 RT_DATA_U16},
+		{fifo, "fifo.bin: not a regular file (a pipe)", RT_EIO, RT_DATA_AUTO},
+		{shortf, list, RT_EIO, RT_DATA_AUTO},
+		{b1, "is read as text", RT_EARG, RT_DATA_AUTO},
+		{b2, "an empty file name in the list", RT_EARG, RT_DATA_AUTO},
+		{"/nonexistent.bin", "token file /nonexistent.bin: No such file or directory", RT_EIO,
+		 RT_DATA_AUTO},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int rc;
+		ck_assert_ptr_null(data_model(bad[i].files, bad[i].fmt, 0, 16, &rc, msg));
+		ck_assert_msg(rc == bad[i].rc && strstr(msg, bad[i].want), "%s: %d %s", bad[i].files, rc,
+		              msg);
+	}
+	/* The options: values out of range, and after the model. */
+	rt_ctx *c = open_ctx(NULL);
+	ck_assert_int_eq(rt_data_options(c, 4, 0), RT_EARG);
+	ck_assert_int_eq(rt_data_options(c, 0, 3), RT_EARG);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+	bufs b;
+	c = tiny_model(NULL, tiny_train(), &b);
+	ck_assert_int_eq(rt_data_options(c, RT_DATA_U16, 0), RT_ESTATE);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
+/* A checkpoint trained on data A resumed on data B: refused without a
+ * rule (the message names both and the rule), from sample 0 with
+ * RT_DATA_RESET, from the checkpoint's position with RT_DATA_KEEP; the
+ * step and the model are the checkpoint's either way. */
+START_TEST(test_data_resume)
+{
+	uint16_t a[40], bb[40];
+	for (int i = 0; i < 40; i++)
+		a[i] = (uint16_t)(i % 16), bb[i] = (uint16_t)((i * 7) % 16);
+	char pa[64], pb[64], dir[64], msg[512];
+	write_file(pa, sizeof pa, "a.bin", a, sizeof a);
+	write_file(pb, sizeof pb, "b.bin", bb, sizeof bb);
+	snprintf(dir, sizeof dir, "%s/ckd", tmpdir);
+	rt_train t = tiny_train();
+	t.text_file = pa;
+	bufs b;
+	rt_ctx *c = tiny_model(NULL, t, &b);
+	tiny_step(c, &b);
+	ck_assert_int_eq(rt_ckpt_save(c, dir), RT_OK);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+
+	t.text_file = pb;
+	const int rules[] = {RT_DATA_SAME, RT_DATA_RESET, RT_DATA_KEEP};
+	for (int i = 0; i < 3; i++) {
+		c = open_ctx(NULL);
+		ck_assert_int_eq(rt_data_options(c, RT_DATA_AUTO, rules[i]), RT_OK);
+		c = tiny_model_on(c, t, &b);
+		int rc = rt_ckpt_load(c, dir);
+		snprintf(msg, sizeof msg, "%s", rt_errmsg(c));
+		if (rules[i] == RT_DATA_SAME) {
+			ck_assert_int_eq(rc, RT_ECKPT);
+			ck_assert_msg(strstr(msg, "data mismatch: the checkpoint was trained on u16 0x") &&
+			                  strstr(msg, "this run reads u16 0x") &&
+			                  strstr(msg, "give --data-position reset") &&
+			                  strstr(msg, "keep (from sample 2"),
+			              "%s", msg);
+			ck_assert_int_eq(rt_step_count(c), 0);
+		} else {
+			ck_assert_msg(rc == RT_OK, "%s", msg);
+			ck_assert_int_eq(rt_step_count(c), 1);
+			ck_assert_int_eq(rt_data_position(c), rules[i] == RT_DATA_RESET ? 0 : 2);
+		}
+		ck_assert_int_eq(rt_finalize(c), RT_OK);
+	}
+	/* On the same data, reset starts over too; without a rule the
+	 * checkpoint's position stands. */
+	t.text_file = pa;
+	for (int i = 0; i < 2; i++) {
+		c = open_ctx(NULL);
+		ck_assert_int_eq(rt_data_options(c, RT_DATA_AUTO, rules[i]), RT_OK);
+		c = tiny_model_on(c, t, &b);
+		ck_assert_int_eq(rt_ckpt_load(c, dir), RT_OK);
+		ck_assert_int_eq(rt_data_position(c), i ? 0 : 2);
+		ck_assert_int_eq(rt_finalize(c), RT_OK);
+	}
+}
+END_TEST
+
 /* ---- communication (to itself) ---------------------------------------------------- */
 
 START_TEST(test_comm_tags)
@@ -846,6 +1076,9 @@ static Suite *rt_suite(void)
 	tcase_add_loop_test(tc, test_decay_per_tensor, 0, 2);
 	tcase_add_test(tc, test_data_synthetic);
 	tcase_add_test(tc, test_data_text);
+	tcase_add_test(tc, test_data_tokens);
+	tcase_add_test(tc, test_data_token_errors);
+	tcase_add_test(tc, test_data_resume);
 	tcase_add_test(tc, test_comm_tags);
 	tcase_add_test(tc, test_comm_timeout);
 	tcase_add_test(tc, test_ckpt_roundtrip);
