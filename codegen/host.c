@@ -85,7 +85,9 @@ static const field train_fields[] = {
     FLD(rt_train, beta2, T_F32),       FLD(rt_train, eps, T_F32),
     FLD(rt_train, text_file, T_PTR),   FLD(rt_train, dp, T_I64),
     FLD(rt_train, replica, T_I64),     FLD(rt_train, pipe_rank, T_I64),
-    FLD(rt_train, dp_flags, T_I32),
+    FLD(rt_train, dp_flags, T_I32),    FLD(rt_train, warmup, T_I64),
+    FLD(rt_train, decay, T_I32),       FLD(rt_train, decay_steps, T_I64),
+    FLD(rt_train, min_lr, T_F32),      FLD(rt_train, clip, T_F32),
 };
 static const field options_fields[] = {FLD(rt_options, flags, T_I32),
                                        FLD(rt_options, comm_timeout_s, T_F64),
@@ -95,13 +97,14 @@ static const field prog_fields[] = {
     FLD(rt_prog_info, steps, T_I64),  FLD(rt_prog_info, tokens, T_I64),
     FLD(rt_prog_info, predicted_us, T_F64), FLD(rt_prog_info, rank, T_I32),
     FLD(rt_prog_info, nranks, T_I32), FLD(rt_prog_info, compile, T_I64),
+    FLD(rt_prog_info, peak_flops, T_F64),
 };
 static const field cli_fields[] = {
     FLD(rt_cli, prog, T_PTR),     FLD(rt_cli, steps, T_I64),     FLD(rt_cli, data, T_PTR),
     FLD(rt_cli, checkpoint, T_PTR), FLD(rt_cli, resume, T_PTR),  FLD(rt_cli, trace, T_PTR),
     FLD(rt_cli, profile, T_PTR),  FLD(rt_cli, done, T_I64),      FLD(rt_cli, t0, T_F64),
     FLD(rt_cli, first_s, T_F64),  FLD(rt_cli, rest_s, T_F64),    FLD(rt_cli, last_loss, T_F64),
-    FLD(rt_cli, path, T_PATH),
+    FLD(rt_cli, loop, T_PTR),     FLD(rt_cli, path, T_PATH),
 };
 static const field op_fields[] = {
     FLD(cg_op, kind, T_I32),  FLD(cg_op, h0, T_I32),    FLD(cg_op, h1, T_I32),
@@ -271,9 +274,9 @@ static LLVMValueRef buf_ptr(hb *h, LLVMValueRef base, LLVMValueRef off, LLVMType
 }
 
 typedef struct externs {
-	LLVMValueRef cli_parse, cli_start, cli_step_begin, cli_step_end, cli_finish;
+	LLVMValueRef cli_parse, cli_start, cli_train, cli_step_begin, cli_step_end, cli_save, cli_finish;
 	LLVMValueRef init, abort, finalize, model_bytes, arena_init, model_init, arena_alloc;
-	LLVMValueRef ckpt_load, ckpt_save, profile, step_begin, step_end;
+	LLVMValueRef ckpt_load, profile, step_begin, step_end;
 	LLVMValueRef run_f, run_r, run_b, run_w, send, recv, wait, waitall, group_begin, group_end;
 	LLVMValueRef post_coll, update; /* data parallelism */
 	LLVMValueRef dev_attach, dev_buffers; /* device ranks */
@@ -289,7 +292,9 @@ static void declare_runtime(hb *h, externs *x)
 	x->cli_parse = DECL("rt_cli_parse", i32, i32, h->pp8, LLVMPointerType(h->prog, 0), pcli);
 	x->cli_start = DECL("rt_cli_start", i32, pcli, c);
 	x->cli_step_begin = DECL("rt_cli_step_begin", v, pcli);
-	x->cli_step_end = DECL("rt_cli_step_end", v, pcli, c, h->f64, i32);
+	x->cli_train = DECL("rt_cli_train", v, pcli, ptrain);
+	x->cli_step_end = DECL("rt_cli_step_end", i32, pcli, c, h->f64, i32);
+	x->cli_save = DECL("rt_cli_save", i32, pcli, c);
 	x->cli_finish = DECL("rt_cli_finish", i32, pcli, c);
 	x->init = DECL("rt_init", i32, pi32, LLVMPointerType(h->pp8, 0), LLVMPointerType(h->options, 0),
 	               LLVMPointerType(c, 0));
@@ -300,7 +305,6 @@ static void declare_runtime(hb *h, externs *x)
 	x->model_init = DECL("rt_model_init", i32, c, ptrain, i32, pspec);
 	x->arena_alloc = DECL("rt_arena_alloc", i32, c, i64, h->pp8);
 	x->ckpt_load = DECL("rt_ckpt_load", i32, c, p8);
-	x->ckpt_save = DECL("rt_ckpt_save", i32, c, p8);
 	x->profile = DECL("rt_profile", i32, c, i32, i32, p8);
 	x->step_begin = DECL("rt_step_begin", i32, c);
 	x->step_end = DECL("rt_step_end", i32, c, LLVMPointerType(h->f64, 0), pi32);
@@ -534,6 +538,7 @@ static void build_main(hb *h, const cg_rank *r)
 	check(h, CALL(x.cli_start, cli, ctx));
 	LLVMValueRef data = load_field(h, h->cli, cli, CLI_DATA, h->p8, "data");
 	LLVMBuildStore(h->b, data, field_ptr(h, h->train, train, TRAIN_TEXT, ""));
+	CALL(x.cli_train, cli, train); /* the schedule's and clipping's options */
 	LLVMValueRef layers = LLVMConstPointerCast(t.layers, LLVMPointerType(h->spec, 0));
 	LLVMValueRef nl = i32c(h, r->nlayers);
 	check(h, CALL(x.model_bytes, ctx, train, nl, layers, model_bytes));
@@ -644,8 +649,14 @@ static void build_main(hb *h, const cg_rank *r)
 		check(h, CALL(x.waitall, ctx, i32c(h, r->nend), LLVMBuildInBoundsGEP2(h->b, reqs_t, reqs, z, 2, "")));
 	}
 	check(h, CALL(x.step_end, ctx, loss, have));
-	CALL(x.cli_step_end, cli, ctx, LLVMBuildLoad2(h->b, h->f64, loss, ""),
-	     LLVMBuildLoad2(h->b, h->i32, have, ""));
+	/* The step's report, metrics and periodic save; 1: every rank agreed
+	 * to stop here (a signal), and goes on to the save. */
+	rc = CALL(x.cli_step_end, cli, ctx, LLVMBuildLoad2(h->b, h->f64, loss, ""),
+	          LLVMBuildLoad2(h->b, h->i32, have, ""));
+	LLVMBasicBlockRef go_on = block(h, "step.next");
+	LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntEQ, rc, i32c(h, 1), "stop"), done, go_on);
+	at(h, go_on);
+	check(h, rc);
 	LLVMValueRef nstep = LLVMBuildAdd(h->b, step, i64c(h, 1), "");
 	LLVMBasicBlockRef latch = LLVMGetInsertBlock(h->b);
 	LLVMBuildBr(h->b, step_head);
@@ -653,8 +664,7 @@ static void build_main(hb *h, const cg_rank *r)
 
 	/* After training: checkpoint, summary and model hash, finalize. */
 	at(h, done);
-	if_path(h, load_field(h, h->cli, cli, CLI_CHECKPOINT, h->p8, "checkpoint"), x.ckpt_save, ctx,
-	        "checkpoint");
+	check(h, CALL(x.cli_save, cli, ctx));
 	check(h, CALL(x.cli_finish, cli, ctx));
 	LLVMBuildBr(h->b, final);
 	at(h, final);
