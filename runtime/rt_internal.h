@@ -164,6 +164,14 @@ struct rt_ctx {
 	rt_train opt;
 	bool clipped;     /* this step's norm is taken and its updates done */
 	double grad_norm; /* of the last step clipped; NaN: none */
+	/* evaluation (rt_eval.c): the held-out text, and while a pass runs the
+	 * training's data position and text, put aside */
+	bool evaluating;
+	unsigned char *eval_text;
+	size_t eval_text_len;
+	int64_t saved_pos;
+	unsigned char *saved_text;
+	size_t saved_len;
 	/* data parallelism (rt_dp.c): train.dp >= 1 once set up; the DP group
 	 * (MPI_COMM_SELF when dp is 1) */
 	MPI_Comm dpc;
@@ -321,6 +329,12 @@ void rt__sched_begin(rt_ctx *ctx);
  * rt_step_end, so every rank calls it at the same point of its step. */
 int rt__clip(rt_ctx *ctx);
 
+/* ---- rt_eval.c: forward-only passes over held-out text ---- */
+
+/* The held-out text (collective: every rank the same file); once. */
+int rt__eval_load(rt_ctx *ctx, const char *path);
+void rt__eval_free(rt_ctx *ctx);
+
 /* ---- rt_data.c: the tokens ---- */
 
 /* Reads the text file (path; NULL: synthetic tokens) into the context and
@@ -379,6 +393,9 @@ typedef struct rt_metrics_row {
  * FIFO; RT_EIO with a message. */
 int rt__metrics_open(rt_ctx *ctx, const char *path, bool append, FILE **out);
 int rt__metrics_write(rt_ctx *ctx, FILE *f, const char *path, const rt_metrics_row *r);
+/* An evaluation's line: {"step", "eval_loss", "eval_batches"}. */
+int rt__metrics_eval(rt_ctx *ctx, FILE *f, const char *path, int64_t step, double loss,
+                     int64_t batches);
 
 /* ---- rt_loop.c: the generated programs' training loop ---- */
 

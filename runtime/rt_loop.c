@@ -24,9 +24,11 @@
 
 struct rt_loop {
 	/* the options; -1 (NAN for numbers, NULL for paths): not given */
-	int64_t warmup, decay, decay_steps, save_every, keep;
+	int64_t warmup, decay, decay_steps, save_every, keep, eval_every, eval_batches;
 	double min_lr, clip;
-	const char *metrics;
+	const char *metrics, *eval_data;
+	int passes;       /* of the evaluation running */
+	double eval_sum;  /* of its passes' losses (the head's rank of replica 0) */
 	FILE *mf;         /* rank 0's metrics file */
 	int64_t saved_at; /* the step count of the last save, or -1 */
 	int stop;         /* the job stops after this step: SIGTERM or SIGINT */
@@ -57,6 +59,12 @@ static const struct opt {
     {"--keep", "K", O_POSITIVE, offsetof(rt_loop, keep), "keep the newest K saves in DIR (default 1)"},
     {"--metrics", "FILE", O_PATH, offsetof(rt_loop, metrics),
      "rank 0 writes a JSON line a step to FILE (appended to after --resume)"},
+    {"--eval-every", "N", O_POSITIVE, offsetof(rt_loop, eval_every),
+     "after every N-th step, the loss on --eval-data, forward only"},
+    {"--eval-data", "FILE", O_PATH, offsetof(rt_loop, eval_data),
+     "the held-out text (bytes as tokens) of --eval-every"},
+    {"--eval-batches", "K", O_POSITIVE, offsetof(rt_loop, eval_batches),
+     "micro-batches of it each time (default: a step's; rounded up to steps)"},
 };
 #define NOPTS (int)(sizeof opts / sizeof *opts)
 
@@ -66,7 +74,8 @@ rt_loop *rt__loop_new(void)
 	if (!L)
 		return NULL;
 	*L = (rt_loop){.warmup = -1, .decay = -1, .decay_steps = -1, .save_every = -1, .keep = -1,
-	               .min_lr = NAN, .clip = NAN, .saved_at = -1};
+	               .eval_every = -1, .eval_batches = -1, .min_lr = NAN, .clip = NAN,
+	               .saved_at = -1};
 	return L;
 }
 
@@ -139,7 +148,8 @@ const char *rt__loop_name(int k)
 uint64_t rt__loop_key(const rt_loop *L)
 {
 	/* what changes the steps' bits or when every rank must save */
-	int64_t v[] = {L->warmup, L->decay, L->decay_steps, L->save_every, L->keep};
+	int64_t v[] = {L->warmup,     L->decay,      L->decay_steps,     L->save_every,
+	               L->keep,       L->eval_every, L->eval_batches, L->eval_data != NULL};
 	uint64_t h = rt__fnv(RT_FNV_INIT, v, sizeof v);
 	h = rt__fnv(h, &L->min_lr, sizeof L->min_lr);
 	return rt__fnv(h, &L->clip, sizeof L->clip) | 1;
@@ -191,6 +201,9 @@ int rt__loop_start(rt_cli *cli, rt_ctx *ctx)
 	if ((L->save_every > 0 || L->keep > 0) && !cli->checkpoint)
 		return rt__fail(ctx, RT_EARG, "%s needs --checkpoint DIR: the directory the saves go to",
 		                L->save_every > 0 ? "--save-every" : "--keep");
+	if ((L->eval_every > 0) != (L->eval_data != NULL) || (L->eval_batches > 0 && !L->eval_data))
+		return rt__fail(ctx, RT_EARG, "--eval-every N and --eval-data FILE come together (and "
+		                "--eval-batches with them)");
 	if (cli->profile)
 		return RT_OK;
 	if ((rc = catch_signals(ctx)))
@@ -276,6 +289,49 @@ int rt__loop_step(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss, double d
 		return 1;
 	}
 	return RT_OK;
+}
+
+/* ---- evaluation ------------------------------------------------------------- */
+
+int rt_cli_eval_passes(rt_cli *cli, rt_ctx *ctx)
+{
+	rt_loop *L = cli->loop;
+	int rc;
+	if (L->eval_every <= 0 || rt_step_count(ctx) % L->eval_every)
+		return 0;
+	if ((rc = rt__eval_load(ctx, L->eval_data)))
+		return rc;
+	int64_t per = ctx->train.dp * ctx->train.microbatches;
+	int64_t k = L->eval_batches > 0 ? L->eval_batches : per, n = (k + per - 1) / per;
+	L->passes = n > 1 << 20 ? 1 << 20 : (int)n;
+	L->eval_sum = 0;
+	return L->passes;
+}
+
+int rt_cli_eval_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss, int pass)
+{
+	rt_loop *L = cli->loop;
+	MPI_Request req;
+	int rc;
+	if (have_loss)
+		L->eval_sum += loss;
+	if (pass + 1 < L->passes)
+		return RT_OK;
+	/* The mean of the passes (each the mean of as many tokens), to rank 0. */
+	double v[2] = {have_loss ? L->eval_sum : 0, have_loss ? 1 : 0};
+	if ((rc = rt__coll(ctx, MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM,
+	                                       MPI_COMM_WORLD, &req),
+	                   &req, "the evaluation's end")))
+		return rc;
+	int64_t batches = (int64_t)L->passes * ctx->train.dp * ctx->train.microbatches;
+	double mean = v[0] / (double)L->passes;
+	if (rt_rank(ctx) != 0 || v[1] <= 0)
+		return RT_OK;
+	printf("eval after step %lld: loss %.6f (%a) over %lld micro-batches of %s\n",
+	       (long long)rt_step_count(ctx), mean, mean, (long long)batches, L->eval_data);
+	fflush(stdout);
+	return L->mf ? rt__metrics_eval(ctx, L->mf, L->metrics, rt_step_count(ctx), mean, batches)
+	             : RT_OK;
 }
 
 int rt_cli_save(rt_cli *cli, rt_ctx *ctx)

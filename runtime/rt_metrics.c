@@ -40,6 +40,17 @@ static void num(FILE *f, const char *key, double v, const char *fmt)
 		fputs("null", f);
 }
 
+int rt__metrics_eval(rt_ctx *ctx, FILE *f, const char *path, int64_t step, double loss,
+                      int64_t batches)
+{
+	fprintf(f, "{\"step\": %lld", (long long)step);
+	num(f, "eval_loss", loss, "%.17g");
+	fprintf(f, ", \"eval_batches\": %lld}\n", (long long)batches);
+	if (fflush(f) || ferror(f))
+		return rt__fail(ctx, RT_EIO, "metrics %s: write: %s", path, strerror(errno));
+	return RT_OK;
+}
+
 int rt__metrics_write(rt_ctx *ctx, FILE *f, const char *path, const rt_metrics_row *r)
 {
 	fprintf(f, "{\"step\": %lld", (long long)r->step);

@@ -179,6 +179,16 @@ int rt_layer_get(rt_ctx *ctx, int h, rt_layer_info *out);
 /* The learning rate of optimizer step `step` (0: the first) under t's
  * schedule: a pure function of the step, so a resumed run continues it. */
 float rt_lr_at(const rt_train *t, int64_t step);
+/* An evaluation pass (docs/runtime.md, "Evaluation"): between steps, the
+ * program's F ops and the activations' sends and receives in the plan's
+ * order, on the held-out text loaded by rt_cli_eval_passes: pass p's
+ * micro-batch i (global) is held-out sample p x dp x microbatches + i,
+ * whatever the plan.  rt_eval_end gives the pass's mean loss on the
+ * head's rank of replica 0 (*have 1 there), updates nothing and leaves
+ * the step count and the training data where they were. */
+int rt_eval_begin(rt_ctx *ctx, int64_t pass);
+int rt_eval_end(rt_ctx *ctx, double *loss, int *have_loss);
+
 /* The global gradient norm of the last step ended (over every parameter of
  * the job, exact and the same on every rank and for every plan), or NaN
  * when the step did not compute it (no clipping). */
@@ -459,6 +469,14 @@ void rt_cli_train(rt_cli *cli, rt_train *t);
  * rt_cli_save), or an RT_ code with a message for rt_abort. */
 void rt_cli_step_begin(rt_cli *cli);
 int rt_cli_step_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss);
+
+/* After a step (rt_cli_step_end RT_OK): the evaluation passes to run now
+ * (--eval-every N: after every N-th step; 0: none), the held-out text
+ * loaded at the first (collective); each pass is rt_eval_begin, the eval
+ * walk, rt_eval_end, then rt_cli_eval_end with its loss (after the last
+ * pass, collective: rank 0 prints the mean and writes it to the metrics). */
+int rt_cli_eval_passes(rt_cli *cli, rt_ctx *ctx);
+int rt_cli_eval_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss, int pass);
 
 /* After training (or a stop): the --checkpoint save, unless the periodic
  * save has saved this step, keeping --keep saves; after a stop rank 0 says
