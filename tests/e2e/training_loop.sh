@@ -15,7 +15,12 @@
 #    last; the older resumes to the bits of the uninterrupted run;
 #  - SIGTERM to one rank mid-run: every rank stops after the same step,
 #    saves, says so and exits 0; resumed on the 4-rank plan, the next steps
-#    and the hash are those of an uninterrupted 1-rank run.
+#    and the hash are those of an uninterrupted 1-rank run;
+#  - evaluation (--eval-every 3 --eval-data, 20 micro-batches: 3 passes of
+#    8): the same eval losses, bit for bit, on 1 rank, 2 ranks, 3 ranks
+#    under zbv (two chunks a rank, split backward) and 2 replicas; training
+#    untouched (the hash of the run without); the eval lines in the metrics;
+#    under OCTO_COMM_SYNC=1 (rendezvous sends) it still completes.
 #
 # Exit 0 all agree, 1 a mismatch or a failure, 77 (skip) without mpirun.
 set -u
@@ -78,6 +83,7 @@ same() { # same A B WHAT
 compile p1 --devices 1 --schedule 1f1b || exit 1
 compile p2 --devices 2 --schedule 1f1b || exit 1
 compile p4 --devices 4 --dp 2 --distributed-optimizer on --schedule 1f1b || exit 1
+compile p3 --devices 3 --schedule zbv || exit 1
 
 # ---- plan independence, with the metrics of the reference ----
 run p1 ref --steps $steps --metrics "$tmp/ref.jsonl" || exit 1
@@ -185,5 +191,33 @@ elif [ $rc = 0 ] && [ -n "$n" ] && [ "$n" = "$last" ] && grep -qx "step $n" "$tm
 		fi
 else
 	bad "SIGTERM: exit $rc, stopped after '$n', last step line '$last'" "$tmp/sig.log"
+fi
+# ---- evaluation ----
+tail -c 20000 "$src/models/data/corpus.txt" >"$tmp/held.txt"
+evals() { sed -n 's/^eval after step \([0-9]*\): loss [^ ]* (\([^)]*\)) over \([0-9]*\) .*/\1 \2 \3/p' "$tmp/$1.log"; }
+ev=(--eval-every 3 --eval-data "$tmp/held.txt" --eval-batches 20)
+if run p1 ev1 --steps $steps "${ev[@]}" --metrics "$tmp/ev1.jsonl"; then
+	if [ "$(evals ev1 | wc -l)" = 2 ] && [ "$(evals ev1 | awk '{print $1 " " $3}' | tr '\n' ' ')" = "3 24 6 24 " ] &&
+	   cmp -s "$tmp/ev1.hash" "$tmp/ref.hash" && cmp -s "$tmp/ev1.losses" "$tmp/ref.losses"; then
+		ok "eval after steps 3 and 6 over 24 micro-batches; the training's losses and hash untouched"
+	else
+		bad "eval on 1 rank: $(evals ev1 | tr '\n' ';')" "$tmp/ev1.log"
+	fi
+	[ "$(grep -c '"eval_loss"' "$tmp/ev1.jsonl")" = 2 ] && [ "$(grep -c '"lr"' "$tmp/ev1.jsonl")" = $steps ] &&
+		ok "metrics: a line per step and one per evaluation" || bad "eval metrics" "$tmp/ev1.jsonl"
+	for p in p2 p3 p4; do
+		run $p ev-$p --steps $steps "${ev[@]}" &&
+			if [ "$(evals ev-$p)" = "$(evals ev1)" ] && cmp -s "$tmp/ev-$p.hash" "$tmp/ref.hash"; then
+				ok "eval on $p ($(grep -m1 '^plan:' "$tmp/$p.compile" | sed 's/^plan: //')): the eval losses of 1 rank"
+			else
+				bad "eval on $p differs from 1 rank's: $(evals ev-$p | tr '\n' ';')" "$tmp/ev-$p.log"
+			fi
+	done
+	OCTO_COMM_SYNC=1 run p3 ev-sync --steps 3 "${ev[@]}" &&
+		if [ "$(evals ev-sync)" = "$(evals ev1 | head -1)" ]; then
+			ok "eval under rendezvous sends (OCTO_COMM_SYNC=1, zbv): completes, the same loss"
+		else
+			bad "eval under OCTO_COMM_SYNC=1" "$tmp/ev-sync.log"
+		fi
 fi
 exit $fail
