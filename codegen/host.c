@@ -18,7 +18,12 @@
  *   coll        rt_post_coll (a bucket's collective); update  rt_update
  *
  * then waits for the step's unwaited sends (rt_waitall), ends the step
- * (rt_step_end: loss, AdamW) and reports it.  Any failing call branches to
+ * (rt_step_end: loss, AdamW) and reports it (rt_cli_step_end: the step
+ * line, metrics, the periodic save; 1 stops the loop: a signal), and runs
+ * the evaluation passes rt_cli_eval_passes asks for: the same walk of the
+ * op table over request slots of their own, with only F and the
+ * activations' sends and receives (walk_ops).  After the loop, rt_cli_save
+ * (the --checkpoint save) and the summary.  Any failing call branches to
  * one block that calls rt_abort (the message names the rank) and returns 1.
  *
  * The C structs main passes by pointer (rt_train, rt_options, rt_cli,

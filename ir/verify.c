@@ -230,7 +230,7 @@ int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc f
 	if (!errs && t->min_lr > t->lr) {
 		fmt_double(buf, sizeof buf, t->min_lr);
 		diag_error(where ? where(ctx, IR_TRAIN_MIN_LR) : fallback,
-		           "'min_lr' is at most 'lr' (%g): the decay goes down to it, got %s", t->lr, buf);
+		           "'min_lr' must be at most 'lr' (%g), the rate the decay starts from, got %s", t->lr, buf);
 		errs++;
 	}
 	if (!errs && f32_overflows(1.0 - t->lr * t->weight_decay)) {

@@ -19,6 +19,7 @@ static const char usage_text[] =
     "  --steps N         train N steps (after --resume: N more)\n"
     "  --data FILE       train on the bytes of this text file\n"
     "  --checkpoint DIR  save the model and optimizer state there after training\n"
+    "                    (and on SIGTERM or SIGINT: every rank stops after the step)\n"
     "  --resume DIR      start from the checkpoint in DIR (any plan's)\n"
     "  --trace DIR       write DIR/trace-rank<R>.json (Chrome trace) at the end\n"
     "  --profile FILE    profiling mode: time F, B, W of this rank's layers, write\n"
