@@ -20,7 +20,8 @@
 #    8): the same eval losses, bit for bit, on 1 rank, 2 ranks, 3 ranks
 #    under zbv (two chunks a rank, split backward) and 2 replicas; training
 #    untouched (the hash of the run without); the eval lines in the metrics;
-#    under OCTO_COMM_SYNC=1 (rendezvous sends) it still completes.
+#    under OCTO_COMM_SYNC=1 (rendezvous sends) it still completes;
+#  - options refused at start, each named.
 #
 # Exit 0 all agree, 1 a mismatch or a failure, 77 (skip) without mpirun.
 set -u
@@ -163,7 +164,7 @@ run p4 resumed --steps 2 --resume "$tmp/ck/$old" &&
 	fi
 
 # ---- SIGTERM to one rank: every rank stops after the same step and saves ----
-"$tmp/p2/launch" --steps 1000 --checkpoint "$tmp/sig" >"$tmp/sig.log" 2>&1 &
+"$tmp/p2/launch" --steps 1000 --checkpoint "$tmp/sig" </dev/null >"$tmp/sig.log" 2>&1 &
 bg=$!
 for _ in $(seq 600); do
 	grep -q '^step 2 ' "$tmp/sig.log" && break
@@ -192,6 +193,25 @@ elif [ $rc = 0 ] && [ -n "$n" ] && [ "$n" = "$last" ] && grep -qx "step $n" "$tm
 else
 	bad "SIGTERM: exit $rc, stopped after '$n', last step line '$last'" "$tmp/sig.log"
 fi
+# ---- options refused, each named ----
+while IFS='|' read -r want args; do
+	# shellcheck disable=SC2086
+	"$tmp/p2/launch" --steps 1 $args </dev/null >"$tmp/opt.log" 2>&1 && rc=0 || rc=$?
+	if [ $rc != 0 ] && grep -qF -- "$want" "$tmp/opt.log"; then
+		ok "refused ($rc): $args"
+	else
+		bad "not refused as '$want' (exit $rc): $args" "$tmp/opt.log"
+	fi
+done <<EOF
+--save-every needs --checkpoint DIR|--save-every 2
+--keep needs --checkpoint DIR|--keep 3
+--decay needs cosine, linear or constant, got 'cosin'|--decay cosin
+--clip needs a finite number, 0 or more, got '-1'|--clip -1
+--keep needs a count of 1 or more, got '0'|--checkpoint $tmp/k0 --keep 0
+--eval-every N and --eval-data FILE come together|--eval-every 2
+min_lr is 1; it must be finite, 0 or more and at most lr|--min-lr 1
+EOF
+
 # ---- evaluation ----
 tail -c 20000 "$src/models/data/corpus.txt" >"$tmp/held.txt"
 evals() { sed -n 's/^eval after step \([0-9]*\): loss [^ ]* (\([^)]*\)) over \([0-9]*\) .*/\1 \2 \3/p' "$tmp/$1.log"; }
