@@ -18,7 +18,12 @@
  *   coll        rt_post_coll (a bucket's collective); update  rt_update
  *
  * then waits for the step's unwaited sends (rt_waitall), ends the step
- * (rt_step_end: loss, AdamW) and reports it.  Any failing call branches to
+ * (rt_step_end: loss, AdamW) and reports it (rt_cli_step_end: the step
+ * line, metrics, the periodic save; 1 stops the loop: a signal), and runs
+ * the evaluation passes rt_cli_eval_passes asks for: the same walk of the
+ * op table over request slots of their own, with only F and the
+ * activations' sends and receives (walk_ops).  After the loop, rt_cli_save
+ * (the --checkpoint save) and the summary.  Any failing call branches to
  * one block that calls rt_abort (the message names the rank) and returns 1.
  *
  * The C structs main passes by pointer (rt_train, rt_options, rt_cli,
@@ -87,7 +92,9 @@ static const field train_fields[] = {
     FLD(rt_train, beta2, T_F32),       FLD(rt_train, eps, T_F32),
     FLD(rt_train, text_file, T_PTR),   FLD(rt_train, dp, T_I64),
     FLD(rt_train, replica, T_I64),     FLD(rt_train, pipe_rank, T_I64),
-    FLD(rt_train, dp_flags, T_I32),
+    FLD(rt_train, dp_flags, T_I32),    FLD(rt_train, warmup, T_I64),
+    FLD(rt_train, decay, T_I32),       FLD(rt_train, decay_steps, T_I64),
+    FLD(rt_train, min_lr, T_F32),      FLD(rt_train, clip, T_F32),
 };
 static const field options_fields[] = {FLD(rt_options, flags, T_I32),
                                        FLD(rt_options, comm_timeout_s, T_F64),
@@ -98,6 +105,7 @@ static const field prog_fields[] = {
     FLD(rt_prog_info, steps, T_I64),  FLD(rt_prog_info, tokens, T_I64),
     FLD(rt_prog_info, predicted_us, T_F64), FLD(rt_prog_info, rank, T_I32),
     FLD(rt_prog_info, nranks, T_I32), FLD(rt_prog_info, compile, T_I64),
+    FLD(rt_prog_info, peak_flops, T_F64),
 };
 static const field cli_fields[] = {
     FLD(rt_cli, prog, T_PTR),     FLD(rt_cli, steps, T_I64),     FLD(rt_cli, data, T_PTR),
@@ -105,7 +113,7 @@ static const field cli_fields[] = {
     FLD(rt_cli, profile, T_PTR),  FLD(rt_cli, data_format, T_I32), FLD(rt_cli, data_position, T_I32),
     FLD(rt_cli, done, T_I64),      FLD(rt_cli, t0, T_F64),
     FLD(rt_cli, first_s, T_F64),  FLD(rt_cli, rest_s, T_F64),    FLD(rt_cli, last_loss, T_F64),
-    FLD(rt_cli, path, T_PATH),
+    FLD(rt_cli, loop, T_PTR),     FLD(rt_cli, path, T_PATH),
 };
 static const field op_fields[] = {
     FLD(cg_op, kind, T_I32),  FLD(cg_op, h0, T_I32),    FLD(cg_op, h1, T_I32),
@@ -275,9 +283,10 @@ static LLVMValueRef buf_ptr(hb *h, LLVMValueRef base, LLVMValueRef off, LLVMType
 }
 
 typedef struct externs {
-	LLVMValueRef cli_parse, cli_start, cli_step_begin, cli_step_end, cli_finish;
+	LLVMValueRef cli_parse, cli_start, cli_train, cli_step_begin, cli_step_end, cli_save, cli_finish;
+	LLVMValueRef cli_eval_passes, cli_eval_end, eval_begin, eval_end; /* evaluation */
 	LLVMValueRef init, abort, finalize, model_bytes, arena_init, model_init, arena_alloc;
-	LLVMValueRef ckpt_load, ckpt_save, profile, step_begin, step_end;
+	LLVMValueRef ckpt_load, profile, step_begin, step_end;
 	LLVMValueRef run_f, run_r, run_b, run_w, send, recv, wait, waitall, group_begin, group_end;
 	LLVMValueRef post_coll, update; /* data parallelism */
 	LLVMValueRef dev_attach, dev_buffers; /* device ranks */
@@ -293,7 +302,13 @@ static void declare_runtime(hb *h, externs *x)
 	x->cli_parse = DECL("rt_cli_parse", i32, i32, h->pp8, LLVMPointerType(h->prog, 0), pcli);
 	x->cli_start = DECL("rt_cli_start", i32, pcli, c);
 	x->cli_step_begin = DECL("rt_cli_step_begin", v, pcli);
-	x->cli_step_end = DECL("rt_cli_step_end", v, pcli, c, h->f64, i32);
+	x->cli_train = DECL("rt_cli_train", v, pcli, ptrain);
+	x->cli_step_end = DECL("rt_cli_step_end", i32, pcli, c, h->f64, i32);
+	x->cli_save = DECL("rt_cli_save", i32, pcli, c);
+	x->cli_eval_passes = DECL("rt_cli_eval_passes", i32, pcli, c);
+	x->cli_eval_end = DECL("rt_cli_eval_end", i32, pcli, c, h->f64, i32, i32);
+	x->eval_begin = DECL("rt_eval_begin", i32, c, i64);
+	x->eval_end = DECL("rt_eval_end", i32, c, LLVMPointerType(h->f64, 0), pi32);
 	x->cli_finish = DECL("rt_cli_finish", i32, pcli, c);
 	x->init = DECL("rt_init", i32, pi32, LLVMPointerType(h->pp8, 0), LLVMPointerType(h->options, 0),
 	               LLVMPointerType(c, 0));
@@ -304,7 +319,6 @@ static void declare_runtime(hb *h, externs *x)
 	x->model_init = DECL("rt_model_init", i32, c, ptrain, i32, pspec);
 	x->arena_alloc = DECL("rt_arena_alloc", i32, c, i64, h->pp8);
 	x->ckpt_load = DECL("rt_ckpt_load", i32, c, p8);
-	x->ckpt_save = DECL("rt_ckpt_save", i32, c, p8);
 	x->profile = DECL("rt_profile", i32, c, i32, i32, p8);
 	x->step_begin = DECL("rt_step_begin", i32, c);
 	x->step_end = DECL("rt_step_end", i32, c, LLVMPointerType(h->f64, 0), pi32);
@@ -465,6 +479,116 @@ static void if_path(hb *h, LLVMValueRef p, LLVMValueRef fn, LLVMValueRef ctx, co
 	at(h, done);
 }
 
+/* if (p != NULL) *p = RT_NO_REQ: the slot of an op an evaluation drops,
+ * so that the op's wait finds nothing to wait for. */
+static void clear_slot(hb *h, LLVMValueRef p)
+{
+	LLVMBasicBlockRef yes = block(h, "clear"), done = block(h, "");
+	LLVMBuildCondBr(h->b, LLVMBuildIsNull(h->b, p, ""), done, yes);
+	at(h, yes);
+	LLVMBuildStore(h->b, i32c(h, RT_NO_REQ), p);
+	LLVMBuildBr(h->b, done);
+	at(h, done);
+}
+
+/* for (i = 0; i < nops; i++) switch (ops[i].kind) ...: one walk of the op
+ * table, with the request slots `reqs`.  A training step runs every op; an
+ * evaluation pass (eval) the F ops and the activations' sends and
+ * receives, in the same order, and drops the rest (R, B, W, gradients,
+ * collectives, updates: their slots are cleared, so their waits are
+ * no-ops and a group of gradients alone is empty).  Every rank drops the
+ * same ops, so the pass keeps the step's proof (runtime/rt_eval.c). */
+static void walk_ops(hb *h, const cg_rank *r, tables *tp, externs *xp, LLVMValueRef ctx,
+                     LLVMValueRef base, LLVMValueRef reqs, LLVMTypeRef reqs_t, bool eval)
+{
+	tables t = *tp;
+	externs x = *xp;
+	LLVMValueRef rc;
+	LLVMBasicBlockRef pre = LLVMGetInsertBlock(h->b), op_head = block(h, "op"),
+	                  op_body = block(h, "op.body"), op_next = block(h, "op.next"),
+	                  ops_done = block(h, "ops.done");
+	LLVMBuildBr(h->b, op_head);
+	at(h, op_head);
+	LLVMValueRef i = LLVMBuildPhi(h->b, h->i32, "i");
+	LLVMAddIncoming(i, (LLVMValueRef[]){i32c(h, 0)}, &pre, 1);
+	LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntSLT, i, i32c(h, r->nops), ""), op_body, ops_done);
+	at(h, op_body);
+	LLVMValueRef idx[2] = {i64c(h, 0), LLVMBuildSExt(h->b, i, h->i64, "")};
+	LLVMValueRef op = LLVMBuildInBoundsGEP2(h->b, t.ops_t, t.ops, idx, 2, "op");
+	LLVMValueRef f[OP_NFIELDS];
+	static const char *const fname[OP_NFIELDS] = {"kind", "h0", "h1", "mb", "peer", "tstage", "tkind",
+	                                              "req", "bytes", "in", "out", "last", "act", "ws"};
+	for (int k = 0; k < OP_NFIELDS; k++)
+		f[k] = load_field(h, h->op, op, k, ftype_llvm(h, op_fields[k].type), fname[k]);
+	op_vals ov = {.ctx = ctx, .base = base, .h0 = f[OP_H0], .h1 = f[OP_H1],
+	              .mb = LLVMBuildSExt(h->b, f[OP_MB], h->i64, "mb64"),
+	              .in = buf_ptr(h, base, f[OP_IN], h->pf, "in"),
+	              .out = buf_ptr(h, base, f[OP_OUT], h->pf, "out"),
+	              .last = buf_ptr(h, base, f[OP_LAST], h->pf, "last"), .act = f[OP_ACT],
+	              .ws = f[OP_WS], .t = &t, .x = &x};
+	LLVMValueRef in8 = buf_ptr(h, base, f[OP_IN], h->p8, "in8");
+	LLVMValueRef none = LLVMBuildICmp(h->b, LLVMIntSLT, f[OP_REQ], i32c(h, 0), "");
+	LLVMValueRef ridx[2] = {i64c(h, 0), LLVMBuildSExt(h->b, f[OP_REQ], h->i64, "")};
+	LLVMValueRef reqp = LLVMBuildSelect(h->b, none, LLVMConstNull(LLVMPointerType(h->i32, 0)),
+	                                    LLVMBuildGEP2(h->b, reqs_t, reqs, ridx, 2, ""), "req");
+	LLVMValueRef sw = LLVMBuildSwitch(h->b, f[OP_KIND], op_next, CG_NOPS);
+	for (int k = 0; k < CG_NOPS; k++) {
+		LLVMBasicBlockRef bb = block(h, cg_op_names[k]);
+		LLVMAddCase(sw, i32c(h, k), bb);
+		at(h, bb);
+		switch ((cg_op_kind)k) {
+		case CG_F:
+		case CG_R:
+		case CG_B:
+		case CG_W:
+			if (eval && k != CG_F) {
+				clear_slot(h, reqp);
+				LLVMBuildBr(h->b, op_next);
+				continue;
+			}
+			layer_loop(h, &ov, (cg_op_kind)k, op_next);
+			continue;
+		case CG_SEND:
+		case CG_RECV:
+			if (eval) { /* activations only */
+				LLVMBasicBlockRef post = block(h, "post"), drop = block(h, "drop");
+				LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntEQ, f[OP_TKIND],
+				                                    i32c(h, RT_MSG_ACT), "act"), post, drop);
+				at(h, drop);
+				clear_slot(h, reqp);
+				LLVMBuildBr(h->b, op_next);
+				at(h, post);
+			}
+			rc = CALL(k == CG_SEND ? x.send : x.recv, ctx, f[OP_PEER], in8, f[OP_BYTES],
+			          f[OP_TSTAGE], f[OP_MB], f[OP_TKIND], reqp);
+			break;
+		case CG_WAIT: rc = CALL(x.wait, ctx, LLVMBuildLoad2(h->b, h->i32, reqp, "")); break;
+		case CG_GROUP_BEGIN: rc = CALL(x.group_begin, ctx); break;
+		case CG_GROUP_END: rc = CALL(x.group_end, ctx, reqp); break;
+		case CG_COLL:
+		case CG_UPDATE:
+			if (eval) {
+				clear_slot(h, reqp);
+				LLVMBuildBr(h->b, op_next);
+				continue;
+			}
+			rc = k == CG_COLL ? CALL(x.post_coll, ctx, f[OP_TKIND], f[OP_H0], f[OP_H1], in8,
+			                         f[OP_BYTES], reqp)
+			                  : CALL(x.update, ctx, f[OP_H0], f[OP_H1]);
+			break;
+		case CG_NOPS: ir_bug("codegen: bad op kind");
+		}
+		check(h, rc);
+		LLVMBuildBr(h->b, op_next);
+	}
+	at(h, op_next);
+	LLVMValueRef ni = LLVMBuildAdd(h->b, i, i32c(h, 1), "");
+	LLVMBuildBr(h->b, op_head);
+	LLVMAddIncoming(i, &ni, &op_next, 1);
+
+	at(h, ops_done);
+}
+
 static void build_main(hb *h, const cg_rank *r)
 {
 	externs x = {.dev_attach_name = r->dev == CG_TARGET_CUDA ? "rt_device_attach_cuda"
@@ -503,8 +627,10 @@ static void build_main(hb *h, const cg_rank *r)
 		ir_bug("out of memory");
 	for (unsigned k = 0; k < nr; k++)
 		none_v[k] = i32c(h, RT_NO_REQ);
-	LLVMBuildStore(h->b, LLVMConstArray(h->i32, none_v, nr), reqs);
+	LLVMValueRef none_reqs = LLVMConstArray(h->i32, none_v, nr);
 	free(none_v);
+	LLVMBuildStore(h->b, none_reqs, reqs);
+	LLVMValueRef eval_reqs = LLVMBuildAlloca(h->b, reqs_t, "eval.reqs");
 	LLVMValueRef loss = LLVMBuildAlloca(h->b, h->f64, "loss");
 	LLVMValueRef have = LLVMBuildAlloca(h->b, h->i32, "have.loss");
 	LLVMBuildStore(h->b, argc, argc_slot);
@@ -538,6 +664,7 @@ static void build_main(hb *h, const cg_rank *r)
 	check(h, CALL(x.cli_start, cli, ctx));
 	LLVMValueRef data = load_field(h, h->cli, cli, CLI_DATA, h->p8, "data");
 	LLVMBuildStore(h->b, data, field_ptr(h, h->train, train, TRAIN_TEXT, ""));
+	CALL(x.cli_train, cli, train); /* the schedule's and clipping's options */
 	LLVMValueRef layers = LLVMConstPointerCast(t.layers, LLVMPointerType(h->spec, 0));
 	LLVMValueRef nl = i32c(h, r->nlayers);
 	check(h, CALL(x.model_bytes, ctx, train, nl, layers, model_bytes));
@@ -581,75 +708,52 @@ static void build_main(hb *h, const cg_rank *r)
 	CALL(x.cli_step_begin, cli);
 	check(h, CALL(x.step_begin, ctx));
 
-	/* for (i = 0; i < nops; i++) switch (ops[i].kind) ... */
-	LLVMBasicBlockRef pre = LLVMGetInsertBlock(h->b), op_head = block(h, "op"),
-	                  op_body = block(h, "op.body"), op_next = block(h, "op.next"),
-	                  ops_done = block(h, "ops.done");
-	LLVMBuildBr(h->b, op_head);
-	at(h, op_head);
-	LLVMValueRef i = LLVMBuildPhi(h->b, h->i32, "i");
-	LLVMAddIncoming(i, (LLVMValueRef[]){i32c(h, 0)}, &pre, 1);
-	LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntSLT, i, i32c(h, r->nops), ""), op_body, ops_done);
-	at(h, op_body);
-	LLVMValueRef idx[2] = {i64c(h, 0), LLVMBuildSExt(h->b, i, h->i64, "")};
-	LLVMValueRef op = LLVMBuildInBoundsGEP2(h->b, t.ops_t, t.ops, idx, 2, "op");
-	LLVMValueRef f[OP_NFIELDS];
-	static const char *const fname[OP_NFIELDS] = {"kind", "h0", "h1", "mb", "peer", "tstage", "tkind",
-	                                              "req", "bytes", "in", "out", "last", "act", "ws"};
-	for (int k = 0; k < OP_NFIELDS; k++)
-		f[k] = load_field(h, h->op, op, k, ftype_llvm(h, op_fields[k].type), fname[k]);
-	op_vals ov = {.ctx = ctx, .base = base, .h0 = f[OP_H0], .h1 = f[OP_H1],
-	              .mb = LLVMBuildSExt(h->b, f[OP_MB], h->i64, "mb64"),
-	              .in = buf_ptr(h, base, f[OP_IN], h->pf, "in"),
-	              .out = buf_ptr(h, base, f[OP_OUT], h->pf, "out"),
-	              .last = buf_ptr(h, base, f[OP_LAST], h->pf, "last"), .act = f[OP_ACT],
-	              .ws = f[OP_WS], .t = &t, .x = &x};
-	LLVMValueRef in8 = buf_ptr(h, base, f[OP_IN], h->p8, "in8");
-	LLVMValueRef none = LLVMBuildICmp(h->b, LLVMIntSLT, f[OP_REQ], i32c(h, 0), "");
-	LLVMValueRef ridx[2] = {i64c(h, 0), LLVMBuildSExt(h->b, f[OP_REQ], h->i64, "")};
-	LLVMValueRef reqp = LLVMBuildSelect(h->b, none, LLVMConstNull(LLVMPointerType(h->i32, 0)),
-	                                    LLVMBuildGEP2(h->b, reqs_t, reqs, ridx, 2, ""), "req");
-	LLVMValueRef sw = LLVMBuildSwitch(h->b, f[OP_KIND], op_next, CG_NOPS);
-	for (int k = 0; k < CG_NOPS; k++) {
-		LLVMBasicBlockRef bb = block(h, cg_op_names[k]);
-		LLVMAddCase(sw, i32c(h, k), bb);
-		at(h, bb);
-		switch ((cg_op_kind)k) {
-		case CG_F:
-		case CG_R:
-		case CG_B:
-		case CG_W: layer_loop(h, &ov, (cg_op_kind)k, op_next); continue;
-		case CG_SEND:
-		case CG_RECV:
-			rc = CALL(k == CG_SEND ? x.send : x.recv, ctx, f[OP_PEER], in8, f[OP_BYTES],
-			          f[OP_TSTAGE], f[OP_MB], f[OP_TKIND], reqp);
-			break;
-		case CG_WAIT: rc = CALL(x.wait, ctx, LLVMBuildLoad2(h->b, h->i32, reqp, "")); break;
-		case CG_GROUP_BEGIN: rc = CALL(x.group_begin, ctx); break;
-		case CG_GROUP_END: rc = CALL(x.group_end, ctx, reqp); break;
-		case CG_COLL:
-			rc = CALL(x.post_coll, ctx, f[OP_TKIND], f[OP_H0], f[OP_H1], in8, f[OP_BYTES], reqp);
-			break;
-		case CG_UPDATE: rc = CALL(x.update, ctx, f[OP_H0], f[OP_H1]); break;
-		case CG_NOPS: ir_bug("codegen: bad op kind");
-		}
-		check(h, rc);
-		LLVMBuildBr(h->b, op_next);
-	}
-	at(h, op_next);
-	LLVMValueRef ni = LLVMBuildAdd(h->b, i, i32c(h, 1), "");
-	LLVMBuildBr(h->b, op_head);
-	LLVMAddIncoming(i, &ni, &op_next, 1);
+	walk_ops(h, r, &t, &x, ctx, base, reqs, reqs_t, false);
 
 	/* The end of the step: the sends nobody waited for, loss and AdamW. */
-	at(h, ops_done);
 	if (r->nend) {
 		LLVMValueRef z[2] = {i64c(h, 0), i64c(h, 0)};
 		check(h, CALL(x.waitall, ctx, i32c(h, r->nend), LLVMBuildInBoundsGEP2(h->b, reqs_t, reqs, z, 2, "")));
 	}
 	check(h, CALL(x.step_end, ctx, loss, have));
-	CALL(x.cli_step_end, cli, ctx, LLVMBuildLoad2(h->b, h->f64, loss, ""),
-	     LLVMBuildLoad2(h->b, h->i32, have, ""));
+	/* The step's report, metrics and periodic save; 1: every rank agreed
+	 * to stop here (a signal), and goes on to the save. */
+	rc = CALL(x.cli_step_end, cli, ctx, LLVMBuildLoad2(h->b, h->f64, loss, ""),
+	          LLVMBuildLoad2(h->b, h->i32, have, ""));
+	LLVMBasicBlockRef go_on = block(h, "step.next");
+	LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntEQ, rc, i32c(h, 1), "stop"), done, go_on);
+	at(h, go_on);
+	check(h, rc);
+
+	/* for (pass = 0; pass < rt_cli_eval_passes(); pass++): the evaluation
+	 * (--eval-every), its own request slots, nothing pending at the start. */
+	LLVMValueRef npass = CALL(x.cli_eval_passes, cli, ctx);
+	check(h, LLVMBuildSelect(h->b, LLVMBuildICmp(h->b, LLVMIntSLT, npass, i32c(h, 0), ""), npass,
+	                         i32c(h, 0), ""));
+	LLVMBasicBlockRef ev_pre = LLVMGetInsertBlock(h->b), ev_head = block(h, "eval"),
+	                  ev_body = block(h, "eval.body"), ev_done = block(h, "eval.done");
+	LLVMBuildBr(h->b, ev_head);
+	at(h, ev_head);
+	LLVMValueRef pass = LLVMBuildPhi(h->b, h->i32, "pass");
+	LLVMAddIncoming(pass, (LLVMValueRef[]){i32c(h, 0)}, &ev_pre, 1);
+	LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntSLT, pass, npass, ""), ev_body, ev_done);
+	at(h, ev_body);
+	check(h, CALL(x.eval_begin, ctx, LLVMBuildSExt(h->b, pass, h->i64, "")));
+	LLVMBuildStore(h->b, none_reqs, eval_reqs);
+	walk_ops(h, r, &t, &x, ctx, base, eval_reqs, reqs_t, true);
+	if (r->nend) {
+		LLVMValueRef z[2] = {i64c(h, 0), i64c(h, 0)};
+		check(h, CALL(x.waitall, ctx, i32c(h, r->nend),
+		              LLVMBuildInBoundsGEP2(h->b, reqs_t, eval_reqs, z, 2, "")));
+	}
+	check(h, CALL(x.eval_end, ctx, loss, have));
+	check(h, CALL(x.cli_eval_end, cli, ctx, LLVMBuildLoad2(h->b, h->f64, loss, ""),
+	              LLVMBuildLoad2(h->b, h->i32, have, ""), pass));
+	LLVMValueRef npass1 = LLVMBuildAdd(h->b, pass, i32c(h, 1), "");
+	LLVMBasicBlockRef ev_latch = LLVMGetInsertBlock(h->b);
+	LLVMBuildBr(h->b, ev_head);
+	LLVMAddIncoming(pass, &npass1, &ev_latch, 1);
+	at(h, ev_done);
 	LLVMValueRef nstep = LLVMBuildAdd(h->b, step, i64c(h, 1), "");
 	LLVMBasicBlockRef latch = LLVMGetInsertBlock(h->b);
 	LLVMBuildBr(h->b, step_head);
@@ -657,8 +761,7 @@ static void build_main(hb *h, const cg_rank *r)
 
 	/* After training: checkpoint, summary and model hash, finalize. */
 	at(h, done);
-	if_path(h, load_field(h, h->cli, cli, CLI_CHECKPOINT, h->p8, "checkpoint"), x.ckpt_save, ctx,
-	        "checkpoint");
+	check(h, CALL(x.cli_save, cli, ctx));
 	check(h, CALL(x.cli_finish, cli, ctx));
 	LLVMBuildBr(h->b, final);
 	at(h, final);

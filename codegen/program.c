@@ -296,7 +296,12 @@ static rt_train train_of(const ir_module *m, bool device)
 	                  .lr = (float)m->train.lr, .weight_decay = (float)m->train.weight_decay,
 	                  .dp = ir_dp(m) > 1 ? ir_dp(m) : 0,
 	                  .dp_flags = (m->plan.dist_opt ? RT_DP_DISTOPT : 0u) |
-	                              (m->plan.deterministic ? RT_DP_EXACT : 0u)};
+	                              (m->plan.deterministic ? RT_DP_EXACT : 0u),
+	                  .warmup = m->train.warmup, .decay = (rt_decay)m->train.decay,
+	                  /* the compile's steps unless given: the same schedule
+	                   * however a run is cut by --steps and --resume */
+	                  .decay_steps = m->train.decay_steps ? m->train.decay_steps : m->train.steps,
+	                  .min_lr = (float)m->train.min_lr, .clip = (float)m->train.clip};
 }
 
 /* A data-parallel op of the program (docs/dataparallel.md) as a row of the
@@ -604,6 +609,7 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 	    .about = about_text(m, predicted_us, d, d, device, n, a, data), .data = data,
 	    .data_format = fmt, .steps = m->train.steps,
 	    .tokens = m->train.microbatches * m->train.mbs * m->model.seq, /* the whole batch */
-	    .predicted_us = predicted_us, .rank = d, .nranks = cg_nranks(m)};
+	    .predicted_us = predicted_us, .rank = d, .nranks = cg_nranks(m),
+	    .peak_flops = m->cluster.flops};
 	return 0;
 }

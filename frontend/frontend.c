@@ -50,12 +50,12 @@ static int read_model(fe *f, yaml_node_t *map)
 }
 
 enum { TR_MBS, TR_MB, TR_STEPS, TR_OPT, TR_LR, TR_WD, TR_SEED, TR_DATA, TR_TEXT, TR_TOKENS,
-       TR_TOKFMT };
+       TR_TOKFMT, TR_WARMUP, TR_DECAY, TR_DECAY_STEPS, TR_MIN_LR, TR_CLIP };
 
 /* Where lr and weight_decay were written (or the mapping, for defaults):
  * ir_check_train's `where`. */
 typedef struct train_locs {
-	ir_loc at[2];
+	ir_loc at[IR_NTRAIN_CHECKED];
 } train_locs;
 
 static ir_loc train_where(void *ctx, ir_train_field f)
@@ -161,20 +161,23 @@ static int read_token_files(fe *f, yaml_node_t *v, ir_train *t)
 
 /* training := {microbatch_size, microbatches, steps, optimizer, lr,
  *              weight_decay, seed, data, text_file, token_files,
- *              token_format}, all optional */
+ *              token_format, warmup, decay, decay_steps, min_lr, clip},
+ *              all optional */
 static int read_training(fe *f, yaml_node_t *map)
 {
 	static const char *const keys[] = {"microbatch_size", "microbatches", "steps",
 	                                   "optimizer",       "lr",           "weight_decay",
 	                                   "seed",            "data",         "text_file",
-	                                   "token_files",     "token_format"};
+	                                   "token_files",     "token_format", "warmup",
+	                                   "decay",           "decay_steps",  "min_lr",
+	                                   "clip"};
 	keyspec ks = {"in 'training'", keys, NELEMS(keys), 0, 0, 0};
 	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
 	ydoc *d = f->d;
 	ir_train *t = &f->m->train;
 	if (ydoc_walk_map(d, map, "'training'", &ks, k, v) < 0)
 		return -1;
-	int opt = t->optimizer, data = t->data, tokfmt = t->token_format;
+	int opt = t->optimizer, data = t->data, tokfmt = t->token_format, decay = t->decay;
 	int64_t seed = (int64_t)t->seed;
 	if ((v[TR_MBS] && ydoc_int(d, v[TR_MBS], "'microbatch_size'", 1, 1 << 20, &t->mbs) < 0) ||
 	    (v[TR_MB] && ydoc_int(d, v[TR_MB], "'microbatches'", 1, 1 << 20, &t->microbatches) < 0) ||
@@ -187,14 +190,24 @@ static int read_training(fe *f, yaml_node_t *map)
 	    (v[TR_DATA] &&
 	     ydoc_enum(d, v[TR_DATA], "'data'", "data source", ir_data_names, IR_NDATAS, &data) < 0) ||
 	    (v[TR_TOKFMT] && ydoc_enum(d, v[TR_TOKFMT], "'token_format'", "token format",
-	                               ir_token_format_names, IR_NTOKEN_FORMATS, &tokfmt) < 0))
+	                               ir_token_format_names, IR_NTOKEN_FORMATS, &tokfmt) < 0) ||
+	    (v[TR_WARMUP] && ydoc_int(d, v[TR_WARMUP], "'warmup'", 0, INT32_MAX, &t->warmup) < 0) ||
+	    (v[TR_DECAY] && ydoc_enum(d, v[TR_DECAY], "'decay'", "decay", ir_decay_names, IR_NDECAYS,
+	                              &decay) < 0) ||
+	    (v[TR_DECAY_STEPS] &&
+	     ydoc_int(d, v[TR_DECAY_STEPS], "'decay_steps'", 1, INT32_MAX, &t->decay_steps) < 0) ||
+	    (v[TR_MIN_LR] && ydoc_num(d, v[TR_MIN_LR], "'min_lr'", YSRC_NONNEG, &t->min_lr) < 0) ||
+	    (v[TR_CLIP] && ydoc_num(d, v[TR_CLIP], "'clip'", YSRC_NONNEG, &t->clip) < 0))
 		return -1;
 	t->token_format = tokfmt;
+	t->decay = decay;
 	t->optimizer = opt;
 	t->data = data;
 	t->seed = (uint64_t)seed;
 	train_locs tl = {{[IR_TRAIN_LR] = v[TR_LR] ? ydoc_at(d, v[TR_LR]) : ydoc_at(d, map),
-	                  [IR_TRAIN_WD] = v[TR_WD] ? ydoc_at(d, v[TR_WD]) : ydoc_at(d, map)}};
+	                  [IR_TRAIN_WD] = v[TR_WD] ? ydoc_at(d, v[TR_WD]) : ydoc_at(d, map),
+	                  [IR_TRAIN_MIN_LR] = v[TR_MIN_LR] ? ydoc_at(d, v[TR_MIN_LR]) : ydoc_at(d, map),
+	                  [IR_TRAIN_CLIP] = v[TR_CLIP] ? ydoc_at(d, v[TR_CLIP]) : ydoc_at(d, map)}};
 	if (ir_check_train(t, train_where, &tl, ydoc_at(d, map)))
 		return -1;
 	if (v[TR_MB])

@@ -31,6 +31,7 @@ const int ir_dtype_bytes[] = {
 #define NAME(e, s) s,
 const char *const ir_act_names[] = {IR_ACTS(NAME)};
 const char *const ir_optimizer_names[] = {IR_OPTIMIZERS(NAME)};
+const char *const ir_decay_names[] = {IR_DECAYS(NAME)};
 const char *const ir_data_names[] = {IR_DATAS(NAME)};
 const char *const ir_token_format_names[] = {IR_TOKEN_FORMATS(NAME)};
 const char *const ir_partition_names[] = {IR_PARTITIONS(NAME)};

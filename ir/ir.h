@@ -64,6 +64,15 @@ typedef enum ir_optimizer {
 	IR_NOPTIMIZERS
 } ir_optimizer;
 
+/* The learning rate after the warm-up (docs/yaml.md, "training"). */
+#define IR_DECAYS(X) X(CONSTANT, "constant") X(COSINE, "cosine") X(LINEAR, "linear")
+typedef enum ir_decay {
+#define X(e, s) IR_DECAY_##e,
+	IR_DECAYS(X)
+#undef X
+	IR_NDECAYS
+} ir_decay;
+
 #define IR_DATAS(X) X(SYNTHETIC, "synthetic") X(TEXT, "text") X(TOKENS, "tokens")
 typedef enum ir_data {
 #define X(e, s) IR_DATA_##e,
@@ -265,6 +274,7 @@ extern const char *const ir_dtype_names[IR_NDTYPES];
 extern const int ir_dtype_bytes[IR_NDTYPES];
 extern const char *const ir_act_names[IR_NACTS];
 extern const char *const ir_optimizer_names[IR_NOPTIMIZERS];
+extern const char *const ir_decay_names[IR_NDECAYS];
 extern const char *const ir_data_names[IR_NDATAS];
 extern const char *const ir_token_format_names[IR_NTOKEN_FORMATS];
 extern const char *const ir_partition_names[IR_NPARTITIONS];
@@ -397,6 +407,11 @@ typedef struct ir_train {
 	const char *text_file; /* data == IR_DATA_TEXT */
 	const char *token_files; /* data == IR_DATA_TOKENS: absolute paths, comma-separated */
 	ir_token_format token_format; /* data == IR_DATA_TOKENS */
+	int64_t warmup;       /* steps of linear learning-rate warm-up */
+	ir_decay decay;       /* then down to min_lr ... */
+	int64_t decay_steps;  /* ... at this step (warm-up included); 0: steps */
+	double min_lr;
+	double clip;          /* the largest global gradient norm; 0: no clipping */
 } ir_train;
 
 typedef struct ir_link {
@@ -581,7 +596,12 @@ typedef struct ir_module {
 	X("data", data, ENUM(ir_data_names), 0, 0)                                 \
 	X("text", text_file, STR, 1, 0)                                            \
 	X("tokens", token_files, STR, 2, 0)                                        \
-	X("token_format", token_format, ENUM(ir_token_format_names), 2, 0)
+	X("token_format", token_format, ENUM(ir_token_format_names), 2, 0)         \
+	X("warmup", warmup, INT(0, INT32_MAX), 3, 0)                               \
+	X("decay", decay, ENUM(ir_decay_names), 3, 0)                              \
+	X("decay_steps", decay_steps, INT(0, INT32_MAX), 3, 0)                     \
+	X("min_lr", min_lr, F64, 3, 0)                                             \
+	X("clip", clip, F64, 4, 0)
 
 #define IR_CLUSTER_FIELDS(X)                                                   \
 	X("name", name, NAME, 0, 0)                                                \
@@ -833,12 +853,12 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
                    ir_attr_loc_fn where, void *ctx, ir_loc fallback);
 
 /* Checks of the training hyper-parameters that reach the runtime as float32
- * (docs/yaml.md's ranges): lr > 0 and weight_decay >= 0, each finite in
- * float32 and not rounding to 0 there unless it is 0, and the decay factor
- * 1 - lr * weight_decay finite in float32.  Used by the verifier and by the
+ * (docs/yaml.md's ranges): lr > 0 and weight_decay, min_lr, clip >= 0, each
+ * finite in float32 and not rounding to 0 there unless it is 0, min_lr at
+ * most lr, and the decay factor 1 - lr * weight_decay finite in float32.  Used by the verifier and by the
  * frontend, which passes the YAML location of each field through
  * `where(field)`.  Returns the number of errors reported. */
-typedef enum ir_train_field { IR_TRAIN_LR, IR_TRAIN_WD } ir_train_field;
+typedef enum ir_train_field { IR_TRAIN_LR, IR_TRAIN_WD, IR_TRAIN_MIN_LR, IR_TRAIN_CLIP, IR_NTRAIN_CHECKED } ir_train_field;
 typedef ir_loc (*ir_train_loc_fn)(void *ctx, ir_train_field f);
 int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc fallback);
 

@@ -226,11 +226,13 @@ static const char *f32_problem(double v, bool positive)
 
 int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc fallback)
 {
-	static const char *const names[] = {[IR_TRAIN_LR] = "lr", [IR_TRAIN_WD] = "weight_decay"};
-	const double v[] = {[IR_TRAIN_LR] = t->lr, [IR_TRAIN_WD] = t->weight_decay};
+	static const char *const names[] = {[IR_TRAIN_LR] = "lr", [IR_TRAIN_WD] = "weight_decay",
+	                                    [IR_TRAIN_MIN_LR] = "min_lr", [IR_TRAIN_CLIP] = "clip"};
+	const double v[] = {[IR_TRAIN_LR] = t->lr, [IR_TRAIN_WD] = t->weight_decay,
+	                    [IR_TRAIN_MIN_LR] = t->min_lr, [IR_TRAIN_CLIP] = t->clip};
 	int errs = 0;
 	char buf[40];
-	for (int f = 0; f < 2; f++) {
+	for (int f = 0; f < IR_NTRAIN_CHECKED; f++) {
 		const char *why = f32_problem(v[f], f == IR_TRAIN_LR);
 		if (!why)
 			continue;
@@ -240,6 +242,12 @@ int ir_check_train(const ir_train *t, ir_train_loc_fn where, void *ctx, ir_loc f
 	}
 	/* The runtime's optimizer forms 1 - lr * weight_decay in double and
 	 * takes it as float32. */
+	if (!errs && t->min_lr > t->lr) {
+		fmt_double(buf, sizeof buf, t->min_lr);
+		diag_error(where ? where(ctx, IR_TRAIN_MIN_LR) : fallback,
+		           "'min_lr' must be at most 'lr' (%g), the rate the decay starts from, got %s", t->lr, buf);
+		errs++;
+	}
 	if (!errs && f32_overflows(1.0 - t->lr * t->weight_decay)) {
 		diag_error(where ? where(ctx, IR_TRAIN_WD) : fallback,
 		           "'lr' x 'weight_decay' is %.3g: the decay factor 1 - lr x weight_decay does "

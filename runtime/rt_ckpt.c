@@ -466,19 +466,55 @@ static void remove_gen(const char *dir, long long gen)
 	rmdir(path);
 }
 
-/* Rank 0, after the commit: every generation but the committed one goes
- * (old saves, and what failed saves left). */
-static void remove_old(const char *dir, long long keep)
+/* Newest first. */
+static int cmp_gen(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Whether generation g holds a manifest: a complete save (the manifest
+ * is written after every layer, and renamed into place). */
+static bool complete_gen(const char *dir, long long g)
+{
+	char path[DIR_MAX + 16];
+	struct stat st;
+	gen_path(path, sizeof path - 16, dir, g);
+	strcat(path, "/manifest");
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Rank 0, after the commit: every generation but the committed one and
+ * the newest keep - 1 complete ones below it goes (older saves, and what
+ * failed saves left). */
+static void remove_old(const char *dir, long long cur, int64_t keep)
 {
 	DIR *d = opendir(dir);
 	if (!d)
 		return;
+	long long *gens = NULL;
+	size_t n = 0, cap = 0;
 	for (struct dirent *e; (e = readdir(d));) {
 		long long g = gen_number(e->d_name);
-		if (g >= 0 && g != keep)
-			remove_gen(dir, g);
+		if (g < 0 || g == cur)
+			continue;
+		if (n == cap) {
+			long long *ng = realloc(gens, (cap = cap ? 2 * cap : 16) * sizeof *ng);
+			if (!ng)
+				break; /* best effort: the next save removes what stays */
+			gens = ng;
+		}
+		gens[n++] = g;
 	}
 	closedir(d);
+	qsort(gens, n, sizeof *gens, cmp_gen);
+	int64_t kept = 1;
+	for (size_t i = 0; i < n; i++) /* newest first */
+		if (gens[i] < cur && kept < keep && complete_gen(dir, gens[i]))
+			kept++;
+		else
+			remove_gen(dir, gens[i]);
+	free(gens);
 }
 
 /* A save that failed on some rank (every rank returns rc, with its own
@@ -582,12 +618,20 @@ static int save_cb(rt_ctx *ctx, int h, const float *m, const float *v, void *dir
 
 int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 {
+	return rt_ckpt_save_keep(ctx, dir, 1);
+}
+
+int rt_ckpt_save_keep(rt_ctx *ctx, const char *dir, int64_t keep)
+{
 	MPI_Request req;
 	char gdir[DIR_MAX];
 	long long gen = 0;
 	int rc = RT_OK;
 	if (!ctx || !dir)
 		return RT_EARG;
+	if (keep < 1)
+		return rt__fail(ctx, RT_EARG, "rt_ckpt_save: keep %lld saves: at least 1",
+		                (long long)keep);
 	if (!ctx->have_model)
 		return rt__fail(ctx, RT_ESTATE, "rt_ckpt_save: rt_model_init has not been called");
 	if (ctx->in_step)
@@ -625,7 +669,7 @@ int rt_ckpt_save(rt_ctx *ctx, const char *dir)
 	if ((rc = agree(ctx, rc, dir, true, "write the manifest or commit the save")))
 		return failed(ctx, dir, gen, rc);
 	if (ctx->rank == 0)
-		remove_old(dir, gen);
+		remove_old(dir, gen, keep);
 	rt__trace(ctx, "ckpt", t0, -1, -1, -1, 0);
 	return RT_OK;
 }

@@ -1,7 +1,8 @@
 /* rt_cli.c: what the per-rank programs of `octopipe compile` share beyond
  * the training calls: their command line (--steps, --data, --checkpoint,
- * --resume, --trace, --profile, --help), the step report and the summary,
- * and the scalar forms of rt_send/rt_recv.  Keeping these here keeps the
+ * --resume, --trace, --profile, --help; the training loop's options are
+ * rt_loop.c's), the step clock and the summary, and the scalar forms of
+ * rt_send/rt_recv.  Keeping these here keeps the
  * generated LLVM IR to the plan itself (docs/codegen.md). */
 #include <errno.h>
 #include <limits.h>
@@ -22,11 +23,13 @@ static const char usage_text[] =
     "  --data-position P with --resume on other data than the checkpoint's: reset\n"
     "                    (from sample 0) or keep (the checkpoint's position)\n"
     "  --checkpoint DIR  save the model and optimizer state there after training\n"
+    "                    (and on SIGTERM or SIGINT: every rank stops after the step)\n"
     "  --resume DIR      start from the checkpoint in DIR (any plan's)\n"
     "  --trace DIR       write DIR/trace-rank<R>.json (Chrome trace) at the end\n"
     "  --profile FILE    profiling mode: time F, B, W of this rank's layers, write\n"
     "                    FILE (docs/profile.md; 'octopipe plan --profile FILE'), no training\n"
-    "  --help            say what this program is\n"
+    "  --help            say what this program is\n";
+static const char usage_tail[] =
     "Every rank of the job gets the same options: run them all with the 'launch'\n"
     "script next to this program ('launch --steps 20').\n";
 
@@ -41,6 +44,8 @@ static int usage_error(const char *prog, const char *fmt, const char *arg)
 	fprintf(stderr, "%s: error: ", prog);
 	fprintf(stderr, fmt, arg);
 	fprintf(stderr, "\n%s", usage_text);
+	rt__loop_usage(stderr);
+	fputs(usage_tail, stderr);
 	return RT_EARG;
 }
 
@@ -63,11 +68,27 @@ static const char *resolve_data(rt_cli *cli, const char *data)
 	return cli->path;
 }
 
+static int parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli);
+
 int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 {
 	memset(cli, 0, sizeof *cli);
 	cli->prog = prog;
 	cli->steps = prog->steps;
+	if (!(cli->loop = rt__loop_new())) {
+		fprintf(stderr, "%s: error: out of memory\n", base_name(argc > 0 ? argv[0] : NULL));
+		return RT_EARG;
+	}
+	int rc = parse(argc, argv, prog, cli);
+	if (rc) {
+		rt__loop_free(cli->loop);
+		cli->loop = NULL;
+	}
+	return rc;
+}
+
+static int parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
+{
 	const char *name = base_name(argc > 0 ? argv[0] : NULL), *data = NULL, *fmt = NULL,
 	           *pos = NULL;
 	static const char *const flags[] = {"--steps",   "--data",    "--checkpoint",  "--resume",
@@ -80,6 +101,8 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			printf("%s\ncompile hash 0x%016llx\n%s", prog->about,
 			       (unsigned long long)prog->compile, usage_text);
+			rt__loop_usage(stdout);
+			fputs(usage_tail, stdout);
 			return 1;
 		}
 		int k = -1;
@@ -87,12 +110,21 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 		for (int f = 0; f < NFLAGS; f++)
 			if (strlen(flags[f]) == len && !strncmp(a, flags[f], len))
 				k = f;
-		if (k < 0)
+		int lk = k < 0 ? rt__loop_option(a, len) : -1;
+		if (k < 0 && lk < 0)
 			return usage_error(name, "unknown option '%s'", a);
+		const char *fl = k >= 0 ? flags[k] : rt__loop_name(lk);
 		const char *v = a[len] == '=' ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
 		if (!v || !*v)
-			return usage_error(name, "option '%s' needs a value", flags[k]);
-		if (k == 0) {
+			return usage_error(name, "option '%s' needs a value", fl);
+		if (lk >= 0) {
+			const char *why = rt__loop_set(cli->loop, lk, v);
+			if (why) {
+				char msg[160];
+				snprintf(msg, sizeof msg, "%s %s, got '%%s'", fl, why);
+				return usage_error(name, msg, v);
+			}
+		} else if (k == 0) {
 			char *end;
 			errno = 0;
 			long long n = strtoll(v, &end, 10);
@@ -125,7 +157,7 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli)
 }
 
 /* What every rank of a job must agree on, all-gathered once at start. */
-enum { K_COMPILE, K_STEPS, K_CHECKPOINT, K_RESUME, K_PROFILE, K_N };
+enum { K_COMPILE, K_STEPS, K_CHECKPOINT, K_RESUME, K_PROFILE, K_LOOP, K_N };
 
 /* An option's value as the ranks compare it: 0 when not given, else a
  * hash of the string (never 0). */
@@ -146,10 +178,11 @@ static uint64_t opt_key(const char *v)
 static int same_job(rt_ctx *ctx, const rt_cli *cli)
 {
 	static const char *const flag[K_N] = {NULL, "--steps", "--checkpoint", "--resume",
-	                                      "--profile"};
+	                                      "--profile", "--warmup, --decay, --decay-steps, --min-lr, "
+	                                      "--clip, --save-every or --keep"};
 	MPI_Request req;
 	uint64_t mine[K_N] = {cli->prog->compile, (uint64_t)cli->steps, opt_key(cli->checkpoint),
-	                      opt_key(cli->resume), opt_key(cli->profile)};
+	                      opt_key(cli->resume), opt_key(cli->profile), rt__loop_key(cli->loop)};
 	uint64_t *all = malloc((size_t)ctx->world * K_N * sizeof *all);
 	int rc;
 	if (!all)
@@ -176,6 +209,11 @@ static int same_job(rt_ctx *ctx, const rt_cli *cli)
 				              "%llu on rank %d, %llu on rank 0): give every rank the same ones "
 				              "(the 'launch' script does)",
 				              r, (unsigned long long)v, r, (unsigned long long)v0);
+			else if (k == K_LOOP)
+				rc = rt__fail(ctx, RT_EARG,
+				              "rank %d and rank 0 were started with different options (%s "
+				              "differ): give every rank the same ones (the 'launch' script does)",
+				              r, flag[k]);
 			else if (v && v0)
 				rc = rt__fail(ctx, RT_EARG,
 				              "rank %d and rank 0 were started with different options (%s names "
@@ -215,7 +253,7 @@ int rt_cli_start(rt_cli *cli, rt_ctx *ctx)
 		return rc;
 	if (cli->profile && rt_rank(ctx) == 0 && (rc = rt__out_check(ctx, "profile", cli->profile)))
 		return rc;
-	return RT_OK;
+	return rt__loop_start(cli, ctx);
 }
 
 static double now_s(void)
@@ -228,19 +266,16 @@ void rt_cli_step_begin(rt_cli *cli)
 	cli->t0 = now_s();
 }
 
-void rt_cli_step_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss)
+int rt_cli_step_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss)
 {
 	double dt = now_s() - cli->t0;
 	if (cli->done++ == 0)
 		cli->first_s = dt;
 	else
 		cli->rest_s += dt;
-	if (!have_loss)
-		return;
-	cli->last_loss = loss;
-	printf("step %lld loss %.6f (%a) %.0f tokens/s %.2f ms\n", (long long)rt_step_count(ctx), loss,
-	       loss, (double)cli->prog->tokens / dt, dt * 1e3);
-	fflush(stdout);
+	if (have_loss)
+		cli->last_loss = loss;
+	return rt__loop_step(cli, ctx, loss, have_loss, dt);
 }
 
 int rt_cli_finish(rt_cli *cli, rt_ctx *ctx)
@@ -275,6 +310,8 @@ int rt_cli_finish(rt_cli *cli, rt_ctx *ctx)
 		printf("model hash 0x%016llx after step %lld\n", (unsigned long long)h,
 		       (long long)rt_step_count(ctx));
 	fflush(stdout);
+	rt__loop_free(cli->loop);
+	cli->loop = NULL;
 	return RT_OK;
 }
 

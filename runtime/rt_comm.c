@@ -649,9 +649,21 @@ static int waitall(rt_ctx *ctx, int n, const int *hs, bool keep)
 	char mpimsg[MPI_MAX_ERROR_STRING];
 	if (!ctx || n < 0 || (n && !hs))
 		return RT_EARG;
-	/* A carried wait in the first step: nothing was posted before it. */
-	if (n == 1 && hs[0] == RT_NO_REQ)
-		return RT_OK;
+	/* RT_NO_REQ is nothing to wait for: a carried wait in the first step
+	 * (nothing was posted before it), or an op an evaluation pass dropped
+	 * (codegen/host.c): the others are waited for. */
+	for (int i = 0; i < n; i++)
+		if (hs[i] == RT_NO_REQ) {
+			int *live = malloc((size_t)n * sizeof *live), m = 0;
+			if (!live)
+				return rt__fail(ctx, RT_ENOMEM, "rt_wait: out of memory");
+			for (int k = 0; k < n; k++)
+				if (hs[k] != RT_NO_REQ)
+					live[m++] = hs[k];
+			int rc = waitall(ctx, m, live, keep);
+			free(live);
+			return rc;
+		}
 	for (int i = 0; i < n; i++)
 		if (hs[i] < 0 || hs[i] >= ctx->nreqs || !ctx->reqs[hs[i]].used || hs[i] == ctx->group)
 			return rt__fail(ctx, RT_EARG, "rt_wait: %d is not a pending handle", hs[i]);

@@ -242,7 +242,7 @@ static int x_update(rt_ctx *ctx, int h, int64_t a, int64_t b)
 		if (lo >= hi)
 			continue;
 		rt_adamw_k c;
-		rt__adamw_consts(&ctx->train, ctx->step + 1, dec[k] && ctx->train.weight_decay > 0, &c);
+		rt__adamw_consts(&ctx->opt, ctx->step + 1, dec[k] && ctx->train.weight_decay > 0, &c);
 		float *p32 = o->p32 + lo, *g = L->g + lo, *m = o->m + (lo - l->mlo), *v = o->v + (lo - l->mlo);
 		void *p = dev_at(d, L->p, lo);
 		long cnt = (long)(hi - lo);

@@ -337,6 +337,10 @@ int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes,
 			return rt__fail(ctx, RT_ESTATE, "step %lld: rt_post_coll: layer %lld is reduced twice "
 			                "in one step", rt__step_no(ctx), (long long)l->index);
 	}
+	/* The updated parameters go out: with clipping the updates are done
+	 * now, after the norm of every gradient of the step. */
+	if (kind == RT_ALL_GATHER && (rc = rt__clip(ctx)))
+		return rc;
 
 	/* Pack: the gradients (exact: the host's digits) from element 0,
 	 * or this replica's parameters at their place. */
@@ -434,7 +438,11 @@ int rt_update(rt_ctx *ctx, int h0, int h1)
 		 * since the bucket is the declared one (check_bucket) */
 		if (!span(l, off, lo, hi, &a, &b))
 			a = b = 0;
-		if ((rc = ctx->exec->update(ctx, i, a, b)))
+		/* With clipping the update waits for the global norm (rt__clip,
+		 * before the first all-gather or at rt_step_end). */
+		if (t->clip > 0)
+			l->pending = true, l->ua = a, l->ub = b;
+		else if ((rc = ctx->exec->update(ctx, i, a, b)))
 			return rc;
 		l->updated = true;
 	}

@@ -17,6 +17,7 @@
  * the integer is the f32's bit pattern itself).  A magnitude that rounds to
  * 2^128 or more is an overflow: the caller names the layer.  Pure
  * functions on caller memory; no MPI, no context. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -24,31 +25,37 @@
 
 #define D RT_EXACT_DIGITS
 
+/* Adds one f32 (finite, bit pattern b) into the digits d. */
+static void add_one(int64_t *d, uint32_t b)
+{
+	uint32_t e = (b >> 23) & 0xff, f = b & 0x7fffff;
+	if (!e && !f)
+		return; /* +-0 */
+	/* value = m * 2^s units of 2^-149 */
+	uint64_t m = e ? (f | 0x800000u) : f;
+	unsigned s = e ? e - 1 : 0;
+	uint64_t w = m << (s & 31);
+	int64_t lo = (int64_t)(w & 0xffffffffu), hi = (int64_t)(w >> 32);
+	d += s >> 5;
+	if (b >> 31) {
+		d[0] -= lo;
+		if (hi)
+			d[1] -= hi;
+	} else {
+		d[0] += lo;
+		if (hi)
+			d[1] += hi;
+	}
+}
+
 int64_t rt__exact_add(int64_t *acc, const float *x, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++) {
 		uint32_t b;
 		memcpy(&b, &x[i], sizeof b);
-		uint32_t e = (b >> 23) & 0xff, f = b & 0x7fffff;
-		if (e == 0xff)
+		if (((b >> 23) & 0xff) == 0xff)
 			return i;
-		if (!e && !f)
-			continue; /* +-0 */
-		/* value = m * 2^s units of 2^-149 */
-		uint64_t m = e ? (f | 0x800000u) : f;
-		unsigned s = e ? e - 1 : 0;
-		uint64_t w = m << (s & 31);
-		int64_t lo = (int64_t)(w & 0xffffffffu), hi = (int64_t)(w >> 32);
-		int64_t *d = acc + i * D + (s >> 5);
-		if (b >> 31) {
-			d[0] -= lo;
-			if (hi)
-				d[1] -= hi;
-		} else {
-			d[0] += lo;
-			if (hi)
-				d[1] += hi;
-		}
+		add_one(acc + i * D, b);
 	}
 	return -1;
 }
@@ -137,4 +144,35 @@ int64_t rt__exact_round(const int64_t *acc, float *out, int64_t n)
 		if (round_one(acc + i * D, &out[i]))
 			return i;
 	return -1;
+}
+
+/* One accumulator takes every square here, so its digits are normalised
+ * every 2^30 additions, before any could pass 2^62. */
+int64_t rt__exact_sumsq(int64_t *acc, const float *x, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float q = x[i] * x[i];
+		uint32_t b;
+		memcpy(&b, &q, sizeof b);
+		if (((b >> 23) & 0xff) == 0xff)
+			return i;
+		add_one(acc, b);
+		if ((i & ((INT64_C(1) << 30) - 1)) == (INT64_C(1) << 30) - 1)
+			normalise(acc);
+	}
+	normalise(acc);
+	return -1;
+}
+
+/* From the top digit down, each digit exact in a double: the same digits
+ * give the same double on every rank. */
+double rt__exact_value(const int64_t *acc)
+{
+	int64_t d[D];
+	memcpy(d, acc, sizeof d);
+	normalise(d);
+	double v = 0;
+	for (int k = D - 1; k >= 0; k--)
+		v += ldexp((double)d[k], 32 * k - 149);
+	return v;
 }

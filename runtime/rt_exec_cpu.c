@@ -59,7 +59,7 @@ static int cpu_update(rt_ctx *ctx, int h, int64_t a, int64_t b)
 {
 	rt_lay *l = &ctx->lay[h];
 	int rc;
-	if (a < b && (rc = rt__optim_range(&ctx->train, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v,
+	if (a < b && (rc = rt__optim_range(&ctx->opt, ctx->step + 1, &l->desc, l->p, l->g, l->m, l->v,
 	                                   a, b, l->mlo)))
 		return rt__fail(ctx, rc, "step %lld: layer %lld: %s", rt__step_no(ctx),
 		                (long long)l->index, rt_strerror(rc));

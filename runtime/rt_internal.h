@@ -35,6 +35,8 @@ typedef struct rt_lay {
 	int64_t next_w; /* the micro-batch whose W comes next this step */
 	int red;        /* this step's reduction: RT_RED_... */
 	bool updated;   /* rt_update has run on it this step */
+	bool pending;   /* with clipping: rt_update left its update [ua, ub) to rt__clip */
+	int64_t ua, ub;
 } rt_lay;
 
 /* The bytes of each of a layer's moment arrays. */
@@ -162,6 +164,19 @@ struct rt_ctx {
 	int64_t *mb_count;
 	int64_t step, data_pos;
 	bool in_step;
+	/* the running step's optimizer settings: train with the schedule's lr
+	 * (rt_sched.c), what every executor's update reads */
+	rt_train opt;
+	bool clipped;     /* this step's norm is taken and its updates done */
+	double grad_norm; /* of the last step clipped; NaN: none */
+	/* evaluation (rt_eval.c): the held-out text, and while a pass runs the
+	 * training's data position and text, put aside */
+	bool evaluating;
+	unsigned char *eval_text;
+	size_t eval_text_len;
+	int64_t saved_pos;
+	unsigned char *saved_text;
+	size_t saved_len;
 	/* data parallelism (rt_dp.c): train.dp >= 1 once set up; the DP group
 	 * (MPI_COMM_SELF when dp is 1) */
 	MPI_Comm dpc;
@@ -296,6 +311,34 @@ int64_t rt__exact_add(int64_t *acc, const float *x, int64_t n);
 /* The accumulators rounded once to the nearest f32 (ties to even): -1, or
  * the index of one that overflows (out from it on is unset). */
 int64_t rt__exact_round(const int64_t *acc, float *out, int64_t n);
+/* Adds the squares of x[0..n) (each x*x rounded to f32) into the one
+ * accumulator acc[RT_EXACT_DIGITS], normalised on return (so accumulators
+ * of up to 2^31 ranks add digit by digit): -1, or the index of a value
+ * whose square is not finite (nothing added from it on). */
+int64_t rt__exact_sumsq(int64_t *acc, const float *x, int64_t n);
+/* The value of an accumulator as a double: the same digits, the same bits. */
+double rt__exact_value(const int64_t *acc);
+
+/* ---- rt_sched.c: the learning-rate schedule, gradient clipping ---- */
+
+/* The schedule's and clipping's settings (rt_model_bytes, rt_model_init):
+ * RT_EARG naming the setting, or RT_OK.  ctx may be NULL. */
+int rt__sched_check(rt_ctx *ctx, const rt_train *t);
+/* At rt_step_begin: ctx->opt for this step. */
+void rt__sched_begin(rt_ctx *ctx);
+/* With clipping (train.clip > 0), once a step, after every local layer's
+ * gradient is final (every rt_update of the step, or at rt_step_end):
+ * the global norm (a collective of every rank of the job), the gradients
+ * scaled by min(1, clip / norm), then the updates rt_update left pending.
+ * Called by rt_post_coll before the step's first all-gather and by
+ * rt_step_end, so every rank calls it at the same point of its step. */
+int rt__clip(rt_ctx *ctx);
+
+/* ---- rt_eval.c: forward-only passes over held-out text ---- */
+
+/* The held-out text (collective: every rank the same file); once. */
+int rt__eval_load(rt_ctx *ctx, const char *path);
+void rt__eval_free(rt_ctx *ctx);
 
 /* ---- rt_data.c: the tokens ---- */
 
@@ -357,5 +400,37 @@ struct rt_dev;
  * messages move through dcomm (NULL: MPI, through host copies when stage). */
 int rt__dev_attach(rt_ctx *ctx, struct rt_dev *dev, const int32_t *layer_mod, const rt_dcomm *dcomm,
                    bool stage);
+
+/* ---- rt_metrics.c: the metrics file (rank 0) ---- */
+
+typedef struct rt_metrics_row {
+	int64_t step;
+	double loss, lr, grad_norm, tokens_per_s, mfu, step_time_s, predicted_step_time_s, eta_s;
+} rt_metrics_row; /* NaN: null */
+/* The file, truncated (appended to when `append`), without blocking on a
+ * FIFO; RT_EIO with a message. */
+int rt__metrics_open(rt_ctx *ctx, const char *path, bool append, FILE **out);
+int rt__metrics_write(rt_ctx *ctx, FILE *f, const char *path, const rt_metrics_row *r);
+/* An evaluation's line: {"step", "eval_loss", "eval_batches"}. */
+int rt__metrics_eval(rt_ctx *ctx, FILE *f, const char *path, int64_t step, double loss,
+                     int64_t batches);
+
+/* ---- rt_loop.c: the generated programs' training loop ---- */
+
+rt_loop *rt__loop_new(void);
+void rt__loop_free(rt_loop *L);
+/* The option named by flag[0..len): its index, or -1 when it is not one
+ * of the loop's; rt__loop_set parses its value (NULL, or what it needs). */
+int rt__loop_option(const char *flag, size_t len);
+const char *rt__loop_set(rt_loop *L, int k, const char *value);
+const char *rt__loop_name(int k);
+void rt__loop_usage(FILE *f);
+/* The options every rank must share, as one number (never 0). */
+uint64_t rt__loop_key(const rt_loop *L);
+/* rt_cli_start's part: the options' checks, the signal handlers, the
+ * metrics file. */
+int rt__loop_start(rt_cli *cli, rt_ctx *ctx);
+/* rt_cli_step_end's part, dt the step's seconds (collective). */
+int rt__loop_step(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss, double dt);
 
 #endif

@@ -226,6 +226,7 @@ int rt_finalize(rt_ctx *ctx)
 	rt__dp_free(ctx);
 	ctx->exec->free(ctx); /* after the communication: its groups may be the device's */
 	rt__data_free(ctx);
+	rt__eval_free(ctx);
 	free(ctx->ev);
 	free(ctx->trace_dir);
 	free(ctx->arena);

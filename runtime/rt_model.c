@@ -90,6 +90,8 @@ static int check_train(rt_ctx *ctx, const rt_train *t)
 		                "model: optimizer settings lr %g x weight_decay %g: the decay factor "
 		                "1 - lr x weight_decay is not a finite float",
 		                (double)t->lr, (double)t->weight_decay);
+	if ((rc = rt__sched_check(ctx, t)))
+		return rc;
 	if (t->dp < 0 || t->dp > MAX_DP)
 		return rt__fail(ctx, RT_EARG, "model: dp %lld replicas (0 or 1: one; at most %d)",
 		                (long long)t->dp, MAX_DP);
@@ -272,6 +274,12 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 		return rc;
 	if (tt.dp < 1)
 		tt.dp = 1;
+	/* The gradients of a device rank are the device's: its norm would
+	 * need them on the host every step. */
+	if (tt.clip > 0 && ctx->xs)
+		return rt__fail(ctx, RT_EARG, "model: gradient clipping (clip %g) on a device rank: "
+		                "not supported (the device's gradients stay on the device)",
+		                (double)tt.clip);
 	if (bytes > ctx->arena_size - ctx->arena_top)
 		return rt__fail(ctx, RT_ENOMEM,
 		                "arena: out of memory: the model's %d layers need %zu bytes, %zu of %zu "
@@ -304,6 +312,7 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 	}
 	ctx->step = ctx->data_pos = 0;
 	ctx->in_step = false;
+	ctx->grad_norm = NAN;
 	if ((rc = ctx->exec->model_init(ctx)))
 		goto out_dp;
 	ctx->have_model = true;
@@ -402,7 +411,9 @@ int rt_step_begin(rt_ctx *ctx)
 		ctx->lay[i].next_w = 0;
 		ctx->lay[i].red = RT_RED_NONE;
 		ctx->lay[i].updated = false;
+		ctx->lay[i].pending = false;
 	}
+	rt__sched_begin(ctx);
 	for (int64_t m = 0; m < ctx->train.microbatches; m++) {
 		ctx->mb_loss[m] = 0;
 		ctx->mb_count[m] = -1;
@@ -555,6 +566,10 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 		if (l->acc && !l->updated && l->red == RT_RED_NONE && (rc = rt__dp_round(ctx, i)))
 			return rc;
 	}
+	/* With clipping: the norm (unless the first all-gather took it), the
+	 * scale, the updates rt_update left. */
+	if ((rc = rt__clip(ctx)))
+		return rc;
 	int64_t t0 = rt__now_ns();
 	if ((rc = ctx->exec->optimize(ctx)))
 		return rc;

@@ -97,6 +97,8 @@ int rt_arena_stats(const rt_ctx *ctx, rt_arena_info *out);
 /* ---- the model on this rank ---------------------------------------------- */
 
 typedef enum rt_optimizer { RT_ADAMW, RT_SGD } rt_optimizer;
+/* What the learning rate does after the warm-up (rt_train.decay). */
+typedef enum rt_decay { RT_DECAY_CONSTANT, RT_DECAY_COSINE, RT_DECAY_LINEAR } rt_decay;
 
 typedef struct rt_train {
 	uint64_t seed;        /* parameter init and synthetic data */
@@ -118,6 +120,13 @@ typedef struct rt_train {
 	int64_t pipe_rank; /* this rank's device in its pipeline; the DP group of a rank = the ranks
 	                      with its pipe_rank, ordered by replica */
 	unsigned dp_flags; /* RT_DP_DISTOPT | RT_DP_EXACT */
+	/* The learning-rate schedule and gradient clipping (docs/runtime.md,
+	 * "The schedule and clipping"); all 0: lr constant, no clipping. */
+	int64_t warmup;      /* steps of linear warm-up to lr */
+	rt_decay decay;      /* after the warm-up, down to min_lr ... */
+	int64_t decay_steps; /* ... reached at this step (warm-up included) */
+	float min_lr;        /* 0 <= min_lr <= lr */
+	float clip;          /* the largest global gradient norm; 0: none */
 } rt_train;
 
 /* rt_train.dp_flags. */
@@ -166,6 +175,24 @@ typedef struct rt_layer_info {
 } rt_layer_info;
 
 int rt_layer_get(rt_ctx *ctx, int h, rt_layer_info *out);
+
+/* The learning rate of optimizer step `step` (0: the first) under t's
+ * schedule: a pure function of the step, so a resumed run continues it. */
+float rt_lr_at(const rt_train *t, int64_t step);
+/* An evaluation pass (docs/runtime.md, "Evaluation"): between steps, the
+ * program's F ops and the activations' sends and receives in the plan's
+ * order, on the held-out text loaded by rt_cli_eval_passes: pass p's
+ * micro-batch i (global) is held-out sample p x dp x microbatches + i,
+ * whatever the plan.  rt_eval_end gives the pass's mean loss on the
+ * head's rank of replica 0 (*have 1 there), updates nothing and leaves
+ * the step count and the training data where they were. */
+int rt_eval_begin(rt_ctx *ctx, int64_t pass);
+int rt_eval_end(rt_ctx *ctx, double *loss, int *have_loss);
+
+/* The global gradient norm of the last step ended (over every parameter of
+ * the job, exact and the same on every rank and for every plan), or NaN
+ * when the step did not compute it (no clipping). */
+double rt_grad_norm(const rt_ctx *ctx);
 
 /* Optimizer steps taken, and the data position: the sample index of
  * micro-batch 0 of the next step. */
@@ -338,6 +365,10 @@ int rt_waitall(rt_ctx *ctx, int n, const int *reqs);
  * Refuses (RT_ECKPT, naming the layer and tensor) to save a number that is
  * not finite.  Collective. */
 int rt_ckpt_save(rt_ctx *ctx, const char *dir);
+/* rt_ckpt_save keeping the newest `keep` (>= 1) complete saves in dir: the
+ * committed one and keep - 1 before it; the older go only after the new
+ * save is committed.  rt_ckpt_save is keep = 1.  Collective. */
+int rt_ckpt_save_keep(rt_ctx *ctx, const char *dir, int64_t keep);
 
 /* Before training: that rt_ckpt_save(ctx, dir) can write there.  Rank 0
  * creates DIR if it is missing; every rank writes and removes a file in it.
@@ -406,7 +437,11 @@ typedef struct rt_prog_info {
 	int32_t nranks;      /* and the job's size */
 	uint64_t compile;    /* the compile's hash (plan, model, seed): the same in
 	                        every rank of one compile */
+	double peak_flops;   /* the cluster's FLOP/s per device (the metrics' MFU); 0: none */
 } rt_prog_info;
+
+/* The training loop's options and state (rt_loop.c), private. */
+typedef struct rt_loop rt_loop;
 
 /* The parsed command line, and the step clock of the report. */
 typedef struct rt_cli {
@@ -424,6 +459,7 @@ typedef struct rt_cli {
 	double first_s;         /* the first step's time */
 	double rest_s;          /* the sum of the others */
 	double last_loss;
+	rt_loop *loop;          /* the schedule, clipping, saves, metrics, signals */
 	char path[4096];        /* storage for the resolved data path */
 } rt_cli;
 
@@ -441,10 +477,32 @@ int rt_cli_parse(int argc, char **argv, const rt_prog_info *prog, rt_cli *cli);
  * Collective. */
 int rt_cli_start(rt_cli *cli, rt_ctx *ctx);
 
+/* The command line's learning-rate schedule and clipping (--warmup,
+ * --decay, --decay-steps, --min-lr, --clip) over the compiled settings in
+ * t, before rt_model_bytes. */
+void rt_cli_train(rt_cli *cli, rt_train *t);
+
 /* Around each training step (rt_step_begin .. rt_step_end): the rank that
- * holds the head prints "step S loss L (HEX) T tokens/s D ms". */
+ * holds the head prints "step S loss L (HEX) lr X [grad norm N] T tokens/s
+ * D ms eta H:MM:SS", rank 0 writes the metrics line, the periodic save
+ * runs.  rt_cli_step_end is collective (every rank learns whether any got
+ * SIGTERM or SIGINT): RT_OK, 1 when the job stops after this step (then
+ * rt_cli_save), or an RT_ code with a message for rt_abort. */
 void rt_cli_step_begin(rt_cli *cli);
-void rt_cli_step_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss);
+int rt_cli_step_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss);
+
+/* After a step (rt_cli_step_end RT_OK): the evaluation passes to run now
+ * (--eval-every N: after every N-th step; 0: none), the held-out text
+ * loaded at the first (collective); each pass is rt_eval_begin, the eval
+ * walk, rt_eval_end, then rt_cli_eval_end with its loss (after the last
+ * pass, collective: rank 0 prints the mean and writes it to the metrics). */
+int rt_cli_eval_passes(rt_cli *cli, rt_ctx *ctx);
+int rt_cli_eval_end(rt_cli *cli, rt_ctx *ctx, double loss, int have_loss, int pass);
+
+/* After training (or a stop): the --checkpoint save, unless the periodic
+ * save has saved this step, keeping --keep saves; after a stop rank 0 says
+ * why and what was saved.  Collective. */
+int rt_cli_save(rt_cli *cli, rt_ctx *ctx);
 
 /* After training: the summary (the head's rank: mean step time after the
  * first, tokens/s, the prediction) and the model hash (rank 0).

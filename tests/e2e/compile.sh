@@ -75,8 +75,8 @@ fi
 mv "$d" "$tmp/moved"
 d=$tmp/moved
 expect "the moved directory trains (text found next to the programs)" 0 "^summary: 2 steps" "$d/launch" --steps 2
-grep -q '^step 2 loss .* tokens/s .* ms$' "$tmp/out" && grep -q '^model hash 0x' "$tmp/out" &&
-	ok "each step: loss, tokens/s, step time; a summary and the model hash" || bad "step lines" "$tmp/out"
+grep -q '^step 2 loss .* lr .* tokens/s .* ms eta [0-9]*:[0-9][0-9]:[0-9][0-9]$' "$tmp/out" && grep -q '^model hash 0x' "$tmp/out" &&
+	ok "each step: loss, lr, tokens/s, step time, ETA; a summary and the model hash" || bad "step lines" "$tmp/out"
 # The prediction assumes a core per rank: the ratio says when 4 ranks share fewer.
 cores=$(getconf _NPROCESSORS_ONLN)
 if [ "$cores" -lt 4 ]; then

@@ -1060,6 +1060,82 @@ START_TEST(test_dp_single)
 }
 END_TEST
 
+/* ---- the schedule and clipping ------------------------------------------------- */
+
+/* One SGD step of the tiny model under t: every layer's parameters before
+ * and after (the moves are -lr * g, clipped and scheduled), and the norm. */
+static double sgd_moves(rt_train t, float **before, float **after, int64_t *n)
+{
+	bufs b;
+	rt_ctx *c = tiny_model(NULL, t, &b);
+	for (int h = 0; h < 3; h++) {
+		rt_layer_info in;
+		ck_assert_int_eq(rt_layer_get(c, h, &in), RT_OK);
+		n[h] = in.sizes.params;
+		before[h] = malloc((size_t)n[h] * sizeof(float));
+		memcpy(before[h], in.params, (size_t)n[h] * sizeof(float));
+	}
+	tiny_step(c, &b);
+	for (int h = 0; h < 3; h++) {
+		rt_layer_info in;
+		ck_assert_int_eq(rt_layer_get(c, h, &in), RT_OK);
+		after[h] = malloc((size_t)n[h] * sizeof(float));
+		memcpy(after[h], in.params, (size_t)n[h] * sizeof(float));
+	}
+	double norm = rt_grad_norm(c);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+	return norm;
+}
+
+START_TEST(test_clip_and_schedule)
+{
+	rt_train t = tiny_train();
+	t.optimizer = RT_SGD;
+	float *p0[3], *free_[3], *big[3], *clip[3], *warm[3], *x[3];
+	int64_t n[3];
+	double none = sgd_moves(t, p0, free_, n);
+	ck_assert(isnan(none)); /* no clipping, no norm */
+	/* the norm from the moves (g = (p0 - p1) / lr), summed in double */
+	double sq = 0;
+	for (int h = 0; h < 3; h++)
+		for (int64_t i = 0; i < n[h]; i++) {
+			double g = ((double)p0[h][i] - free_[h][i]) / 1e-2;
+			sq += g * g;
+		}
+	t.clip = 1e30f; /* above the norm: the same bits as without */
+	double norm = sgd_moves(t, x, big, n);
+	ck_assert_msg(fabs(norm - sqrt(sq)) <= 1e-4 * norm, "norm %g, from the moves %g", norm, sqrt(sq));
+	for (int h = 0; h < 3; h++)
+		ck_assert(memcmp(big[h], free_[h], (size_t)n[h] * sizeof(float)) == 0);
+	/* a quarter of the norm: every move a quarter */
+	t.clip = (float)(norm / 4);
+	ck_assert(sgd_moves(t, x, clip, n) == norm);
+	double s = (double)t.clip / norm;
+	for (int h = 0; h < 3; h++)
+		for (int64_t i = 0; i < n[h]; i++) {
+			double d0 = (double)free_[h][i] - p0[h][i], d = (double)clip[h][i] - p0[h][i];
+			/* up to the float rounding of p - lr g: a few ulp of p */
+			double ulp = 4 * fabs((double)p0[h][i]) * 0x1p-24;
+			ck_assert_msg(fabs(d - s * d0) <= 1e-3 * fabs(d0) + ulp, "layer %d element %lld: "
+			              "moved %g, unclipped %g, scale %g", h, (long long)i, d, d0, s);
+		}
+	/* warm-up over 4 steps, no clipping: the first step moves by lr / 4 */
+	t.clip = 0;
+	t.warmup = 4;
+	t.decay = RT_DECAY_COSINE;
+	t.decay_steps = 10;
+	sgd_moves(t, x, warm, n);
+	for (int h = 0; h < 3; h++)
+		for (int64_t i = 0; i < n[h]; i++) {
+			double d0 = (double)free_[h][i] - p0[h][i], d = (double)warm[h][i] - p0[h][i];
+			ck_assert(fabs(d - d0 / 4) <= 1e-3 * fabs(d0) + 4 * fabs((double)p0[h][i]) * 0x1p-24);
+		}
+	for (int h = 0; h < 3; h++) {
+		free(p0[h]), free(free_[h]), free(big[h]), free(clip[h]), free(warm[h]);
+	}
+}
+END_TEST
+
 static Suite *rt_suite(void)
 {
 	Suite *s = suite_create("runtime");
@@ -1086,6 +1162,7 @@ static Suite *rt_suite(void)
 	tcase_add_test(tc, test_coll_bytes);
 	tcase_add_test(tc, test_dp_errors);
 	tcase_add_loop_test(tc, test_dp_single, 0, 2);
+	tcase_add_test(tc, test_clip_and_schedule);
 	suite_add_tcase(s, tc);
 	return s;
 }

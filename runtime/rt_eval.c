@@ -1,0 +1,116 @@
+/* rt_eval.c: evaluation passes over held-out text (docs/runtime.md,
+ * "Evaluation").  A pass is a step without its backward: the program runs
+ * its F ops and the activations' sends and receives in the plan's order
+ * (codegen/host.c's eval walk), so the pass inherits the step's proof of
+ * deadlock freedom -- every rank drops the same ops (B, W, R, gradients,
+ * collectives), a dropped op only removed edges from the proof's event
+ * graph, and a receive still matches the send it matched in the step.
+ *
+ * The pass reads its tokens through the training's data path: while it
+ * runs, the context's text is the held-out text and its data position is
+ * the pass's first sample, both put back at rt_eval_end. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "rt_exec.h"
+#include "rt_internal.h"
+
+int rt__eval_load(rt_ctx *ctx, const char *path)
+{
+	if (ctx->eval_text)
+		return RT_OK;
+	if (ctx->train.vocab < 256)
+		return rt__fail(ctx, RT_EARG, "evaluation data %s: text (one token per byte) needs a "
+		                "vocabulary of at least 256, the model's is %lld", path,
+		                (long long)ctx->train.vocab);
+	/* rt__data_load reads into the context's text: the training's is put
+	 * aside meanwhile. */
+	unsigned char *text = ctx->text;
+	size_t len = ctx->text_len;
+	char *tpath = ctx->text_path;
+	const char *tfile = ctx->train.text_file;
+	ctx->text = NULL, ctx->text_len = 0, ctx->text_path = NULL;
+	int rc = rt__data_load(ctx, path);
+	ctx->eval_text = ctx->text, ctx->eval_text_len = ctx->text_len;
+	free(ctx->text_path);
+	ctx->text = text, ctx->text_len = len, ctx->text_path = tpath, ctx->train.text_file = tfile;
+	if (rc) {
+		ctx->eval_text = NULL;
+		return rc;
+	}
+	return RT_OK;
+}
+
+void rt__eval_free(rt_ctx *ctx)
+{
+	free(ctx->eval_text);
+	ctx->eval_text = NULL;
+}
+
+int rt_eval_begin(rt_ctx *ctx, int64_t pass)
+{
+	if (!ctx)
+		return RT_EARG;
+	if (!ctx->have_model)
+		return rt__fail(ctx, RT_ESTATE, "rt_eval_begin: rt_model_init has not been called");
+	if (ctx->in_step)
+		return rt__fail(ctx, RT_ESTATE, "rt_eval_begin: inside step %lld", rt__step_no(ctx));
+	if (!ctx->eval_text)
+		return rt__fail(ctx, RT_ESTATE, "rt_eval_begin: no evaluation data is loaded");
+	int64_t per = ctx->train.dp * ctx->train.microbatches;
+	if (pass < 0 || pass > RT_MAX_COUNT / per)
+		return rt__fail(ctx, RT_EARG, "rt_eval_begin: pass %lld", (long long)pass);
+	ctx->saved_pos = ctx->data_pos, ctx->saved_text = ctx->text, ctx->saved_len = ctx->text_len;
+	ctx->data_pos = pass * per;
+	ctx->text = ctx->eval_text, ctx->text_len = ctx->eval_text_len;
+	for (int64_t m = 0; m < ctx->train.microbatches; m++) {
+		ctx->mb_loss[m] = 0;
+		ctx->mb_count[m] = -1;
+	}
+	ctx->evaluating = ctx->in_step = true;
+	return RT_OK;
+}
+
+int rt_eval_end(rt_ctx *ctx, double *loss_out, int *have_loss)
+{
+	int rc = RT_OK;
+	if (!ctx)
+		return RT_EARG;
+	if (!ctx->evaluating)
+		return rt__fail(ctx, RT_ESTATE, "rt_eval_end: no evaluation pass is running");
+	if (have_loss)
+		*have_loss = 0;
+	if ((rc = ctx->exec->collect(ctx)))
+		goto out;
+	if (ctx->head >= 0) {
+		const rt_train *t = &ctx->train;
+		double sum = 0;
+		int64_t count = 0;
+		int have = 1;
+		for (int64_t m = 0; m < t->microbatches; m++) {
+			if (ctx->mb_count[m] < 0) {
+				rc = rt__fail(ctx, RT_ESTATE, "evaluation: the head ran no F on micro-batch "
+				              "%lld", (long long)m);
+				goto out;
+			}
+			sum += ctx->mb_loss[m];
+			count += ctx->mb_count[m];
+		}
+		if (t->dp > 1 && (rc = rt__dp_loss(ctx, &sum, &count, &have)))
+			goto out;
+		double loss = count ? sum / (double)count : 0;
+		if (have && !isfinite(loss)) {
+			rc = rt__fail(ctx, RT_ELOSS, "evaluation after step %lld: loss is %s",
+			              (long long)ctx->step, isnan(loss) ? "NaN" : "infinite");
+			goto out;
+		}
+		if (have && loss_out)
+			*loss_out = loss;
+		if (have_loss)
+			*have_loss = have;
+	}
+out:
+	ctx->data_pos = ctx->saved_pos, ctx->text = ctx->saved_text, ctx->text_len = ctx->saved_len;
+	ctx->evaluating = ctx->in_step = false;
+	return rc;
+}
