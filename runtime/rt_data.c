@@ -296,6 +296,14 @@ void rt__data_free(rt_ctx *ctx)
 	ctx->train.text_file = NULL;
 }
 
+void rt__data_swap(rt_ctx *ctx, rt_stream *s)
+{
+	rt_stream mine = {ctx->shards, ctx->nshards, ctx->tok_width, ctx->ntok, ctx->data_sum};
+	ctx->shards = s->shards, ctx->nshards = s->nshards, ctx->tok_width = s->tok_width;
+	ctx->ntok = s->ntok, ctx->data_sum = s->data_sum;
+	*s = mine;
+}
+
 void rt__data_ident(const rt_ctx *ctx, char *buf, size_t len)
 {
 	if (!ctx->nshards)

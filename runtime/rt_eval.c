@@ -1,4 +1,4 @@
-/* rt_eval.c: evaluation passes over held-out text (docs/runtime.md,
+/* rt_eval.c: evaluation passes over held-out data (docs/runtime.md,
  * "Evaluation").  A pass is a step without its backward: the program runs
  * its F ops and the activations' sends and receives in the plan's order
  * (codegen/host.c's eval walk), so the pass inherits the step's proof of
@@ -7,8 +7,8 @@
  * graph, and a receive still matches the send it matched in the step.
  *
  * The pass reads its tokens through the training's data path: while it
- * runs, the context's text is the held-out text and its data position is
- * the pass's first sample, both put back at rt_eval_end. */
+ * runs, the context's token stream is the held-out one and its data
+ * position is the pass's first sample, both put back at rt_eval_end. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -17,34 +17,33 @@
 
 int rt__eval_load(rt_ctx *ctx, const char *path)
 {
-	if (ctx->eval_text)
+	if (ctx->have_eval)
 		return RT_OK;
-	if (ctx->train.vocab < 256)
-		return rt__fail(ctx, RT_EARG, "evaluation data %s: text (one token per byte) needs a "
-		                "vocabulary of at least 256, the model's is %lld", path,
-		                (long long)ctx->train.vocab);
-	/* rt__data_load reads into the context's text: the training's is put
-	 * aside meanwhile. */
-	unsigned char *text = ctx->text;
-	size_t len = ctx->text_len;
-	char *tpath = ctx->text_path;
+	/* rt__data_load maps into the context: the training's stream is put
+	 * aside meanwhile, and the held-out one moved out after. */
+	rt_stream train = {0};
 	const char *tfile = ctx->train.text_file;
-	ctx->text = NULL, ctx->text_len = 0, ctx->text_path = NULL;
+	rt__data_swap(ctx, &train);
 	int rc = rt__data_load(ctx, path);
-	ctx->eval_text = ctx->text, ctx->eval_text_len = ctx->text_len;
-	free(ctx->text_path);
-	ctx->text = text, ctx->text_len = len, ctx->text_path = tpath, ctx->train.text_file = tfile;
-	if (rc) {
-		ctx->eval_text = NULL;
-		return rc;
-	}
-	return RT_OK;
+	rt__data_swap(ctx, &ctx->eval);
+	rt__data_swap(ctx, &train);
+	ctx->train.text_file = tfile;
+	ctx->have_eval = rc == RT_OK;
+	return rc;
 }
 
 void rt__eval_free(rt_ctx *ctx)
 {
-	free(ctx->eval_text);
-	ctx->eval_text = NULL;
+	if (!ctx->have_eval)
+		return;
+	rt_stream train = {0};
+	const char *tfile = ctx->train.text_file;
+	rt__data_swap(ctx, &train);
+	rt__data_swap(ctx, &ctx->eval);
+	rt__data_free(ctx);
+	rt__data_swap(ctx, &train);
+	ctx->train.text_file = tfile;
+	ctx->have_eval = false;
 }
 
 int rt_eval_begin(rt_ctx *ctx, int64_t pass)
@@ -55,14 +54,14 @@ int rt_eval_begin(rt_ctx *ctx, int64_t pass)
 		return rt__fail(ctx, RT_ESTATE, "rt_eval_begin: rt_model_init has not been called");
 	if (ctx->in_step)
 		return rt__fail(ctx, RT_ESTATE, "rt_eval_begin: inside step %lld", rt__step_no(ctx));
-	if (!ctx->eval_text)
+	if (!ctx->have_eval)
 		return rt__fail(ctx, RT_ESTATE, "rt_eval_begin: no evaluation data is loaded");
 	int64_t per = ctx->train.dp * ctx->train.microbatches;
 	if (pass < 0 || pass > RT_MAX_COUNT / per)
 		return rt__fail(ctx, RT_EARG, "rt_eval_begin: pass %lld", (long long)pass);
-	ctx->saved_pos = ctx->data_pos, ctx->saved_text = ctx->text, ctx->saved_len = ctx->text_len;
+	ctx->saved_pos = ctx->data_pos;
 	ctx->data_pos = pass * per;
-	ctx->text = ctx->eval_text, ctx->text_len = ctx->eval_text_len;
+	rt__data_swap(ctx, &ctx->eval); /* the held-out stream in, the training's aside */
 	for (int64_t m = 0; m < ctx->train.microbatches; m++) {
 		ctx->mb_loss[m] = 0;
 		ctx->mb_count[m] = -1;
@@ -110,7 +109,8 @@ int rt_eval_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 			*have_loss = have;
 	}
 out:
-	ctx->data_pos = ctx->saved_pos, ctx->text = ctx->saved_text, ctx->text_len = ctx->saved_len;
+	ctx->data_pos = ctx->saved_pos;
+	rt__data_swap(ctx, &ctx->eval);
 	ctx->evaluating = ctx->in_step = false;
 	return rc;
 }

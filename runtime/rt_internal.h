@@ -114,6 +114,13 @@ typedef struct rt_waitstate {
 
 #define RT_NTELL 8 /* answers in flight at once */
 
+/* A token stream as rt_data.c holds it in the context (rt__data_swap). */
+typedef struct rt_stream {
+	struct rt_shard *shards;
+	int nshards, tok_width;
+	uint64_t ntok, data_sum;
+} rt_stream;
+
 struct rt_ctx {
 	int rank, world;
 	bool mpi_owned; /* rt_init initialised MPI */
@@ -171,12 +178,9 @@ struct rt_ctx {
 	double grad_norm; /* of the last step clipped; NaN: none */
 	/* evaluation (rt_eval.c): the held-out text, and while a pass runs the
 	 * training's data position and text, put aside */
-	bool evaluating;
-	unsigned char *eval_text;
-	size_t eval_text_len;
+	bool evaluating, have_eval;
+	rt_stream eval; /* the held-out data; the training's while a pass runs */
 	int64_t saved_pos;
-	unsigned char *saved_text;
-	size_t saved_len;
 	/* data parallelism (rt_dp.c): train.dp >= 1 once set up; the DP group
 	 * (MPI_COMM_SELF when dp is 1) */
 	MPI_Comm dpc;
@@ -334,9 +338,10 @@ void rt__sched_begin(rt_ctx *ctx);
  * rt_step_end, so every rank calls it at the same point of its step. */
 int rt__clip(rt_ctx *ctx);
 
-/* ---- rt_eval.c: forward-only passes over held-out text ---- */
+/* ---- rt_eval.c: forward-only passes over held-out data ---- */
 
-/* The held-out text (collective: every rank the same file); once. */
+/* The held-out data (collective: every rank the same files, read as the
+ * training's are: rt_data_options' format); once. */
 int rt__eval_load(rt_ctx *ctx, const char *path);
 void rt__eval_free(rt_ctx *ctx);
 
@@ -348,6 +353,9 @@ void rt__eval_free(rt_ctx *ctx);
  * rule (one all-gather).  Needs ctx->train. */
 int rt__data_load(rt_ctx *ctx, const char *path);
 void rt__data_free(rt_ctx *ctx);
+/* Exchanges the context's token stream with *s (an empty one: nothing
+ * mapped). */
+void rt__data_swap(rt_ctx *ctx, rt_stream *s);
 /* The format the first file of path is read as (rt_data_format, never
  * AUTO): rt_model_bytes' check of text against the vocabulary. */
 int rt__data_format_of(const rt_ctx *ctx, const char *path);
