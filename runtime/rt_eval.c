@@ -23,8 +23,13 @@ int rt__eval_load(rt_ctx *ctx, const char *path)
 	 * aside meanwhile, and the held-out one moved out after. */
 	rt_stream train = {0};
 	const char *tfile = ctx->train.text_file;
+	int fmt = ctx->data_format;
 	rt__data_swap(ctx, &train);
+	/* Its files are read by their names (docs/data.md), not by the
+	 * training's format: that may be the compiled model's text. */
+	ctx->data_format = RT_DATA_AUTO;
 	int rc = rt__data_load(ctx, path);
+	ctx->data_format = fmt;
 	rt__data_swap(ctx, &ctx->eval);
 	rt__data_swap(ctx, &train);
 	ctx->train.text_file = tfile;

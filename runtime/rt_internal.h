@@ -340,8 +340,8 @@ int rt__clip(rt_ctx *ctx);
 
 /* ---- rt_eval.c: forward-only passes over held-out data ---- */
 
-/* The held-out data (collective: every rank the same files, read as the
- * training's are: rt_data_options' format); once. */
+/* The held-out data (collective: every rank the same files, each read by
+ * its name: .bin, .u16 uint16, .u32 uint32 tokens, else text); once. */
 int rt__eval_load(rt_ctx *ctx, const char *path);
 void rt__eval_free(rt_ctx *ctx);
 

@@ -62,7 +62,7 @@ static const struct opt {
     {"--eval-every", "N", O_POSITIVE, offsetof(rt_loop, eval_every),
      "after every N-th step, the loss on --eval-data, forward only"},
     {"--eval-data", "FILE", O_PATH, offsetof(rt_loop, eval_data),
-     "the held-out text (bytes as tokens) of --eval-every"},
+     "the held-out data of --eval-every (files by name, as --data-format auto)"},
     {"--eval-batches", "K", O_POSITIVE, offsetof(rt_loop, eval_batches),
      "micro-batches of it each time (default: a step's; rounded up to steps)"},
 };

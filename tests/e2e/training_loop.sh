@@ -20,7 +20,8 @@
 #    8): the same eval losses, bit for bit, on 1 rank, 2 ranks, 3 ranks
 #    under zbv (two chunks a rank, split backward) and 2 replicas; training
 #    untouched (the hash of the run without); the eval lines in the metrics;
-#    under OCTO_COMM_SYNC=1 (rendezvous sends) it still completes;
+#    under OCTO_COMM_SYNC=1 (rendezvous sends) it still completes; the
+#    held-out text as two u16 token files gives the same eval losses;
 #  - options refused at start, each named.
 #
 # Exit 0 all agree, 1 a mismatch or a failure, 77 (skip) without mpirun.
@@ -233,6 +234,20 @@ if run p1 ev1 --steps $steps "${ev[@]}" --metrics "$tmp/ev1.jsonl"; then
 				bad "eval on $p differs from 1 rank's: $(evals ev-$p | tr '\n' ';')" "$tmp/ev-$p.log"
 			fi
 	done
+	# The held-out text as two u16 token files (octopipe tokenize; a byte a
+	# token), read as --data is: the text's eval losses, bit for bit.
+	head -c 12000 "$tmp/held.txt" >"$tmp/held-a.txt"
+	tail -c +12001 "$tmp/held.txt" >"$tmp/held-b.txt"
+	if "$octopipe" tokenize "$tmp/held-a.txt" -o "$tmp/held-a.bin" >/dev/null 2>&1 &&
+	   "$octopipe" tokenize "$tmp/held-b.txt" -o "$tmp/held-b.bin" >/dev/null 2>&1 &&
+	   run p2 ev-tok --steps $steps --eval-every 3 --eval-data "$tmp/held-a.bin,$tmp/held-b.bin" \
+	       --eval-batches 20; then
+		[ "$(evals ev-tok)" = "$(evals ev1)" ] &&
+			ok "eval on two u16 token files of the held-out text: the text's eval losses" ||
+			bad "eval on token files differs from the text's: $(evals ev-tok | tr '\n' ';')" "$tmp/ev-tok.log"
+	else
+		bad "eval on token files: tokenize or the run failed" "$tmp/ev-tok.log"
+	fi
 	OCTO_COMM_SYNC=1 run p3 ev-sync --steps 3 "${ev[@]}" &&
 		if [ "$(evals ev-sync)" = "$(evals ev1 | head -1)" ]; then
 			ok "eval under rendezvous sends (OCTO_COMM_SYNC=1, zbv): completes, the same loss"
