@@ -51,7 +51,7 @@ static const char ENTRY_HEAD[] =
 
 static const char ENTRY_ATTENTION[] =
     "OCTO_KERNEL void attention_F_rope(real *q, real *k)\n"
-    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f); }\n"
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f, ROPE_THETA); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f, ROPE_THETA); }\n"
     "OCTO_KERNEL void attention_F_core(const real *q, const real *k, const real *v, real *o, float *lse)\n"
     "{ attn_f<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, MBS); }\n"
     "OCTO_KERNEL void attention_B_core_q(const real *q, const real *k, const real *v, const real *dout, const float *lse, float *Dsum, real *dq)\n"
@@ -59,7 +59,27 @@ static const char ENTRY_ATTENTION[] =
     "OCTO_KERNEL void attention_B_core_kv(const real *q, const real *k, const real *v, const real *dout, const float *lse, const float *Dsum, real *dk, real *dv)\n"
     "{ attn_b_kv<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, MBS); }\n"
     "OCTO_KERNEL void attention_B_rope(real *dq, real *dk)\n"
-    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f); }\n";
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f, ROPE_THETA); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f, ROPE_THETA); }\n";
+
+/* qkv_bias only: the biases after the q, k, v projections, and their
+ * gradients (column sums, rows ascending). */
+static const char ENTRY_QKV_BIAS[] =
+    "OCTO_KERNEL void attention_F_bias(real *q, real *k, real *v, const real *bq, const real *bk, const real *bv)\n"
+    "{ add_bias<NH * DQK>(q, bq, T); add_bias<NKV * DQK>(k, bk, T); add_bias<NKV * DV>(v, bv, T); }\n"
+    "OCTO_KERNEL void attention_W_bias(const real *dq, const real *dk, const real *dv, float *dbq, float *dbk, float *dbv)\n"
+    "{ colsum_prod<NH * DQK, T>(dq, 0, dbq); colsum_prod<NKV * DQK, T>(dk, 0, dbk); colsum_prod<NKV * DV, T>(dv, 0, dbv); }\n";
+
+/* qk_norm only: RMSNorm of every q head (rows T NH) and k head (rows
+ * T NKV) over DQK features, in place, one scale for each of q and k. */
+static const char ENTRY_QK_NORM[] =
+    "OCTO_KERNEL void attention_F_qhnorm(real *q, const real *g, real *qhat, float *r)\n"
+    "{ rmsnorm_f<DQK, DQK>(q, g, q, qhat, r); }\n"
+    "OCTO_KERNEL void attention_F_khnorm(real *k, const real *g, real *khat, float *r)\n"
+    "{ rmsnorm_f<DQK, DQK>(k, g, k, khat, r); }\n"
+    "OCTO_KERNEL void attention_B_hnorm(const real *d, const real *g, const real *xhat, const float *r, real *dx)\n"
+    "{ rmsnorm_b<DQK, DQK>(d, g, xhat, r, 0, dx); }\n"
+    "OCTO_KERNEL void attention_W_hnorm(const real *dqn, const real *qhat, const real *dkn, const real *khat, float *dgq, float *dgk)\n"
+    "{ colsum_prod<DQK, T * NH>(dqn, qhat, dgq); colsum_prod<DQK, T * NKV>(dkn, khat, dgk); }\n";
 
 /* MLA only: the latent norms and the key/value assembly. */
 static const char ENTRY_MLA[] =
@@ -232,6 +252,8 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		DEF("WIN", s.win);
 		DEF("ROPE_OFF", s.rope_off);
 		DEF("ROPE_LEN", s.rope_len);
+		/* %.17g: the double the CPU kernels use, read back exactly. */
+		put(&b, "static constexpr double ROPE_THETA = %.17g;\n", s.theta);
 		DEF("DN", s.dn);
 		DEF("DR", s.dr);
 		DEF("RQ", s.rq);
@@ -283,6 +305,10 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		put(&b, "%s", ENTRY_ATTENTION);
 		if (s.mla)
 			put(&b, "%s", ENTRY_MLA);
+		if (s.qkb)
+			put(&b, "%s", ENTRY_QKV_BIAS);
+		if (s.qkn)
+			put(&b, "%s", ENTRY_QK_NORM);
 		break;
 	case RT_MLP:
 	case RT_MOE:

@@ -133,6 +133,13 @@ __device__ void colsum_prod(const real *a, const real *b, float *dg)
 	}
 }
 
+/* y[t][j] += b[j] over rows of W (a projection's bias). */
+template <int W>
+__device__ void add_bias(real *y, const real *b, long rows)
+{
+	EACH(i, rows * W) y[i] = st(ld(y[i]) + ld(b[i % W]));
+}
+
 /* u = xhat g (W's input to the weight GEMMs). */
 template <int W, int ROWS>
 __device__ void scale_cols(const real *xhat, const real *g, real *u)
@@ -180,16 +187,17 @@ __device__ void ffn_act_b(const real *dh, const real *a, const real *b, real *da
 
 /* ---- rotary embedding: "rotate half" of the last L features of each head ---- */
 
-/* One thread per (row, head, pair); sign -1 is the inverse (B). */
+/* One thread per (row, head, pair); sign -1 is the inverse (B); theta is
+ * the base (the layer's rope_theta). */
 template <int SEQ, int NH, int STRIDE, int OFF, int L>
-__device__ void rope(real *x, long rows, float sign)
+__device__ void rope(real *x, long rows, float sign, double theta)
 {
 	const int half = L / 2;
 	EACH(i, rows * NH * half) {
 		long t = i / (NH * half);
 		int h = (int)(i / half % NH), k = (int)(i % half);
 		int s = (int)(t % SEQ);
-		double th = (double)s * pow(10000.0, -2.0 * k / L);
+		double th = (double)s * pow(theta, -2.0 * k / L);
 		float c = (float)cos(th), sn = sign * (float)sin(th);
 		real *p = x + t * (long)(NH * STRIDE) + (long)h * STRIDE + OFF;
 		float a = ld(p[k]), b = ld(p[k + half]);

@@ -8,10 +8,12 @@
  *   act:     xhat [T][H], r [T] f32, q [T][nh dqk], k [T][nkv dqk] (both
  *            rotated), v [T][nkv dv], o [T][nh dv], lse [mbs][nh][seq] f32;
  *            MLA: cqhat [T][rq], r_q [T] f32 (rq > 0), ckvhat [T][rkv],
- *            r_kv [T] f32;
+ *            r_kv [T] f32; qk_norm: qhat [T][nh dqk], r_qh [T nh] f32,
+ *            khat [T][nkv dqk], r_kh [T nkv] f32;
  *   W stash: xhat, du, dy [T][H], o, dq, dk, dv (shapes of act's); MLA:
  *            cqhat, dcq_n, dcq [T][rq], ckvhat [T][rkv], dkv [T][nh (dn+dv)],
- *            dckv_n [T][rkv], dc [T][rkv+dr];
+ *            dckv_n [T][rkv], dc [T][rkv+dr]; qk_norm: dq_n, dk_n (the
+ *            normed heads' gradients), qhat, khat;
  *   scratch: u [T][H], cq, cq_n [T][rq], c [T][rkv+dr], ckv_n [T][rkv],
  *            kv [T][nh (dn+dv)], d_o [T][nh dv], Dsum [mbs][nh][seq] f32.
  * B copies into the W stash what W needs from act and from dy, so W reads
@@ -21,17 +23,19 @@
 /* Row widths of the layer's arrays; the MLA ones are 0 for GQA. */
 typedef struct attn_dims {
 	int64_t T, H, nh, q, k, v, o, half;
+	int64_t qn, kn; /* qk_norm: q and k (0 without) */
 	int64_t rq, rkv, c, kv; /* c: the kv latent with the rotary key, rkv + dr */
 } attn_dims;
 
 typedef struct attn_act {
-	void *xhat, *q, *k, *v, *o, *cqhat, *ckvhat;
-	float *r, *lse, *cqr, *ckvr;
+	void *xhat, *q, *k, *v, *o, *cqhat, *ckvhat, *qhat, *khat;
+	float *r, *lse, *cqr, *ckvr, *qr, *kr;
 } attn_act;
 
 typedef struct attn_ws {
 	void *xhat, *du, *dy, *o, *dq, *dk, *dv;
 	void *cqhat, *dcqn, *dcq, *ckvhat, *dkv, *dckvn, *dc; /* MLA */
+	void *dqn, *dkn, *qhat, *khat;                        /* qk_norm */
 } attn_ws;
 
 typedef struct attn_scr {
@@ -46,6 +50,8 @@ static attn_dims dims(const rt_shape *s)
 	z.k = s->nkv * s->dqk;
 	z.v = s->nkv * s->dv;
 	z.o = s->nh * s->dv;
+	z.qn = s->qkn ? z.q : 0;
+	z.kn = s->qkn ? z.k : 0;
 	if (s->mla) {
 		z.rq = s->rq;
 		z.rkv = s->rkv;
@@ -75,6 +81,10 @@ static void attn_map(const rt_shape *s, size_t esz, dev_carve *ca, attn_act *a, 
 	a->cqr = F(ca, z.rq ? T : 0);
 	a->ckvhat = R(ca, T * z.rkv);
 	a->ckvr = F(ca, z.rkv ? T : 0);
+	a->qhat = R(ca, T * z.qn);
+	a->qr = F(ca, z.qn ? T * s->nh : 0);
+	a->khat = R(ca, T * z.kn);
+	a->kr = F(ca, z.kn ? T * s->nkv : 0);
 
 	w->xhat = R(cw, T * z.H);
 	w->du = R(cw, T * z.H);
@@ -90,6 +100,10 @@ static void attn_map(const rt_shape *s, size_t esz, dev_carve *ca, attn_act *a, 
 	w->dkv = R(cw, T * z.kv);
 	w->dckvn = R(cw, T * z.rkv);
 	w->dc = R(cw, T * z.c);
+	w->dqn = R(cw, T * z.qn);
+	w->dkn = R(cw, T * z.kn);
+	w->qhat = R(cw, T * z.qn);
+	w->khat = R(cw, T * z.kn);
 
 	x->u = R(cs, T * z.H);
 	x->cq = R(cs, T * z.rq);
@@ -173,6 +187,16 @@ int dev_attn_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 		TRY(dev_proj(d, T, H, z.q, x.u, H, dev_param(d, L, AT_WQ), 0, a.q, z.q));
 		TRY(dev_proj(d, T, H, z.k, x.u, H, dev_param(d, L, AT_WK), 0, a.k, z.k));
 		TRY(dev_proj(d, T, H, z.v, x.u, H, dev_param(d, L, AT_WV), 0, a.v, z.v));
+		if (s->qkb) {
+			void *bq = dev_param(d, L, AT_BQ), *bk = dev_param(d, L, AT_BK);
+			void *bv = dev_param(d, L, AT_BV);
+			TRY(dev_each(d, L, "%s_F_bias", T * z.q, (void *[]){&a.q, &a.k, &a.v, &bq, &bk, &bv}));
+		}
+		if (s->qkn) {
+			void *gq = dev_param(d, L, AT_QHNORM), *gk = dev_param(d, L, AT_KHNORM);
+			TRY(dev_rows(d, L, "%s_F_qhnorm", T * s->nh, (void *[]){&a.q, &gq, &a.qhat, &a.qr}));
+			TRY(dev_rows(d, L, "%s_F_khnorm", T * s->nkv, (void *[]){&a.k, &gk, &a.khat, &a.kr}));
+		}
 	}
 	TRY(dev_each(d, L, "%s_F_rope", T * z.nh * z.half, (void *[]){&a.q, &a.k}));
 	TRY(dev_each(d, L, "%s_F_core", T * z.nh, (void *[]){&a.q, &a.k, &a.v, &a.o, &a.lse}));
@@ -217,12 +241,22 @@ int dev_attn_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	TRY(copy(d, w.xhat, a.xhat, T * H));
 	TRY(copy(d, w.o, a.o, T * z.o));
 	TRY(dev_proj_dx(d, T, z.o, H, w.dy, H, dev_param(d, L, AT_WO), 0, x.d_o, z.o));
-	/* The core: dq (and D_i, which the kv kernel reads), then dk, dv. */
+	/* The core: dq (and D_i, which the kv kernel reads), then dk, dv.  With
+	 * qk_norm they are the normed heads' gradients, which W keeps, and the
+	 * norm's B makes dq, dk from them. */
+	void *dqc = s->qkn ? w.dqn : w.dq, *dkc = s->qkn ? w.dkn : w.dk;
 	TRY(dev_each(d, L, "%s_B_core_q", T * z.nh,
-	             (void *[]){&a.q, &a.k, &a.v, &x.d_o, &a.lse, &x.dsum, &w.dq}));
+	             (void *[]){&a.q, &a.k, &a.v, &x.d_o, &a.lse, &x.dsum, &dqc}));
 	TRY(dev_each(d, L, "%s_B_core_kv", T * s->nkv,
-	             (void *[]){&a.q, &a.k, &a.v, &x.d_o, &a.lse, &x.dsum, &w.dk, &w.dv}));
-	TRY(dev_each(d, L, "%s_B_rope", T * z.nh * z.half, (void *[]){&w.dq, &w.dk}));
+	             (void *[]){&a.q, &a.k, &a.v, &x.d_o, &a.lse, &x.dsum, &dkc, &w.dv}));
+	TRY(dev_each(d, L, "%s_B_rope", T * z.nh * z.half, (void *[]){&dqc, &dkc}));
+	if (s->qkn) {
+		void *gq = dev_param(d, L, AT_QHNORM), *gk = dev_param(d, L, AT_KHNORM);
+		TRY(dev_rows(d, L, "%s_B_hnorm", T * s->nh, (void *[]){&dqc, &gq, &a.qhat, &a.qr, &w.dq}));
+		TRY(dev_rows(d, L, "%s_B_hnorm", T * s->nkv, (void *[]){&dkc, &gk, &a.khat, &a.kr, &w.dk}));
+		TRY(copy(d, w.qhat, a.qhat, T * z.q));
+		TRY(copy(d, w.khat, a.khat, T * z.k));
+	}
 	if (s->mla) {
 		TRY(mla_b(d, L, &z, &a, &w));
 	} else {
@@ -270,5 +304,15 @@ int dev_attn_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 		return mla_w(d, L, &z, &w, &x);
 	TRY(dev_proj_dw(d, T, H, z.q, x.u, H, w.dq, z.q, dev_grad(L, AT_WQ)));
 	TRY(dev_proj_dw(d, T, H, z.k, x.u, H, w.dk, z.k, dev_grad(L, AT_WK)));
-	return dev_proj_dw(d, T, H, z.v, x.u, H, w.dv, z.v, dev_grad(L, AT_WV));
+	TRY(dev_proj_dw(d, T, H, z.v, x.u, H, w.dv, z.v, dev_grad(L, AT_WV)));
+	if (s->qkb) {
+		float *dbq = dev_grad(L, AT_BQ), *dbk = dev_grad(L, AT_BK), *dbv = dev_grad(L, AT_BV);
+		TRY(dev_each(d, L, "%s_W_bias", z.q, (void *[]){&w.dq, &w.dk, &w.dv, &dbq, &dbk, &dbv}));
+	}
+	if (s->qkn) {
+		float *dgq = dev_grad(L, AT_QHNORM), *dgk = dev_grad(L, AT_KHNORM);
+		TRY(dev_each(d, L, "%s_W_hnorm", s->dqk,
+		             (void *[]){&w.dqn, &w.qhat, &w.dkn, &w.khat, &dgq, &dgk}));
+	}
+	return RT_OK;
 }

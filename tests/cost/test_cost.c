@@ -101,6 +101,47 @@ START_TEST(test_mlp_closed_form)
 }
 END_TEST
 
+/* The attention options (docs/cost-model.md, "attention (GQA)"): biases
+ * add (H + 2G) d parameters, an add in F and a column sum in W; the
+ * per-head norm adds 2d parameters and a norm over T H and T G rows of d;
+ * rope_theta changes nothing.  The parameter count is the runtime's. */
+START_TEST(test_attention_options_closed_form)
+{
+	ir_module *m = one(IR_LAYER_ATTENTION, 512, 1024, 1, IR_DTYPE_BF16);
+	int64_t *v = attr(m);
+	v[IR_ATTR_HEADS] = 8, v[IR_ATTR_KV_HEADS] = 2, v[IR_ATTR_HEAD_DIM] = 64;
+	double T = 1024, h = 512, H = 8, G = 2, d = 64, base[IR_NOPS], fl[IR_NOPS];
+	ir_cost c0 = cost_of(m, 1, base);
+	v[IR_ATTR_ROPE_THETA] = ir_real_bits(1e6);
+	ir_cost c = cost_of(m, 1, fl);
+	ck_assert(c.params == c0.params && c.act == c0.act && c.wstash == c0.wstash &&
+	          c.f == c0.f && c.b == c0.b && c.w == c0.w && c.flops == c0.flops);
+	v[IR_ATTR_QKV_BIAS] = 1;
+	c = cost_of(m, 1, fl);
+	double nb = (H + 2 * G) * d;
+	ck_assert_uint_eq(c.params, c0.params + (uint64_t)nb);
+	ck_assert_double_eq(fl[IR_OP_F], base[IR_OP_F] + T * nb);
+	ck_assert_double_eq(fl[IR_OP_B], base[IR_OP_B]);
+	ck_assert_double_eq(fl[IR_OP_W], base[IR_OP_W] + T * nb);
+	ck_assert_uint_eq(c.act, c0.act);
+	v[IR_ATTR_QKV_BIAS] = 0, v[IR_ATTR_QK_NORM] = 1;
+	c = cost_of(m, 1, fl);
+	ck_assert_uint_eq(c.params, c0.params + (uint64_t)(2 * d));
+	ck_assert_double_eq(fl[IR_OP_F], base[IR_OP_F] + 4 * T * (H + G) * d);
+	ck_assert_double_eq(fl[IR_OP_B], base[IR_OP_B] + 8 * T * (H + G) * d);
+	ck_assert_uint_eq(c.act, c0.act + (uint64_t)(2 * T * (H + G) * d + 4 * T * (H + G)));
+	v[IR_ATTR_QKV_BIAS] = 1;
+	c = cost_of(m, 1, fl);
+	rt_layer_desc rd = cost_rt_desc(m, &m->layers[1]);
+	rt_sizes sz;
+	ck_assert_int_eq(rt_layer_sizes(&rd, &sz), RT_OK);
+	ck_assert_uint_eq(c.params, (uint64_t)sz.params);
+	ck_assert_uint_eq(c.params, (uint64_t)(h + h * (H + 2 * G) * d + H * d * h + nb + 2 * d));
+	ck_assert(rd.rope_theta == 1e6 && rd.qkv_bias == 1 && rd.qk_norm == 1);
+	ir_free(m);
+}
+END_TEST
+
 /* Causal attention core FLOPs (forward) per docs/cost-model.md. */
 static double core_fwd(double T, double ctx, double H, double dqk, double dv)
 {
@@ -880,6 +921,7 @@ static Suite *cost_suite(void)
 	TCase *tc = tcase_create("model");
 	tcase_add_test(tc, test_mlp_closed_form);
 	tcase_add_test(tc, test_attention_closed_form);
+	tcase_add_test(tc, test_attention_options_closed_form);
 	tcase_add_test(tc, test_mla_deepseek_v3);
 	tcase_add_test(tc, test_moe_closed_form_and_scaling);
 	tcase_add_test(tc, test_mamba_closed_forms);

@@ -47,6 +47,25 @@ for y in "$SRC"/models/*.yaml; do
 	done
 done
 
+# The attention options (tests/e2e/tiny-qwen.yaml): modules of layers with
+# qkv_bias or qk_norm carry their entries, and each module its base.
+out=$TMP/qwen
+if "$OCTO" compile "$SRC/tests/e2e/tiny-qwen.yaml" --target cuda --emit=ptx --gpu-arch sm_90 \
+	--schedule 1f1b -o "$out" > "$TMP/log" 2>&1; then
+	miss=""
+	for e in attention_F_bias attention_W_bias attention_F_qhnorm attention_F_khnorm \
+		attention_B_hnorm attention_W_hnorm; do
+		cat "$out"/attention_*.ptx | grep -q "^.visible .entry $e(" || miss="$miss $e"
+	done
+	[ -z "$miss" ] && ok || bad "tiny-qwen: no PTX module has:$miss"
+else
+	bad "tiny-qwen: compile failed"; tail -20 "$TMP/log"
+fi
+if "$OCTO" compile "$SRC/tests/e2e/tiny-qwen.yaml" --target cuda --emit=cuda -o "$TMP/qsrc" \
+	> "$TMP/log" 2>&1 && grep -q "ROPE_THETA = 1000000;" "$TMP"/qsrc/attention_*.cu &&
+	grep -q "ROPE_THETA = 50000;" "$TMP"/qsrc/attention_*.cu; then ok; else
+	bad "tiny-qwen --emit=cuda: the modules' rope bases are not the layers'"; fi
+
 # --emit=cuda: the sources, shapes baked in as constants.
 out=$TMP/src
 if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --target cuda --emit=cuda -o "$out" > "$TMP/log" 2>&1 &&

@@ -56,6 +56,15 @@ static const kcase cases[] = {
 	                   .kv_lora_rank = 5, .qk_rope_dim = 4, .v_head_dim = 3}},
 	{"attention-mla-fullq", {RT_ATTENTION, SHAPE(8, 5, 2), .heads = 3, .head_dim = 2,
 	                         .kv_lora_rank = 4, .qk_rope_dim = 3}},
+	{"attention-qkv-bias", {RT_ATTENTION, SHAPE(16, 7, 2), .heads = 4, .kv_heads = 2,
+	                        .rope_theta = 1e6, .qkv_bias = 1}},
+	{"attention-qk-norm", {RT_ATTENTION, SHAPE(16, 6, 2), .heads = 4, .kv_heads = 2,
+	                       .head_dim = 6, .rope_theta = 500, .qk_norm = 1}},
+	{"attention-bias-norm-window", {RT_ATTENTION, SHAPE(12, 7, 2), .heads = 2, .kv_heads = 1,
+	                                .head_dim = 5, .window = 3, .qkv_bias = 1, .qk_norm = 1}},
+	{"attention-mla-theta", {RT_ATTENTION, SHAPE(8, 5, 2), .heads = 2, .head_dim = 2,
+	                         .q_lora_rank = 3, .kv_lora_rank = 4, .qk_rope_dim = 4,
+	                         .rope_theta = 1e5}},
 	{"mlp-swiglu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_SWIGLU}},
 	{"mlp-geglu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_GEGLU}},
 	{"mlp-gelu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_GELU}},
@@ -687,6 +696,15 @@ START_TEST(test_errors)
 		{RT_ATTENTION, SHAPE(10, 4, 1), .heads = 4},                /* head_dim: 10 / 4 */
 		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .q_lora_rank = 4}, /* MLA field without MLA */
 		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .kv_lora_rank = 4}, /* MLA without rope dim */
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .rope_theta = -1e4},
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .rope_theta = INFINITY},
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .rope_theta = NAN},
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .qkv_bias = 2},
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .qk_norm = -1},
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .kv_lora_rank = 4, .qk_rope_dim = 2,
+		 .qkv_bias = 1}, /* MLA has no q, k, v projections to bias */
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .kv_lora_rank = 4, .qk_rope_dim = 2,
+		 .qk_norm = 1},
 		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 3, .expert_ffn = 4},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 3, .state = 4},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .heads = 3, .head_dim = 4},
@@ -807,6 +825,84 @@ START_TEST(test_training)
 }
 END_TEST
 
+/* rope_theta: 0 and 10000 are the same layer, bit for bit; another base
+ * changes the output; with qk_norm the q and k heads leave the norm at unit
+ * RMS times the scale, so a layer whose q and k scales are doubled and
+ * whose wq, wk are halved computes the same thing (the norm undoes the
+ * scale of its input). */
+static void attn_forward(const rt_layer_desc *d, const double *p, double *y)
+{
+	run r;
+	run_alloc(&r, d, 8);
+	run_fill(&r, 1);
+	memcpy(r.p, p, r.n * 8);
+	ck_assert_int_eq(rtd_forward(d, r.p, r.x, NULL, r.y, NULL, r.act, r.scr), RT_OK);
+	memcpy(y, r.y, r.nx * 8);
+	run_free(&r);
+}
+
+START_TEST(test_attention_options)
+{
+	rt_layer_desc d = {RT_ATTENTION, SHAPE(16, 6, 2), .heads = 4, .kv_heads = 2};
+	rt_sizes sz;
+	ck_assert_int_eq(rtd_layer_sizes(&d, &sz), RT_OK);
+	size_t n = (size_t)sz.params, nx = (size_t)(16 * 6 * 2);
+	double *p = xalloc(n * 8), *y0 = xalloc(nx * 8), *y1 = xalloc(nx * 8);
+	ck_assert_int_eq(rtd_layer_init(&d, 3, 1, p), RT_OK);
+	attn_forward(&d, p, y0);
+	d.rope_theta = 10000;
+	attn_forward(&d, p, y1);
+	ck_assert(memcmp(y0, y1, nx * 8) == 0);
+	d.rope_theta = 1e6;
+	attn_forward(&d, p, y1);
+	ck_assert(memcmp(y0, y1, nx * 8) != 0);
+
+	d = (rt_layer_desc){RT_ATTENTION, SHAPE(16, 6, 2), .heads = 4, .kv_heads = 2, .qk_norm = 1};
+	ck_assert_int_eq(rtd_layer_sizes(&d, &sz), RT_OK);
+	n = (size_t)sz.params;
+	free(p);
+	p = xalloc(n * 8);
+	ck_assert_int_eq(rtd_layer_init(&d, 3, 1, p), RT_OK);
+	for (size_t i = 0; i < n; i++)
+		p[i] *= 1 + 0.1 * sin((double)i); /* scales not all ones */
+	attn_forward(&d, p, y0);
+	rt_tensor_info wq = {0}, wk = {0}, gq = {0}, gk = {0};
+	int nt;
+	ck_assert_int_eq(rt_layer_ntensors(&d, &nt), RT_OK);
+	for (int i = 0; i < nt; i++) {
+		rt_tensor_info t;
+		ck_assert_int_eq(rt_layer_tensor(&d, i, &t), RT_OK);
+		if (!strcmp(t.name, "wq")) wq = t;
+		if (!strcmp(t.name, "wk")) wk = t;
+		if (!strcmp(t.name, "q_head_norm")) gq = t;
+		if (!strcmp(t.name, "k_head_norm")) gk = t;
+	}
+	ck_assert_int_eq(gq.ndim, 1);
+	ck_assert_int_eq(gq.dim[0], 4); /* head_dim */
+	ck_assert_int_eq(gk.offset, gq.offset + 4);
+	for (int64_t i = 0; i < wq.dim[0] * wq.dim[1]; i++)
+		p[wq.offset + i] *= 0.5;
+	for (int64_t i = 0; i < wk.dim[0] * wk.dim[1]; i++)
+		p[wk.offset + i] *= 4;
+	attn_forward(&d, p, y1);
+	double err = 0, ref = 0;
+	for (size_t i = 0; i < nx; i++)
+		err = fmax(err, fabs(y0[i] - y1[i])), ref = fmax(ref, fabs(y0[i]));
+	/* Not exact: the norm's epsilon sees the scaled input. */
+	ck_assert_msg(err < 1e-3 * ref, "qk_norm: input scale changed the output by %g", err);
+	for (int64_t i = 0; i < gq.dim[0]; i++)
+		p[gq.offset + i] *= 2;
+	attn_forward(&d, p, y1);
+	err = 0;
+	for (size_t i = 0; i < nx; i++)
+		err = fmax(err, fabs(y0[i] - y1[i]));
+	ck_assert_msg(err > 1e-3 * ref, "qk_norm: the q scale does not reach the output");
+	free(p);
+	free(y0);
+	free(y1);
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
 	Suite *s = suite_create("kernels");
@@ -822,6 +918,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_layout);
 	tcase_add_test(tc, test_decay_flags);
 	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_attention_options);
 	tcase_add_test(tc, test_moe_ties);
 	tcase_add_test(tc, test_training);
 	tcase_set_timeout(tc, 120);
