@@ -507,7 +507,8 @@ static void remove_old(const char *dir, long long cur, int64_t keep)
 		gens[n++] = g;
 	}
 	closedir(d);
-	qsort(gens, n, sizeof *gens, cmp_gen);
+	if (n) /* gens is NULL when there is none */
+		qsort(gens, n, sizeof *gens, cmp_gen);
 	int64_t kept = 1;
 	for (size_t i = 0; i < n; i++) /* newest first */
 		if (gens[i] < cur && kept < keep && complete_gen(dir, gens[i]))
