@@ -143,7 +143,7 @@ if [ -x "$d/launch" ]; then
 		fi
 	else
 		echo "FAIL: checkpoint/resume on the emulated device:"
-		tail -5 "$tmp/ck1.log" "$tmp/ck2.log" | sed 's/^/    /'
+		tail -n 5 "$tmp/ck1.log" "$tmp/ck2.log" | sed 's/^/    /'
 		fail=1
 	fi
 fi
