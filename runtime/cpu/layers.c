@@ -156,9 +156,11 @@ int rt__shape(const rt_layer_desc *d, rt_shape *s)
 {
 	if (!d)
 		return RT_EARG;
-	*s = (rt_shape){.kind = d->kind, .H = d->hidden, .S = d->seq, .nb = d->mbs, .V = d->vocab};
+	*s = (rt_shape){.kind = d->kind, .H = d->hidden, .S = d->seq, .nb = d->mbs, .V = d->vocab,
+	                .tied = d->tied == 1 && d->kind == RT_HEAD};
 	if (!in((int64_t)d->kind, 0, RT_NKINDS - 1) || !in(s->H, 1, LIM) || !in(s->S, 1, LIM) ||
-	    !in(s->nb, 1, LIM) || s->S * s->nb > LIM_LD || !in(d->selective, 0, 1))
+	    !in(s->nb, 1, LIM) || s->S * s->nb > LIM_LD || !in(d->selective, 0, 1) ||
+	    !in(d->tied, 0, (d->kind == RT_EMBEDDING || d->kind == RT_HEAD) ? 1 : 0))
 		return RT_EINVAL;
 	s->T = s->S * s->nb;
 	switch (d->kind) {
@@ -215,7 +217,10 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 	case RT_HEAD:
 		nt = HD_N;
 		t = &tt[HD_NORM], VEC("norm", s->H, INIT_ONES);
-		t = &tt[HD_W], MAT("w", s->H, s->V);
+		if (s->tied) /* the embedding's table, as the embedding lays it out */
+			t = &tt[HD_W], put(t, "table", INIT_TIED, DECAY, 2, s->V, s->H, 0);
+		else
+			t = &tt[HD_W], MAT("w", s->H, s->V);
 		break;
 	case RT_ATTENTION: {
 		nt = AT_N;
@@ -351,6 +356,8 @@ double rt__init_value(const rt_tensor *t, uint64_t seed, int64_t layer, int64_t 
 {
 	uint64_t key = mix64(mix64(seed) ^ (uint64_t)layer);
 	int64_t g = t->offset + i; /* the element's index in the layer's array */
+	if (t->init == INIT_TIED) /* layer 0's table, which starts its array */
+		key = mix64(mix64(seed)), g = i;
 	switch (t->init) {
 	case INIT_ONES:
 		return 1;
@@ -358,12 +365,13 @@ double rt__init_value(const rt_tensor *t, uint64_t seed, int64_t layer, int64_t 
 		return 0;
 	case INIT_NORMAL:
 	case INIT_CONV:
-	case INIT_EMBED: {
+	case INIT_EMBED:
+	case INIT_TIED: {
 		/* Irwin-Hall: four uniforms, centred and scaled to unit variance.
 		 * Plain arithmetic, so every libm gives the same bits. */
 		double z = (unif(key, g, 0) + unif(key, g, 1) + unif(key, g, 2) + unif(key, g, 3) - 2) *
 		           1.7320508075688772;
-		if (t->init == INIT_EMBED)
+		if (t->init == INIT_EMBED || t->init == INIT_TIED)
 			return z;
 		int64_t fan = t->init == INIT_CONV ? t->dim[1] : t->dim[t->ndim - 2];
 		return z / sqrt((double)fan);

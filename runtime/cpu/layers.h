@@ -18,6 +18,7 @@
 typedef struct rt_shape {
 	rt_kind kind;
 	int64_t H, S, nb, T, V; /* hidden, seq, sequences, tokens (nb*S), vocab */
+	bool tied;              /* head: its weight is the embedding's table [V][H] */
 
 	/* attention; GQA is MLA-less: dqk = dv = head_dim, rope over the whole head */
 	bool mla;
@@ -66,6 +67,7 @@ typedef enum rt_init_rule {
 	INIT_NORMAL,  /* N(0, 1/fan_in), fan_in = dim[ndim-2] */
 	INIT_CONV,    /* N(0, 1/width): a depthwise filter [channels][width] */
 	INIT_EMBED,   /* N(0, 1) */
+	INIT_TIED,    /* a tied head's table: layer 0's (the embedding's) INIT_EMBED values */
 	INIT_DT_BIAS, /* softplus^-1 of a log-uniform dt in [1e-3, 1e-1] */
 	INIT_ALOG_U,  /* log of U[1, 16] (Mamba-2) */
 	INIT_ALOG_N,  /* log(n + 1) along the last dim (Mamba-1) */

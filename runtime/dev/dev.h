@@ -223,6 +223,11 @@ int dev_each(rt_dev *d, const dev_layer *L, const char *fn, int64_t n, void **ar
 /* dev_run of a row kernel over `rows` rows (one block of d->row per row). */
 int dev_rows(rt_dev *d, const dev_layer *L, const char *fn, int64_t rows, void **args);
 
+/* C (m x n) = beta C + op(A) . op(B), row-major, op(X) = X^T when t;
+ * C in f32 when c_f32, else in the storage type. */
+int dev_mm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+           int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc, bool c_f32);
+
 /* The projections of kernels_common.inc, on the device:
  * y (n x out) = beta y + x (n x in) . w (in x out);
  * dx (n x in) = beta dx + dy (n x out) . w^T;

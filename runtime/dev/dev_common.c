@@ -66,8 +66,8 @@ int dev_rows(rt_dev *d, const dev_layer *L, const char *fn, int64_t rows, void *
 	return dev_run(d, L, fn, (unsigned)rows, d->row, args);
 }
 
-static int gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-                int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc, bool c_f32)
+int dev_mm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+           int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc, bool c_f32)
 {
 	if (m == 0 || n == 0)
 		return RT_OK;
@@ -77,19 +77,19 @@ static int gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
 int dev_proj(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *x, int64_t ldx,
              const void *w, float beta, void *y, int64_t ldy)
 {
-	return gemm(d, false, false, n, out, in, x, ldx, w, out, beta, y, ldy, false);
+	return dev_mm(d, false, false, n, out, in, x, ldx, w, out, beta, y, ldy, false);
 }
 
 int dev_proj_dx(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *dy, int64_t lddy,
                 const void *w, float beta, void *dx, int64_t lddx)
 {
-	return gemm(d, false, true, n, in, out, dy, lddy, w, out, beta, dx, lddx, false);
+	return dev_mm(d, false, true, n, in, out, dy, lddy, w, out, beta, dx, lddx, false);
 }
 
 int dev_proj_dw(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *x, int64_t ldx,
                 const void *dy, int64_t lddy, float *dw)
 {
-	return gemm(d, true, false, in, out, n, x, ldx, dy, lddy, 1.f, dw, out, true);
+	return dev_mm(d, true, false, in, out, n, x, ldx, dy, lddy, 1.f, dw, out, true);
 }
 
 int dev_norm_f(rt_dev *d, const dev_layer *L, const void *x, void *u, void *xhat, float *r)

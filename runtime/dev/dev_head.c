@@ -52,15 +52,24 @@ int dev_head_sizes(const rt_shape *s, size_t esz, rt_sizes *sz)
 	return RT_OK;
 }
 
+/* The head's weight is w [H][V], or, tied, the embedding's table [V][H]
+ * (kernels_head.inc): the same products with it transposed. */
+static int logits(rt_dev *d, const dev_layer *L, const void *u, const void *w, void *z)
+{
+	int64_t T = L->s.T, H = L->s.H, V = L->s.V;
+	return L->s.tied ? dev_mm(d, false, true, T, V, H, u, H, w, H, 0.f, z, V, false)
+	                 : dev_proj(d, T, H, V, u, H, w, 0.f, z, V);
+}
+
 int dev_head_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 {
 	head_bufs m;
 	head_bind(d, L, io, &m);
-	int64_t T = L->s.T, H = L->s.H, V = L->s.V;
+	int64_t T = L->s.T;
 	double *loss = io->loss;
 	int rc = dev_norm_f(d, L, io->x, m.u, m.xhat, m.r);
 	if (!rc)
-		rc = dev_proj(d, T, H, V, m.u, H, dev_param(d, L, HD_W), 0.f, m.z, V);
+		rc = logits(d, L, m.u, dev_param(d, L, HD_W), m.z);
 	if (!rc)
 		rc = d->ops->copy(d, m.tgt, io->tok, (size_t)T * sizeof(int32_t), DEV_D2D);
 	if (!rc)
@@ -81,11 +90,12 @@ int dev_head_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	if (!rc)
 		rc = dev_norm_scale(d, L, m.xhat, m.u);
 	if (!rc)
-		rc = dev_proj(d, T, H, V, m.u, H, w, 0.f, m.dz, V);
+		rc = logits(d, L, m.u, w, m.dz);
 	if (!rc)
 		rc = dev_each(d, L, "%s_B_dz", T * V, (void *[]){&m.dz, &m.lse, &m.tgt, &dscale});
 	if (!rc)
-		rc = dev_proj_dx(d, T, H, V, m.dz, V, w, 0.f, m.du, H);
+		rc = L->s.tied ? dev_mm(d, false, false, T, H, V, m.dz, V, w, H, 0.f, m.du, H, false)
+		               : dev_proj_dx(d, T, H, V, m.dz, V, w, 0.f, m.du, H);
 	if (!rc)
 		rc = dev_norm_b(d, L, m.du, m.xhat, m.r, NULL, io->dx);
 	return rc;
@@ -100,6 +110,8 @@ int dev_head_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 	if (!rc)
 		rc = dev_norm_w(d, L, m.du, m.wxhat);
 	if (!rc)
-		rc = dev_proj_dw(d, T, H, V, m.u, H, m.dz, V, dev_grad(L, HD_W));
+		rc = L->s.tied ? dev_mm(d, true, false, V, H, T, m.dz, V, m.u, H, 1.f, dev_grad(L, HD_W),
+		                        H, true)
+		               : dev_proj_dw(d, T, H, V, m.u, H, m.dz, V, dev_grad(L, HD_W));
 	return rc;
 }

@@ -87,6 +87,12 @@ typedef struct rt_layer_desc {
 	int64_t seq;   /* tokens per sequence */
 	int64_t mbs;   /* sequences per micro-batch */
 	int64_t vocab; /* embedding, head */
+	/* embedding, head: 1 when the model ties them (tie_embeddings): the
+	 * head's weight is then `table [V][H]`, the embedding's table, which it
+	 * is initialised as (layer 0's, docs/layers.md), instead of `w [H][V]`;
+	 * the embedding's kernels do not change (the runtime sums the two
+	 * copies' gradients).  0 or 1. */
+	int64_t tied;
 
 	/* attention (and mamba version 2: heads, head_dim) */
 	int64_t heads;

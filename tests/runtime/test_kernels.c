@@ -49,6 +49,7 @@ typedef struct kcase {
 static const kcase cases[] = {
 	{"embedding", {RT_EMBEDDING, SHAPE(8, 6, 2), .vocab = 11}},
 	{"head", {RT_HEAD, SHAPE(8, 6, 2), .vocab = 11}},
+	{"head-tied", {RT_HEAD, SHAPE(8, 6, 2), .vocab = 11, .tied = 1}},
 	{"attention-gqa", {RT_ATTENTION, SHAPE(16, 7, 2), .heads = 4, .kv_heads = 2}},
 	{"attention-odd-headdim", {RT_ATTENTION, SHAPE(12, 6, 2), .heads = 2, .head_dim = 5}},
 	{"attention-window", {RT_ATTENTION, SHAPE(8, 8, 2), .heads = 2, .kv_heads = 1, .window = 3}},
@@ -682,6 +683,61 @@ START_TEST(test_moe_ties)
 }
 END_TEST
 
+/* ---- tied embeddings -------------------------------------------------------------------- */
+
+/* A tied head is the head with w = table^T: its table starts as the
+ * embedding's (layer 0's, whatever the head's index), and its loss, dx and
+ * gradients equal the untied head's on the transposed weight. */
+START_TEST(test_tied_head)
+{
+	rt_layer_desc emb = {RT_EMBEDDING, SHAPE(8, 6, 2), .vocab = 11, .tied = 1};
+	rt_layer_desc tied = {RT_HEAD, SHAPE(8, 6, 2), .vocab = 11, .tied = 1};
+	rt_layer_desc plain = {RT_HEAD, SHAPE(8, 6, 2), .vocab = 11};
+	const size_t H = 8, V = 11;
+	run e, t, u;
+	run_alloc(&e, &emb, 8);
+	run_alloc(&t, &tied, 8);
+	run_alloc(&u, &plain, 8);
+	ck_assert_uint_eq(t.n, u.n);
+	rt_tensor_info tt = tensor(&tied, 1), te = tensor(&emb, 0), tu = tensor(&plain, 1);
+	ck_assert_str_eq(tt.name, "table");
+	ck_assert(tt.decay);
+	ck_assert_int_eq(tt.dim[0], (int64_t)V);
+	ck_assert_int_eq(tt.dim[1], (int64_t)H);
+	ck_assert_int_eq(rtd_layer_init(&emb, 42, 0, e.p), RT_OK);
+	ck_assert_int_eq(rtd_layer_init(&tied, 42, 9, t.p), RT_OK);
+	ck_assert_int_eq(rtd_layer_init(&plain, 42, 9, u.p), RT_OK);
+	double *pe = e.p, *pt = t.p, *pu = u.p;
+	ck_assert_msg(memcmp(pt + tt.offset, pe + te.offset, V * H * 8) == 0,
+	              "the tied head's table does not start as the embedding's");
+	ck_assert_msg(memcmp(pt + tt.offset, pu + tu.offset, V * H * 8) != 0,
+	              "the tied table is the untied head's w");
+
+	run_fill(&t, 31);
+	run_fill(&u, 31);
+	for (size_t v = 0; v < V; v++)
+		for (size_t h = 0; h < H; h++)
+			pu[tu.offset + h * V + v] = pt[tt.offset + v * H + h];
+	memcpy(pu, pt, H * 8); /* the norm scale */
+	rt_loss lt, lu;
+	run_fbw(&t, &lt);
+	run_fbw(&u, &lu);
+	ck_assert_double_eq_tol(lt.sum, lu.sum, 1e-12);
+	double err = 0, *dxt = t.dx, *dxu = u.dx, *gt = t.g, *gu = u.g;
+	for (size_t i = 0; i < t.nx; i++)
+		err = fmax(err, fabs(dxt[i] - dxu[i]));
+	for (size_t h = 0; h < H; h++)
+		err = fmax(err, fabs(gt[h] - gu[h]));
+	for (size_t v = 0; v < V; v++)
+		for (size_t h = 0; h < H; h++)
+			err = fmax(err, fabs(gt[tt.offset + v * H + h] - gu[tu.offset + h * V + v]));
+	ck_assert_msg(err < 1e-12, "tied head differs from the head on table^T: %g", err);
+	run_free(&e);
+	run_free(&t);
+	run_free(&u);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 START_TEST(test_errors)
@@ -711,6 +767,8 @@ START_TEST(test_errors)
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .head_dim = 4, .groups = 3},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 1, .state = 4, .heads = 2},
 		{RT_HEAD, SHAPE(8, 4, 1)},                                  /* no vocab */
+		{RT_HEAD, SHAPE(8, 4, 1), .vocab = 5, .tied = 2},
+		{RT_MLP, SHAPE(8, 4, 1), .ffn = 4, .tied = 1}, /* only the embedding and head tie */
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		rt_sizes sz;
@@ -920,6 +978,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_attention_options);
 	tcase_add_test(tc, test_moe_ties);
+	tcase_add_test(tc, test_tied_head);
 	tcase_add_test(tc, test_training);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
