@@ -33,7 +33,7 @@
 #define CG_OPS(X)                                                              \
 	X(F, "F") X(B, "B") X(W, "W") X(R, "R") X(SEND, "send") X(RECV, "recv")    \
 	X(WAIT, "wait") X(GROUP_BEGIN, "group{") X(GROUP_END, "}group")            \
-	X(COLL, "coll") X(UPDATE, "update")
+	X(COLL, "coll") X(UPDATE, "update") X(TIE, "tie")
 typedef enum cg_op_kind {
 #define X(e, s) CG_##e,
 	CG_OPS(X)

@@ -16,6 +16,7 @@
  *   send, recv  rt_post_send / rt_post_recv (the tag's fields as scalars)
  *   wait        rt_wait; group{ }group  rt_group_begin / rt_group_end
  *   coll        rt_post_coll (a bucket's collective); update  rt_update
+ *   tie         rt_tie_post (the tied embeddings' sum)
  *
  * then waits for the step's unwaited sends (rt_waitall), ends the step
  * (rt_step_end: loss, AdamW) and reports it (rt_cli_step_end: the step
@@ -67,7 +68,8 @@ typedef struct field {
 static const field desc_fields[] = {
     FLD(rt_layer_desc, kind, T_I32),         FLD(rt_layer_desc, hidden, T_I64),
     FLD(rt_layer_desc, seq, T_I64),          FLD(rt_layer_desc, mbs, T_I64),
-    FLD(rt_layer_desc, vocab, T_I64),        FLD(rt_layer_desc, heads, T_I64),
+    FLD(rt_layer_desc, vocab, T_I64),        FLD(rt_layer_desc, tied, T_I64),
+    FLD(rt_layer_desc, heads, T_I64),
     FLD(rt_layer_desc, kv_heads, T_I64),     FLD(rt_layer_desc, head_dim, T_I64),
     FLD(rt_layer_desc, window, T_I64),       FLD(rt_layer_desc, q_lora_rank, T_I64),
     FLD(rt_layer_desc, kv_lora_rank, T_I64), FLD(rt_layer_desc, qk_rope_dim, T_I64),
@@ -289,6 +291,7 @@ typedef struct externs {
 	LLVMValueRef ckpt_load, profile, step_begin, step_end;
 	LLVMValueRef run_f, run_r, run_b, run_w, send, recv, wait, waitall, group_begin, group_end;
 	LLVMValueRef post_coll, update; /* data parallelism */
+	LLVMValueRef tie;               /* tied embeddings */
 	LLVMValueRef dev_attach, dev_buffers; /* device ranks */
 	const char *dev_attach_name;
 } externs;
@@ -331,6 +334,7 @@ static void declare_runtime(hb *h, externs *x)
 	x->wait = DECL("rt_wait", i32, c, i32);
 	x->post_coll = DECL("rt_post_coll", i32, c, i32, i32, i32, p8, i64, pi32);
 	x->update = DECL("rt_update", i32, c, i32, i32);
+	x->tie = DECL("rt_tie_post", i32, c, i32, pi32);
 	x->waitall = DECL("rt_waitall", i32, c, i32, pi32);
 	x->group_begin = DECL("rt_group_begin", i32, c);
 	x->group_end = DECL("rt_group_end", i32, c, pi32);
@@ -567,6 +571,7 @@ static void walk_ops(hb *h, const cg_rank *r, tables *tp, externs *xp, LLVMValue
 		case CG_GROUP_END: rc = CALL(x.group_end, ctx, reqp); break;
 		case CG_COLL:
 		case CG_UPDATE:
+		case CG_TIE:
 			if (eval) {
 				clear_slot(h, reqp);
 				LLVMBuildBr(h->b, op_next);
@@ -574,6 +579,7 @@ static void walk_ops(hb *h, const cg_rank *r, tables *tp, externs *xp, LLVMValue
 			}
 			rc = k == CG_COLL ? CALL(x.post_coll, ctx, f[OP_TKIND], f[OP_H0], f[OP_H1], in8,
 			                         f[OP_BYTES], reqp)
+			   : k == CG_TIE  ? CALL(x.tie, ctx, f[OP_H0], reqp)
 			                  : CALL(x.update, ctx, f[OP_H0], f[OP_H1]);
 			break;
 		case CG_NOPS: ir_bug("codegen: bad op kind");

@@ -508,6 +508,24 @@ int cg_lower_rank(const ir_module *m, double predicted_us, int d, bool device, a
 			 * out per bucket, and takes only the buckets declared. */
 			if (c.kind != CG_WAIT)
 				out->layers[c.h0].bucket_start = 1;
+		} else if (ir_is_tie_op(op)) {
+			/* The tied sum (docs/ir.md, "Tied embeddings"): its post has a
+			 * request slot of its own, which its wait names. */
+			if (op->comm == IR_COMM_WAIT) {
+				int j = coll_of[i];
+				if (j < 0 || coll_slot[j] < 0)
+					ir_bug("codegen: D%d waits for a tie S%d never posted", d, s);
+				c.kind = CG_WAIT;
+				c.req = coll_slot[j];
+				waited[c.req] = true;
+			} else {
+				c.kind = CG_TIE;
+				c.h0 = c.h1 = L->stage_h0[s] + (op->first - m->stages[s].first);
+				if (L->stage_h0[s] < 0)
+					ir_bug("codegen: D%d ties stage %d, placed elsewhere", d, s);
+				c.bytes = (int64_t)op->bytes;
+				c.req = coll_slot[i] = nslots++;
+			}
 		} else if (op->comm == IR_COMM_NONE) {
 			c.kind = op->kind == IR_OP_F ? CG_F : op->kind == IR_OP_B ? CG_B : CG_W;
 			c.h0 = L->stage_h0[s];

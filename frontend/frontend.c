@@ -19,10 +19,21 @@ static const ir_loc no_loc; /* "octopipe: error: ..." (command line) */
 
 /* ---- model, training, plan ------------------------------------------------ */
 
-/* model := {name, hidden, vocab, seq, dtype?} */
+/* on | off | true | false -> 1 | 0 */
+static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
+{
+	static const char *const names[] = {"off", "on", "false", "true"};
+	int i = 0;
+	if (ydoc_enum(d, n, what, "value", names, 4, &i) < 0)
+		return -1;
+	*out = i % 2;
+	return 0;
+}
+
+/* model := {name, hidden, vocab, seq, dtype?, tie_embeddings?} */
 static int read_model(fe *f, yaml_node_t *map)
 {
-	static const char *const keys[] = {"name", "hidden", "vocab", "seq", "dtype"};
+	static const char *const keys[] = {"name", "hidden", "vocab", "seq", "dtype", "tie_embeddings"};
 	keyspec ks = {"in 'model'", keys, NELEMS(keys), 0, 0, 0};
 	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
 	ydoc *d = f->d;
@@ -37,7 +48,8 @@ static int read_model(fe *f, yaml_node_t *map)
 	    ydoc_int(d, v[1], "'hidden'", 1, 1 << 20, &mi->hidden) < 0 ||
 	    ydoc_int(d, v[2], "'vocab'", 1, 1 << 24, &mi->vocab) < 0 ||
 	    ydoc_int(d, v[3], "'seq'", 1, 1 << 24, &mi->seq) < 0 ||
-	    (v[4] && ydoc_enum(d, v[4], "'dtype'", "dtype", ir_dtype_names, IR_NDTYPES, &dtype) < 0))
+	    (v[4] && ydoc_enum(d, v[4], "'dtype'", "dtype", ir_dtype_names, IR_NDTYPES, &dtype) < 0) ||
+	    (v[5] && read_switch(d, v[5], "'tie_embeddings'", &mi->tie) < 0))
 		return -1;
 	if (!*mi->name) {
 		diag_error(ydoc_at(d, v[0]), "'name' must not be empty");
@@ -309,17 +321,6 @@ static void recompute_mode(fe *f, ir_loc loc, int i)
 	f->recompute_at = loc;
 	f->m->recompute_auto = i == IR_NRECOMPUTES; /* auto: the search tries the modes */
 	f->m->plan.recompute = i == IR_NRECOMPUTES ? IR_RECOMP_NONE : (ir_recompute)i;
-}
-
-/* on | off | true | false -> 1 | 0 */
-static int read_switch(ydoc *d, yaml_node_t *n, const char *what, int *out)
-{
-	static const char *const names[] = {"off", "on", "false", "true"};
-	int i = 0;
-	if (ydoc_enum(d, n, what, "value", names, 4, &i) < 0)
-		return -1;
-	*out = i % 2;
-	return 0;
 }
 
 /* distributed_optimizer := on | off | true | false | auto (the driver's

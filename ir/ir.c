@@ -115,7 +115,7 @@ void ir_coll_waits(const ir_device *dev, int *of)
 	for (int i = 0; i < dev->nops; i++) {
 		const ir_op *op = &dev->ops[i];
 		of[i] = -1;
-		if (ir_is_coll(op))
+		if (ir_is_coll(op) || op->comm == IR_COMM_TIE)
 			open[nopen++] = i;
 		else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE && !op->carried)
 			for (int j = nopen - 1; j >= 0; j--) {
@@ -146,6 +146,27 @@ void ir_coll_waits(const ir_device *dev, int *of)
 		}
 	}
 	free(open);
+}
+
+uint64_t ir_tie_bytes(const ir_module *m)
+{
+	uint64_t esz = m->plan.deterministic ? IR_EXACT_VALUE_BYTES : 4;
+	return ir_sat_mul(ir_sat_mul((uint64_t)m->model.vocab, (uint64_t)m->model.hidden), esz);
+}
+
+int ir_tie_device(const ir_module *m, int which)
+{
+	int l = which ? m->nlayers - 1 : 0;
+	for (int s = 0; s < m->nstages; s++)
+		if (m->stages[s].first <= l && l <= m->stages[s].last)
+			return m->stages[s].device;
+	return -1;
+}
+
+bool ir_tie_apart(const ir_module *m)
+{
+	int a = ir_tie_device(m, 0), b = ir_tie_device(m, 1);
+	return m->model.tie && a >= 0 && b >= 0 && a != b;
 }
 
 uint64_t ir_coll_bytes(const ir_module *m, ir_comm c, uint64_t n)

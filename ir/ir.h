@@ -138,11 +138,17 @@ typedef enum ir_op_kind {
  * collective over the DP group of the device (its replicas in every
  * pipeline), a wait with ir_op.coll set completes one, and update is the
  * optimizer step of the bucket (of its shard with the distributed
- * optimizer).  For these ops ir_op.mb is the bucket's index in its stage. */
+ * optimizer).  For these ops ir_op.mb is the bucket's index in its stage.
+ *
+ * With tied embeddings (model tie_embeddings=on) placed on two devices,
+ * tie posts the sum of the tied table's gradient (ir_op.first = last: the
+ * embedding or the head, on this device; mb 0) with its copy on the other
+ * device (ir_op.peer), and a wait with coll TIE completes it
+ * (docs/ir.md, "Tied embeddings"). */
 #define IR_COMMS(X)                                                            \
 	X(NONE, "") X(SEND, "send") X(RECV, "recv") X(WAIT, "wait")                \
 	X(ALLREDUCE, "all-reduce") X(REDUCESCATTER, "reduce-scatter")              \
-	X(ALLGATHER, "all-gather") X(UPDATE, "update")
+	X(ALLGATHER, "all-gather") X(UPDATE, "update") X(TIE, "tie")
 typedef enum ir_comm {
 #define X(e, s) IR_COMM_##e,
 	IR_COMMS(X)
@@ -393,6 +399,10 @@ typedef struct ir_model_info {
 	int64_t vocab;
 	int64_t seq;     /* tokens per sequence */
 	ir_dtype dtype;
+	int tie;         /* 1: the head's weight is the embedding's table (one
+	                  * parameter, a copy on each device that holds either;
+	                  * the copies' gradients summed: docs/ir.md, "Tied
+	                  * embeddings") */
 } ir_model_info;
 
 typedef struct ir_train {
@@ -583,7 +593,8 @@ typedef struct ir_module {
 	X("hidden", hidden, INT(1, 1 << 20), 0, 0)                                 \
 	X("vocab", vocab, INT(1, 1 << 24), 0, 0)                                   \
 	X("seq", seq, INT(1, 1 << 24), 0, 0)                                       \
-	X("dtype", dtype, ENUM(ir_dtype_names), 0, IR_HF_AT(dtype_loc))
+	X("dtype", dtype, ENUM(ir_dtype_names), 0, IR_HF_AT(dtype_loc))         \
+	X("tie_embeddings", tie, ENUM(ir_switch_names), 1, 0)
 
 #define IR_TRAIN_FIELDS(X)                                                     \
 	X("mbs", mbs, INT(1, 1 << 20), 0, 0)                                       \
@@ -750,6 +761,14 @@ void ir_coll_waits(const ir_device *dev, int *of);
  * an all-gather the padded f32 parameters.  Saturating.  The runtime's
  * rt_coll_bytes is the same formula, and codegen checks the two agree. */
 uint64_t ir_coll_bytes(const ir_module *m, ir_comm c, uint64_t n);
+/* Tied embeddings (docs/ir.md, "Tied embeddings"): the bytes a tie op
+ * sums (the table's f32 gradient, or its exact sums with
+ * deterministic=on); the device of the embedding (which 0) or the head
+ * (1), -1 while unplaced; and whether the model ties them and the plan
+ * puts them on two devices (then the programs sum them with tie ops). */
+uint64_t ir_tie_bytes(const ir_module *m);
+int ir_tie_device(const ir_module *m, int which);
+bool ir_tie_apart(const ir_module *m);
 /* Is the op a collective (all-reduce, reduce-scatter, all-gather)? */
 static inline bool ir_is_coll(const ir_op *op)
 {
@@ -759,7 +778,13 @@ static inline bool ir_is_coll(const ir_op *op)
 /* Is the op one of data parallelism's (a collective, its wait, update)? */
 static inline bool ir_is_dp_op(const ir_op *op)
 {
-	return op->comm >= IR_COMM_ALLREDUCE || (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE);
+	return (op->comm >= IR_COMM_ALLREDUCE && op->comm != IR_COMM_TIE) ||
+	       (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE && op->coll != IR_COMM_TIE);
+}
+/* Is the op the tied embeddings' sum or its wait? */
+static inline bool ir_is_tie_op(const ir_op *op)
+{
+	return op->comm == IR_COMM_TIE || (op->comm == IR_COMM_WAIT && op->coll == IR_COMM_TIE);
 }
 
 /* Does the module carry communication ops (has `comm` run)? */

@@ -885,12 +885,28 @@ static ir_comm coll_word(parser *ps)
 /* The rest of a data-parallel op (docs/dataparallel.md), after its word:
  *   (all-reduce|reduce-scatter|all-gather) S b L..L BYTES
  *   update S b L..L
- *   wait (all-reduce|reduce-scatter|all-gather) S b ['carried'] */
+ *   wait (all-reduce|reduce-scatter|all-gather) S b ['carried']
+ * and the tied embeddings' (docs/ir.md, "Tied embeddings"):
+ *   tie S L D BYTES
+ *   wait tie S */
 static bool parse_dp_op(parser *ps, ir_op *op)
 {
 	if (!ref(ps, &ps->t, 'S', &op->stage, "a stage"))
 		return false;
 	next(ps);
+	if (ir_is_tie_op(op)) {
+		/* tie S L BYTES | wait tie S */
+		if (op->comm == IR_COMM_WAIT)
+			return true;
+		if (!ref(ps, &ps->t, 'L', &op->first, "the tied layer"))
+			return false;
+		op->last = op->first;
+		next(ps);
+		if (!ref(ps, &ps->t, 'D', &op->peer, "the device of the other copy"))
+			return false;
+		next(ps);
+		goto bytes;
+	}
 	if (!ref(ps, &ps->t, 'b', &op->mb, "a bucket"))
 		return false;
 	next(ps);
@@ -905,6 +921,7 @@ static bool parse_dp_op(parser *ps, ir_op *op)
 		return false;
 	if (op->comm == IR_COMM_UPDATE)
 		return true;
+bytes:;
 	char *b = ps->t.kind == T_WORD ? tok_str(ps, &ps->t) : "";
 	if (!ir_parse_bytes(b, &op->bytes)) {
 		perr(ps, ps->t.loc, "expected a byte count such as 32KiB, got %s", tok_desc(ps, &ps->t));
@@ -927,7 +944,7 @@ static void parse_op(parser *ps, int dev, int group)
 	int c = w && k < 0 ? ir_lookup(ir_comm_names + 1, IR_NCOMMS - 1, w) + 1 : 0;
 	if (k < 0 && c <= 0) {
 		perr(ps, loc, "expected an op (F, B, W, send, recv, wait, all-reduce, reduce-scatter, "
-		              "all-gather, update, group) or '}', got %s",
+		              "all-gather, update, tie, group) or '}', got %s",
 		     tok_desc(ps, &ps->t));
 		return;
 	}

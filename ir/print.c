@@ -246,6 +246,15 @@ static void print_hline(FILE *out, const ir_module *m, const ir_hline *h)
  * | wait all-gather S1 b0 carried */
 static void print_dp_op(FILE *out, const char *ind, const ir_op *op)
 {
+	if (ir_is_tie_op(op)) { /* tie S7 L31 D0 16MiB | wait tie S7 */
+		char b[32];
+		ir_fmt_bytes(b, sizeof b, op->bytes);
+		if (op->comm == IR_COMM_WAIT)
+			fprintf(out, "%swait tie S%d\n", ind, op->stage);
+		else
+			fprintf(out, "%stie S%d L%d D%d %s\n", ind, op->stage, op->first, op->peer, b);
+		return;
+	}
 	if (op->comm == IR_COMM_WAIT) {
 		fprintf(out, "%swait %s S%d b%d%s\n", ind, ir_comm_names[op->coll], op->stage, op->mb,
 		        op->carried ? " carried" : "");
@@ -291,7 +300,7 @@ void ir_print(FILE *out, const ir_module *m)
 				fputs("  group {\n", out);
 			if (op->comm == IR_COMM_NONE) {
 				fprintf(out, "%s%s S%d m%d\n", ind, ir_op_names[op->kind], op->stage, op->mb);
-			} else if (ir_is_dp_op(op)) {
+			} else if (ir_is_dp_op(op) || ir_is_tie_op(op)) {
 				print_dp_op(out, ind, op);
 			} else {
 				fprintf(out, "%s%s %s S%d m%d", ind, ir_comm_names[op->comm],

@@ -671,7 +671,7 @@ static int verify_comm(const ir_module *m)
 		const ir_device *dev = &m->devices[d];
 		for (int i = 0; i < dev->nops && errs < 20; i++) {
 			const ir_op *op = &dev->ops[i];
-			if (op->comm == IR_COMM_NONE || ir_is_dp_op(op))
+			if (op->comm == IR_COMM_NONE || ir_is_dp_op(op) || ir_is_tie_op(op))
 				continue;
 			ir_loc loc = m->op_loc && m->op_loc[d] ? loc_or(m->op_loc[d], i, m->loc) : m->loc;
 			const char *cn = ir_comm_names[op->comm];
@@ -1193,6 +1193,121 @@ static int verify_memplan(const ir_module *m)
 	return errs;
 }
 
+/* Tied embeddings (docs/ir.md, "Tied embeddings"): with the embedding and
+ * the head on two devices, each of the two holds one `tie` of its tied
+ * layer (in the layer's stage, naming the other device, with
+ * ir_tie_bytes), after its stage's last W, and one `wait tie` of it after
+ * that, before the reduction of the layer's bucket; on one device, or
+ * untied, none.  With dp > 1 and both on one device, the reductions of
+ * their buckets come after both stages' last W (the runtime sums the two
+ * copies at the first of them). */
+static int verify_tie(const ir_module *m)
+{
+	int errs = 0, P = m->ndevices, L = m->nlayers;
+	bool apart = ir_tie_apart(m);
+	int dev[2] = {ir_tie_device(m, 0), ir_tie_device(m, 1)};
+	int stage_of[2] = {0, m->nstages - 1};
+	for (int k = 0; k < 2; k++) /* the stages of layers 0 and L-1 */
+		for (int s = 0; s < m->nstages; s++)
+			if (m->stages[s].first <= (k ? L - 1 : 0) && (k ? L - 1 : 0) <= m->stages[s].last)
+				stage_of[k] = s;
+	for (int d = 0; d < P && errs < 20; d++) {
+		const ir_device *dev_ = &m->devices[d];
+		int post = -1, wait = -1, k = -1, last_w[2] = {-1, -1}, red = -1;
+		for (int i = 0; i < dev_->nops; i++) {
+			const ir_op *op = &dev_->ops[i];
+			for (int j = 0; j < 2; j++)
+				if (op->comm == IR_COMM_NONE && op->kind == IR_OP_W && op->stage == stage_of[j])
+					last_w[j] = i;
+		}
+		for (int i = 0; i < dev_->nops && errs < 20; i++) {
+			const ir_op *op = &dev_->ops[i];
+			ir_loc loc = op_loc_or(m, d, i, m->loc);
+			if ((op->comm == IR_COMM_ALLREDUCE || op->comm == IR_COMM_REDUCESCATTER) && m->model.tie)
+				for (int j = 0; j < 2; j++) {
+					int l = j ? L - 1 : 0;
+					bool holds = op->first <= l && l <= op->last;
+					bool early = apart ? holds && (post < 0 || wait < 0)
+					           : holds && (last_w[0] > i || last_w[1] > i);
+					if (early) {
+						diag_error(loc, "D%d: %s S%d b%d holds the tied L%d, whose gradient is "
+						           "not summed with its copy's %s", d, ir_comm_names[op->comm],
+						           op->stage, op->mb, l,
+						           apart ? "yet (no `wait tie` before it)"
+						                 : "yet (the other copy's W runs after it)");
+						errs++;
+					}
+					red = i;
+				}
+			if (!ir_is_tie_op(op))
+				continue;
+			if (!apart) {
+				diag_error(loc, "D%d: a tie op, but %s", d,
+				           !m->model.tie ? "the model does not tie its embeddings "
+				                           "(tie_embeddings=on)"
+				                         : "the tied embedding and head are on one device: the "
+				                           "runtime sums their gradients there");
+				errs++;
+				break;
+			}
+			int j = op->stage == stage_of[0] ? 0 : op->stage == stage_of[1] ? 1 : -1;
+			if (j < 0 || dev[j] != d) {
+				diag_error(loc, "D%d: tie S%d: the tied layers are L0 (S%d, on D%d) and L%d (S%d, "
+				           "on D%d)", d, op->stage, stage_of[0], dev[0], L - 1, stage_of[1], dev[1]);
+				errs++;
+				continue;
+			}
+			if (op->comm == IR_COMM_WAIT) {
+				if (post < 0 || wait >= 0) {
+					diag_error(loc, "D%d: wait tie S%d %s", d, op->stage,
+					           post < 0 ? "before its tie" : "twice");
+					errs++;
+				}
+				wait = i;
+				continue;
+			}
+			int l = j ? L - 1 : 0;
+			uint64_t want = ir_tie_bytes(m);
+			char b[32], w[32];
+			ir_fmt_bytes(b, sizeof b, op->bytes);
+			ir_fmt_bytes(w, sizeof w, want);
+			if (post >= 0) {
+				diag_error(loc, "D%d: a second tie", d);
+				errs++;
+			} else if (op->first != l || op->last != l) {
+				diag_error(loc, "D%d: tie S%d L%d: the tied layer of S%d is L%d", d, op->stage,
+				           op->first, op->stage, l);
+				errs++;
+			} else if (op->peer != dev[1 - j]) {
+				diag_error(loc, "D%d: tie S%d names D%d; the other copy (L%d) is on D%d", d,
+				           op->stage, op->peer, j ? 0 : L - 1, dev[1 - j]);
+				errs++;
+			} else if (op->bytes != want) {
+				diag_error(loc, "D%d: tie S%d sums %s; the tied table's gradient is %s (vocab x "
+				           "hidden x %d bytes)", d, op->stage, b, w,
+				           m->plan.deterministic ? IR_EXACT_VALUE_BYTES : 4);
+				errs++;
+			} else if (last_w[j] > i) {
+				diag_error(loc, "D%d: tie S%d before the stage's last W (op %d): the gradient is "
+				           "not complete", d, op->stage, last_w[j]);
+				errs++;
+			}
+			post = i, k = j;
+		}
+		(void)red;
+		if (!errs && apart && (d == dev[0] || d == dev[1]) && (post < 0 || wait < 0)) {
+			int j = d == dev[0] ? 0 : 1;
+			diag_error(op_loc_or(m, d, 0, m->loc),
+			           "D%d: the tied L%d's copy is on D%d: the program needs `tie S%d L%d D%d` "
+			           "after S%d's last W and its `wait tie S%d`", d, j ? L - 1 : 0, dev[1 - j],
+			           stage_of[j], j ? L - 1 : 0, dev[1 - j], stage_of[j], stage_of[j]);
+			errs++;
+		}
+		(void)k;
+	}
+	return errs;
+}
+
 int ir_verify(const ir_module *m)
 {
 	int errs = verify_header(m);
@@ -1219,6 +1334,8 @@ int ir_verify(const ir_module *m)
 	}
 	if (!errs && ir_lowered(m))
 		errs = verify_dp(m);
+	if (!errs && ir_lowered(m))
+		errs = verify_tie(m);
 	if (!errs && m->memplan)
 		errs = verify_memplan(m);
 	return errs;

@@ -306,6 +306,65 @@ static int lower_nccl(ir_module *m, pass_ctx *cx, ir_op **prog, const int *n, ui
 	return rc;
 }
 
+/* ---- tied embeddings (docs/ir.md, "Tied embeddings") ----------------------- */
+
+/* The stage of tied layer `which` (0: the embedding, L0; 1: the head). */
+static int tie_stage(const ir_module *m, int which)
+{
+	int l = which ? m->nlayers - 1 : 0;
+	for (int s = 0; s < m->nstages; s++)
+		if (m->stages[s].first <= l && l <= m->stages[s].last)
+			return s;
+	return -1;
+}
+
+/* Where stage s's gradients are complete on device d: its last W, or the
+ * gradient send W makes right after it; -1 when d holds no W of s. */
+static int stage_closes(const ir_op *ops, int n, int s)
+{
+	int i = -1;
+	for (int j = 0; j < n; j++)
+		if (ops[j].comm == IR_COMM_NONE && ops[j].kind == IR_OP_W && ops[j].stage == s)
+			i = j;
+	if (i >= 0 && i + 1 < n && ops[i + 1].comm == IR_COMM_SEND && ops[i + 1].stage == s &&
+	    ops[i + 1].kind == IR_OP_B && ops[i + 1].mb == ops[i].mb)
+		i++;
+	return i;
+}
+
+/* With the tied embedding and head on two devices: on each, the sum of the
+ * tied gradient with the other copy posted as soon as its stage's
+ * gradients are complete (it runs under the rest of the step), and waited
+ * for at the end of the program, where nothing is left for the other
+ * device to wait on this one for. */
+static void lower_tie(ir_module *m, pass_ctx *cx)
+{
+	if (!ir_tie_apart(m))
+		return;
+	for (int j = 0; j < 2; j++) {
+		int s = tie_stage(m, j), d = m->stages[s].device, other = ir_tie_device(m, 1 - j);
+		int n = m->devices[d].nops;
+		ir_op *old = arena_calloc(cx->scratch, (size_t)n + 1, sizeof *old);
+		for (int i = 0; i < n; i++)
+			old[i] = m->devices[d].ops[i];
+		int at = stage_closes(old, n, s), l = j ? m->nlayers - 1 : 0;
+		while (at >= 0 && old[at].group && at + 1 < n && old[at + 1].group == old[at].group)
+			at++; /* a group stays whole */
+		m->devices[d].nops = 0;
+		for (int i = 0; i < n; i++) {
+			ir_push_op(m, d, &old[i], (ir_loc){0});
+			if (i == at)
+				ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = s, .comm = IR_COMM_TIE,
+				                          .peer = other, .bytes = ir_tie_bytes(m), .first = l,
+				                          .last = l},
+				           (ir_loc){0});
+		}
+		ir_push_op(m, d, &(ir_op){.kind = IR_OP_W, .stage = s, .comm = IR_COMM_WAIT,
+		                          .coll = IR_COMM_TIE},
+		           (ir_loc){0});
+	}
+}
+
 /* ---- data parallelism (docs/dataparallel.md) ------------------------------ */
 
 typedef struct bucket {
@@ -385,15 +444,26 @@ static void lower_dp(ir_module *m, pass_ctx *cx, const bool *late)
 		for (int i = 0; late && late[d] && i < n; i++)
 			if (old[i].comm != IR_COMM_NONE)
 				p2p = i;
-		for (int s = 0; s < m->nstages; s++) {
-			int i = last[s];
-			if (i < 0)
-				continue;
-			if (i + 1 < n && old[i + 1].comm == IR_COMM_SEND && old[i + 1].stage == s &&
-			    old[i + 1].kind == IR_OP_B && old[i + 1].mb == old[i].mb)
-				i++;
-			closes[i] = s;
+		int *close_at = arena_calloc(cx->scratch, (size_t)m->nstages + 1, sizeof *close_at);
+		for (int s = 0; s < m->nstages; s++)
+			close_at[s] = last[s] < 0 ? -1 : stage_closes(old, n, s);
+		/* A tied stage's gradients are complete once summed with the other
+		 * copy's: after the `wait tie`, or, both copies here, once both
+		 * stages' are (the runtime sums them at the first reduction). */
+		if (m->model.tie) {
+			int ts[2] = {tie_stage(m, 0), tie_stage(m, 1)}, at = -1;
+			for (int i = 0; i < n; i++)
+				if (old[i].comm == IR_COMM_WAIT && old[i].coll == IR_COMM_TIE)
+					at = i;
+			if (!ir_tie_apart(m) && close_at[ts[0]] >= 0 && close_at[ts[1]] >= 0)
+				at = close_at[ts[0]] > close_at[ts[1]] ? close_at[ts[0]] : close_at[ts[1]];
+			for (int j = 0; j < 2 && at >= 0; j++)
+				if (close_at[ts[j]] >= 0)
+					close_at[ts[j]] = at;
 		}
+		for (int s = 0; s < m->nstages; s++)
+			if (close_at[s] >= 0)
+				closes[close_at[s]] = s; /* one stage per op but the tied pair */
 		/* The buckets in the order their reductions are posted: a stage's
 		 * once it is closed and the device is past p2p. */
 		int nb = 0, *queue = arena_calloc(cx->scratch, (size_t)m->nstages + 1, sizeof *queue), nq = 0;
@@ -409,8 +479,9 @@ static void lower_dp(ir_module *m, pass_ctx *cx, const bool *late)
 				started[s] = true;
 			}
 			ir_push_op(m, d, &old[i], (ir_loc){0});
-			if (closes[i] >= 0)
-				queue[nq++] = closes[i];
+			for (int t = 0; closes[i] >= 0 && t < m->nstages; t++)
+				if (close_at[t] == i)
+					queue[nq++] = t;
 			if (i < p2p)
 				continue;
 			for (int q = 0; q < nq; q++) {
@@ -451,6 +522,8 @@ static int lower(ir_module *m, pass_ctx *cx, const bool *late)
 	if (m->ndevices && ir_lowered(m))
 		return 0; /* the pass is idempotent: its collectives are in too */
 	int rc = lower_p2p(m, cx);
+	if (!rc)
+		lower_tie(m, cx);
 	if (!rc && ir_dp(m) > 1)
 		lower_dp(m, cx, late);
 	return rc;

@@ -490,6 +490,7 @@ rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l)
 	return (rt_layer_desc){
 	    .kind = (rt_kind)l->kind, .hidden = m->model.hidden, .seq = m->model.seq,
 	    .mbs = m->train.mbs, .vocab = m->model.vocab,
+	    .tied = m->model.tie && (l->kind == IR_LAYER_EMBEDDING || l->kind == IR_LAYER_HEAD),
 	    .heads = a[IR_ATTR_HEADS], .kv_heads = a[IR_ATTR_KV_HEADS],
 	    .head_dim = a[IR_ATTR_HEAD_DIM], .window = a[IR_ATTR_WINDOW],
 	    .q_lora_rank = a[IR_ATTR_Q_LORA_RANK], .kv_lora_rank = a[IR_ATTR_KV_LORA_RANK],

@@ -109,7 +109,8 @@ static const ir_op *first_op(const graph *g, int s)
  * (nccl) or which returns at once (mpi). */
 static bool is_post(const ir_op *op)
 {
-	return op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV || ir_is_coll(op);
+	return op->comm == IR_COMM_SEND || op->comm == IR_COMM_RECV || ir_is_coll(op) ||
+	       op->comm == IR_COMM_TIE;
 }
 
 /* A collective's key in its DP group: (stage, bucket, kind); a stage's
@@ -197,6 +198,7 @@ static void build_edges(graph *g)
 	int *made_step = arena_calloc(g->a, nv, sizeof *made_step); /* compute step that makes a sent value */
 	int *last_w = arena_calloc(g->a, (size_t)S + 1, sizeof *last_w); /* per stage: its last W's step */
 	int *upd_step = arena_calloc(g->a, (size_t)m->nlayers + 1, sizeof *upd_step); /* per bucket */
+	int *tie_step = arena_calloc(g->a, (size_t)S + 1, sizeof *tie_step); /* per stage: its tie */
 	for (int s = 0; s < g->nsteps; s++)
 		edge(g, P_(s), C_(s));
 	for (int r = 0; r < g->D; r++) {
@@ -204,7 +206,7 @@ static void build_edges(graph *g)
 		for (size_t i = 0; i < nv; i++)
 			recv_step[i] = made_step[i] = -1;
 		for (int s = 0; s < S; s++)
-			last_w[s] = -1;
+			last_w[s] = tie_step[s] = -1;
 		for (int d = 0; d < g->P; d++) {
 			const ir_device *dev = prog(g, r, d);
 			for (int i = 0; i < dev->nops; i++) {
@@ -215,6 +217,8 @@ static void build_edges(graph *g)
 					upd_step[m->stages[op->stage].first + op->mb] = step_of(g, r, d, i);
 				if (op->comm == IR_COMM_RECV)
 					recv_step[vkey(m, op)] = step_of(g, r, d, i);
+				if (op->comm == IR_COMM_TIE)
+					tie_step[op->stage] = step_of(g, r, d, i);
 				if (op->comm != IR_COMM_NONE)
 					continue;
 				if (op->kind == IR_OP_W)
@@ -230,13 +234,21 @@ static void build_edges(graph *g)
 		/* Program order. */
 		for (int d = 0; d < g->P; d++) {
 			const ir_device *dev = prog(g, r, d);
-			int prev_compute = -1, prev_comm = -1, prev_any = -1;
+			int prev_compute = -1, prev_comm = -1, prev_any = -1, host = -1;
 			for (int i = 0; i < dev->nops;) {
 				int s = step_of(g, r, d, i);
 				const ir_op *op = &dev->ops[i];
 				if (be == IR_BACKEND_NCCL) {
 					/* Transfers and collectives on the communication stream;
-					 * compute ops, waits and updates on the compute stream. */
+					 * compute ops, waits and updates on the compute stream.
+					 * The tied sum runs on the host: its post reads the
+					 * gradient back, after every op issued before it on
+					 * either stream, and its wait holds the host, so nothing
+					 * after it is issued on either stream until it is done. */
+					if (op->comm == IR_COMM_TIE && prev_compute >= 0)
+						edge(g, C_(prev_compute), P_(s));
+					if (host >= 0)
+						edge(g, C_(host), P_(s));
 					if (is_post(op)) {
 						if (prev_comm >= 0)
 							edge(g, C_(prev_comm), P_(s));
@@ -246,6 +258,8 @@ static void build_edges(graph *g)
 							edge(g, C_(prev_compute), P_(s));
 						prev_compute = s;
 					}
+					if (op->comm == IR_COMM_WAIT && op->coll == IR_COMM_TIE)
+						host = s;
 				} else if (prev_any >= 0) {
 					edge(g, is_post(first_op(g, prev_any)) ? P_(prev_any) : C_(prev_any), P_(s));
 				}
@@ -262,17 +276,25 @@ static void build_edges(graph *g)
 						edge(g, C_(recv_step[vkey(m, o)]), C_(s));
 					/* A carried wait completes the previous step's post
 					 * (see the header): nothing of this step. */
-					if (o->comm == IR_COMM_WAIT && o->coll != IR_COMM_NONE && !o->carried &&
-					    coll[ckey(m, o->stage, o->mb, o->coll)] >= 0)
+					if (o->comm == IR_COMM_WAIT && o->coll == IR_COMM_TIE && tie_step[o->stage] >= 0)
+						edge(g, C_(tie_step[o->stage]), C_(s));
+					else if (o->comm == IR_COMM_WAIT && o->coll != IR_COMM_NONE && !o->carried &&
+					         coll[ckey(m, o->stage, o->mb, o->coll)] >= 0)
 						edge(g, C_(coll[ckey(m, o->stage, o->mb, o->coll)]), C_(s));
 					int maker = o->comm == IR_COMM_ALLGATHER ? upd_step[m->stages[o->stage].first + o->mb]
-					          : ir_is_coll(o) ? last_w[o->stage] : -1;
+					          : ir_is_coll(o) || o->comm == IR_COMM_TIE ? last_w[o->stage] : -1;
 					if (maker >= 0)
 						edge(g, C_(maker), P_(s));
 				}
 				i = g->steps[s].last + 1;
 			}
 		}
+		/* The tied sum: each copy's completes only once the other's is
+		 * posted, within the replica. */
+		for (int a = 0; a < S; a++)
+			for (int b = 0; b < S; b++)
+				if (a != b && tie_step[a] >= 0 && tie_step[b] >= 0)
+					edge(g, P_(tie_step[b]), C_(tie_step[a]));
 		/* Partners: as the backend matches (nccl first in, first out per
 		 * channel; mpi by tag), within the replica. */
 		ir_module v = replica_view(g, r);
@@ -318,6 +340,8 @@ static void describe(const graph *g, int s, char *buf, size_t n)
 		         op->stage, op->mb, peer);
 	} else if (op->comm == IR_COMM_NONE) {
 		snprintf(buf, n, "%s: %s S%d m%d", who, ir_op_names[op->kind], op->stage, op->mb);
+	} else if (op->comm == IR_COMM_WAIT && op->coll == IR_COMM_TIE) {
+		snprintf(buf, n, "%s: wait tie S%d", who, op->stage);
 	} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
 		snprintf(buf, n, "%s: wait %s S%d b%d%s", who, ir_comm_names[op->coll], op->stage, op->mb,
 		         op->carried ? " carried" : "");
@@ -325,6 +349,9 @@ static void describe(const graph *g, int s, char *buf, size_t n)
 		snprintf(buf, n, "%s: wait %s S%d m%d", who, ir_value_names[op->kind], op->stage, op->mb);
 	} else if (op->comm == IR_COMM_UPDATE) {
 		snprintf(buf, n, "%s: update S%d b%d", who, op->stage, op->mb);
+	} else if (op->comm == IR_COMM_TIE) {
+		rank_name(g, st->rep, op->peer, peer, sizeof peer);
+		snprintf(buf, n, "%s: tie S%d L%d with %s", who, op->stage, op->first, peer);
 	} else if (ir_is_coll(op)) {
 		snprintf(buf, n, "%s: %s S%d b%d over the DP group of D%d", who, ir_comm_names[op->comm],
 		         op->stage, op->mb, st->dev);

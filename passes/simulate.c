@@ -194,6 +194,7 @@ typedef struct sim {
 	double *head_since;
 	/* Data parallelism (lowered programs with collectives). */
 	bool dp;
+	bool tie;          /* the programs sum a tied embedding across two devices */
 	double **cpost;    /* per device and op: when the host posted the collective; NAN: not yet */
 	int **coll_of;     /* per device and op: the collective a wait completes, else -1 */
 	double *coll_free; /* mpi, per device: when its last collective ends */
@@ -303,6 +304,34 @@ static void try_coll(sim *s, int d, int i)
 		s->coll_free[d] = sd->end[i];
 }
 
+static void try_device(sim *s, int d);
+
+/* Time the tied sum at op i of device d once both copies' devices have
+ * posted theirs: an all-reduce of two over the link between them (each
+ * sends and receives half the table twice), then take up the other
+ * device, whose wait may be held on it. */
+static void try_tie(sim *s, int d, int i)
+{
+	const ir_op *op = &s->m->devices[d].ops[i];
+	const ir_device *pd = &s->m->devices[op->peer];
+	int j = 0;
+	while (j < pd->nops && pd->ops[j].comm != IR_COMM_TIE)
+		j++;
+	if (j == pd->nops || !isnan(s->r->dev[d].start[i]) || isnan(s->cpost[d][i]) ||
+	    isnan(s->cpost[op->peer][j]))
+		return;
+	double st = s->cpost[d][i] > s->cpost[op->peer][j] ? s->cpost[d][i] : s->cpost[op->peer][j];
+	double t = 2 * sim_link_time(s->m, d, op->peer, op->bytes / 2);
+	int who[2][2] = {{d, i}, {op->peer, j}};
+	for (int k = 0; k < 2; k++) {
+		sim_device *sd = &s->r->dev[who[k][0]];
+		sd->start[who[k][1]] = st;
+		sd->end[who[k][1]] = st + t;
+		sd->coll += t;
+	}
+	try_device(s, op->peer);
+}
+
 /* Push device d's next op if its input has arrived. */
 static void try_device(sim *s, int d)
 {
@@ -324,6 +353,10 @@ static void try_device(sim *s, int d)
 			if (s->free_at[d] > s->r->makespan) /* the step's last op, when carried */
 				s->r->makespan = s->free_at[d];
 			try_coll(s, d, i);
+		} else if (op->comm == IR_COMM_TIE) {
+			/* The host posts it (MPI, on the host's copy of the gradient). */
+			s->cpost[d][i] = s->free_at[d];
+			try_tie(s, d, i);
 		} else if (op->comm == IR_COMM_WAIT && op->coll != IR_COMM_NONE) {
 			/* Blocks the compute stream until its collective ends, then the
 			 * host unpacks the result; taken up again when the collective
@@ -339,7 +372,7 @@ static void try_device(sim *s, int d)
 			sd->exposed += sd->end[i] - sd->start[i];
 			if (op->carried)
 				sd->gather_exposed += sd->end[i] - sd->start[i];
-			double unpack = cost_unpack_us(s->m, bucket_params(s->m, c));
+			double unpack = c->comm == IR_COMM_TIE ? 0 : cost_unpack_us(s->m, bucket_params(s->m, c));
 			sd->end[i] += unpack;
 			sd->update += unpack;
 			s->free_at[d] = sd->end[i];
@@ -664,6 +697,7 @@ static void setup_lowered(sim *s)
 		for (int i = 0; i < dev->nops; i++) {
 			const ir_op *op = &dev->ops[i];
 			s->step_of[d][i] = -1;
+			s->tie |= op->comm == IR_COMM_TIE;
 			if (ir_is_coll(op)) { /* a step of its own */
 				s->dp = true;
 				s->step_first[d][n] = i;
@@ -689,7 +723,7 @@ static void setup_lowered(sim *s)
 	s->coll_free = calloc((size_t)P, sizeof *s->coll_free);
 	if (!s->cpost || !s->coll_of || !s->coll_free)
 		ir_bug("out of memory");
-	for (int d = 0; s->dp && d < P; d++) {
+	for (int d = 0; (s->dp || s->tie) && d < P; d++) {
 		const ir_device *dev = &m->devices[d];
 		s->cpost[d] = malloc(((size_t)dev->nops + 1) * sizeof **s->cpost);
 		s->coll_of[d] = malloc(((size_t)dev->nops + 1) * sizeof **s->coll_of);

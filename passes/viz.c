@@ -216,6 +216,20 @@ int viz_trace(const ir_module *m, const sim_result *r, const char *path)
 			double s = grid(sd->start[i]), e = grid(sd->end[i]);
 			if (!isfinite(s) || !isfinite(e))
 				continue;
+			if (ir_is_tie_op(op)) {
+				/* The tied sum on the collectives' thread, its wait on the
+				 * compute stream. */
+				bool wait = op->comm == IR_COMM_WAIT;
+				if (wait && e <= s)
+					continue;
+				next_event(f, &first);
+				fprintf(f, "{\"name\":\"%stie s%d\",\"cat\":\"tie\",\"ph\":\"X\",\"pid\":%d,"
+				           "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"stage\":%d,"
+				           "\"bytes\":%llu}}",
+				        wait ? "wait " : "", op->stage, d, wait ? TID_COMPUTE : TID_COLL, s, e - s,
+				        op->stage, (unsigned long long)op->bytes);
+				continue;
+			}
 			if (ir_is_dp_op(op)) {
 				/* Data parallelism: "all-reduce s1 b0" on the collectives'
 				 * thread; its wait and the update on the compute stream. */
@@ -532,7 +546,7 @@ static int svg_panel(FILE *f, const ir_module *m, const sim_result *r, double sp
 			const ir_op *op = &dev->ops[i];
 			const ir_stage *st = op_stage(m, op);
 			double s = sd->start[i], e = sd->end[i];
-			if (!isfinite(s) || !isfinite(e) || ir_is_dp_op(op)) /* the figure draws F, B, W */
+			if (!isfinite(s) || !isfinite(e) || op->comm != IR_COMM_NONE) /* the figure draws F, B, W */
 				continue;
 			const char *k = op_name(op->kind);
 			int c = chunk[op->stage];

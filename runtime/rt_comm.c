@@ -70,6 +70,9 @@ static int encode_tag(rt_ctx *ctx, rt_tag t, int *out)
 static int describe(const rt_op *o, char *buf, size_t len)
 {
 	static const char *const coll[RT_NCOLL] = {"all-reduce", "reduce-scatter", "all-gather"};
+	if (o->coll == RT_TIE_COLL)
+		return snprintf(buf, len, "the tied gradient's all-reduce with rank %d (local layer %d, "
+		                "%zu bytes)", o->peer, o->h0, o->bytes);
 	if (o->coll >= 0)
 		return snprintf(buf, len, "%s of the DP group (local layers %d..%d, %zu bytes)",
 		                o->coll < RT_NCOLL ? coll[o->coll] : "?", o->h0, o->h1, o->bytes);

@@ -325,6 +325,9 @@ int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes,
 		return rt__fail(ctx, RT_EARG, "rt_post_coll: %s of layers %lld..%lld: %lld elements per "
 		                "rank, more than one MPI call takes (%d)", coll_name[kind],
 		                (long long)L0->index, (long long)L1->index, (long long)count, INT_MAX);
+	for (int i = h0; reduce && i <= h1; i++)
+		if ((rc = rt__tie_ready(ctx, i, "rt_post_coll")))
+			return rc;
 	for (int i = h0; reduce && i <= h1; i++) {
 		const rt_lay *l = &ctx->lay[i];
 		if (l->next_w != t->microbatches)
@@ -407,6 +410,9 @@ int rt_update(rt_ctx *ctx, int h0, int h1)
 		return rc;
 	const rt_train *t = &ctx->train;
 	bool dist = is_distopt(ctx);
+	for (int i = h0; i <= h1; i++)
+		if (ctx->lay[i].red == RT_RED_NONE && (rc = rt__tie_ready(ctx, i, "rt_update")))
+			return rc;
 	for (int i = h0; i <= h1; i++) {
 		rt_lay *l = &ctx->lay[i];
 		const char *why = NULL;

@@ -184,6 +184,13 @@ struct rt_ctx {
 	/* data parallelism (rt_dp.c): train.dp >= 1 once set up; the DP group
 	 * (MPI_COMM_SELF when dp is 1) */
 	MPI_Comm dpc;
+	/* tied embeddings (rt_tie.c): the local tied embedding and head (-1:
+	 * none), the communicator with the other copy's rank (MPI_COMM_NULL:
+	 * none, or both copies here) and that rank, this step's sum */
+	int tie_h[2];
+	MPI_Comm tiec;
+	int tie_peer;
+	int tie_state; /* RT_TIE_... */
 
 	/* the executor (rt_exec.h): the table chosen once, and its own state
 	 * (rt_device.c's; NULL on a CPU rank), opaque to every other file */
@@ -376,6 +383,20 @@ void rt__fill_ids(rt_ctx *ctx, int64_t mb, bool targets);
 /* After the layers are set up (rt_model_init; collective): the fields
  * checked against every rank's, the DP communicator made. */
 int rt__dp_init(rt_ctx *ctx);
+/* rt_tie.c: tied embeddings.  The communicator (after rt__dp_init;
+ * collective), freed by rt__tie_free.  rt__tie_ready: before fn reads the
+ * gradients of local layer h, the tied sum taken (both copies here) or
+ * checked done (RT_ESTATE otherwise); nothing for an untied layer.
+ * rt__tie_counts: a tied head's table, elements [off, off + n), which the
+ * gradient norm counts once (the embedding's copy). */
+int rt__tie_init(rt_ctx *ctx);
+void rt__tie_free(rt_ctx *ctx);
+bool rt__tied(const rt_ctx *ctx, int h);
+int rt__tie_ready(rt_ctx *ctx, int h, const char *fn);
+bool rt__tie_counts(const rt_ctx *ctx, int h, int64_t *off, int64_t *n);
+enum { RT_TIE_NONE, RT_TIE_POSTED, RT_TIE_DONE };
+/* rt_op.coll of the tied gradient's all-reduce (after rt_coll's kinds) */
+#define RT_TIE_COLL RT_NCOLL
 void rt__dp_free(rt_ctx *ctx);
 /* Layer h's gradients of the step into l->g from the exact accumulators
  * (RT_DP_EXACT, no reduction), which are cleared; an overflow names the

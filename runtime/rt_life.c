@@ -223,6 +223,7 @@ int rt_finalize(rt_ctx *ctx)
 	}
 	rt__comm_free_all(ctx);
 	rt__ctl_free(ctx);
+	rt__tie_free(ctx);
 	rt__dp_free(ctx);
 	ctx->exec->free(ctx); /* after the communication: its groups may be the device's */
 	rt__data_free(ctx);

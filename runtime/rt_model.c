@@ -291,7 +291,8 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 	ctx->train = tt;
 	if ((rc = rt__data_load(ctx, t->text_file)))
 		goto out_arena;
-	if ((rc = rt__dp_init(ctx)))
+	ctx->tiec = MPI_COMM_NULL;
+	if ((rc = rt__dp_init(ctx)) || (rc = rt__tie_init(ctx)))
 		goto out_dp;
 	ctx->head = -1;
 	for (int i = 0; i < ctx->nlay; i++) {
@@ -319,6 +320,7 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 	return RT_OK;
 
 out_dp:
+	rt__tie_free(ctx);
 	rt__dp_free(ctx);
 	rt__data_free(ctx);
 out_arena:
@@ -413,6 +415,7 @@ int rt_step_begin(rt_ctx *ctx)
 		ctx->lay[i].updated = false;
 		ctx->lay[i].pending = false;
 	}
+	ctx->tie_state = RT_TIE_NONE;
 	rt__sched_begin(ctx);
 	for (int64_t m = 0; m < ctx->train.microbatches; m++) {
 		ctx->mb_loss[m] = 0;
@@ -555,8 +558,11 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 			*have_loss = have;
 	}
 
-	/* The layers rt_update has not updated (dp <= 1): their exact sums
-	 * rounded, then the executor's optimizer step. */
+	/* The layers rt_update has not updated (dp <= 1): the tied sum, their
+	 * exact sums rounded, then the executor's optimizer step. */
+	for (int i = 0; i < ctx->nlay; i++)
+		if (!ctx->lay[i].updated && (rc = rt__tie_ready(ctx, i, "rt_step_end")))
+			return rc;
 	for (int i = 0; i < ctx->nlay; i++) {
 		const rt_lay *l = &ctx->lay[i];
 		if (l->red == RT_RED_POSTED && !l->updated)

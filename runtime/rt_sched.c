@@ -10,7 +10,7 @@
  * number of replicas in exact mode, the distributed optimizer on or off.
  * Each parameter counts once: a rank's own layers without replicas; with
  * the distributed optimizer each replica's shard; with whole all-reduced
- * gradients replica 0's copy. */
+ * gradients replica 0's copy; a tied table the embedding's copy. */
 #include <math.h>
 #include <string.h>
 
@@ -90,12 +90,21 @@ int rt__clip(rt_ctx *ctx)
 			                "(rt_update) before the step's first all-gather: the norm needs "
 			                "every gradient of the step", rt__step_no(ctx), (long long)l->index);
 		update_range(l, &a, &b);
-		int64_t bad = counts ? rt__exact_sumsq(acc, l->g + a, b - a) : -1;
-		if (bad >= 0)
-			return rt__fail(ctx, RT_ELOSS, "step %lld: layer %lld: element %lld of the "
-			                "gradient is %g: its square is not finite (the gradient norm)",
-			                rt__step_no(ctx), (long long)l->index, (long long)(a + bad),
-			                (double)l->g[a + bad]);
+		/* A tied head's table counts in the embedding's copy. */
+		int64_t off, n, cut[2][2] = {{a, b}, {b, b}};
+		if (rt__tie_counts(ctx, i, &off, &n)) {
+			cut[0][1] = off < a ? a : off < b ? off : b;
+			cut[1][0] = off + n < a ? a : off + n < b ? off + n : b;
+		}
+		for (int k = 0; counts && k < 2; k++) {
+			int64_t lo = cut[k][0], hi = cut[k][1];
+			int64_t bad = hi > lo ? rt__exact_sumsq(acc, l->g + lo, hi - lo) : -1;
+			if (bad >= 0)
+				return rt__fail(ctx, RT_ELOSS, "step %lld: layer %lld: element %lld of the "
+				                "gradient is %g: its square is not finite (the gradient norm)",
+				                rt__step_no(ctx), (long long)l->index, (long long)(lo + bad),
+				                (double)l->g[lo + bad]);
+		}
 	}
 	int64_t t0 = rt__now_ns();
 	if ((rc = rt__coll(ctx, MPI_Iallreduce(MPI_IN_PLACE, acc, RT_EXACT_DIGITS, MPI_INT64_T,

@@ -141,6 +141,10 @@ static bool model_params(const ir_module *m, uint64_t *out)
 			return false;
 		n = ir_sat_add(n, m->layers[l].cost.params);
 	}
+	/* Tied, the head's table is the embedding's: one parameter, counted once. */
+	uint64_t table = ir_sat_mul((uint64_t)m->model.vocab, (uint64_t)m->model.hidden);
+	if (m->model.tie && n >= table)
+		n -= table;
 	*out = n;
 	return m->nlayers > 0 && !ir_times_only(m);
 }
@@ -365,6 +369,8 @@ void print_plan_table(const ir_module *m)
 			const ir_op *op = &dev->ops[i];
 			if (op->comm == IR_COMM_NONE)
 				printf(" %s%d.%d", ir_op_names[op->kind], op->stage, op->mb);
+			else if (ir_is_tie_op(op))
+				printf(" %stie%d", op->comm == IR_COMM_WAIT ? "wait:" : "", op->stage);
 			else if (ir_is_dp_op(op) && op->comm == IR_COMM_WAIT)
 				printf(" wait:%s%d.b%d", ir_comm_names[op->coll], op->stage, op->mb);
 			else if (ir_is_dp_op(op))

@@ -276,6 +276,20 @@ int64_t rt_coll_bytes(const rt_train *t, int kind, int64_t nparams);
  * (rt_layer_spec.bucket_start), else RT_EARG.  CPU ranks only. */
 int rt_post_coll(rt_ctx *ctx, int kind, int h0, int h1, void *buf, size_t bytes, int *req);
 
+/* Tied embeddings (rt_layer_desc.tied on the embedding and the head;
+ * docs/runtime.md, "Tied embeddings"): the step's gradient of the tied
+ * table is the sum of the two copies' (the embedding's and the head's).
+ * When both are on this rank the runtime sums them itself before the
+ * first reduction, update or rt_step_end that reads them.  When the other
+ * copy is on another rank (of the same replica), each of the two posts
+ * the sum with rt_tie_post on its tied layer h, after its last W of the
+ * step and before anything reads the layer's gradient: an in-place
+ * MPI all-reduce of the table's gradient (the exact sums' digits in exact
+ * mode) between the two, completed by rt_wait / rt_waitall on *req (the
+ * deadline, the wait-for chain and the trace as for a collective).  Not
+ * inside a group. */
+int rt_tie_post(rt_ctx *ctx, int h, int *req);
+
 /* The optimizer step (rt_step_end's AdamW or SGD, the same per-tensor
  * constants and decay flags) of the bucket h0..h1 once its reduction has
  * completed (with dp <= 1 no reduction is needed): with RT_DP_DISTOPT only
