@@ -234,7 +234,7 @@ static void build_edges(graph *g)
 		/* Program order. */
 		for (int d = 0; d < g->P; d++) {
 			const ir_device *dev = prog(g, r, d);
-			int prev_compute = -1, prev_comm = -1, prev_any = -1, host = -1;
+			int prev_compute = -1, prev_comm = -1, prev_any = -1, host = -1, posted = -1;
 			for (int i = 0; i < dev->nops;) {
 				int s = step_of(g, r, d, i);
 				const ir_op *op = &dev->ops[i];
@@ -243,13 +243,21 @@ static void build_edges(graph *g)
 					 * compute ops, waits and updates on the compute stream.
 					 * The tied sum runs on the host: its post reads the
 					 * gradient back, after every op issued before it on
-					 * either stream, and its wait holds the host, so nothing
-					 * after it is issued on either stream until it is done. */
-					if (op->comm == IR_COMM_TIE && prev_compute >= 0)
-						edge(g, C_(prev_compute), P_(s));
+					 * either stream, and returns (MPI), so what follows is
+					 * issued after it but does not wait for it; its wait
+					 * holds the host, so nothing after it is issued on
+					 * either stream until it is done. */
 					if (host >= 0)
 						edge(g, C_(host), P_(s));
-					if (is_post(op)) {
+					if (posted >= 0)
+						edge(g, P_(posted), P_(s));
+					if (op->comm == IR_COMM_TIE) {
+						if (prev_compute >= 0)
+							edge(g, C_(prev_compute), P_(s));
+						if (prev_comm >= 0)
+							edge(g, C_(prev_comm), P_(s));
+						posted = s;
+					} else if (is_post(op)) {
 						if (prev_comm >= 0)
 							edge(g, C_(prev_comm), P_(s));
 						prev_comm = s;

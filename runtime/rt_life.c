@@ -144,6 +144,8 @@ int rt_init(int *argc, char ***argv, const rt_options *opt, rt_ctx **out)
 	c->group = -1;
 	c->ctl = MPI_COMM_NULL;
 	c->dpc = MPI_COMM_NULL;
+	c->tiec = MPI_COMM_NULL;
+	c->tie_h[0] = c->tie_h[1] = -1;
 	c->ask = MPI_REQUEST_NULL;
 	c->waiting.state = RT_WS_RUNNING;
 	c->head = -1;

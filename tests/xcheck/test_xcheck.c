@@ -2,8 +2,8 @@
  * against brute force.
  *
  * Small programs are planned and lowered (2-4 devices, 1-3 micro-batches,
- * 3-6 layers, every schedule, the passes' placements or random ones, both
- * backends), then mutated the ways a lowering goes wrong: adjacent
+ * 3-6 layers, tied embeddings or not, every schedule, the passes'
+ * placements or random ones, both backends), then mutated the ways a lowering goes wrong: adjacent
  * communication ops swapped, a wait or a transfer moved, a group split,
  * two adjacent transfers merged into a group, a transfer gathered into the
  * group of another, two sends swapped, two adjacent compute ops swapped.
@@ -73,8 +73,11 @@ static int pick(rng *r, int n)
 
 /* X_COLL: an all-reduce, reduce-scatter or all-gather (posted, and
  * complete once every member of its DP group has posted it); X_CWAIT: the
- * wait of one.  An update is a compute op: it touches no other rank. */
-enum { X_COMPUTE, X_WAIT, X_SEND, X_RECV, X_COLL, X_CWAIT };
+ * wait of one.  An update is a compute op: it touches no other rank.
+ * X_TIE: the tied embeddings' sum (the runtime's rt_tie_post: on the host,
+ * after the device's work so far; it returns), complete once the other
+ * copy's rank (peer, op partner) has posted its own; X_TWAIT: its wait. */
+enum { X_COMPUTE, X_WAIT, X_SEND, X_RECV, X_COLL, X_CWAIT, X_TIE, X_TWAIT };
 
 /* Ranks the explorer's state holds: D replicas x P devices. */
 enum { XMAXR = 16, XMAXD = 4 };
@@ -87,7 +90,8 @@ typedef struct xop {
 	int run;     /* send, recv: first op of its run (its group, or itself); collective: itself */
 	int end;     /* send, recv: one past the last op of its run; collective: itself + 1 */
 	int partner; /* send, recv: index, on peer, of the op it matches */
-	int recv;    /* wait: index of its receive; collective's wait: of its collective */
+	int recv;    /* wait: index of its receive; collective's wait: of its collective;
+	              * tie's wait: of its tie */
 	int member[XMAXD]; /* collective: index of the same collective (kind, stage,
 	              * bucket) in the program of each member of its DP group */
 } xop;
@@ -183,8 +187,11 @@ static void xprog_build(const ir_module *m, const ir_device *const *reps, int D,
 					x->ops[q][k].end = i + 1;
 				break;
 			}
+			case IR_COMM_TIE:
+				e->type = X_TIE;
+				break;
 			case IR_COMM_WAIT:
-				e->type = o->coll ? X_CWAIT : X_WAIT;
+				e->type = o->coll == IR_COMM_TIE ? X_TWAIT : o->coll ? X_CWAIT : X_WAIT;
 				e->comm = o->coll;
 				if (o->carried && i < n0)
 					e->type = X_COMPUTE; /* the first step: nothing pending */
@@ -197,16 +204,17 @@ static void xprog_build(const ir_module *m, const ir_device *const *reps, int D,
 		}
 		for (int i = 0; i < x->n[q]; i++) {
 			xop *e = &x->ops[q][i];
-			if (e->type != X_WAIT && e->type != X_CWAIT)
+			if (e->type != X_WAIT && e->type != X_CWAIT && e->type != X_TWAIT)
 				continue;
 			/* Its receive or collective: in its step, or a carried wait's
 			 * in the step before. */
 			int base = (i / n0 - dev->ops[i % n0].carried) * n0;
 			for (int j = base; j < base + n0; j++) {
 				const xop *o = &x->ops[q][j];
-				if (e->type == X_WAIT ? o->type == X_RECV && same_value(o, e)
-				                      : o->type == X_COLL && o->comm == e->comm && o->stage == e->stage &&
-				                            o->mb == e->mb)
+				if (e->type == X_WAIT    ? o->type == X_RECV && same_value(o, e)
+				    : e->type == X_TWAIT ? o->type == X_TIE && o->stage == e->stage
+				                         : o->type == X_COLL && o->comm == e->comm &&
+				                               o->stage == e->stage && o->mb == e->mb)
 					e->recv = j;
 			}
 			REQUIRE(e->recv >= 0, "rank %d: wait without its receive or collective", q);
@@ -230,6 +238,15 @@ static void xprog_build(const ir_module *m, const ir_device *const *reps, int D,
 					}
 					REQUIRE(s->member[r] >= 0, "rank %d: a collective that rank %d lacks", a, q);
 				}
+				continue;
+			}
+			if (s->type == X_TIE) {
+				/* The other copy's tie, in the same step of its rank. */
+				int step = i / len[a], q = s->peer;
+				for (int j = step * len[q]; j < (step + 1) * len[q]; j++)
+					if (x->ops[q][j].type == X_TIE)
+						s->partner = j;
+				REQUIRE(s->partner >= 0, "rank %d: a tie that rank %d lacks", a, q);
 				continue;
 			}
 			if (s->type != X_SEND)
@@ -374,6 +391,11 @@ static void visit(explorer *e, const state *s)
  * until it completes) and completes once every member of its DP group has
  * posted it; its wait blocks until then.
  *
+ * Tied embeddings (rt_tie.c): the host posts the sum once the device has
+ * run everything before it (it reads the gradient back) and goes on; the
+ * sum completes once the other copy's rank has posted its own, and the
+ * wait blocks the rank until then, under both semantics.
+ *
  * State: b[q] the program counter of rank q (every op before it is
  * posted, or run); SEM_STREAM: b[XMAXR + q], the run at the counter is
  * posted. */
@@ -408,7 +430,11 @@ static bool host_coll_done(const xprog *x, const state *s, int q, int i)
 static bool host_enabled(const xprog *x, const state *s, int d, bool *local)
 {
 	const xop *o = &x->ops[d][s->b[d]];
-	*local = o->type == X_COMPUTE || o->type == X_WAIT || o->type == X_CWAIT;
+	*local = o->type == X_COMPUTE || o->type == X_WAIT || o->type == X_CWAIT || o->type == X_TWAIT;
+	if (o->type == X_TWAIT) {
+		const xop *t = &x->ops[d][o->recv];
+		return t->partner < s->b[t->peer];
+	}
 	if (o->type == X_WAIT) {
 		const xop *r = &x->ops[d][o->recv];
 		for (int i = r->run; i < r->end; i++)
@@ -484,8 +510,15 @@ static int stream_moves(explorer *e, const state *s)
 				continue;
 			const xop *o = &x->ops[d][pc];
 			bool post = o->type == X_SEND || o->type == X_RECV || o->type == X_COLL;
-			if (pass == 0 && post)
+			if (pass == 0 && (post || o->type == X_TIE))
 				continue;
+			/* A tie's wait: until the other copy's tie is posted (before
+			 * that rank's counter: the device had reached it). */
+			if (o->type == X_TWAIT) {
+				const xop *tie = &x->ops[d][o->recv];
+				if (!(tie->partner < s->b[tie->peer]))
+					continue;
+			}
 			state t = *s;
 			if (post) {
 				if (!s->b[XMAXR + d]) {
@@ -508,7 +541,8 @@ static int stream_moves(explorer *e, const state *s)
 			} else {
 				/* A compute op runs; a wait's receive or collective is
 				 * before the counter, so done. */
-				REQUIRE(o->type == X_COMPUTE || x->ops[d][o->recv].end <= pc, "a wait before its receive");
+				REQUIRE(o->type == X_COMPUTE || o->type == X_TIE || x->ops[d][o->recv].end <= pc,
+				        "a wait before its receive");
 				t.b[d] = (uint8_t)(pc + 1);
 			}
 			visit(e, &t);
@@ -600,10 +634,11 @@ static const char *model_text(rng *r, arena *a, int L)
 		strcat(layers, pick(r, 2) ? ", {kind: mlp, ffn: 128}" : ", {kind: attention, heads: 4}");
 	strcat(layers, ", {kind: head}]");
 	return arena_printf(a,
-	                    "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32}\n"
+	                    "model: {name: x, hidden: 64, vocab: 256, seq: 8, dtype: f32, "
+	                    "tie_embeddings: %s}\n"
 	                    "layers: %s\n"
 	                    "cluster: cpu-local\n",
-	                    layers);
+	                    pick(r, 2) ? "true" : "false", layers);
 }
 
 /* A small planned and lowered module, or NULL when the random plan cannot
@@ -774,6 +809,14 @@ static bool wait_range(const ir_device *dev, int w, int *lo, int *hi)
 {
 	const ir_op *o = &dev->ops[w];
 	int r = -1;
+	if (o->coll == IR_COMM_TIE) { /* after its tie, anywhere */
+		for (int i = 0; i < dev->nops; i++)
+			if (dev->ops[i].comm == IR_COMM_TIE)
+				r = i;
+		*lo = r + 1 - (r > w);
+		*hi = dev->nops - 1;
+		return r >= 0 && *lo <= *hi;
+	}
 	for (int i = 0; i < dev->nops; i++)
 		if (dev->ops[i].comm == IR_COMM_RECV && dev->ops[i].kind == o->kind &&
 		    dev->ops[i].stage == o->stage && dev->ops[i].mb == o->mb)
@@ -906,6 +949,7 @@ typedef struct tally {
 	int base_free, base_dead;   /* the programs as comm lowered them */
 	int by[IR_NBACKENDS][2];    /* [backend][deadlock?] */
 	int grouped[IR_NBACKENDS][2]; /* the same, of programs with a group */
+	int tied[IR_NBACKENDS][2];    /* the same, of programs with tie ops */
 	int by_mut[NMUT][2];        /* mutants by their last mutation and verdict */
 	int tag_only[2];            /* mpi programs first-in-first-out matching refuses */
 	int emu_only;               /* nccl programs the proof refuses that the emulator runs */
@@ -983,6 +1027,8 @@ static bool check_one(ir_module *m, tally *t, int last_mut)
 		t->by[m->plan.backend][!proof_free]++;
 		if (has_group(m))
 			t->grouped[m->plan.backend][!proof_free]++;
+		if (ir_tie_apart(m))
+			t->tied[m->plan.backend][!proof_free]++;
 		if (last_mut >= 0)
 			t->by_mut[last_mut][!proof_free]++;
 		else if (proof_free)
@@ -1085,6 +1131,9 @@ START_TEST(test_xcheck)
 	printf("xcheck:   with a group: nccl %d free / %d deadlock, mpi %d free / %d deadlock\n",
 	       t.grouped[IR_BACKEND_NCCL][0], t.grouped[IR_BACKEND_NCCL][1], t.grouped[IR_BACKEND_MPI][0],
 	       t.grouped[IR_BACKEND_MPI][1]);
+	printf("xcheck:   with tie ops: nccl %d free / %d deadlock, mpi %d free / %d deadlock\n",
+	       t.tied[IR_BACKEND_NCCL][0], t.tied[IR_BACKEND_NCCL][1], t.tied[IR_BACKEND_MPI][0],
+	       t.tied[IR_BACKEND_MPI][1]);
 	printf("xcheck:   mpi, matched by tag but not first in, first out: %d free / %d deadlock\n",
 	       t.tag_only[0], t.tag_only[1]);
 	printf("xcheck:   nccl, refused by the proof but run by the emulator's stand-in: %d; proven "
@@ -1106,6 +1155,8 @@ START_TEST(test_xcheck)
 	/* The classes the cross-check is for are among the cases. */
 	ck_assert_int_gt(t.grouped[IR_BACKEND_MPI][0], 0);
 	ck_assert_int_gt(t.grouped[IR_BACKEND_MPI][1], 0);
+	for (int b = 0; b < IR_NBACKENDS; b++) /* the tie ops, proven and refused, on both */
+		ck_assert(t.tied[b][0] > 0 && t.tied[b][1] > 0);
 	ck_assert_int_gt(t.tag_only[0], 0);
 }
 END_TEST
