@@ -1205,23 +1205,23 @@ static int verify_tie(const ir_module *m)
 {
 	int errs = 0, P = m->ndevices, L = m->nlayers;
 	bool apart = ir_tie_apart(m);
-	int dev[2] = {ir_tie_device(m, 0), ir_tie_device(m, 1)};
+	int tdev[2] = {ir_tie_device(m, 0), ir_tie_device(m, 1)};
 	int stage_of[2] = {0, m->nstages - 1};
 	for (int k = 0; k < 2; k++) /* the stages of layers 0 and L-1 */
 		for (int s = 0; s < m->nstages; s++)
 			if (m->stages[s].first <= (k ? L - 1 : 0) && (k ? L - 1 : 0) <= m->stages[s].last)
 				stage_of[k] = s;
 	for (int d = 0; d < P && errs < 20; d++) {
-		const ir_device *dev_ = &m->devices[d];
-		int post = -1, wait = -1, k = -1, last_w[2] = {-1, -1}, red = -1;
-		for (int i = 0; i < dev_->nops; i++) {
-			const ir_op *op = &dev_->ops[i];
+		const ir_device *prog = &m->devices[d];
+		int post = -1, wait = -1, last_w[2] = {-1, -1};
+		for (int i = 0; i < prog->nops; i++) {
+			const ir_op *op = &prog->ops[i];
 			for (int j = 0; j < 2; j++)
 				if (op->comm == IR_COMM_NONE && op->kind == IR_OP_W && op->stage == stage_of[j])
 					last_w[j] = i;
 		}
-		for (int i = 0; i < dev_->nops && errs < 20; i++) {
-			const ir_op *op = &dev_->ops[i];
+		for (int i = 0; i < prog->nops && errs < 20; i++) {
+			const ir_op *op = &prog->ops[i];
 			ir_loc loc = op_loc_or(m, d, i, m->loc);
 			if ((op->comm == IR_COMM_ALLREDUCE || op->comm == IR_COMM_REDUCESCATTER) && m->model.tie)
 				for (int j = 0; j < 2; j++) {
@@ -1237,7 +1237,6 @@ static int verify_tie(const ir_module *m)
 						                 : "yet (the other copy's W runs after it)");
 						errs++;
 					}
-					red = i;
 				}
 			if (!ir_is_tie_op(op))
 				continue;
@@ -1251,9 +1250,9 @@ static int verify_tie(const ir_module *m)
 				break;
 			}
 			int j = op->stage == stage_of[0] ? 0 : op->stage == stage_of[1] ? 1 : -1;
-			if (j < 0 || dev[j] != d) {
+			if (j < 0 || tdev[j] != d) {
 				diag_error(loc, "D%d: tie S%d: the tied layers are L0 (S%d, on D%d) and L%d (S%d, "
-				           "on D%d)", d, op->stage, stage_of[0], dev[0], L - 1, stage_of[1], dev[1]);
+				           "on D%d)", d, op->stage, stage_of[0], tdev[0], L - 1, stage_of[1], tdev[1]);
 				errs++;
 				continue;
 			}
@@ -1278,9 +1277,9 @@ static int verify_tie(const ir_module *m)
 				diag_error(loc, "D%d: tie S%d L%d: the tied layer of S%d is L%d", d, op->stage,
 				           op->first, op->stage, l);
 				errs++;
-			} else if (op->peer != dev[1 - j]) {
+			} else if (op->peer != tdev[1 - j]) {
 				diag_error(loc, "D%d: tie S%d names D%d; the other copy (L%d) is on D%d", d,
-				           op->stage, op->peer, j ? 0 : L - 1, dev[1 - j]);
+				           op->stage, op->peer, j ? 0 : L - 1, tdev[1 - j]);
 				errs++;
 			} else if (op->bytes != want) {
 				diag_error(loc, "D%d: tie S%d sums %s; the tied table's gradient is %s (vocab x "
@@ -1292,18 +1291,16 @@ static int verify_tie(const ir_module *m)
 				           "not complete", d, op->stage, last_w[j]);
 				errs++;
 			}
-			post = i, k = j;
+			post = i;
 		}
-		(void)red;
-		if (!errs && apart && (d == dev[0] || d == dev[1]) && (post < 0 || wait < 0)) {
-			int j = d == dev[0] ? 0 : 1;
+		if (!errs && apart && (d == tdev[0] || d == tdev[1]) && (post < 0 || wait < 0)) {
+			int j = d == tdev[0] ? 0 : 1;
 			diag_error(op_loc_or(m, d, 0, m->loc),
 			           "D%d: the tied L%d's copy is on D%d: the program needs `tie S%d L%d D%d` "
-			           "after S%d's last W and its `wait tie S%d`", d, j ? L - 1 : 0, dev[1 - j],
-			           stage_of[j], j ? L - 1 : 0, dev[1 - j], stage_of[j], stage_of[j]);
+			           "after S%d's last W and its `wait tie S%d`", d, j ? L - 1 : 0, tdev[1 - j],
+			           stage_of[j], j ? L - 1 : 0, tdev[1 - j], stage_of[j], stage_of[j]);
 			errs++;
 		}
-		(void)k;
 	}
 	return errs;
 }

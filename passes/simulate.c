@@ -621,8 +621,8 @@ static void device_memory(const ir_module *m, sim_result *r, int d)
 		/* A collective's buffer, from its post to its wait. */
 		if (ir_is_coll(op) && !kept[i])
 			cur = ir_sat_add(cur, op->bytes);
-		else if (coll_of[i] >= 0 && coll_of[i] < i)
-			cur -= dev->ops[coll_of[i]].bytes;
+		else if (coll_of[i] >= 0 && coll_of[i] < i && ir_is_coll(&dev->ops[coll_of[i]]))
+			cur -= dev->ops[coll_of[i]].bytes; /* (a tie's sum is in place: no buffer) */
 		if (cur > peak)
 			peak = cur;
 		if (op->comm != IR_COMM_NONE)

@@ -846,11 +846,16 @@ static int check_manifest(rt_ctx *ctx, const char *dir, manifest *m)
 			return rt__fail(ctx, RT_ECKPT,
 			                "checkpoint %s: shape mismatch: the checkpoint has a %s layer of %llu "
 			                "parameters (shape 0x%016llx), the model's layer %lld is a %s layer "
-			                "of %lld parameters (shape 0x%016llx)",
+			                "of %lld parameters (shape 0x%016llx)%s",
 			                path, rt__kind_name((rt_kind)e->kind),
 			                (unsigned long long)e->nparams, (unsigned long long)e->shape,
 			                (long long)l->index, rt__kind_name(l->desc.kind), (long long)l->sz.params,
-			                (unsigned long long)l->shape_hash);
+			                (unsigned long long)l->shape_hash,
+			                e->kind == RT_HEAD && l->desc.kind == RT_HEAD &&
+			                        e->nparams == (uint64_t)l->sz.params
+			                    ? " (does tie_embeddings differ? a tied head holds the table "
+			                      "[vocab][hidden], an untied one w [hidden][vocab])"
+			                    : "");
 	}
 	return RT_OK;
 }

@@ -453,6 +453,80 @@ START_TEST(test_comm_idempotent_with_collectives)
 }
 END_TEST
 
+/* Tied embeddings (docs/ir.md, "Tied embeddings"): with the embedding and
+ * the head on two devices, comm gives each one tie right after its stage's
+ * last W and the wait at its program's end, and nothing else changes: the
+ * same programs without them are the untied model's, and the simulated
+ * memory of every device is the untied model's (the sum is in place),
+ * with and without a memory plan.  On one device (V-shape) there is none.
+ * comm is idempotent on them. */
+START_TEST(test_tie_ops)
+{
+	for (int zbv = 0; zbv < 2; zbv++) {
+		ir_module *mod[2];
+		for (int tie = 0; tie < 2; tie++) {
+			ir_module *m = mod[tie] = chain(6, 4, 8, zbv ? 2 : 1);
+			m->model.tie = tie;
+			m->plan.schedule = zbv ? IR_SCHED_ZBV : IR_SCHED_1F1B;
+			ck_assert_int_eq(pass_run_one(m, PASS_cost, NULL), 0);
+			ck_assert_int_eq(pass_run(m, pass_plan_passes.ids, pass_plan_passes.n, NULL), 0);
+			ck_assert_int_eq(pass_run_one(m, PASS_comm, NULL), 0);
+			ck_assert_int_eq(ir_verify(m), 0);
+		}
+		ir_module *t = mod[1], *u = mod[0];
+		ck_assert_int_eq(ir_tie_apart(t), !zbv);
+		for (int d = 0; d < t->ndevices; d++) {
+			const ir_device *a = &t->devices[d], *b = &u->devices[d];
+			int ties = 0, j = 0, last_w = -1;
+			for (int i = 0; i < a->nops; i++) {
+				if (a->ops[i].comm == IR_COMM_NONE && a->ops[i].kind == IR_OP_W)
+					last_w = i;
+				if (ir_is_tie_op(&a->ops[i])) {
+					ties++;
+					if (a->ops[i].comm == IR_COMM_TIE)
+						ck_assert_int_eq(a->ops[i].first, d == 0 ? 0 : t->nlayers - 1);
+					else
+						ck_assert_int_eq(i, a->nops - 1); /* the wait ends the program */
+					continue;
+				}
+				ck_assert_int_lt(j, b->nops);
+				ck_assert_mem_eq(&a->ops[i], &b->ops[j], sizeof a->ops[i]);
+				j++;
+			}
+			ck_assert_int_eq(j, b->nops);
+			bool holds = ir_tie_apart(t) && (d == ir_tie_device(t, 0) || d == ir_tie_device(t, 1));
+			ck_assert_int_eq(ties, holds ? 2 : 0);
+			if (holds) /* the post right after the last W (and the gradient it sends) */
+				ck_assert_int_le(last_w, a->nops - 3);
+		}
+		for (int plan = 0; plan < 2; plan++) {
+			sim_result *rt = sim_run(t), *ru = sim_run(u);
+			ck_assert_ptr_nonnull(rt);
+			ck_assert_ptr_nonnull(ru);
+			for (int d = 0; d < t->ndevices; d++)
+				ck_assert_uint_eq(rt->dev[d].peak_mem, ru->dev[d].peak_mem);
+			ck_assert(rt->makespan >= ru->makespan);
+			sim_free(rt);
+			sim_free(ru);
+			if (!plan) {
+				ck_assert_int_eq(pass_run_one(t, PASS_verify, NULL), 0);
+				ck_assert_int_eq(pass_run_one(t, PASS_memplan, NULL), 0);
+				ck_assert_int_eq(pass_run_one(u, PASS_verify, NULL), 0);
+				ck_assert_int_eq(pass_run_one(u, PASS_memplan, NULL), 0);
+			}
+		}
+		ir_module *again = ir_copy_header(t);
+		ir_copy_plan(again, t, false);
+		ck_assert_int_eq(pass_run_one(again, PASS_comm, NULL), 0);
+		for (int d = 0; d < t->ndevices; d++)
+			ck_assert_int_eq(again->devices[d].nops, t->devices[d].nops);
+		ir_free(again);
+		ir_free(t);
+		ir_free(u);
+	}
+}
+END_TEST
+
 /* Every zoo model, planned (1F1B: some do not fit 4 devices' memory, which
  * the tuner would refuse), survives print and parse field for field. */
 START_TEST(test_zoo_roundtrip)
@@ -494,6 +568,7 @@ static Suite *passes_suite(void)
 	tcase_add_test(tc, test_rank_order_auto);
 	tcase_add_test(tc, test_reduction_placement);
 	tcase_add_test(tc, test_comm_idempotent_with_collectives);
+	tcase_add_test(tc, test_tie_ops);
 	tcase_add_test(tc, test_zoo_roundtrip);
 	tcase_add_test(tc, test_overlap_param_gather);
 	tcase_add_test(tc, test_pipeline_for_and_lacking);
