@@ -21,7 +21,9 @@
  * cache (a memset of eight times it).  The link is timed through the
  * runtime's own sends and receives on such buffers (MPI, or the device's
  * NCCL), and each layer's achieved TFLOP/s (rt_layer_flops over the hot
- * time) is written beside it as a comment. */
+ * time) is written beside it as a comment.  Device ranks time their layers
+ * one rank after another, so that ranks sharing a device do not time each
+ * other's kernels. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,12 +311,21 @@ int rt_profile(rt_ctx *ctx, int warmup, int repeats, const char *path)
 		goto out;
 	}
 	int64_t t0 = rt__now_ns();
-	for (int round = 0; round < ROUNDS; round++)
-		for (int i = 0; i < ctx->nlay; i++)
-			if ((rc = profile_layer(ctx, i, warmup, per,
-			                        times + (size_t)i * per_layer + (size_t)round * per, n,
-			                        flush, flush_n)))
-				goto out;
+	/* Device ranks take turns: ranks that share a device (a profile of
+	 * several ranks on one GPU) would otherwise time each other's kernels
+	 * with their own; on distinct devices the turns only cost time. */
+	bool turns = in.device && ctx->world > 1;
+	for (int turn = 0; turn < (turns ? ctx->world : 1); turn++) {
+		for (int round = 0; (!turns || turn == ctx->rank) && round < ROUNDS; round++)
+			for (int i = 0; i < ctx->nlay; i++)
+				if ((rc = profile_layer(ctx, i, warmup, per,
+				                        times + (size_t)i * per_layer + (size_t)round * per, n,
+				                        flush, flush_n)))
+					goto out;
+		if (turns && (rc = rt__coll(ctx, MPI_Ibarrier(MPI_COMM_WORLD, &req), &req,
+		                            "rt_profile: the ranks' turns on the device")))
+			goto out;
+	}
 	for (int i = 0; i < ctx->nlay; i++) {
 		double *r = rows + ROW * i;
 		r[0] = (double)ctx->lay[i].index;
