@@ -81,7 +81,8 @@ static const field desc_fields[] = {
     FLD(rt_layer_desc, shared_experts, T_I64), FLD(rt_layer_desc, version, T_I64),
     FLD(rt_layer_desc, state, T_I64),        FLD(rt_layer_desc, expand, T_I64),
     FLD(rt_layer_desc, conv, T_I64),         FLD(rt_layer_desc, groups, T_I64),
-    FLD(rt_layer_desc, dt_rank, T_I64),       FLD(rt_layer_desc, selective, T_I64),
+    FLD(rt_layer_desc, dt_rank, T_I64),       FLD(rt_layer_desc, ssm_heads, T_I64),
+    FLD(rt_layer_desc, ssm_head_dim, T_I64),  FLD(rt_layer_desc, selective, T_I64),
 };
 static const field spec_fields[] = {FLD(rt_layer_spec, index, T_I64), FLD(rt_layer_spec, desc, T_DESC),
                                     FLD(rt_layer_spec, bucket_start, T_I32)};

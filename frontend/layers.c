@@ -96,6 +96,61 @@ static int derive(fe *f, ir_layer *l, attr_locs *w, const bool *given, ir_loc lo
 	return 0;
 }
 
+static int read_layer(fe *f, yaml_node_t *map, int implied, ir_layer *l);
+
+/* parallel-layer := {kind: parallel, attention: attention-fields,
+ *                    mamba: mamba-fields}
+ * Each part is read (and completed, and checked) as a layer of its kind,
+ * `kind:` left out; the mixer must be version 2. */
+static int read_parallel(fe *f, yaml_node_t *map, ir_layer *l)
+{
+	static const char *const keys[] = {"kind", "attention", "mamba"};
+	keyspec ks = {"in parallel layer", keys, NELEMS(keys), 0, 0, 0};
+	yaml_node_t *k[NELEMS(keys)], *v[NELEMS(keys)];
+	ydoc *d = f->d;
+	if (ydoc_walk_map(d, map, "parallel layer", &ks, k, v) < 0)
+		return -1;
+	memset(l, 0, sizeof *l);
+	l->kind = IR_LAYER_PARALLEL;
+	for (int p = 1; p <= 2; p++) {
+		ir_layer_kind part = p == 1 ? IR_LAYER_ATTENTION : IR_LAYER_MAMBA;
+		if (!v[p])
+			return ydoc_missing(d, map, keys[p], ks.where);
+		ir_layer pl;
+		if (ydoc_want(d, v[p], YAML_MAPPING_NODE, ydoc_quoted(d->a, keys[p])) < 0)
+			return -1;
+		yaml_node_t *kn = ydoc_peek(d, v[p], "kind");
+		if (kn && (kn->type != YAML_SCALAR_NODE ||
+		           strcmp((const char *)kn->data.scalar.value, keys[p]) != 0)) {
+			diag_error(ydoc_at(d, kn), "a 'kind' in the '%s' mapping of a parallel layer must "
+			           "be '%s', or left out", keys[p], keys[p]);
+			return -1;
+		}
+		if (read_layer(f, v[p], part, &pl) < 0)
+			return -1;
+		if (part == IR_LAYER_MAMBA && pl.attr[IR_ATTR_VERSION] != 2) {
+			yaml_node_t *vn = ydoc_peek(d, v[p], "version");
+			diag_error(ydoc_at(d, vn ? vn : v[p]),
+			           "a parallel layer's mamba mixer is Mamba-2: 'version' must be 2");
+			return -1;
+		}
+		for (int a = 0; a < IR_NATTRS; a++) {
+			int pa = ir_parallel_attr(part, a);
+			if (pa >= 0)
+				l->attr[pa] = pl.attr[a];
+			else if (pl.attr[a]) {
+				/* MLA, which the parallel layer does not run */
+				yaml_node_t *an = ydoc_peek(d, v[p], ir_attr_table[a].name);
+				diag_error(ydoc_at(d, an ? an : v[p]),
+				           "'%s' does not apply to a parallel layer's %s",
+				           ir_attr_table[a].name, keys[p]);
+				return -1;
+			}
+		}
+	}
+	return ir_check_layer(&f->m->model, l, f->m->nlayers, NULL, NULL, ydoc_at(d, map)) ? -1 : 0;
+}
+
 /* layer := {kind: name, attribute: value, ...} (docs/yaml.md, "Layer kinds
  * and their fields").  In a pattern block the kind comes from the block's
  * key (`implied`), and `kind:` may be left out. */
@@ -123,6 +178,8 @@ static int read_layer(fe *f, yaml_node_t *map, int implied, ir_layer *l)
 		}
 		return ydoc_missing(d, map, "kind", "in layer");
 	}
+	if (kind == IR_LAYER_PARALLEL)
+		return read_parallel(f, map, l);
 	int64_t version = 0;
 	if (kind == IR_LAYER_MAMBA) {
 		yaml_node_t *vn = ydoc_peek(d, map, "version");

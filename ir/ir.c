@@ -194,7 +194,7 @@ bool ir_attr_applies(ir_attr a, ir_layer_kind k, int64_t mamba_version)
 	if (!(ir_attr_table[a].kinds & (1u << k)))
 		return false;
 	if (k != IR_LAYER_MAMBA)
-		return true;
+		return true; /* a parallel layer's mixer is version 2: its own names */
 	switch (a) {
 	case IR_ATTR_HEADS:
 	case IR_ATTR_HEAD_DIM:
@@ -217,7 +217,36 @@ bool ir_attr_required(ir_attr a, ir_layer_kind k, int64_t mamba_version)
 		return false;
 	if (k == IR_LAYER_MAMBA && (a == IR_ATTR_GROUPS || a == IR_ATTR_DT_RANK))
 		return true;
+	if (k == IR_LAYER_PARALLEL && a == IR_ATTR_GROUPS)
+		return true;
 	return ir_attr_table[a].min > 0;
+}
+
+int ir_parallel_attr(ir_layer_kind part, ir_attr a)
+{
+	if (part == IR_LAYER_MAMBA) {
+		if (a == IR_ATTR_HEADS)
+			return IR_ATTR_SSM_HEADS;
+		if (a == IR_ATTR_HEAD_DIM)
+			return IR_ATTR_SSM_HEAD_DIM;
+		if (a == IR_ATTR_DT_RANK)
+			return -1;
+	}
+	if (a == IR_ATTR_HEADS || a == IR_ATTR_HEAD_DIM)
+		return part == IR_LAYER_ATTENTION ? (int)a : -1;
+	return ir_attr_applies(a, part, 2) && ir_attr_applies(a, IR_LAYER_PARALLEL, 2) ? (int)a : -1;
+}
+
+void ir_parallel_part(const ir_layer *l, ir_layer_kind part, ir_layer *out)
+{
+	ir_assert(l->kind == IR_LAYER_PARALLEL);
+	memset(out, 0, sizeof *out);
+	out->kind = part;
+	for (int a = 0; a < IR_NATTRS; a++) {
+		int pa = ir_parallel_attr(part, a);
+		if (pa >= 0)
+			out->attr[a] = l->attr[pa];
+	}
 }
 
 ir_module *ir_new(void)

@@ -27,7 +27,8 @@
 	X(MLP, "mlp", '-')                                                         \
 	X(MOE, "moe", 'E')                                                         \
 	X(MAMBA, "mamba", 'M')                                                     \
-	X(HEAD, "head", 0)
+	X(HEAD, "head", 0)                                                         \
+	X(PARALLEL, "parallel", 'P')
 
 typedef enum ir_layer_kind {
 #define X(e, s, c) IR_LAYER_##e,
@@ -226,29 +227,33 @@ typedef enum ir_backend {
  * ir_attr_required).  Attributes that derive from others (kv_heads,
  * head_dim, ...) are filled in by the frontend, so the IR is explicit. */
 #define K_(k) (1u << IR_LAYER_##k)
+#define K_ATT (K_(ATTENTION) | K_(PARALLEL)) /* a parallel layer's attention */
+#define K_SSM (K_(MAMBA) | K_(PARALLEL))     /* and its Mamba-2 mixer */
 #define IR_ATTRS(X)                                                            \
-	X(VERSION, "version", K_(MAMBA), IR_AT_INT, 1, 2)                          \
-	X(HEADS, "heads", K_(ATTENTION) | K_(MAMBA), IR_AT_INT, 1, 1 << 16)        \
-	X(KV_HEADS, "kv_heads", K_(ATTENTION), IR_AT_INT, 1, 1 << 16)              \
-	X(HEAD_DIM, "head_dim", K_(ATTENTION) | K_(MAMBA), IR_AT_INT, 1, 1 << 16)  \
-	X(WINDOW, "window", K_(ATTENTION), IR_AT_INT, 0, 1 << 30)                  \
+	X(VERSION, "version", K_SSM, IR_AT_INT, 1, 2)                              \
+	X(HEADS, "heads", K_ATT | K_(MAMBA), IR_AT_INT, 1, 1 << 16)                \
+	X(KV_HEADS, "kv_heads", K_ATT, IR_AT_INT, 1, 1 << 16)                      \
+	X(HEAD_DIM, "head_dim", K_ATT | K_(MAMBA), IR_AT_INT, 1, 1 << 16)          \
+	X(WINDOW, "window", K_ATT, IR_AT_INT, 0, 1 << 30)                          \
 	X(Q_LORA_RANK, "q_lora_rank", K_(ATTENTION), IR_AT_INT, 0, 1 << 20)        \
 	X(KV_LORA_RANK, "kv_lora_rank", K_(ATTENTION), IR_AT_INT, 0, 1 << 20)      \
 	X(QK_ROPE_DIM, "qk_rope_dim", K_(ATTENTION), IR_AT_INT, 0, 1 << 16)        \
 	X(V_HEAD_DIM, "v_head_dim", K_(ATTENTION), IR_AT_INT, 0, 1 << 16)          \
-	X(ROPE_THETA, "rope_theta", K_(ATTENTION), IR_AT_REAL, 0, 0)                \
-	X(QKV_BIAS, "qkv_bias", K_(ATTENTION), IR_AT_BOOL, 0, 1)                   \
-	X(QK_NORM, "qk_norm", K_(ATTENTION), IR_AT_BOOL, 0, 1)                     \
+	X(ROPE_THETA, "rope_theta", K_ATT, IR_AT_REAL, 0, 0)                       \
+	X(QKV_BIAS, "qkv_bias", K_ATT, IR_AT_BOOL, 0, 1)                           \
+	X(QK_NORM, "qk_norm", K_ATT, IR_AT_BOOL, 0, 1)                             \
 	X(FFN, "ffn", K_(MLP), IR_AT_INT, 1, 1 << 24)                              \
 	X(ACT, "activation", K_(MLP) | K_(MOE), IR_AT_ACT, 0, IR_NACTS - 1)               \
 	X(EXPERTS, "experts", K_(MOE), IR_AT_INT, 1, 1 << 16)                      \
 	X(TOP_K, "top_k", K_(MOE), IR_AT_INT, 1, 1 << 16)                          \
 	X(EXPERT_FFN, "expert_ffn", K_(MOE), IR_AT_INT, 1, 1 << 24)                \
 	X(SHARED_EXPERTS, "shared_experts", K_(MOE), IR_AT_INT, 0, 1 << 16)        \
-	X(STATE, "state", K_(MAMBA), IR_AT_INT, 1, 1 << 16)                        \
-	X(EXPAND, "expand", K_(MAMBA), IR_AT_INT, 1, 64)                           \
-	X(CONV, "conv", K_(MAMBA), IR_AT_INT, 1, 1024)                             \
-	X(GROUPS, "groups", K_(MAMBA), IR_AT_INT, 0, 1 << 16)                      \
+	X(STATE, "state", K_SSM, IR_AT_INT, 1, 1 << 16)                            \
+	X(SSM_HEADS, "ssm_heads", K_(PARALLEL), IR_AT_INT, 1, 1 << 16)             \
+	X(SSM_HEAD_DIM, "ssm_head_dim", K_(PARALLEL), IR_AT_INT, 1, 1 << 16)       \
+	X(EXPAND, "expand", K_SSM, IR_AT_INT, 1, 64)                               \
+	X(CONV, "conv", K_SSM, IR_AT_INT, 1, 1024)                                 \
+	X(GROUPS, "groups", K_SSM, IR_AT_INT, 0, 1 << 16)                          \
 	X(DT_RANK, "dt_rank", K_(MAMBA), IR_AT_INT, 0, 1 << 20)
 
 /* INT: an integer in min..max.  ACT: an index of ir_act_names.  BOOL: 0
@@ -304,6 +309,7 @@ int ir_lookup(const char *const *names, int n, const char *s);
  * 1; ir_attr_applies takes the version into account.) */
 bool ir_attr_applies(ir_attr a, ir_layer_kind k, int64_t mamba_version);
 bool ir_attr_required(ir_attr a, ir_layer_kind k, int64_t mamba_version);
+
 
 /* ---- module ----------------------------------------------------------- */
 
@@ -392,6 +398,18 @@ static inline double ir_rope_theta(const ir_layer *l)
 	double v = ir_attr_real(l, IR_ATTR_ROPE_THETA);
 	return v != 0 ? v : IR_ROPE_THETA;
 }
+
+/* A parallel layer (docs/layers.md, "parallel") is an attention layer and a
+ * Mamba-2 layer side by side on one norm: its attributes are the
+ * attention's (heads, kv_heads, head_dim, window, rope_theta, qkv_bias,
+ * qk_norm) and the mixer's (version, state, expand, conv, groups, with
+ * ssm_heads and ssm_head_dim for the mixer's heads and head_dim).
+ * ir_parallel_attr: the parallel layer's attribute that holds attribute a
+ * of its part (IR_LAYER_ATTENTION or IR_LAYER_MAMBA), or -1 when that part
+ * has none.  ir_parallel_part: that part as a layer of its own kind (no
+ * cost), which the checks, the cost model and the frontend reuse. */
+int ir_parallel_attr(ir_layer_kind part, ir_attr a);
+void ir_parallel_part(const ir_layer *l, ir_layer_kind part, ir_layer *out);
 
 typedef struct ir_model_info {
 	const char *name;

@@ -648,7 +648,7 @@ static void parse_layer(parser *ps)
 	const char *what = arena_printf(m->arena, "%s layer", ir_layer_kind_names[k]);
 
 	/* The version decides which Mamba attributes exist: read it first. */
-	field *vf = k == IR_LAYER_MAMBA ? get(ps, &fs, "version", false, what) : NULL;
+	field *vf = k == IR_LAYER_MAMBA || k == IR_LAYER_PARALLEL ? get(ps, &fs, "version", false, what) : NULL;
 	if (vf && !parse_i64(vf->val, 1, 2, &l->attr[IR_ATTR_VERSION]))
 		perr(ps, vf->vloc, "'version' must be 1 or 2, got '%s'", vf->val);
 	const char *known[IR_NATTRS + 16];

@@ -36,6 +36,21 @@ static void lerr(lcheck *c, ir_attr a, const char *fmt, ...)
 	c->errors++;
 }
 
+/* Where a part of a parallel layer has attribute a: where the parallel
+ * layer has the attribute that holds it. */
+typedef struct part_where {
+	ir_attr_loc_fn where;
+	void *ctx;
+	ir_layer_kind part;
+} part_where;
+
+static ir_loc part_at(void *ctx, ir_attr a)
+{
+	part_where *pw = ctx;
+	int pa = ir_parallel_attr(pw->part, a);
+	return pw->where(pw->ctx, pa >= 0 ? (ir_attr)pa : a);
+}
+
 int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
                    ir_attr_loc_fn where, void *ctx, ir_loc fallback)
 {
@@ -115,6 +130,22 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 			else if (v[IR_ATTR_HEADS] % v[IR_ATTR_GROUPS] != 0)
 				lerr(&c, IR_ATTR_GROUPS, "'groups' (%lld) must divide 'heads' (%lld)",
 				     (long long)v[IR_ATTR_GROUPS], (long long)v[IR_ATTR_HEADS]);
+		}
+		break;
+	case IR_LAYER_PARALLEL:
+		/* Its two parts, each checked as a layer of its kind. */
+		if (ver != 2) {
+			lerr(&c, IR_ATTR_VERSION, "a parallel layer's mamba mixer is Mamba-2: 'version' "
+			     "must be 2, got %lld", (long long)ver);
+			break;
+		}
+		for (int p = 0; p < 2 && !c.errors; p++) {
+			ir_layer_kind part = p ? IR_LAYER_MAMBA : IR_LAYER_ATTENTION;
+			ir_layer pl;
+			ir_parallel_part(l, part, &pl);
+			part_where pw = {where, ctx, part};
+			c.errors += ir_check_layer(model, &pl, index, where ? part_at : NULL,
+			                           where ? &pw : NULL, fallback);
 		}
 		break;
 	default:

@@ -193,12 +193,13 @@ static void bias(acc *a, double rows, double n)
 
 /* ---- layer kinds ---------------------------------------------------------- */
 
-static void attention(acc *a, double h, const ir_layer *l)
+/* The attention's ops after its pre-norm, up to its output projection
+ * (an attention layer's, and a parallel layer's). */
+static void attention_mixer(acc *a, double h, const ir_layer *l)
 {
 	const int64_t *v = l->attr;
 	double T = a->T, H = v[IR_ATTR_HEADS], G = v[IR_ATTR_KV_HEADS], d = v[IR_ATTR_HEAD_DIM];
 	double ctx = context(a, v[IR_ATTR_WINDOW]);
-	norm(a, T, h);
 	if (v[IR_ATTR_KV_LORA_RANK]) {
 		/* MLA: x -> [q latent], kv latent + shared rotary key; the latents
 		 * are normed and projected up to per-head q, k_nope and v. */
@@ -229,6 +230,12 @@ static void attention(acc *a, double h, const ir_layer *l)
 		attn_core(a, H, G, d, d, ctx);
 		gemm(a, T, H * d, h, 1);
 	}
+}
+
+static void attention(acc *a, double h, const ir_layer *l)
+{
+	norm(a, a->T, h);
+	attention_mixer(a, h, l);
 	residual(a, h);
 }
 
@@ -278,11 +285,11 @@ static void conv(acc *a, double ch, double w)
 	a->params += ch * w + ch; /* taps and bias */
 }
 
-static void mamba(acc *a, double h, const int64_t *v)
+/* The same for the Mamba mixer. */
+static void mamba_mixer(acc *a, double h, const int64_t *v)
 {
 	double T = a->T, inner = v[IR_ATTR_EXPAND] * h, N = v[IR_ATTR_STATE];
 	double w = v[IR_ATTR_CONV];
-	norm(a, T, h);
 	if (v[IR_ATTR_VERSION] == 1) {
 		/* Mamba-1: in_proj -> x, z; conv(x); x_proj -> dt (low rank), B, C;
 		 * dt_proj -> delta; selective scan gated by z; out_proj. */
@@ -319,6 +326,26 @@ static void mamba(acc *a, double h, const int64_t *v)
 		a->params += inner;
 		gemm(a, T, inner, h, 1);
 	}
+}
+
+static void mamba(acc *a, double h, const int64_t *v)
+{
+	norm(a, a->T, h);
+	mamba_mixer(a, h, v);
+	residual(a, h);
+}
+
+/* One norm, then each mixer and the add of its output into the residual:
+ * the attention layer's and the Mamba-2 layer's ops less one norm. */
+static void parallel(acc *a, double h, const ir_layer *l)
+{
+	ir_layer at, mb;
+	ir_parallel_part(l, IR_LAYER_ATTENTION, &at);
+	ir_parallel_part(l, IR_LAYER_MAMBA, &mb);
+	norm(a, a->T, h);
+	attention_mixer(a, h, &at);
+	residual(a, h);
+	mamba_mixer(a, h, mb.attr);
 	residual(a, h);
 }
 
@@ -376,6 +403,7 @@ int cost_layer_split(const ir_module *m, int layer, ir_cost *out, double flops[I
 	case IR_LAYER_MOE: moe(&a, h, l->attr); break;
 	case IR_LAYER_MAMBA: mamba(&a, h, l->attr); break;
 	case IR_LAYER_HEAD: head(&a, h, mi->vocab); break;
+	case IR_LAYER_PARALLEL: parallel(&a, h, l); break;
 	default: ir_bug("layer L%d has kind %d", layer, (int)l->kind);
 	}
 
@@ -501,7 +529,8 @@ rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l)
 	    .state = a[IR_ATTR_STATE], .expand = a[IR_ATTR_EXPAND], .conv = a[IR_ATTR_CONV],
 	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK],
 	    .rope_theta = ir_attr_real(l, IR_ATTR_ROPE_THETA), .qkv_bias = a[IR_ATTR_QKV_BIAS],
-	    .qk_norm = a[IR_ATTR_QK_NORM]};
+	    .qk_norm = a[IR_ATTR_QK_NORM], .ssm_heads = a[IR_ATTR_SSM_HEADS],
+	    .ssm_head_dim = a[IR_ATTR_SSM_HEAD_DIM]};
 }
 
 bool cost_device_ranks(const ir_module *m)

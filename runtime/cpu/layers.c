@@ -113,7 +113,8 @@ static int shape_ffn(const rt_layer_desc *d, rt_shape *s)
 	return RT_OK;
 }
 
-static int shape_mamba(const rt_layer_desc *d, rt_shape *s)
+/* heads, head_dim: the mixer's (mamba's own, or a parallel layer's ssm_). */
+static int shape_mamba(const rt_layer_desc *d, int64_t heads, int64_t head_dim, rt_shape *s)
 {
 	s->ver = (int)or_default(d->version, 2);
 	int64_t expand = or_default(d->expand, 2);
@@ -124,11 +125,10 @@ static int shape_mamba(const rt_layer_desc *d, rt_shape *s)
 		return RT_EINVAL;
 	s->di = expand * s->H;
 	if (s->ver == 2) {
-		if (d->dt_rank || !in(d->heads, 0, LIM) || !in(d->head_dim, 0, LIM) ||
-		    !in(d->groups, 0, LIM))
+		if (d->dt_rank || !in(heads, 0, LIM) || !in(head_dim, 0, LIM) || !in(d->groups, 0, LIM))
 			return RT_EINVAL;
-		s->P = or_default(d->head_dim, d->heads ? s->di / d->heads : 64);
-		s->mh = or_default(d->heads, s->di / s->P);
+		s->P = or_default(head_dim, heads ? s->di / heads : 64);
+		s->mh = or_default(heads, s->di / s->P);
 		s->G = or_default(d->groups, 1);
 		if (s->P < 1 || s->mh * s->P != s->di || s->mh % s->G)
 			return RT_EINVAL;
@@ -159,6 +159,7 @@ int rt__shape(const rt_layer_desc *d, rt_shape *s)
 	*s = (rt_shape){.kind = d->kind, .H = d->hidden, .S = d->seq, .nb = d->mbs, .V = d->vocab,
 	                .tied = d->tied == 1 && d->kind == RT_HEAD};
 	if (!in((int64_t)d->kind, 0, RT_NKINDS - 1) || !in(s->H, 1, LIM) || !in(s->S, 1, LIM) ||
+	    (d->kind != RT_PARALLEL && (d->ssm_heads || d->ssm_head_dim)) ||
 	    !in(s->nb, 1, LIM) || s->S * s->nb > LIM_LD || !in(d->selective, 0, 1) ||
 	    !in(d->tied, 0, (d->kind == RT_EMBEDDING || d->kind == RT_HEAD) ? 1 : 0))
 		return RT_EINVAL;
@@ -173,7 +174,15 @@ int rt__shape(const rt_layer_desc *d, rt_shape *s)
 	case RT_MOE:
 		return shape_ffn(d, s);
 	case RT_MAMBA:
-		return shape_mamba(d, s);
+		return shape_mamba(d, d->heads, d->head_dim, s);
+	case RT_PARALLEL: {
+		/* Attention (GQA: MLA's latents are not a parallel layer's) beside a
+		 * Mamba-2 mixer. */
+		if (d->kv_lora_rank || or_default(d->version, 2) != 2)
+			return RT_EINVAL;
+		int rc = shape_attention(d, s);
+		return rc ? rc : shape_mamba(d, d->ssm_heads, d->ssm_head_dim, s);
+	}
 	default:
 		return RT_EINVAL;
 	}
@@ -205,6 +214,51 @@ static void put(rt_tensor *t, const char *name, rt_init_rule init, int decay, in
 #define VEC(name, n, init) put(t, name, init, KEEP, 1, n, 0, 0)
 #define EXPERTS(name, e, rows, cols) put(t, name, INIT_NORMAL, DECAY, 3, e, rows, cols)
 
+static void tensors_attention(const rt_shape *s, rt_tensor *tt)
+{
+	rt_tensor *t;
+	int64_t q = s->nh * s->dqk;
+	bool fullq = !s->mla || !s->rq;
+	t = &tt[AT_NORM], VEC("norm", s->H, INIT_ONES);
+	int64_t k = s->nkv * s->dqk, v = s->nkv * s->dv;
+	t = &tt[AT_WQ], MAT("wq", fullq ? s->H : 0, q);
+	t = &tt[AT_BQ], VEC("bq", s->qkb ? q : 0, INIT_ZEROS);
+	t = &tt[AT_WDQ], MAT("wq_a", fullq ? 0 : s->H, s->rq);
+	t = &tt[AT_QNORM], VEC("q_norm", fullq ? 0 : s->rq, INIT_ONES);
+	t = &tt[AT_WUQ], MAT("wq_b", fullq ? 0 : s->rq, q);
+	t = &tt[AT_WK], MAT("wk", s->mla ? 0 : s->H, k);
+	t = &tt[AT_BK], VEC("bk", s->qkb ? k : 0, INIT_ZEROS);
+	t = &tt[AT_WV], MAT("wv", s->mla ? 0 : s->H, v);
+	t = &tt[AT_BV], VEC("bv", s->qkb ? v : 0, INIT_ZEROS);
+	t = &tt[AT_QHNORM], VEC("q_head_norm", s->qkn ? s->dqk : 0, INIT_ONES);
+	t = &tt[AT_KHNORM], VEC("k_head_norm", s->qkn ? s->dqk : 0, INIT_ONES);
+	t = &tt[AT_WDKV], MAT("wkv_a", s->mla ? s->H : 0, s->rkv + s->dr);
+	t = &tt[AT_KVNORM], VEC("kv_norm", s->mla ? s->rkv : 0, INIT_ONES);
+	t = &tt[AT_WUKV], MAT("wkv_b", s->mla ? s->rkv : 0, s->nh * (s->dn + s->dv));
+	t = &tt[AT_WO], MAT("wo", s->nh * s->dv, s->H);
+}
+
+/* norm: the mixer's own pre-norm (a parallel layer's is the attention's). */
+static void tensors_mamba(const rt_shape *s, rt_tensor *tt, bool norm)
+{
+	rt_tensor *t;
+	bool v1 = s->ver == 1;
+	t = &tt[MB_NORM], VEC("norm", norm ? s->H : 0, INIT_ONES);
+	t = &tt[MB_WIN], MAT("in_proj", s->H, s->dip);
+	t = &tt[MB_CONVW], put(t, "conv_w", INIT_CONV, DECAY, 2, s->cd, s->Kc, 0);
+	t = &tt[MB_CONVB], VEC("conv_b", s->cd, INIT_ZEROS);
+	t = &tt[MB_XPROJ], MAT("x_proj", v1 ? s->di : 0, s->R + 2 * s->N);
+	t = &tt[MB_DTPROJ], MAT("dt_proj", v1 ? s->R : 0, s->di);
+	t = &tt[MB_DTBIAS], VEC("dt_bias", s->mh, INIT_DT_BIAS);
+	if (v1)
+		t = &tt[MB_ALOG], put(t, "A_log", INIT_ALOG_N, KEEP, 2, s->di, s->N, 0);
+	else
+		t = &tt[MB_ALOG], VEC("A_log", s->mh, INIT_ALOG_U);
+	t = &tt[MB_D], VEC("D", s->mh, INIT_ONES);
+	t = &tt[MB_GNORM], VEC("norm_gated", v1 ? 0 : s->di, INIT_ONES);
+	t = &tt[MB_WOUT], MAT("out_proj", s->di, s->H);
+}
+
 int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 {
 	rt_tensor *t;
@@ -222,29 +276,10 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 		else
 			t = &tt[HD_W], MAT("w", s->H, s->V);
 		break;
-	case RT_ATTENTION: {
+	case RT_ATTENTION:
 		nt = AT_N;
-		int64_t q = s->nh * s->dqk;
-		bool fullq = !s->mla || !s->rq;
-		t = &tt[AT_NORM], VEC("norm", s->H, INIT_ONES);
-		int64_t k = s->nkv * s->dqk, v = s->nkv * s->dv;
-		t = &tt[AT_WQ], MAT("wq", fullq ? s->H : 0, q);
-		t = &tt[AT_BQ], VEC("bq", s->qkb ? q : 0, INIT_ZEROS);
-		t = &tt[AT_WDQ], MAT("wq_a", fullq ? 0 : s->H, s->rq);
-		t = &tt[AT_QNORM], VEC("q_norm", fullq ? 0 : s->rq, INIT_ONES);
-		t = &tt[AT_WUQ], MAT("wq_b", fullq ? 0 : s->rq, q);
-		t = &tt[AT_WK], MAT("wk", s->mla ? 0 : s->H, k);
-		t = &tt[AT_BK], VEC("bk", s->qkb ? k : 0, INIT_ZEROS);
-		t = &tt[AT_WV], MAT("wv", s->mla ? 0 : s->H, v);
-		t = &tt[AT_BV], VEC("bv", s->qkb ? v : 0, INIT_ZEROS);
-		t = &tt[AT_QHNORM], VEC("q_head_norm", s->qkn ? s->dqk : 0, INIT_ONES);
-		t = &tt[AT_KHNORM], VEC("k_head_norm", s->qkn ? s->dqk : 0, INIT_ONES);
-		t = &tt[AT_WDKV], MAT("wkv_a", s->mla ? s->H : 0, s->rkv + s->dr);
-		t = &tt[AT_KVNORM], VEC("kv_norm", s->mla ? s->rkv : 0, INIT_ONES);
-		t = &tt[AT_WUKV], MAT("wkv_b", s->mla ? s->rkv : 0, s->nh * (s->dn + s->dv));
-		t = &tt[AT_WO], MAT("wo", s->nh * s->dv, s->H);
+		tensors_attention(s, tt);
 		break;
-	}
 	case RT_MLP:
 		nt = FF_N;
 		t = &tt[FF_NORM], VEC("norm", s->H, INIT_ONES);
@@ -263,25 +298,15 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 		t = &tt[MOE_SWU], MAT("shared.w_up", s->SF && s->gated ? s->H : 0, s->SF);
 		t = &tt[MOE_SWD], MAT("shared.w_down", s->SF, s->SF ? s->H : 0);
 		break;
-	case RT_MAMBA: {
+	case RT_MAMBA:
 		nt = MB_N;
-		bool v1 = s->ver == 1;
-		t = &tt[MB_NORM], VEC("norm", s->H, INIT_ONES);
-		t = &tt[MB_WIN], MAT("in_proj", s->H, s->dip);
-		t = &tt[MB_CONVW], put(t, "conv_w", INIT_CONV, DECAY, 2, s->cd, s->Kc, 0);
-		t = &tt[MB_CONVB], VEC("conv_b", s->cd, INIT_ZEROS);
-		t = &tt[MB_XPROJ], MAT("x_proj", v1 ? s->di : 0, s->R + 2 * s->N);
-		t = &tt[MB_DTPROJ], MAT("dt_proj", v1 ? s->R : 0, s->di);
-		t = &tt[MB_DTBIAS], VEC("dt_bias", s->mh, INIT_DT_BIAS);
-		if (v1)
-			t = &tt[MB_ALOG], put(t, "A_log", INIT_ALOG_N, KEEP, 2, s->di, s->N, 0);
-		else
-			t = &tt[MB_ALOG], VEC("A_log", s->mh, INIT_ALOG_U);
-		t = &tt[MB_D], VEC("D", s->mh, INIT_ONES);
-		t = &tt[MB_GNORM], VEC("norm_gated", v1 ? 0 : s->di, INIT_ONES);
-		t = &tt[MB_WOUT], MAT("out_proj", s->di, s->H);
+		tensors_mamba(s, tt, true);
 		break;
-	}
+	case RT_PARALLEL:
+		nt = PAR_N;
+		tensors_attention(s, tt);
+		tensors_mamba(s, tt + PAR_MB, false);
+		break;
 	default:
 		*n = 0;
 		return 0;
@@ -390,6 +415,41 @@ double rt__init_value(const rt_tensor *t, uint64_t seed, int64_t layer, int64_t 
 
 /* ---- FLOPs ------------------------------------------------------------ */
 
+/* Adds one pass of the projections to *proj and the core's F, B (and W)
+ * to *fx, *bx (*wx): the attention's and the Mamba mixer's, each kind's
+ * and a parallel layer's sums. */
+static void flops_attention(const rt_shape *s, double *proj, double *fx, double *bx)
+{
+	double T = (double)s->T, H = (double)s->H;
+	double q = (double)(s->nh * s->dqk);
+	if (!s->mla) {
+		*proj += 2 * T * H * (q + (double)(s->nkv * (s->dqk + s->dv)));
+	} else {
+		*proj += s->rq ? 2 * T * (double)s->rq * (H + q) : 2 * T * H * q;
+		*proj += 2 * T * H * (double)(s->rkv + s->dr) +
+		        2 * T * (double)(s->rkv * s->nh * (s->dn + s->dv));
+	}
+	*proj += 2 * T * (double)(s->nh * s->dv) * H;
+	double pairs = 0;
+	for (int64_t i = 0; i < s->S; i++)
+		pairs += (double)(s->win && s->win < i + 1 ? s->win : i + 1);
+	double c = (double)(s->nb * s->nh) * pairs * 2;
+	*fx += c * (double)(s->dqk + s->dv);
+	*bx += c * (double)(3 * s->dqk + 2 * s->dv);
+}
+
+static void flops_mamba(const rt_shape *s, double *proj, double *fx, double *bx, double *wx)
+{
+	double T = (double)s->T, H = (double)s->H;
+	double scan = T * (double)(s->mh * s->P * s->N), conv = 2 * T * (double)(s->cd * s->Kc);
+	*proj += 2 * T * H * (double)s->dip + 2 * T * (double)s->di * H;
+	if (s->ver == 1)
+		*proj += 2 * T * (double)(s->di * (s->R + 2 * s->N)) + 2 * T * (double)(s->R * s->di);
+	*fx += conv + 5 * scan;
+	*bx += conv + 15 * scan;
+	*wx += conv;
+}
+
 int rt_layer_flops(const rt_layer_desc *d, double *f, double *b, double *w)
 {
 	rt_shape s;
@@ -408,24 +468,9 @@ int rt_layer_flops(const rt_layer_desc *d, double *f, double *b, double *w)
 		proj = 2 * T * H * (double)s.V;
 		bx = proj; /* B recomputes the logits */
 		break;
-	case RT_ATTENTION: {
-		double q = (double)(s.nh * s.dqk);
-		if (!s.mla) {
-			proj = 2 * T * H * (q + (double)(s.nkv * (s.dqk + s.dv)));
-		} else {
-			proj = s.rq ? 2 * T * (double)s.rq * (H + q) : 2 * T * H * q;
-			proj += 2 * T * H * (double)(s.rkv + s.dr) +
-			        2 * T * (double)(s.rkv * s.nh * (s.dn + s.dv));
-		}
-		proj += 2 * T * (double)(s.nh * s.dv) * H;
-		double pairs = 0;
-		for (int64_t i = 0; i < s.S; i++)
-			pairs += (double)(s.win && s.win < i + 1 ? s.win : i + 1);
-		double c = (double)(s.nb * s.nh) * pairs * 2;
-		fx = c * (double)(s.dqk + s.dv);
-		bx = c * (double)(3 * s.dqk + 2 * s.dv);
+	case RT_ATTENTION:
+		flops_attention(&s, &proj, &fx, &bx);
 		break;
-	}
 	case RT_MLP:
 		proj = 2 * T * H * (double)s.F * (s.gated ? 3 : 2);
 		break;
@@ -433,16 +478,13 @@ int rt_layer_flops(const rt_layer_desc *d, double *f, double *b, double *w)
 		proj = 2 * T * H * (double)s.E +
 		       2 * T * H * (double)(s.K * s.F + s.SF) * (s.gated ? 3 : 2);
 		break;
-	case RT_MAMBA: {
-		double scan = T * (double)(s.mh * s.P * s.N), conv = 2 * T * (double)(s.cd * s.Kc);
-		proj = 2 * T * H * (double)s.dip + 2 * T * (double)s.di * H;
-		if (s.ver == 1)
-			proj += 2 * T * (double)(s.di * (s.R + 2 * s.N)) + 2 * T * (double)(s.R * s.di);
-		fx = conv + 5 * scan;
-		bx = conv + 15 * scan;
-		wx = conv;
+	case RT_MAMBA:
+		flops_mamba(&s, &proj, &fx, &bx, &wx);
 		break;
-	}
+	case RT_PARALLEL: /* the two mixers' sums */
+		flops_attention(&s, &proj, &fx, &bx);
+		flops_mamba(&s, &proj, &fx, &bx, &wx);
+		break;
 	default:
 		break;
 	}

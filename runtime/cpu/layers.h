@@ -20,7 +20,7 @@ typedef struct rt_shape {
 	int64_t H, S, nb, T, V; /* hidden, seq, sequences, tokens (nb*S), vocab */
 	bool tied;              /* head: its weight is the embedding's table [V][H] */
 
-	/* attention; GQA is MLA-less: dqk = dv = head_dim, rope over the whole head */
+	/* attention (and a parallel layer's); GQA is MLA-less: dqk = dv = head_dim, rope over the whole head */
 	bool mla;
 	int64_t nh, nkv, dqk, dv, win;
 	int64_t dn, dr, rq, rkv; /* MLA: nope dim, rope dim, q and kv ranks */
@@ -33,7 +33,7 @@ typedef struct rt_shape {
 	bool gated;
 	int64_t F, E, K, SF; /* SF: shared experts x expert_ffn */
 
-	/* mamba */
+	/* mamba (and a parallel layer's mixer) */
 	int ver;
 	int64_t di, mh, P, G, N, Kc, R; /* inner, heads, head dim, groups, state, conv, dt rank */
 	int64_t cd, dip, nck;           /* conv channels, in_proj width, chunks per sequence */
@@ -59,7 +59,10 @@ enum {
 	MB_NORM, MB_WIN, MB_CONVW, MB_CONVB, MB_XPROJ, MB_DTPROJ, MB_DTBIAS, MB_ALOG, MB_D,
 	MB_GNORM, MB_WOUT, MB_N
 };
-#define RT_MAX_TENSORS 16
+/* A parallel layer: the attention's slots (AT_NORM the shared norm), then
+ * the mixer's from PAR_MB on (its MB_NORM empty). */
+enum { PAR_MB = AT_N, PAR_N = AT_N + MB_N };
+#define RT_MAX_TENSORS 32
 
 typedef enum rt_init_rule {
 	INIT_ONES,

@@ -34,6 +34,8 @@ int dev_layer_sizes(const rt_layer_desc *d, bool bf16, rt_sizes *sz)
 	if (rc)
 		return rc;
 	*sz = (rt_sizes){.params = L.nparams};
+	if (!kinds[d->kind].sizes)
+		return RT_EINVAL; /* a kind the device executor does not run */
 	return kinds[d->kind].sizes(&L.s, bf16 ? 2 : 4, sz);
 }
 

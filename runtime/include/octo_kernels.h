@@ -66,7 +66,8 @@ const char *rt_strerror(int code);
 	X(RT_MLP, "mlp")             \
 	X(RT_MOE, "moe")             \
 	X(RT_MAMBA, "mamba")         \
-	X(RT_HEAD, "head")
+	X(RT_HEAD, "head")           \
+	X(RT_PARALLEL, "parallel")
 /* X(kind, the name the YAML spells and the device's entry points begin with) */
 typedef enum rt_kind {
 #define RT_KIND_ENUM(kind, name) kind,
@@ -94,7 +95,9 @@ typedef struct rt_layer_desc {
 	 * copies' gradients).  0 or 1. */
 	int64_t tied;
 
-	/* attention (and mamba version 2: heads, head_dim) */
+	/* attention (and mamba version 2: heads, head_dim); a parallel layer's
+	 * attention reads these, its Mamba-2 mixer the mamba fields with
+	 * ssm_heads and ssm_head_dim for heads and head_dim */
 	int64_t heads;
 	int64_t kv_heads;     /* 0: heads */
 	int64_t head_dim;     /* 0: hidden / heads */
@@ -122,6 +125,8 @@ typedef struct rt_layer_desc {
 	int64_t conv;    /* 0: 4 */
 	int64_t groups;  /* version 2; 0: 1 */
 	int64_t dt_rank; /* version 1; 0: ceil(hidden / 16) */
+	int64_t ssm_heads;    /* parallel: the mixer's heads, as mamba's heads */
+	int64_t ssm_head_dim; /* parallel: the mixer's head_dim, as mamba's head_dim */
 	/* 1: the layer is in a stage with recompute=selective (docs/cost-model.md,
 	 * "Recomputation"): a mamba layer keeps its scan's chunk states in the
 	 * scratch, not the activation stash, and B makes them again with F's

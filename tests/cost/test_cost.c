@@ -142,6 +142,46 @@ START_TEST(test_attention_options_closed_form)
 }
 END_TEST
 
+/* A parallel layer (docs/cost-model.md, "parallel") costs an attention
+ * layer and a Mamba-2 layer of its attributes less one RMSNorm: FLOPs and
+ * parameters the sums less the norm's, and its parameter count is the
+ * runtime's. */
+START_TEST(test_parallel_closed_form)
+{
+	double h = 512, T = 1024, fl[3][IR_NOPS];
+	ir_module *mp = one(IR_LAYER_PARALLEL, 512, 1024, 1, IR_DTYPE_F32);
+	ir_module *ma = one(IR_LAYER_ATTENTION, 512, 1024, 1, IR_DTYPE_F32);
+	ir_module *mm = one(IR_LAYER_MAMBA, 512, 1024, 1, IR_DTYPE_F32);
+	int64_t *p = attr(mp), *a = attr(ma), *b = attr(mm);
+	p[IR_ATTR_HEADS] = a[IR_ATTR_HEADS] = 8;
+	p[IR_ATTR_KV_HEADS] = a[IR_ATTR_KV_HEADS] = 2;
+	p[IR_ATTR_HEAD_DIM] = a[IR_ATTR_HEAD_DIM] = 64;
+	p[IR_ATTR_QK_NORM] = a[IR_ATTR_QK_NORM] = 1;
+	p[IR_ATTR_VERSION] = b[IR_ATTR_VERSION] = 2;
+	p[IR_ATTR_STATE] = b[IR_ATTR_STATE] = 64;
+	p[IR_ATTR_SSM_HEADS] = b[IR_ATTR_HEADS] = 16;
+	p[IR_ATTR_SSM_HEAD_DIM] = b[IR_ATTR_HEAD_DIM] = 64;
+	p[IR_ATTR_EXPAND] = b[IR_ATTR_EXPAND] = 2;
+	p[IR_ATTR_CONV] = b[IR_ATTR_CONV] = 4;
+	p[IR_ATTR_GROUPS] = b[IR_ATTR_GROUPS] = 2;
+	ir_cost cp = cost_of(mp, 1, fl[0]), ca = cost_of(ma, 1, fl[1]), cm = cost_of(mm, 1, fl[2]);
+	ck_assert_uint_eq(cp.params, ca.params + cm.params - (uint64_t)h);
+	ck_assert_double_eq(fl[0][IR_OP_F], fl[1][IR_OP_F] + fl[2][IR_OP_F] - 4 * T * h);
+	ck_assert_double_eq(fl[0][IR_OP_B], fl[1][IR_OP_B] + fl[2][IR_OP_B] - 8 * T * h);
+	ck_assert_double_eq(fl[0][IR_OP_W], fl[1][IR_OP_W] + fl[2][IR_OP_W]);
+	ck_assert(cp.sel_f == cm.sel_f && cp.sel_f > 0);
+	rt_layer_desc rd = cost_rt_desc(mp, &mp->layers[1]);
+	rt_sizes sz;
+	ck_assert_int_eq(rt_layer_sizes(&rd, &sz), RT_OK);
+	ck_assert_uint_eq(cp.params, (uint64_t)sz.params);
+	ck_assert(rd.kind == RT_PARALLEL && rd.heads == 8 && rd.ssm_heads == 16 &&
+	          rd.ssm_head_dim == 64 && rd.head_dim == 64 && rd.qk_norm == 1);
+	ir_free(mp);
+	ir_free(ma);
+	ir_free(mm);
+}
+END_TEST
+
 /* Causal attention core FLOPs (forward) per docs/cost-model.md. */
 static double core_fwd(double T, double ctx, double H, double dqk, double dv)
 {
@@ -794,7 +834,7 @@ static const struct { const char *text, *error; } bad_profiles[] = {
 	 "p.yaml:2:9: error: unknown layer kind 'mlpp' in 'kinds'; did you mean 'mlp'?"},
 	{"units: ms\nkinds: {dense: {f: 1, b: 1, w: 1}}\n",
 	 "p.yaml:2:9: error: unknown layer kind 'dense' in 'kinds'; known: embedding, attention, mlp, "
-	 "moe, mamba, head"},
+	 "moe, mamba, head, parallel"},
 	{"units: ms\nkinds: {mlp: {f: 1, b: 1, w: 1, act_byte: 5}}\n",
 	 "p.yaml:2:33: error: unknown key 'act_byte' in 'mlp'; did you mean 'act_bytes'?"},
 	{"units: ms\nkinds: {mlp: {f: 1, w: 1}}\n",
@@ -922,6 +962,7 @@ static Suite *cost_suite(void)
 	tcase_add_test(tc, test_mlp_closed_form);
 	tcase_add_test(tc, test_attention_closed_form);
 	tcase_add_test(tc, test_attention_options_closed_form);
+	tcase_add_test(tc, test_parallel_closed_form);
 	tcase_add_test(tc, test_mla_deepseek_v3);
 	tcase_add_test(tc, test_moe_closed_form_and_scaling);
 	tcase_add_test(tc, test_mamba_closed_forms);

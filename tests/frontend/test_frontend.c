@@ -653,7 +653,7 @@ static const struct bad {
 	{HEAD "layers: [{kind: embedding}, {pattern: 'M-Q', mamba: {state: 4}, mlp: {ffn: 8}}, "
 	      "{kind: head}]\n",
 	 "t.yaml:2:42: error: unknown layer character 'Q' in pattern; expected '*' (attention), "
-	 "'-' (mlp), 'E' (moe), 'M' (mamba)"},
+	 "'-' (mlp), 'E' (moe), 'M' (mamba), 'P' (parallel)"},
 	{HEAD "layers: [{kind: embedding}, {pattern: '-M', mlp: {ffn: 8}}, {kind: head}]\n",
 	 "t.yaml:2:41: error: pattern uses 'M' but the block has no 'mamba' mapping"},
 	{HEAD "layers: &l [{kind: embedding}, {repeat: 2, layers: *l}, {kind: head}]\n",

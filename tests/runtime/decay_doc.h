@@ -29,7 +29,8 @@ typedef struct doc_decay {
 
 /* docs/layers.md's section names, in rt_kind order. */
 static const char *const doc_kind_names[RT_NKINDS] = {"embedding", "attention", "mlp",
-                                                      "moe",       "mamba",     "head"};
+                                                      "moe",       "mamba",     "head",
+                                                      "parallel"};
 
 static doc_decay_row *doc_decay_find(doc_decay *d, const char *kind, const char *name)
 {

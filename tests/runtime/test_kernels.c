@@ -85,6 +85,13 @@ static const kcase cases[] = {
 	            .dt_rank = 3}},
 	{"mamba1-chunks", {RT_MAMBA, SHAPE(6, 19, 1), .version = 1, .state = 3, .expand = 1,
 	                   .conv = 2}},
+	{"parallel", {RT_PARALLEL, SHAPE(16, 7, 2), .heads = 4, .kv_heads = 2, .version = 2,
+	              .state = 4, .expand = 2, .conv = 3, .ssm_heads = 4, .ssm_head_dim = 8,
+	              .groups = 2}},
+	{"parallel-options-chunks", {RT_PARALLEL, SHAPE(12, 35, 1), .heads = 2, .kv_heads = 1,
+	                             .head_dim = 5, .window = 6, .rope_theta = 1e6, .qkv_bias = 1,
+	                             .qk_norm = 1, .state = 3, .expand = 1, .conv = 4,
+	                             .ssm_heads = 3, .ssm_head_dim = 4}},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
@@ -477,12 +484,17 @@ START_TEST(test_selective)
 	run_alloc(&b, &ds, 4);
 	ck_assert_int_eq(a.sz.params, b.sz.params);
 	ck_assert_int_eq(a.sz.wstash, b.sz.wstash);
-	if (c->d.kind == RT_MAMBA) {
+	if (c->d.kind == RT_MAMBA || c->d.kind == RT_PARALLEL) {
 		int64_t nck = (c->d.seq + 15) / 16, di = c->d.hidden * c->d.expand;
 		int64_t ck = c->d.mbs * di * nck * c->d.state * 4; /* heads x P = di, f32 */
 		int64_t al = (ck + 63) / 64 * 64;
 		ck_assert_int_eq(b.sz.act, a.sz.act - al);
-		ck_assert_int_eq(b.sz.scratch, a.sz.scratch + al);
+		/* A parallel layer's mixers share their scratch: the states grow
+		 * the mixer's part, which may be under the attention's. */
+		if (c->d.kind == RT_MAMBA)
+			ck_assert_int_eq(b.sz.scratch, a.sz.scratch + al);
+		else
+			ck_assert(b.sz.scratch >= a.sz.scratch && b.sz.scratch <= a.sz.scratch + al);
 	} else {
 		ck_assert_int_eq(b.sz.act, a.sz.act);
 		ck_assert_int_eq(b.sz.scratch, a.sz.scratch);
@@ -766,6 +778,15 @@ START_TEST(test_errors)
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .heads = 3, .head_dim = 4},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .head_dim = 4, .groups = 3},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 1, .state = 4, .heads = 2},
+		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .ssm_heads = 4}, /* parallel's */
+		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .ssm_head_dim = 4},
+		{RT_PARALLEL, SHAPE(8, 4, 1), .heads = 2, .version = 1, .state = 4}, /* Mamba-1 */
+		{RT_PARALLEL, SHAPE(8, 4, 1), .heads = 2, .state = 4, .dt_rank = 2},
+		{RT_PARALLEL, SHAPE(8, 4, 1), .heads = 2, .kv_lora_rank = 4, .qk_rope_dim = 2,
+		 .state = 4}, /* MLA */
+		{RT_PARALLEL, SHAPE(8, 4, 1), .heads = 2, .state = 4, .ssm_heads = 3, .ssm_head_dim = 4},
+		{RT_PARALLEL, SHAPE(8, 4, 1), .heads = 3, .state = 4},      /* head_dim: 8 / 3 */
+		{RT_PARALLEL, SHAPE(8, 4, 1), .heads = 2},                  /* no state */
 		{RT_HEAD, SHAPE(8, 4, 1)},                                  /* no vocab */
 		{RT_HEAD, SHAPE(8, 4, 1), .vocab = 5, .tied = 2},
 		{RT_MLP, SHAPE(8, 4, 1), .ffn = 4, .tied = 1}, /* only the embedding and head tie */
@@ -883,6 +904,54 @@ START_TEST(test_training)
 }
 END_TEST
 
+/* A parallel layer is an attention layer and a Mamba-2 layer on one norm:
+ * with their weights taken from it (the mixer's norm the shared one), its
+ * y - x, dx - dy and gradients are the two layers' sums (the shared norm's
+ * gradient too), in f64 to rounding. */
+START_TEST(test_parallel_parts)
+{
+	rt_layer_desc pd = {RT_PARALLEL, SHAPE(12, 19, 2), .heads = 3, .kv_heads = 1, .head_dim = 4,
+	                    .window = 5, .qk_norm = 1, .state = 3, .expand = 2, .conv = 3,
+	                    .ssm_heads = 4, .ssm_head_dim = 6, .groups = 2};
+	rt_layer_desc ad = {RT_ATTENTION, SHAPE(12, 19, 2), .heads = 3, .kv_heads = 1, .head_dim = 4,
+	                    .window = 5, .qk_norm = 1};
+	rt_layer_desc md = {RT_MAMBA, SHAPE(12, 19, 2), .version = 2, .state = 3, .expand = 2,
+	                    .conv = 3, .heads = 4, .head_dim = 6, .groups = 2};
+	run rp, ra, rm;
+	run_alloc(&rp, &pd, 8);
+	run_alloc(&ra, &ad, 8);
+	run_alloc(&rm, &md, 8);
+	size_t H = 12, na = ra.n;
+	ck_assert_uint_eq(rp.n, ra.n + rm.n - H);
+	run_fill(&rp, 11);
+	run_fill(&ra, 11);
+	run_fill(&rm, 11);
+	double *pp = rp.p, *pa = ra.p, *pm = rm.p;
+	memcpy(pa, pp, na * 8);
+	memcpy(pm, pp, H * 8);
+	memcpy(pm + H, pp + na, (rm.n - H) * 8);
+	memcpy(ra.x, rp.x, rp.nx * 8), memcpy(rm.x, rp.x, rp.nx * 8);
+	memcpy(ra.dy, rp.dy, rp.nx * 8), memcpy(rm.dy, rp.dy, rp.nx * 8);
+	run_fbw(&rp, NULL);
+	run_fbw(&ra, NULL);
+	run_fbw(&rm, NULL);
+	const double *x = rp.x, *dy = rp.dy;
+	double *yp = rp.y, *ya = ra.y, *ym = rm.y, *dxp = rp.dx, *dxa = ra.dx, *dxm = rm.dx;
+	double *gp = rp.g, *ga = ra.g, *gm = rm.g;
+	for (size_t i = 0; i < rp.nx; i++) {
+		ck_assert_double_eq_tol(yp[i] - x[i], (ya[i] - x[i]) + (ym[i] - x[i]), 1e-12);
+		ck_assert_double_eq_tol(dxp[i] - dy[i], (dxa[i] - dy[i]) + (dxm[i] - dy[i]), 1e-12);
+	}
+	for (size_t i = 0; i < rp.n; i++) {
+		double want = i < H ? ga[i] + gm[i] : i < na ? ga[i] : gm[i - na + H];
+		ck_assert_double_eq_tol(gp[i], want, 1e-12 * (1 + fabs(want)));
+	}
+	run_free(&rp);
+	run_free(&ra);
+	run_free(&rm);
+}
+END_TEST
+
 /* rope_theta: 0 and 10000 are the same layer, bit for bit; another base
  * changes the output; with qk_norm the q and k heads leave the norm at unit
  * RMS times the scale, so a layer whose q and k scales are doubled and
@@ -974,6 +1043,7 @@ static Suite *kernels_suite(void)
 	tc = tcase_create("api");
 	tcase_add_test(tc, test_init);
 	tcase_add_test(tc, test_layout);
+	tcase_add_test(tc, test_parallel_parts);
 	tcase_add_test(tc, test_decay_flags);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_attention_options);
