@@ -250,4 +250,28 @@ int dev_norm_b(rt_dev *d, const dev_layer *L, const void *du, const void *xhat, 
 int dev_norm_scale(rt_dev *d, const dev_layer *L, const void *xhat, void *u);
 int dev_norm_w(rt_dev *d, const dev_layer *L, const void *du, const void *xhat);
 
+/* That norm as a mixer layer's (attention, mamba, and once for both mixers
+ * of a parallel layer: dev_mix.h), around its mixers:
+ *   F: u, xhat, r as dev_norm_f, then y = x, the residual the mixers add
+ *      to (x is not read again, so y may be x);
+ *   B, first: dy and xhat kept in the W stash (wdy, wxhat; dy first, since
+ *      dx may be dy); the mixers then make du, and dev_norm_b the dx;
+ *   W: u made again and dg, as dev_norm_scale and dev_norm_w. */
+int dev_prenorm_f(rt_dev *d, const dev_layer *L, const void *x, void *y, void *u, void *xhat,
+                  float *r);
+int dev_prenorm_keep(rt_dev *d, const dev_layer *L, const void *dy, void *wdy, const void *xhat,
+                     void *wxhat);
+int dev_prenorm_w(rt_dev *d, const dev_layer *L, const void *wxhat, const void *du, void *u);
+
+/* n elements of the storage type, device to device (nothing when dst is src). */
+int dev_copy(rt_dev *d, void *dst, const void *src, int64_t n);
+
+/* Returns from the calling function what `call` returns, unless RT_OK. */
+#define DEV_TRY(call)                                                                    \
+	do {                                                                                 \
+		int rc_ = (call);                                                                \
+		if (rc_)                                                                         \
+			return rc_;                                                                  \
+	} while (0)
+
 #endif

@@ -1,6 +1,6 @@
 /* dev_common.c: what the layer kinds of the device executor share: errors,
- * the stash carve, tensor pointers, launches, projections, the pre-norm
- * (dev.h). */
+ * the stash carve, tensor pointers, launches, projections, copies, the
+ * pre-norm (dev.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -115,4 +115,31 @@ int dev_norm_w(rt_dev *d, const dev_layer *L, const void *du, const void *xhat)
 {
 	float *dg = dev_grad(L, 0);
 	return dev_each(d, L, "%s_W_norm", L->s.H, (void *[]){&du, &xhat, &dg});
+}
+
+int dev_prenorm_f(rt_dev *d, const dev_layer *L, const void *x, void *y, void *u, void *xhat,
+                  float *r)
+{
+	DEV_TRY(dev_norm_f(d, L, x, u, xhat, r));
+	return dev_copy(d, y, x, L->s.T * L->s.H);
+}
+
+int dev_prenorm_keep(rt_dev *d, const dev_layer *L, const void *dy, void *wdy, const void *xhat,
+                     void *wxhat)
+{
+	DEV_TRY(dev_copy(d, wdy, dy, L->s.T * L->s.H));
+	return dev_copy(d, wxhat, xhat, L->s.T * L->s.H);
+}
+
+int dev_prenorm_w(rt_dev *d, const dev_layer *L, const void *wxhat, const void *du, void *u)
+{
+	DEV_TRY(dev_norm_scale(d, L, wxhat, u));
+	return dev_norm_w(d, L, du, wxhat);
+}
+
+int dev_copy(rt_dev *d, void *dst, const void *src, int64_t n)
+{
+	if (dst == src || n == 0)
+		return RT_OK;
+	return d->ops->copy(d, dst, src, (size_t)n * dev_esz(d), DEV_D2D);
 }

@@ -1,0 +1,89 @@
+/* dev_mix.h: the mixers of the device's attention and Mamba layers, for the
+ * layers that put them on a pre-norm of their own: the attention and
+ * mamba layers (dev_attn.c, dev_mamba.c) one each, the parallel layer
+ * (dev_par.c) both on one, as kernels_par.inc does on the CPU.  Private.
+ *
+ * A mixer reads u, the normalised input (the layer's scratch), and adds
+ * its output projection to y (which holds x); its B reads dy from the W
+ * stash and writes du, the gradient of u (beta 1: adds to it); its W
+ * reads u made again.  The pre-norm's buffers (xhat, r, the W stash's
+ * xhat, du, dy, the scratch's u) belong to the layer: the map functions
+ * carve them only when `norm`, else the caller sets the pointers.  Entry
+ * points are named by the mixer ("attention_F_core", "mamba_F_scan"), the
+ * layer's module holds them. */
+#ifndef OCTO_RT_DEV_MIX_H
+#define OCTO_RT_DEV_MIX_H
+
+#include "dev.h"
+
+/* ---- attention (dev_attn.c) -------------------------------------------- */
+
+typedef struct dev_attn_act {
+	void *xhat, *q, *k, *v, *o, *cqhat, *ckvhat, *qhat, *khat;
+	float *r, *lse, *cqr, *ckvr, *qr, *kr;
+} dev_attn_act;
+
+typedef struct dev_attn_ws {
+	void *xhat, *du, *dy, *o, *dq, *dk, *dv;
+	void *cqhat, *dcqn, *dcq, *ckvhat, *dkv, *dckvn, *dc; /* MLA */
+	void *dqn, *dkn, *qhat, *khat;                        /* qk_norm */
+} dev_attn_ws;
+
+typedef struct dev_attn_scr {
+	void *u, *cq, *cqn, *c, *ckvn, *kv, *d_o;
+	float *dsum;
+} dev_attn_scr;
+
+void dev_attn_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_attn_act *a,
+                  dev_carve *cw, dev_attn_ws *w, dev_carve *cs, dev_attn_scr *x);
+int dev_attn_mix_f(rt_dev *d, const dev_layer *L, dev_attn_act *a, dev_attn_scr *x, void *y);
+int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, dev_attn_ws *w,
+                   dev_attn_scr *x);
+int dev_attn_mix_w(rt_dev *d, const dev_layer *L, dev_attn_ws *w, dev_attn_scr *x);
+
+/* ---- Mamba (dev_mamba.c); L's tensors in the MB_* slots ------------------ */
+
+/* F -> B.  zx: in_proj's output, [z | x B C | dt] (v2) or [x | z] (v1);
+ * cv the convolution before SiLU, xc after; v = dt's pre-activation. */
+typedef struct dev_mb_act {
+	void *xhat;
+	float *r;
+	void *zx, *cv, *xc, *v;
+	float *dt; /* softplus(v) in f32 even in bf16: it scales A in exp(dt A) */
+	float *ck; /* [nb][mh][nck][P][N]: the state entering each chunk (none under selective) */
+	void *ys;
+	void *yhat; /* v2: the gated norm's output before its scale */
+	float *gr;  /* v2: its 1/rms per (row, group) */
+	void *xdbl; /* v1: x_proj's output [dt_low | B | C] */
+} dev_mb_act;
+
+/* B -> W. */
+typedef struct dev_mb_ws {
+	void *xhat, *du, *dy;
+	void *yo;   /* out_proj's input before the gated norm's scale (v2: yhat; v1: the gated y) */
+	void *dyn;  /* v2: the gradient of the gated norm's output */
+	void *dzx;  /* the gradient of in_proj's output */
+	void *xpre; /* the convolution's input, packed [T][cd] */
+	void *dcv;
+	float *dA; /* [nb][mh][N] (v1: mh = di channels) */
+	float *dD; /* [nb][mh] */
+	void *xc, *xdbl, *dxdbl, *dv; /* v1: x_proj's and dt_proj's inputs and output gradients */
+} dev_mb_ws;
+
+/* Scratch: u, yn in F and W; the rest in B, over the same bytes. */
+typedef struct dev_mb_scr {
+	void *u, *yn;
+	void *dyg, *dys, *dxbc;
+	float *dbp, *dcp; /* the scan's dB, dC per head [T][mh][N], before scan_reduce */
+	float *ddt;       /* [T][mh] */
+	float *ck;        /* selective: the chunk states, F's and B's again */
+} dev_mb_scr;
+
+void dev_mb_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_mb_act *a,
+                dev_carve *cw, dev_mb_ws *w, dev_carve *cs, dev_mb_scr *x);
+int dev_mb_mix_f(rt_dev *d, const dev_layer *L, dev_mb_act *a, dev_mb_scr *x, void *y);
+int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_mb_act *a, dev_mb_ws *w,
+                 dev_mb_scr *x);
+int dev_mb_mix_w(rt_dev *d, const dev_layer *L, dev_mb_ws *w, dev_mb_scr *x);
+
+#endif
