@@ -222,8 +222,63 @@ static void put_entries(sbuf *b, const char *text, const char *kind)
 }
 
 /* Constants are C++ constants, not macros, so that the templates' parameters
- * of the same names shadow them; OCTO_* macros serve the preprocessor. */
-#define DEF(name, v) put(&b, "static constexpr int %s = %lld;\n", name, (long long)(v))
+ * of the same names shadow them; OCTO_* macros serve the preprocessor.  The
+ * attention's names and the Mamba's differ, so a parallel layer's module
+ * holds both. */
+#define DEF(name, v) put(bp, "static constexpr int %s = %lld;\n", name, (long long)(v))
+
+static void def_attention(sbuf *bp, const rt_shape *s)
+{
+	DEF("NH", s->nh);
+	DEF("NKV", s->nkv);
+	DEF("DQK", s->dqk);
+	DEF("DV", s->dv);
+	DEF("WIN", s->win);
+	DEF("ROPE_OFF", s->rope_off);
+	DEF("ROPE_LEN", s->rope_len);
+	/* %.17g: the double the CPU kernels use, read back exactly. */
+	put(bp, "static constexpr double ROPE_THETA = %.17g;\n", s->theta);
+	DEF("DN", s->dn);
+	DEF("DR", s->dr);
+	DEF("RQ", s->rq);
+	DEF("RKV", s->rkv);
+}
+
+static void def_mamba(sbuf *bp, const rt_shape *s)
+{
+	DEF("VERSION", s->ver);
+	DEF("DI", s->di);
+	DEF("MH", s->mh);
+	DEF("P", s->P);
+	DEF("G", s->G);
+	DEF("N", s->N);
+	DEF("KC", s->Kc);
+	DEF("R", s->R);
+	DEF("CD", s->cd);
+	DEF("DIP", s->dip);
+	DEF("A1", s->ver == 1);
+	/* Mamba-2: the convolution reads x|B|C in zx (stride DIP) from column DI,
+	 * dt is zx's last MH columns.  Mamba-1: the convolution reads x in xz
+	 * (stride 2 DI); B, C are columns R.. of xd (stride R + 2N); dt = softplus(v) per channel. */
+	DEF("CONV_LD", s->ver == 2 ? s->dip : 2 * s->di);
+	DEF("DT_LD", s->ver == 2 ? s->dip : s->mh);
+	DEF("LX", s->ver == 2 ? s->cd : s->di);
+	DEF("LBC", s->ver == 2 ? s->cd : s->R + 2 * s->N);
+	DEF("NA", s->ver == 2 ? s->mh : s->di * s->N);
+	DEF("PERN", s->ver == 2 ? s->N : 1);
+}
+
+/* The attention's entry points, with the options' that the shape has. */
+static void put_attention(sbuf *bp, const rt_shape *s)
+{
+	put(bp, "%s", ENTRY_ATTENTION);
+	if (s->mla)
+		put(bp, "%s", ENTRY_MLA);
+	if (s->qkb)
+		put(bp, "%s", ENTRY_QKV_BIAS);
+	if (s->qkn)
+		put(bp, "%s", ENTRY_QK_NORM);
+}
 
 char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 {
@@ -234,7 +289,7 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		return NULL;
 	}
 	const char *kind = ir_layer_kind_names[d->kind];
-	sbuf b = {0};
+	sbuf b = {0}, *bp = &b;
 	put(&b, "/* octopipe: %s layer kernels (docs/cuda.md); matrix products run in cuBLAS */\n", kind);
 	put(&b, "#define OCTO_BF16 %d\n#define OCTO_RQ %lld\n#define OCTO_VERSION %d\n", bf16,
 	    (long long)s.rq, s.ver);
@@ -244,21 +299,7 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 	DEF("H", s.H);
 	DEF("V", s.V);
 	switch (d->kind) {
-	case RT_ATTENTION:
-		DEF("NH", s.nh);
-		DEF("NKV", s.nkv);
-		DEF("DQK", s.dqk);
-		DEF("DV", s.dv);
-		DEF("WIN", s.win);
-		DEF("ROPE_OFF", s.rope_off);
-		DEF("ROPE_LEN", s.rope_len);
-		/* %.17g: the double the CPU kernels use, read back exactly. */
-		put(&b, "static constexpr double ROPE_THETA = %.17g;\n", s.theta);
-		DEF("DN", s.dn);
-		DEF("DR", s.dr);
-		DEF("RQ", s.rq);
-		DEF("RKV", s.rkv);
-		break;
+	case RT_ATTENTION: def_attention(&b, &s); break;
 	case RT_MLP:
 	case RT_MOE:
 		DEF("ACT", s.act);
@@ -268,27 +309,10 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		DEF("K", s.K);
 		DEF("SF", s.SF);
 		break;
-	case RT_MAMBA:
-		DEF("VERSION", s.ver);
-		DEF("DI", s.di);
-		DEF("MH", s.mh);
-		DEF("P", s.P);
-		DEF("G", s.G);
-		DEF("N", s.N);
-		DEF("KC", s.Kc);
-		DEF("R", s.R);
-		DEF("CD", s.cd);
-		DEF("DIP", s.dip);
-		DEF("A1", s.ver == 1);
-		/* Mamba-2: the convolution reads x|B|C in zx (stride DIP) from column DI,
-		 * dt is zx's last MH columns.  Mamba-1: the convolution reads x in xz
-		 * (stride 2 DI); B, C are columns R.. of xd (stride R + 2N); dt = softplus(v) per channel. */
-		DEF("CONV_LD", s.ver == 2 ? s.dip : 2 * s.di);
-		DEF("DT_LD", s.ver == 2 ? s.dip : s.mh);
-		DEF("LX", s.ver == 2 ? s.cd : s.di);
-		DEF("LBC", s.ver == 2 ? s.cd : s.R + 2 * s.N);
-		DEF("NA", s.ver == 2 ? s.mh : s.di * s.N);
-		DEF("PERN", s.ver == 2 ? s.N : 1);
+	case RT_MAMBA: def_mamba(&b, &s); break;
+	case RT_PARALLEL:
+		def_attention(&b, &s);
+		def_mamba(&b, &s);
 		break;
 	default:
 		break;
@@ -302,13 +326,7 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		break;
 	case RT_ATTENTION:
 		put_entries(&b, ENTRY_NORM, kind);
-		put(&b, "%s", ENTRY_ATTENTION);
-		if (s.mla)
-			put(&b, "%s", ENTRY_MLA);
-		if (s.qkb)
-			put(&b, "%s", ENTRY_QKV_BIAS);
-		if (s.qkn)
-			put(&b, "%s", ENTRY_QK_NORM);
+		put_attention(&b, &s);
 		break;
 	case RT_MLP:
 	case RT_MOE:
@@ -321,6 +339,11 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		put_entries(&b, ENTRY_NORM, kind);
 		put(&b, "%s", ENTRY_MAMBA);
 		break;
+	case RT_PARALLEL: /* one norm, both mixers' entry points under their names */
+		put_entries(&b, ENTRY_NORM, kind);
+		put_attention(&b, &s);
+		put(&b, "%s", ENTRY_MAMBA);
+		break;
 	default: break;
 	}
 	put(&b, "%s", ENTRY_OPTIM);
@@ -329,6 +352,7 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 	free(b.p);
 	return out;
 }
+#undef DEF
 
 char *cg_cuda_module_name(const rt_layer_desc *d, const char *src, arena *a)
 {

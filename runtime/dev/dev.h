@@ -196,6 +196,7 @@ DEV_KIND(attn)
 DEV_KIND(mlp)
 DEV_KIND(moe)
 DEV_KIND(mamba)
+DEV_KIND(par)
 #undef DEV_KIND
 
 /* ---- what the kinds share (dev_common.c) ----------------------------------- */

@@ -13,6 +13,7 @@ typedef struct kind_fns {
 static const kind_fns kinds[RT_NKINDS] = {
     [RT_EMBEDDING] = K(emb), [RT_ATTENTION] = K(attn), [RT_MLP] = K(mlp),
     [RT_MOE] = K(moe),       [RT_MAMBA] = K(mamba),    [RT_HEAD] = K(head),
+    [RT_PARALLEL] = K(par),
 };
 #undef K
 

@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/cuda/run.sh OCTOPIPE SRCDIR: the CUDA target without a GPU
 # (docs/cuda.md).  Every kernel module of every model under models/ (the zoo
-# and the tiny models) compiles with NVRTC to PTX for sm_80 and sm_90; each
-# PTX has the entry points of its kind's F, B and W; --emit=cuda writes the
+# and the tiny models) and of tests/e2e/tiny-falcon.yaml (parallel layers)
+# compiles with NVRTC to PTX for sm_80 and sm_90; each PTX has the entry points of its kind's F, B and W; --emit=cuda writes the
 # sources with the shapes baked in; an architecture NVRTC refuses fails
 # with NVRTC's log as the error.  Prints "N passed, M failed"; the failure
 # count is the exit code.
@@ -29,6 +29,9 @@ declare -A ENTRIES=(
 	[moe]="moe_F_route moe_F_layout moe_F_gather moe_F_combine moe_F_act moe_B_route moe_B_act moe_B_scatter moe_W_gather moe_W_norm"
 	[mamba]="mamba_F_conv mamba_F_dt mamba_F_scan mamba_B_scan mamba_B_reduce mamba_B_dt mamba_B_dcv mamba_B_xpre mamba_B_conv mamba_W_conv mamba_W_alog mamba_W_dtbias"
 )
+# A parallel layer's module: its norm, and the attention's and the Mamba-2
+# mixer's entry points under their own names.
+ENTRIES[parallel]="parallel_F_norm parallel_B_norm parallel_W_scale parallel_W_norm attention_F_rope attention_F_core attention_B_core_q attention_B_core_kv attention_B_rope ${ENTRIES[mamba]} mamba_F_gnorm mamba_B_gnorm mamba_W_gnorm mamba_W_gscale"
 
 # registers MODEL PTX: ptxas -v's registers and local memory per entry,
 # against the entry's .maxntid.  An SM holds 65536 registers, given out per
@@ -64,7 +67,8 @@ registers() {
 	done < "$TMP/regs"
 }
 
-for y in "$SRC"/models/*.yaml; do
+# tiny-falcon (tests/e2e): the parallel layers, which no model under models/ has.
+for y in "$SRC"/models/*.yaml "$SRC"/tests/e2e/tiny-falcon.yaml; do
 	m=$(basename "$y" .yaml)
 	for arch in sm_80 sm_90; do
 		out=$TMP/$m-$arch

@@ -87,6 +87,19 @@ static const tcase cases[] = {
                                      .heads = 4, .head_dim = 32, .groups = 2, .selective = 1}},
     {"mamba", "Mamba-1, selective", {.kind = RT_MAMBA, BASE, .version = 1, .state = 8,
                                      .selective = 1}},
+    /* attention and a Mamba-2 mixer on one norm (Falcon-H1).  In bf16 the
+     * mixer's dt_bias and D gradients (sums over every token of products of
+     * rounded values) come near the threshold, as a Mamba-2 layer's do (the
+     * 2-group case above goes over it for some inputs: other case names). */
+    {"par", "GQA 4/2, Mamba-2 1 group", {.kind = RT_PARALLEL, BASE, .heads = 4, .kv_heads = 2,
+                                         .state = 16, .ssm_heads = 8, .ssm_head_dim = 16,
+                                         .groups = 1}},
+    {"par", "qkv_bias, qk_norm, window, sel.", {.kind = RT_PARALLEL, BASE, .heads = 2,
+                                                .kv_heads = 1, .head_dim = 16, .window = 7,
+                                                .rope_theta = 1e6, .qkv_bias = 1, .qk_norm = 1,
+                                                .state = 16, .expand = 1, .conv = 3,
+                                                .ssm_heads = 4, .ssm_head_dim = 16,
+                                                .selective = 1}},
     /* The production models' per-head widths at a short sequence: the
      * kernels keep a head's vectors per thread, and these widths compile
      * to other code than the small ones above (255 registers and spills
@@ -445,7 +458,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [--gpu-launch] "
 	           "[KIND ...]\n"
-	           "  KIND: emb head attn mlp moe mamba optim (default: all)\n"
+	           "  KIND: emb head attn mlp moe mamba par optim (default: all)\n"
 	           "  --gpu-launch: the emulator launches as the GPU does (256-thread blocks, up to\n"
 	           "  8192 of them) instead of its own 32-thread blocks\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
