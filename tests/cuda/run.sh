@@ -2,9 +2,10 @@
 # tests/cuda/run.sh OCTOPIPE SRCDIR: the CUDA target without a GPU
 # (docs/cuda.md).  Every kernel module of every model under models/ (the zoo
 # and the tiny models) and of tests/e2e/tiny-falcon.yaml (parallel layers)
-# compiles with NVRTC to PTX for sm_80 and sm_90; each PTX has the entry points of its kind's F, B and W; --emit=cuda writes the
-# sources with the shapes baked in; an architecture NVRTC refuses fails
-# with NVRTC's log as the error.  Prints "N passed, M failed"; the failure
+# compiles with NVRTC to PTX for sm_80 and sm_90; each PTX has the entry
+# points of its kind's F, B and W; --emit=cuda writes the sources with the
+# shapes baked in; an architecture NVRTC refuses fails with NVRTC's log as
+# the error.  Prints "N passed, M failed"; the failure
 # count is the exit code.
 set -u
 OCTO=$1
