@@ -18,7 +18,8 @@
  * A family (model_type) is a function that reads its keys into a `model`:
  * one set of layer fields per kind and the layer string, one character per
  * sub-layer: '*' attention, 's' sliding-window attention, '-' MLP, 'E'
- * MoE, 'M' mamba (the characters of the pattern block, plus 's'). */
+ * MoE, 'M' mamba (the characters of the pattern block, plus 's'), 'P'
+ * parallel (the attention's fields and the mamba's). */
 #include "hf_import.h"
 
 #include <stdarg.h>
@@ -868,6 +869,148 @@ static int read_nemotron_h(hf *c, model *m)
 	return 0;
 }
 
+/* A muP multiplier (Falcon-H1): a number, or a list of numbers, all 1 when
+ * it changes nothing. */
+static int want_ones(hf *c, const char *name, const char *why)
+{
+	yaml_node_t *n = get_kept(c, name);
+	if (!n || is_plain(n, "null"))
+		return 0;
+	bool one = true;
+	if (n->type == YAML_SEQUENCE_NODE) {
+		for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+		     it++) {
+			double v;
+			if (read_num(c, ydoc_node(&c->d, *it), name, &v) < 0)
+				return -1;
+			one &= v == 1;
+		}
+	} else {
+		double v;
+		if (read_num(c, n, name, &v) < 0)
+			return -1;
+		one = v == 1;
+	}
+	return one ? 0 : refuse(c, name, why);
+}
+
+/* Falcon-H1: every layer a parallel block (attention and a Mamba-2 mixer
+ * on one norm) and a gated MLP. */
+static int read_falcon_h1(hf *c, model *m)
+{
+	static const struct { const char *key, *why; } mup[] = {
+	    {"embedding_multiplier", "the embeddings scaled by a constant"},
+	    {"lm_head_multiplier", "the logits scaled by a constant"},
+	    {"attention_in_multiplier", "the attention's input scaled by a constant"},
+	    {"attention_out_multiplier", "the attention's output scaled by a constant"},
+	    {"key_multiplier", "the keys scaled by a constant"},
+	    {"ssm_in_multiplier", "the mixer's input scaled by a constant"},
+	    {"ssm_out_multiplier", "the mixer's output scaled by a constant"},
+	    {"ssm_multipliers", "the mixer's in_proj outputs (z, x, B, C, dt) scaled by constants"},
+	    {"mlp_multipliers", "the MLP's gate and output scaled by constants"},
+	};
+	int64_t dssm = 0;
+	const char *mact = NULL;
+	if (read_common(c, m, 8192) < 0 || read_heads(c, m, "head_dim") < 0 ||
+	    need_int(c, "intermediate_size", 1, 1 << 24, &m->ffn) < 0 ||
+	    gated_act(c, "hidden_act", "silu", m) < 0 || read_tie(c, m, false) < 0 ||
+	    need_int(c, "mamba_n_heads", 1, 65536, &m->m_heads) < 0 ||
+	    get_int(c, "mamba_n_groups", 1, 65536, 1, &m->groups) < 0 ||
+	    get_int(c, "mamba_d_state", 1, 65536, 256, &m->state) < 0 ||
+	    get_int(c, "mamba_d_conv", 1, 1024, 4, &m->conv) < 0 ||
+	    get_int(c, "mamba_expand", 1, 64, 2, &m->expand) < 0 ||
+	    get_str(c, "mamba_hidden_act", "silu", &mact) < 0 ||
+	    want_bool(c, "attention_bias", false, "biases on the attention projections: the "
+	              "attention layer has q, k, v biases at most (qkv_bias)") < 0 ||
+	    want_bool(c, "mlp_bias", false, "biases in the MLP: the mlp layer has none") < 0 ||
+	    want_bool(c, "projectors_bias", false, "biases on the attention and MLP projections: "
+	              "the layers have none") < 0 ||
+	    want_bool(c, "mamba_proj_bias", false, "biases on the mamba projections: the mamba "
+	              "layer has none") < 0 ||
+	    want_bool(c, "mamba_conv_bias", true, "a convolution without bias: the mamba layer's "
+	              "has one") < 0 ||
+	    want_zero(c, "hidden_dropout", "dropout: the layers have none") < 0)
+		return -1;
+	/* The mixer's gate: a gated RMSNorm (mamba_rms_norm, false when absent)
+	 * whose order (mamba_norm_before_gate, true when absent) is the mamba
+	 * layer's, norm after gate. */
+	yaml_node_t *rn = get_kept(c, "mamba_rms_norm");
+	if (rn && !is_plain(rn, "true") && !is_plain(rn, "false")) {
+		diag_error(ydoc_at(&c->d, rn), "expected true or false for 'mamba_rms_norm', got %s",
+		           ydoc_describe(&c->d, rn));
+		return -1;
+	}
+	if (!(rn && is_plain(rn, "true"))) {
+		if (refuse(c, "mamba_rms_norm", "the mixer's output gated without a norm (false, Hugging "
+		           "Face's default): the mamba layer's gate is Mamba-2's gated RMSNorm") < 0)
+			return -1;
+		get(c, "mamba_norm_before_gate");
+	} else {
+		yaml_node_t *nb = get_kept(c, "mamba_norm_before_gate");
+		if ((!nb || is_plain(nb, "true")) &&
+		    refuse(c, "mamba_norm_before_gate", "the norm before the gate (true, Hugging Face's "
+		           "default), RMSNorm(y) silu(z): the mamba layer's is RMSNorm(y silu(z))") < 0)
+			return -1;
+		if (nb && !is_plain(nb, "true") && !is_plain(nb, "false")) {
+			diag_error(ydoc_at(&c->d, nb), "expected true or false for "
+			           "'mamba_norm_before_gate', got %s", ydoc_describe(&c->d, nb));
+			return -1;
+		}
+	}
+	for (size_t i = 0; i < NELEMS(mup); i++)
+		if (want_ones(c, mup[i].key, arena_printf(c->a, "a muP multiplier other than 1: %s, "
+		              "which the layers do not do", mup[i].why)) < 0)
+			return -1;
+	if (strcmp(mact, "silu") != 0 &&
+	    refuse(c, "mamba_hidden_act", "a gate other than silu: the mamba layer gates by "
+	           "silu(z)") < 0)
+		return -1;
+	if (get_kept(c, "attn_layer_indices") &&
+	    refuse(c, "attn_layer_indices", "attention on some layers only: a falcon_h1 layer is "
+	           "attention and the mixer side by side on every layer") < 0)
+		return -1;
+	/* The mixer's inner size: mamba_d_ssm when given (Hugging Face then
+	 * reads no mamba_expand), else mamba_expand x hidden. */
+	yaml_node_t *ds = get(c, "mamba_d_ssm");
+	if (ds && !is_plain(ds, "null")) {
+		if (ydoc_int(&c->d, ds, "'mamba_d_ssm'", 1, 1 << 24, &dssm) < 0)
+			return -1;
+		if (dssm % m->hidden) {
+			diag_error(ydoc_at(&c->d, ds), "'mamba_d_ssm' (%lld) is not a multiple of "
+			           "'hidden_size' (%lld): the mamba layer's inner size is expand x hidden, "
+			           "expand a whole number", (long long)dssm, (long long)m->hidden);
+			return -1;
+		}
+		m->expand = dssm / m->hidden;
+	}
+	int64_t di = m->expand * m->hidden;
+	yaml_node_t *dh = get(c, "mamba_d_head");
+	m->m_head_dim = di / m->m_heads;
+	if (dh && !(dh->type == YAML_SCALAR_NODE && !strcmp((const char *)dh->data.scalar.value, "auto")) &&
+	    ydoc_int(&c->d, dh, "'mamba_d_head'", 1, 65536, &m->m_head_dim) < 0)
+		return -1;
+	if (m->m_heads * m->m_head_dim != di) {
+		diag_error(key_loc(c, "mamba_n_heads"), "'mamba_n_heads' x the head size (%lld x %lld) "
+		           "is not the mixer's inner size %lld", (long long)m->m_heads,
+		           (long long)m->m_head_dim, (long long)di);
+		return -1;
+	}
+	if (m->m_heads % m->groups) {
+		diag_error(key_loc(c, "mamba_n_groups"), "'mamba_n_groups' (%lld) does not divide "
+		           "'mamba_n_heads' (%lld)", (long long)m->groups, (long long)m->m_heads);
+		return -1;
+	}
+	if (find(c, "rope_theta") < 0)
+		m->rope_theta = 1e5; /* FalconH1Config's default */
+	m->version = 2;
+	alloc_layers(c, m, 2);
+	for (int64_t i = 0; i < m->layers; i++) {
+		push(m, 'P');
+		push(m, '-');
+	}
+	return 0;
+}
+
 /* layer_types (newer configs write it for every family with attention on
  * every layer): per layer "full_attention" or "sliding_attention", which
  * decides each attention layer's window over the family's own rule. */
@@ -934,6 +1077,7 @@ static const char *const gemma_quiet[] = {"cache_implementation", NULL};
 static const char *const deepseek_quiet[] = {"ep_size", "num_nextn_predict_layers", "seq_aux", NULL};
 static const char *const jamba_quiet[] = {"use_mamba_kernels", "router_aux_loss_coef",
                                           "layers_block_type", "layers_num_experts", NULL};
+static const char *const falcon_h1_quiet[] = {"mamba_chunk_size", NULL};
 static const char *const nemotron_quiet[] = {"chunk_size", "time_step_rank", "time_step_min",
                                              "time_step_max", "time_step_floor", "time_step_limit",
                                              "residual_in_fp32", "rescale_prenorm_residual",
@@ -954,6 +1098,7 @@ static const family families[] = {
 	{"deepseek_v3", read_deepseek, deepseek_quiet},
 	{"jamba", read_jamba, jamba_quiet},
 	{"nemotron_h", read_nemotron_h, nemotron_quiet},
+	{"falcon_h1", read_falcon_h1, falcon_h1_quiet},
 };
 #define NFAMILIES NELEMS(families)
 
@@ -1045,6 +1190,10 @@ static const char *layer_text(arena *a, const model *m, char ch, bool with_kind)
 		else
 			k = arena_printf(a, "%s, heads: %lld, head_dim: %lld, groups: %lld", k,
 			                 (long long)m->m_heads, (long long)m->m_head_dim, (long long)m->groups);
+		break;
+	case 'P':
+		k = arena_printf(a, "%sattention: %s, mamba: %s", with_kind ? "kind: parallel, " : "",
+		                 layer_text(a, m, '*', false), layer_text(a, m, 'M', false));
 		break;
 	default:
 		ir_bug("layer character '%c'", ch);
@@ -1215,7 +1364,8 @@ const char *fe_import_hf(arena *a, const src_file *src, const char *const *ignor
 	if (f->read(&c, &m) < 0)
 		goto out;
 	/* Every family but the hybrids has one attention layer per layer. */
-	if (f->read != read_jamba && f->read != read_nemotron_h && read_layer_types(&c, &m) < 0)
+	if (f->read != read_jamba && f->read != read_nemotron_h && f->read != read_falcon_h1 &&
+	    read_layer_types(&c, &m) < 0)
 		goto out;
 	/* An ignored key is one of the file's, or one whose absence the family
 	 * refused (its default is what the format cannot say). */

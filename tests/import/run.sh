@@ -62,6 +62,15 @@ if cmp -s "$tmp/a.yaml" "$tmp/b.yaml"; then pass=$((pass + 1)); else echo "FAIL 
 # layers, then MoE; Jamba's attention at 4 mod 8 and MoE at odd layers.
 check '"kinds": "e*-*-*-*E*E' "$bin" plan "$tmp/deepseek-v3.yaml" --cluster ideal --devices 1 --dp 1 --schedule 1f1b --json
 check '"kinds": "eM-MEM-ME*-MEM-MEM-MEM-ME*-' "$bin" plan "$tmp/jamba-v0.1.yaml" --cluster ideal --devices 1 --dp 1 --schedule 1f1b --json
+# Falcon-H1-7B's shape (configs/falcon-h1-7b.json; no exact published count
+# found, "7B" being the model's name): every layer a parallel block and a
+# gated MLP, and the count of Hugging Face's tensors by hand, 44 x (attention
+# 11013120 + mixer 29979208 + MLP 113249280) + 2 x 130048 x 3072 + 3072 =
+# 7585648736, of which 44 x 3072 (norm_gated) HF has only with
+# mamba_rms_norm true, which this config leaves out (--ignore).
+"$bin" import "$dir/configs/falcon-h1-7b.json" --ignore mamba_rms_norm -o "$tmp/falcon-h1-7b.yaml" 2>/dev/null
+check '"parameters": 7585648736' "$bin" plan "$tmp/falcon-h1-7b.yaml" --cluster ideal --devices 8 --dp 1 --schedule 1f1b --json
+check '"kinds": "eP-P-P-' "$bin" plan "$tmp/falcon-h1-7b.yaml" --cluster ideal --devices 1 --dp 1 --schedule 1f1b --json
 # golden/: small configs whose model file is compared as a whole (the
 # layer rules, the repeat and pattern blocks, the windows), then planned.
 for cfg in "$dir"/golden/*.json; do
