@@ -594,6 +594,13 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 	        (int)sizeof so ||
 	    snprintf(log, sizeof log, "%s/%s.log", workdir, name) >= (int)sizeof log)
 		return dev_fail(d, RT_EARG, "emu module %s: path under '%s' too long", name, workdir);
+	/* An object of this source built before (a directory of modules kept
+	 * from an earlier run: dev_check --modules) is loaded as it is, so a
+	 * machine without the compiler can run the modules it was given. */
+	if (access(so, R_OK) == 0)
+		goto load;
+	char tmp[PATH_MAX + 32];
+	snprintf(tmp, sizeof tmp, "%s.%ld.tmp", so, (long)getpid());
 	if (mkdir(workdir, 0777) && errno != EEXIST)
 		return dev_fail(d, RT_EIO, "emu module %s: cannot create '%s': %s", name, workdir,
 		                strerror(errno));
@@ -605,7 +612,7 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 	 * into LOG. */
 	char row[32];
 	snprintf(row, sizeof row, "-DOCTO_ROW=%u", e->row_define);
-	char *argv[] = {(char *)cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", so, cpp,
+	char *argv[] = {(char *)cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", tmp, cpp,
 	                e->row_define ? row : NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
@@ -629,7 +636,12 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 		                cxx, WIFEXITED(status) ? "exit" : "signal",
 		                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log, text);
 	}
-
+	/* Whole or not at all under its final name: a run killed while it
+	 * compiled leaves no object that a later run would take as built. */
+	if (rename(tmp, so))
+		return dev_fail(d, RT_EIO, "emu module %s: cannot rename '%s': %s", name, tmp,
+		                strerror(errno));
+load:;
 	void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
 	if (!dl)
 		return dev_fail(d, RT_EIO, "emu module %s: dlopen: %s", name, dlerror());

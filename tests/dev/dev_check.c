@@ -14,7 +14,10 @@
  *
  * The device is the host emulator (the module's source compiled by the
  * host C++ compiler), or the GPU with --device cuda (PTX by NVRTC for
- * --gpu-arch, default sm_90; builds with the CUDA toolkit).  Exit 0 when every
+ * --gpu-arch, default sm_90; builds with the CUDA toolkit).  --modules DIR
+ * keeps the emulator's compiled modules in DIR, and loads those already
+ * there instead of compiling them: the GPU kit (tests/gpu/kit.sh) carries
+ * them to machines without a C++ compiler.  Exit 0 when every
  * output is within its threshold, 1 otherwise, 2 on a usage or setup
  * error. */
 #include <math.h>
@@ -205,6 +208,7 @@ static float *dget(rt_dev *dev, const void *p, int64_t n, bool f32)
 static const char *device_kind = "emu";
 static const char *gpu_arch = "sm_90";
 static bool gpu_launch; /* --gpu-launch: the emulator with the GPU's blocks */
+static const char *modules; /* --modules DIR: kept, and reused */
 static char workdir[4096];
 
 static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
@@ -444,8 +448,9 @@ static int run_optim(bool bf16)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [--gpu-launch] "
-	           "[KIND ...]\n"
+	           "[--modules DIR] [KIND ...]\n"
 	           "  KIND: emb head attn mlp moe mamba optim (default: all)\n"
+	           "  --modules DIR: the emulator's compiled modules kept in DIR, and reused from it\n"
 	           "  --gpu-launch: the emulator launches as the GPU does (256-thread blocks, up to\n"
 	           "  8192 of them) instead of its own 32-thread blocks\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
@@ -462,6 +467,8 @@ int main(int argc, char **argv)
 			device_kind = argv[++i];
 		} else if (strcmp(argv[i], "--gpu-arch") == 0 && i + 1 < argc) {
 			gpu_arch = argv[++i];
+		} else if (strcmp(argv[i], "--modules") == 0 && i + 1 < argc) {
+			modules = argv[++i];
 		} else if (strcmp(argv[i], "--gpu-launch") == 0) {
 			gpu_launch = true;
 		} else if (strcmp(argv[i], "--help") == 0) {
@@ -481,10 +488,18 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	snprintf(workdir, sizeof workdir, "%s/dev_check.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(workdir)) {
-		perror("dev_check: mkdtemp");
-		return 2;
+	if (modules) {
+		if (snprintf(workdir, sizeof workdir, "%s", modules) >= (int)sizeof workdir) {
+			fprintf(stderr, "dev_check: error: --modules %s: path too long\n", modules);
+			return 2;
+		}
+	} else {
+		snprintf(workdir, sizeof workdir, "%s/dev_check.XXXXXX",
+		         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		if (!mkdtemp(workdir)) {
+			perror("dev_check: mkdtemp");
+			return 2;
+		}
 	}
 	int bad = 0;
 	for (int k = 0; k < NCASES; k++)
@@ -494,7 +509,7 @@ int main(int argc, char **argv)
 		bad |= run_optim(bf16);
 	char cmd[4200];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-	if (system(cmd) != 0)
+	if (!modules && system(cmd) != 0)
 		fprintf(stderr, "dev_check: warning: could not remove %s\n", workdir);
 	printf("%s\n", bad ? "dev_check: FAIL" : "dev_check: every output within its threshold");
 	return bad;
