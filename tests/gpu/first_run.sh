@@ -19,7 +19,8 @@
 #      compute-sanitizer where there is one (120 s)
 #   5. tiny-hybrid, 1 rank (an MPI singleton, a 1-rank NCCL communicator),
 #      5 steps in f32 then bf16 (120 s each): each step's loss within 1e-5
-#      (f32) and 2e-2 (bf16), relative, of the CPU's, recorded in the kit
+#      (f32) and 2e-2 (bf16), relative, of the CPU's, recorded in the kit;
+#      a run that fails, once more with OCTO_COMM=mpi (no NCCL)
 # --emulate rehearses it without a GPU (ctest gpu_kit; docs/cuda.md): the
 # emulator in the GPU's place (dev_check --device emu on mlp with the kit's
 # compiled modules, the runs/emu-* ranks), no gemm_peak or kernel_info.
@@ -141,6 +142,9 @@ if [ $EMU = 0 ]; then
 	cc=$(head -1 "$TMP/smi" | cut -d, -f3 | tr -d ' .')
 	ARCH=sm_${cc:-90}
 	[ "$ARCH" = sm_90 ] || echo "warning: the kit's modules are for sm_90 (H100, H200); this card is $ARCH"
+	# CUDA 13's runtime (and NVRTC 13's PTX) needs driver 580 or later.
+	[ "${drvv%%.*}" -ge 580 ] 2> /dev/null ||
+		echo "warning: driver $drvv: the kit's CUDA 13 libraries need 580 or later"
 fi
 echo "glibc: $(getconf GNU_LIBC_VERSION 2> /dev/null); $(uname -srm)"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -273,6 +277,15 @@ for run in "f32 1e-5" "bf16 2e-2"; do
 		[ $rc = 124 ] && echo "  timed out"
 		tail -15 "$TMP/t-$1"
 		record "tiny_hybrid_$1" fail "$nums"
+		# Once more without NCCL (host copies over MPI), to tell a failure of
+		# the 1-rank NCCL communicator from one of the device's.
+		if [ $EMU = 0 ] && [ $rc != 0 ]; then
+			(cd "$d" && OCTO_COMM=mpi timeout "$(limit 120)" ./rank0 --steps "$STEPS") > "$TMP/m-$1" 2>&1
+			rc=$?
+			cp "$TMP/m-$1" "$LOGDIR/tiny-hybrid-$1-mpi.txt"
+			grep -E "^step |error" "$TMP/m-$1" | tail -8
+			record "tiny_hybrid_$1_without_nccl" "$([ $rc = 0 ] && echo pass || echo fail)" "\"exit\": $rc"
+		fi
 	fi
 done
 

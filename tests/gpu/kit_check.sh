@@ -5,8 +5,9 @@
 #   - every ELF file in it has only $ORIGIN-relative run paths;
 #   - first_run.sh --emulate passes with LD_LIBRARY_PATH cleared and, in a
 #     mount namespace where one can be had (unshare), the source tree, the
-#     build tree and the system's Open MPI and OpenBLAS directories hidden
-#     under empty mounts.
+#     build tree and Open MPI's plugin folder hidden under empty mounts, and
+#     the system's copy of every library the kit carries (libmpi, OpenBLAS,
+#     ...) under /dev/null.
 # Exit 0, 1 on a failure, 77 (skip) without the CUDA toolkit in the build,
 # patchelf, mpirun or Open MPI's ompi_info.
 set -u
@@ -28,20 +29,23 @@ while read -r f; do
 	rp=$(readelf -d "$f" | sed -n 's/.*(R[UN]*PATH).*\[\(.*\)\]/\1/p')
 	case $rp in
 	'$ORIGIN'|'$ORIGIN/'*) ;;
+	'') ;; # the emulator's modules: libc and libm only
 	*) echo "FAIL: ${f#"$TMP"/}: run path '$rp'"; fail=1 ;;
 	esac
 done < <(find "$TMP/kit" -type f)
 
-# What to hide: the trees, and the directories of the packages the kit
-# carries (libmpi's and libopenblas's, Open MPI's plugins and help text).
+# What to hide: the trees, Open MPI's plugins and help text, and the
+# system's copy of every library the kit carries (/dev/null over it).
 hide=("$BUILD" "$SRC")
-for l in libmpi.so.40 libopenblas.so.0; do
-	p=$(ldd "$BUILD/tests/dev/dev_check" | awk -v l=$l '$1 == l {print $3}')
-	[ -n "$p" ] && hide+=("$(dirname "$(readlink -f "$p")")")
-done
 hide+=("$(ompi_info --path pkglibdir --parsable | sed -n 's/^path:pkglibdir://p')"
 	"$(ompi_info --path pkgdatadir --parsable | sed -n 's/^path:pkgdatadir://p')")
-cmd='for d in "$@"; do [ -d "$d" ] && mount -t tmpfs none "$d"; done'
+for l in "$TMP"/kit/lib/*; do
+	p=$(ldconfig -p | awk -v l="$(basename "$l")" '$1 == l {print $NF; exit}')
+	[ -n "$p" ] && hide+=("$(readlink -f "$p")")
+done
+cmd='for d in "$@"; do
+	if [ -d "$d" ]; then mount -t tmpfs none "$d"; elif [ -f "$d" ]; then mount --bind /dev/null "$d"; fi
+done'
 cmd="$cmd"'; env -u LD_LIBRARY_PATH "$KIT/first_run.sh" --emulate "$LOGS"'
 export KIT=$TMP/kit LOGS=$TMP/logs
 if unshare -m true 2> /dev/null; then
