@@ -349,9 +349,41 @@ static void c_abort(rt_dev *d)
 	c->nccl = c->dp = NULL;
 }
 
+/* Marks: events on the compute stream, with timing. */
+static int c_mark(rt_dev *d, void **m)
+{
+	rt_cuda *c = self(d);
+	cudaEvent_t e;
+	CUDA_OK(c, cudaEventCreate(&e), "timing");
+	cudaError_t r = cudaEventRecord(e, c->compute);
+	if (r != cudaSuccess) {
+		cudaEventDestroy(e);
+		return fail(c, RT_EDEVICE, "cudaEventRecord failed during timing: %s (rank %d)",
+		            cudaGetErrorString(r), c->rank);
+	}
+	*m = e;
+	return RT_OK;
+}
+
+static int c_elapsed(rt_dev *d, void *from, void *to, double *ms)
+{
+	rt_cuda *c = self(d);
+	float f = 0;
+	CUDA_OK(c, cudaEventSynchronize((cudaEvent_t)to), "timing");
+	CUDA_OK(c, cudaEventElapsedTime(&f, (cudaEvent_t)from, (cudaEvent_t)to), "timing");
+	*ms = f;
+	return RT_OK;
+}
+
+static void c_unmark(rt_dev *d, void *m)
+{
+	cudaEventDestroy((cudaEvent_t)m);
+}
+
 static const dev_ops cuda_ops = {
     .name = "cuda", .gemm = c_gemm, .launch = c_launch, .copy = c_copy, .zero = c_zero,
     .alloc = c_alloc, .free = c_free, .sync = c_sync, .destroy = c_destroy, .abort = c_abort,
+    .mark = c_mark, .elapsed = c_elapsed, .unmark = c_unmark,
 };
 
 /* ---- the NCCL communicator ---------------------------------------------------- */

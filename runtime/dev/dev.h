@@ -53,6 +53,13 @@ typedef struct dev_ops {
 	int (*sync)(rt_dev *d); /* the device has finished all work given so far */
 	void (*destroy)(rt_dev *d);
 	void (*abort)(rt_dev *d); /* the rank is failing: let no peer wait for it (may be NULL) */
+	/* Timing, for tools (dev_check --time): a mark recorded in the order of
+	 * the device's work (CUDA: an event on the compute stream), the
+	 * milliseconds between two marks once the later one is reached, and a
+	 * mark freed. */
+	int (*mark)(rt_dev *d, void **m);
+	int (*elapsed)(rt_dev *d, void *from, void *to, double *ms);
+	void (*unmark)(rt_dev *d, void *m);
 } dev_ops;
 
 struct rt_dev {

@@ -40,6 +40,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -147,6 +148,30 @@ static int emu_zero(rt_dev *d, void *p, size_t bytes)
 static int emu_sync_dev(rt_dev *d)
 {
 	return RT_OK;
+}
+
+/* Marks: the host's clock (the emulator's work is done when its call
+ * returns). */
+static int emu_mark(rt_dev *d, void **m)
+{
+	struct timespec *t = malloc(sizeof *t);
+	if (!t)
+		return dev_fail(d, RT_ENOMEM, "emu: out of host memory");
+	clock_gettime(CLOCK_MONOTONIC, t);
+	*m = t;
+	return RT_OK;
+}
+
+static int emu_elapsed(rt_dev *d, void *from, void *to, double *ms)
+{
+	const struct timespec *a = from, *b = to;
+	*ms = (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) * 1e-6;
+	return RT_OK;
+}
+
+static void emu_unmark(rt_dev *d, void *m)
+{
+	free(m);
 }
 
 /* ---- GEMM -------------------------------------------------------------------- */
@@ -484,6 +509,9 @@ static const dev_ops emu_ops = {
     .free = emu_free,
     .sync = emu_sync_dev,
     .destroy = emu_destroy,
+    .mark = emu_mark,
+    .elapsed = emu_elapsed,
+    .unmark = emu_unmark,
 };
 
 void dev_emu_gpu_launch(rt_dev *d)

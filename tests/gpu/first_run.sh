@@ -21,9 +21,15 @@
 #      5 steps in f32 then bf16 (120 s each): each step's loss within 1e-5
 #      (f32) and 2e-2 (bf16), relative, of the CPU's, recorded in the kit;
 #      a run that fails, once more with OCTO_COMM=mpi (no NCCL)
+#   6. dev_check --time (150 s): every launch and GEMM of F, B and W of a
+#      Llama-3-8B attention + MLP pair and a Nemotron-H-8B Mamba-2 layer and
+#      its relu2 MLP at seq 4096, micro-batch 1, bf16, timed with events;
+#      per phase, per layer, the slowest calls, the GEMMs' TFLOP/s against
+#      gemm_peak's
 # --emulate rehearses it without a GPU (ctest gpu_kit; docs/cuda.md): the
 # emulator in the GPU's place (dev_check --device emu on mlp with the kit's
-# compiled modules, the runs/emu-* ranks), no gemm_peak or kernel_info.
+# compiled modules, the runs/emu-* ranks, the timing at small shapes), no
+# gemm_peak or kernel_info.
 # Exit 0 when every step passes (or SKIP), 1 otherwise.
 set -u
 K=$(cd "$(dirname "$0")" && pwd)
@@ -289,8 +295,40 @@ for run in "f32 1e-5" "bf16 2e-2"; do
 	fi
 done
 
+step "6. every launch and GEMM timed (cudaEvents): Llama-3-8B, Nemotron-H-8B layers, seq 4096, bf16"
+if [ $EMU = 1 ]; then
+	TIME=(--device emu --modules "$TMP/emu-modules" --time --small --bf16)
+	echo "(rehearsal: small shapes on the emulator, the host's clock)"
+else
+	TIME=(--device cuda --gpu-arch "$ARCH" --time --bf16)
+fi
+timeout "$(limit 150)" "$K/bin/dev_check" "${TIME[@]}" > "$TMP/kt" 2>&1
+rc=$?
+cp "$TMP/kt" "$LOGDIR/kernel_time.txt"
+grep -E "^phase |^layer |error" "$TMP/kt"
+echo "  the slowest calls:"
+grep "^call " "$TMP/kt" | awk '{for (i = 1; i <= NF; i++) if ($i == "ms") {print $(i-1), $0; break}}' |
+	sort -gr | head -8 | cut -d' ' -f2- | sed 's/^call /    /'
+layers=$(sed -n 's/^layer \(.*\) F+B+W \([0-9.]*\) ms$/\1=\2/p' "$TMP/kt" |
+	awk -F= '{printf "%s\"%s\": %s", (NR > 1 ? ", " : ""), $1, $2}')
+# The GEMMs together: their FLOPs (2mnk, from "GEMM MxNxK") over their time.
+gt=$(awk '/^call .* GEMM / {for (i = 1; i <= NF; i++) {if ($i == "ms") ms += $(i-1)
+		if ($i == "GEMM") {split($(i+1), d, "x"); f += 2 * d[1] * d[2] * d[3]}}}
+	END {if (ms > 0) printf "%.1f", f / (ms * 1e9); else print "null"}' "$TMP/kt")
+n="\"layers_ms\": {$layers}, \"gemm_tflops\": $gt, \"exit\": $rc"
+if [ -n "${bf:-}" ] && [ "$gt" != null ]; then
+	n="$n, \"gemm_fraction_of_peak\": $(awk -v g="$gt" -v p="$bf" 'BEGIN {printf "%.3f", g / p}')"
+	echo "  GEMMs: $gt TFLOP/s on average, of the card's $bf (gemm_peak)"
+fi
+if [ $rc = 0 ]; then
+	record kernel_time pass "$n"
+else
+	[ $rc = 124 ] && echo "  timed out (the layers done so far are above)"
+	tail -5 "$TMP/kt"
+	record kernel_time fail "$n"
+fi
+
 echo
-echo "(not in this kit: the per-kernel timing at real shapes of issue 19 section 4)"
 echo "first run: $failed failed ($(($(date +%s) - T0)) s); $LOG, $JSON"
 [ $failed -gt 0 ] && exit 1
 exit 0

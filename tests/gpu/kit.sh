@@ -7,15 +7,17 @@
 # wheels) but none of the build's packages (libyaml, MPI, OpenBLAS, LLVM,
 # Check, a C++ compiler): OUT_DIR holds, self-contained,
 #   first_run.sh        the check itself (tests/gpu/first_run.sh)
-#   bin/                dev_check, gemm_peak, kernel_info
+#   bin/                dev_check (also the per-kernel timing: --time), gemm_peak,
+#                       kernel_info
 #   runs/hybrid-f32/    tiny-hybrid, 1 rank, --target cuda (sm_90), f32: what
 #   runs/hybrid-bf16/     `octopipe compile --emit=cuda,ptx` writes (rank0,
 #                         launch, the modules' .cu and .ptx, plan, corpus)
 #   runs/emu-hybrid-*/  the same with --target cuda-emu (first_run.sh --emulate)
 #   kernels/MODEL/      the PTX modules of Llama-3-8B and Nemotron-H-8B in bf16
 #                       (not with --quick)
-#   emu-modules/        dev_check's emulator modules for --emulate's kinds,
-#                       compiled here (the GPU's machine has no C++ compiler)
+#   emu-modules/        dev_check's emulator modules for --emulate's kinds and
+#                       its timing at small shapes, compiled here (the GPU's
+#                       machine has no C++ compiler)
 #   ref/                tiny-hybrid's CPU losses (5 steps), measured here
 #   lib/                every non-CUDA shared library of the above (ldd),
 #                       glibc's own excepted; run paths $ORIGIN-relative
@@ -87,10 +89,10 @@ if [ $QUICK = 0 ]; then
 	done
 fi
 
-echo "kit: the emulator's modules of dev_check (first_run.sh --emulate: mlp)"
-for mode in "" --bf16; do
-	"$BUILD/tests/dev/dev_check" --modules "$OUT/emu-modules" $mode mlp > "$TMP/dc.log" 2>&1 ||
-		{ tail -20 "$TMP/dc.log"; die "dev_check $mode mlp"; }
+echo "kit: the emulator's modules of dev_check (first_run.sh --emulate: mlp, --time --small)"
+for args in mlp "--bf16 mlp" "--bf16 --time --small"; do
+	"$BUILD/tests/dev/dev_check" --modules "$OUT/emu-modules" $args > "$TMP/dc.log" 2>&1 ||
+		{ tail -20 "$TMP/dc.log"; die "dev_check $args"; }
 done
 rm -f "$OUT/emu-modules"/*.cpp "$OUT/emu-modules"/*.log
 

@@ -66,7 +66,7 @@ else
 fi
 rc=$?
 [ $rc = 0 ] || { echo "FAIL: first_run.sh --emulate (exit $rc)"; fail=1; }
-for s in environment dev_check_f32 dev_check_bf16 tiny_hybrid_f32 tiny_hybrid_bf16; do
+for s in environment dev_check_f32 dev_check_bf16 tiny_hybrid_f32 tiny_hybrid_bf16 kernel_time; do
 	grep -q "\"step\": \"$s\", \"status\": \"pass\"" "$LOGS/first_run.json" 2> /dev/null ||
 		{ echo "FAIL: first_run.json: step $s did not pass"; fail=1; }
 done
