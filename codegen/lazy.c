@@ -1,10 +1,13 @@
 /* lazy.c: libLLVM and NVRTC opened on first use (cg_lazy.h says why).
  *
  * The libraries' paths are the ones the build found (cg_config.h:
- * CG_LLVM_LIB, CG_NVRTC_LIB); a library that does not open, or lacks a
- * function, is a diagnostic naming it, not a crash. */
+ * CG_LLVM_LIB, CG_NVRTC_LIB; NVRTC by its soname on the library path where
+ * that path does not hold it, as on the GPU kit's machine); a library
+ * that does not open, or lacks a function, is a diagnostic naming it, not
+ * a crash. */
 #include <dlfcn.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
@@ -21,12 +24,24 @@
 #include "cg_impl.h"
 #include "cg_lazy.h"
 
-/* Opens path once; *h the handle, NULL (and a diagnostic) if it does not. */
-static int open_lib(const char *path, const char *what, void **h, int *state)
+/* Opens path once, or else the library `soname` (when not empty) on the
+ * library search path; *h the handle, NULL (and a diagnostic) if neither
+ * opens. */
+static int open_lib(const char *path, const char *soname, const char *what, void **h, int *state)
 {
 	if (*state)
 		return *state > 0 ? 0 : -1;
 	*h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!*h && soname[0]) {
+		char first[512];
+		snprintf(first, sizeof first, "%s", dlerror());
+		if (!(*h = dlopen(soname, RTLD_NOW | RTLD_LOCAL))) {
+			diag_error((ir_loc){0}, "cannot load %s (%s): %s; nor %s on the library path: %s",
+			           what, path, first, soname, dlerror());
+			*state = -1;
+			return -1;
+		}
+	}
 	if (!*h) {
 		diag_error((ir_loc){0}, "cannot load %s (%s): %s", what, path, dlerror());
 		*state = -1;
@@ -57,7 +72,7 @@ int cg_llvm_load(void)
 {
 	static int state;
 	static void *h;
-	int rc = open_lib(CG_LLVM_LIB, "LLVM", &h, &state);
+	int rc = open_lib(CG_LLVM_LIB, "", "LLVM", &h, &state);
 	if (rc <= 0)
 		return rc;
 	bool ok = true;
@@ -90,7 +105,7 @@ int cg_nvrtc_load(void)
 {
 	static int state;
 	static void *h;
-	int rc = open_lib(CG_NVRTC_LIB, "NVRTC", &h, &state);
+	int rc = open_lib(CG_NVRTC_LIB, CG_NVRTC_SONAME, "NVRTC", &h, &state);
 	if (rc <= 0)
 		return rc;
 	bool ok = true;

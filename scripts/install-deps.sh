@@ -10,6 +10,7 @@ pkgs=(
   check                # unit tests
   openmpi-bin libopenmpi-dev   # CPU runtime transport
   libopenblas-dev      # CPU kernels
+  patchelf             # the GPU kit's run paths (tests/gpu/kit.sh)
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -67,6 +67,7 @@ typedef CUresult (*pfn_errname)(CUresult, const char **);
 typedef CUresult (*pfn_attr)(int *, CUfunction_attribute, CUfunction);
 typedef CUresult (*pfn_count)(unsigned *, CUmodule);
 typedef CUresult (*pfn_enum)(CUfunction *, unsigned, CUmodule);
+typedef CUresult (*pfn_fname)(const char **, CUfunction);
 typedef CUresult (*pfn_getfn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*pfn_unload)(CUmodule);
 typedef CUresult (*pfn_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -93,6 +94,9 @@ typedef struct rt_cuda {
 	pfn_launch launch;
 	pfn_errname errname;
 	pfn_attr attr;
+	pfn_count count;
+	pfn_enum enumerate;
+	pfn_fname fname;
 	kfn *fns;
 	int nfns, capfns;
 	cublasHandle_t blas;
@@ -345,9 +349,41 @@ static void c_abort(rt_dev *d)
 	c->nccl = c->dp = NULL;
 }
 
+/* Marks: events on the compute stream, with timing. */
+static int c_mark(rt_dev *d, void **m)
+{
+	rt_cuda *c = self(d);
+	cudaEvent_t e;
+	CUDA_OK(c, cudaEventCreate(&e), "timing");
+	cudaError_t r = cudaEventRecord(e, c->compute);
+	if (r != cudaSuccess) {
+		cudaEventDestroy(e);
+		return fail(c, RT_EDEVICE, "cudaEventRecord failed during timing: %s (rank %d)",
+		            cudaGetErrorString(r), c->rank);
+	}
+	*m = e;
+	return RT_OK;
+}
+
+static int c_elapsed(rt_dev *d, void *from, void *to, double *ms)
+{
+	rt_cuda *c = self(d);
+	float f = 0;
+	CUDA_OK(c, cudaEventSynchronize((cudaEvent_t)to), "timing");
+	CUDA_OK(c, cudaEventElapsedTime(&f, (cudaEvent_t)from, (cudaEvent_t)to), "timing");
+	*ms = f;
+	return RT_OK;
+}
+
+static void c_unmark(rt_dev *d, void *m)
+{
+	cudaEventDestroy((cudaEvent_t)m);
+}
+
 static const dev_ops cuda_ops = {
     .name = "cuda", .gemm = c_gemm, .launch = c_launch, .copy = c_copy, .zero = c_zero,
     .alloc = c_alloc, .free = c_free, .sync = c_sync, .destroy = c_destroy, .abort = c_abort,
+    .mark = c_mark, .elapsed = c_elapsed, .unmark = c_unmark,
 };
 
 /* ---- the NCCL communicator ---------------------------------------------------- */
@@ -509,36 +545,77 @@ static int driver_fn(rt_cuda *c, const char *sym, unsigned version, void **fn)
 	return RT_OK;
 }
 
-/* The local memory of the rank's kernels, reserved now: the driver would
- * otherwise grow it at the first launch that needs more than it holds
- * (the largest stack frame x every thread the device can hold: GiBs for
- * a scan kernel's frame), after the runtime's buffers took the memory. */
-static int reserve_local(rt_cuda *c, pfn_count count, pfn_enum enumerate)
+/* Every entry point of every loaded module, in load order, with its
+ * attributes (registers, local memory a thread, the most threads a block
+ * may have, static shared memory) to fn; stops at fn's first non-zero. */
+typedef int (*kernel_fn)(void *arg, const char *module, const dev_cuda_kernel *k);
+static int each_kernel(rt_cuda *c, kernel_fn fn, void *arg)
 {
-	int frame = 0;
 	char nb[32];
-	const char *at = "";
 	for (int i = 0; i < c->nmods; i++) {
 		unsigned n = 0;
-		CUresult r = count(&n, c->mods[i]);
+		CUresult r = c->count(&n, c->mods[i]);
 		CUfunction *fs = r == CUDA_SUCCESS && n ? malloc(n * sizeof *fs) : NULL;
 		if (r == CUDA_SUCCESS && n && !fs)
 			return fail(c, RT_ENOMEM, "out of host memory (rank %d)", c->rank);
 		if (r == CUDA_SUCCESS && n)
-			r = enumerate(fs, n, c->mods[i]);
-		for (unsigned j = 0; r == CUDA_SUCCESS && j < n; j++) {
-			int local = 0;
-			if ((r = c->attr(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fs[j])) == CUDA_SUCCESS &&
-			    local > frame) {
-				frame = local;
-				at = c->names[i];
-			}
+			r = c->enumerate(fs, n, c->mods[i]);
+		int rc = RT_OK;
+		for (unsigned j = 0; r == CUDA_SUCCESS && !rc && j < n; j++) {
+			dev_cuda_kernel k = {0};
+			if ((r = c->fname(&k.name, fs[j])) == CUDA_SUCCESS &&
+			    (r = c->attr(&k.regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fs[j])) == CUDA_SUCCESS &&
+			    (r = c->attr(&k.local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fs[j])) == CUDA_SUCCESS &&
+			    (r = c->attr(&k.max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fs[j])) ==
+			        CUDA_SUCCESS &&
+			    (r = c->attr(&k.shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fs[j])) == CUDA_SUCCESS)
+				rc = fn(arg, c->names[i], &k);
 		}
 		free(fs);
 		if (r != CUDA_SUCCESS)
 			return fail(c, RT_EDEVICE, "the functions of module %s: %s (rank %d)", c->names[i],
 			            cu_name(c, r, nb), c->rank);
+		if (rc)
+			return rc;
 	}
+	return RT_OK;
+}
+
+/* The largest frame, and a module that has it. */
+typedef struct frame_max {
+	int frame;
+	const char *at;
+} frame_max;
+static int largest_frame(void *arg, const char *module, const dev_cuda_kernel *k)
+{
+	frame_max *m = arg;
+	if (k->local > m->frame) {
+		m->frame = k->local;
+		m->at = module;
+	}
+	return 0;
+}
+
+int dev_cuda_kernels(rt_dev *d, int (*fn)(void *arg, const char *module, const dev_cuda_kernel *k),
+                     void *arg)
+{
+	if (!d || d->ops != &cuda_ops || !fn)
+		return RT_EARG;
+	return each_kernel(self(d), fn, arg);
+}
+
+/* The local memory of the rank's kernels, reserved now: the driver would
+ * otherwise grow it at the first launch that needs more than it holds
+ * (the largest stack frame x every thread the device can hold: GiBs for
+ * a scan kernel's frame), after the runtime's buffers took the memory. */
+static int reserve_local(rt_cuda *c)
+{
+	frame_max m = {0, ""};
+	int rc = each_kernel(c, largest_frame, &m);
+	if (rc)
+		return rc;
+	int frame = m.frame;
+	const char *at = m.at;
 	size_t limit = 0, before = 0, after = 0, total = 0;
 	CUDA_OK(c, cudaDeviceGetLimit(&limit, cudaLimitStackSize), "device setup");
 	if ((size_t)frame <= limit)
@@ -584,16 +661,15 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 	c->dev.cache_bytes = l2 > 0 ? (size_t)l2 : (size_t)40 << 20;
 
 	pfn_load load;
-	pfn_count count;
-	pfn_enum enumerate;
 	if ((rc = driver_fn(c, "cuGetErrorName", 12000, (void **)&c->errname)) ||
 	    (rc = driver_fn(c, "cuModuleLoadDataEx", 12000, (void **)&load)) ||
 	    (rc = driver_fn(c, "cuModuleGetFunction", 12000, (void **)&c->getfn)) ||
 	    (rc = driver_fn(c, "cuModuleUnload", 12000, (void **)&c->unload)) ||
 	    (rc = driver_fn(c, "cuLaunchKernel", 12000, (void **)&c->launch)) ||
 	    (rc = driver_fn(c, "cuFuncGetAttribute", 12000, (void **)&c->attr)) ||
-	    (rc = driver_fn(c, "cuModuleGetFunctionCount", 12040, (void **)&count)) ||
-	    (rc = driver_fn(c, "cuModuleEnumerateFunctions", 12040, (void **)&enumerate)))
+	    (rc = driver_fn(c, "cuModuleGetFunctionCount", 12040, (void **)&c->count)) ||
+	    (rc = driver_fn(c, "cuModuleEnumerateFunctions", 12040, (void **)&c->enumerate)) ||
+	    (rc = driver_fn(c, "cuFuncGetName", 12030, (void **)&c->fname)))
 		return rc;
 	c->mods = calloc((size_t)nmods + 1, sizeof *c->mods);
 	c->names = calloc((size_t)nmods + 1, sizeof *c->names);
@@ -612,7 +688,7 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 			            "%s (rank %d)%s%.1500s", names[i], cu_name(c, r, nb), c->rank,
 			            log[0] ? "; the JIT's log: " : "", log);
 	}
-	if ((rc = reserve_local(c, count, enumerate)))
+	if ((rc = reserve_local(c)))
 		return rc;
 	BLAS_OK(c, cublasCreate(&c->blas), "cuBLAS setup");
 	CUDA_OK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "stream setup");

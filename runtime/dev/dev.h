@@ -53,6 +53,13 @@ typedef struct dev_ops {
 	int (*sync)(rt_dev *d); /* the device has finished all work given so far */
 	void (*destroy)(rt_dev *d);
 	void (*abort)(rt_dev *d); /* the rank is failing: let no peer wait for it (may be NULL) */
+	/* Timing, for tools (dev_check --time): a mark recorded in the order of
+	 * the device's work (CUDA: an event on the compute stream), the
+	 * milliseconds between two marks once the later one is reached, and a
+	 * mark freed. */
+	int (*mark)(rt_dev *d, void **m);
+	int (*elapsed)(rt_dev *d, void *from, void *to, double *ms);
+	void (*unmark)(rt_dev *d, void *m);
 } dev_ops;
 
 struct rt_dev {
@@ -126,8 +133,10 @@ int dev_emu_add_table(rt_dev *d, const char *name, const dev_emu_entry *table);
 /* Adds a module from its source (cg_cuda_emu_source, its table named
  * DEV_EMU_TABLE): compiled with the host C++ compiler `cxx` into a shared
  * object under `workdir` (created if missing; NAME.cpp, NAME.log, and
- * NAME-HASH.so), loaded with dlopen.  A compile error's message holds the
- * compiler's first error lines.  For tests and tools. */
+ * NAME-HASH.so), loaded with dlopen; an object of the same source already
+ * there is loaded without compiling (HASH covers the source and OCTO_ROW,
+ * not the compiler).  A compile error's message holds the compiler's first
+ * error lines.  For tests and tools. */
 int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char *cxx,
                        const char *workdir);
 #define DEV_EMU_TABLE OCTO_EMU_TABLE
@@ -143,6 +152,21 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *const *names,
                     const char *const *ptx, bool nccl, double timeout_s, rt_dev **out, char *err,
                     size_t errlen);
+/* One entry point of a loaded module, as the driver reports it. */
+typedef struct dev_cuda_kernel {
+	const char *name; /* the driver's; valid while the device lives */
+	int regs;         /* registers a thread */
+	int local;        /* bytes of local memory a thread (stack frame and spills) */
+	int max_threads;  /* the most threads a block of it may have (its launch bound) */
+	int shared;       /* bytes of static shared memory a block */
+} dev_cuda_kernel;
+/* Every entry point of every module of a CUDA device (dev_cuda_create's),
+ * in load order, to fn (module: its name) until fn returns non-zero, which
+ * is returned; RT_EARG for a device of another backend.  For tools
+ * (tests/gpu/kernel_info.c); the backend reserves local memory from the
+ * same walk. */
+int dev_cuda_kernels(rt_dev *d, int (*fn)(void *arg, const char *module, const dev_cuda_kernel *k),
+                     void *arg);
 
 /* ---- the layer executor ---------------------------------------------------- */
 

@@ -40,6 +40,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -147,6 +148,30 @@ static int emu_zero(rt_dev *d, void *p, size_t bytes)
 static int emu_sync_dev(rt_dev *d)
 {
 	return RT_OK;
+}
+
+/* Marks: the host's clock (the emulator's work is done when its call
+ * returns). */
+static int emu_mark(rt_dev *d, void **m)
+{
+	struct timespec *t = malloc(sizeof *t);
+	if (!t)
+		return dev_fail(d, RT_ENOMEM, "emu: out of host memory");
+	clock_gettime(CLOCK_MONOTONIC, t);
+	*m = t;
+	return RT_OK;
+}
+
+static int emu_elapsed(rt_dev *d, void *from, void *to, double *ms)
+{
+	const struct timespec *a = from, *b = to;
+	*ms = (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) * 1e-6;
+	return RT_OK;
+}
+
+static void emu_unmark(rt_dev *d, void *m)
+{
+	free(m);
 }
 
 /* ---- GEMM -------------------------------------------------------------------- */
@@ -484,6 +509,9 @@ static const dev_ops emu_ops = {
     .free = emu_free,
     .sync = emu_sync_dev,
     .destroy = emu_destroy,
+    .mark = emu_mark,
+    .elapsed = emu_elapsed,
+    .unmark = emu_unmark,
 };
 
 void dev_emu_gpu_launch(rt_dev *d)
@@ -594,6 +622,13 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 	        (int)sizeof so ||
 	    snprintf(log, sizeof log, "%s/%s.log", workdir, name) >= (int)sizeof log)
 		return dev_fail(d, RT_EARG, "emu module %s: path under '%s' too long", name, workdir);
+	/* An object of this source built before (a directory of modules kept
+	 * from an earlier run: dev_check --modules) is loaded as it is, so a
+	 * machine without the compiler can run the modules it was given. */
+	if (access(so, R_OK) == 0)
+		goto load;
+	char tmp[PATH_MAX + 32];
+	snprintf(tmp, sizeof tmp, "%s.%ld.tmp", so, (long)getpid());
 	if (mkdir(workdir, 0777) && errno != EEXIST)
 		return dev_fail(d, RT_EIO, "emu module %s: cannot create '%s': %s", name, workdir,
 		                strerror(errno));
@@ -605,7 +640,7 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 	 * into LOG. */
 	char row[32];
 	snprintf(row, sizeof row, "-DOCTO_ROW=%u", e->row_define);
-	char *argv[] = {(char *)cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", so, cpp,
+	char *argv[] = {(char *)cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", tmp, cpp,
 	                e->row_define ? row : NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
@@ -629,7 +664,12 @@ int dev_emu_add_source(rt_dev *d, const char *name, const char *src, const char 
 		                cxx, WIFEXITED(status) ? "exit" : "signal",
 		                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log, text);
 	}
-
+	/* Whole or not at all under its final name: a run killed while it
+	 * compiled leaves no object that a later run would take as built. */
+	if (rename(tmp, so))
+		return dev_fail(d, RT_EIO, "emu module %s: cannot rename '%s': %s", name, tmp,
+		                strerror(errno));
+load:;
 	void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
 	if (!dl)
 		return dev_fail(d, RT_EIO, "emu module %s: dlopen: %s", name, dlerror());

@@ -14,7 +14,17 @@
  *
  * The device is the host emulator (the module's source compiled by the
  * host C++ compiler), or the GPU with --device cuda (PTX by NVRTC for
- * --gpu-arch, default sm_90; builds with the CUDA toolkit).  Exit 0 when every
+ * --gpu-arch, default sm_90; builds with the CUDA toolkit).  --modules DIR
+ * keeps the emulator's compiled modules in DIR, and loads those already
+ * there instead of compiling them: the GPU kit (tests/gpu/kit.sh) carries
+ * them to machines without a C++ compiler.
+ *
+ * --time checks nothing: it runs F, B and W of issue 19's real layers
+ * (Llama-3-8B's attention and MLP, Nemotron-H-8B's Mamba-2 layer and MLP,
+ * seq 4096; --small: the same kinds at small shapes, for the emulator)
+ * and prints every launch and GEMM of the second run with its time between
+ * two of the device's marks (dev_ops.mark: CUDA events on the compute
+ * stream), per phase and per layer (the GPU kit's first run).  Exit 0 when every
  * output is within its threshold, 1 otherwise, 2 on a usage or setup
  * error. */
 #include <math.h>
@@ -218,6 +228,7 @@ static float *dget(rt_dev *dev, const void *p, int64_t n, bool f32)
 static const char *device_kind = "emu";
 static const char *gpu_arch = "sm_90";
 static bool gpu_launch; /* --gpu-launch: the emulator with the GPU's blocks */
+static const char *modules; /* --modules DIR: kept, and reused */
 static char workdir[4096];
 
 static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
@@ -454,11 +465,193 @@ static int run_optim(bool bf16)
 	return bad;
 }
 
+/* ---- --time: every launch and GEMM of real layers, timed ------------------------ */
+
+/* The layers of issue 19's timing at seq 4096, micro-batch 1 (a Llama-3-8B
+ * layer pair, a Nemotron-H-8B Mamba-2 layer and its relu2 MLP), cheapest
+ * first so that a run cut short has the most lines; --small: the same
+ * kinds at the GPU check rehearsal's shapes (tests/gpu/run.sh --emulate). */
+#define REAL .hidden = 4096, .seq = 4096, .mbs = 1
+#define SMALL .hidden = 128, .seq = 64, .mbs = 1
+static const tcase timed_real[] = {
+    {"mlp", "Nemotron-H-8B relu2 21504", {.kind = RT_MLP, REAL, .ffn = 21504, .act = RT_RELU2}},
+    {"mlp", "Llama-3-8B swiglu 14336", {.kind = RT_MLP, REAL, .ffn = 14336, .act = RT_SWIGLU}},
+    {"mamba", "Nemotron-H-8B Mamba-2", {.kind = RT_MAMBA, REAL, .version = 2, .state = 128,
+                                         .expand = 2, .conv = 4, .heads = 128, .head_dim = 64,
+                                         .groups = 8}},
+    {"attn", "Llama-3-8B GQA 32/8", {.kind = RT_ATTENTION, REAL, .heads = 32, .kv_heads = 8,
+                                     .head_dim = 128, .rope_theta = 500000}},
+};
+static const tcase timed_small[] = {
+    {"mlp", "relu2 256", {.kind = RT_MLP, SMALL, .ffn = 256, .act = RT_RELU2}},
+    {"mlp", "swiglu 256", {.kind = RT_MLP, SMALL, .ffn = 256, .act = RT_SWIGLU}},
+    {"mamba", "Mamba-2", {.kind = RT_MAMBA, SMALL, .version = 2, .state = 16, .expand = 2,
+                          .conv = 4, .heads = 4, .head_dim = 64, .groups = 2}},
+    {"attn", "GQA 4/2", {.kind = RT_ATTENTION, SMALL, .heads = 4, .kv_heads = 2, .head_dim = 32}},
+};
+
+/* One timed call: a launch or a GEMM between two of the device's marks. */
+typedef struct tcall {
+	char what[112];
+	double flops; /* a GEMM's 2mnk, else 0 */
+	void *from, *to;
+} tcall;
+static tcall *calls;
+static int ncalls, capcalls;
+static const dev_ops *inner; /* the backend's table, under the timing one */
+
+static tcall *next_call(void)
+{
+	if (ncalls == capcalls) {
+		capcalls = capcalls ? 2 * capcalls : 256;
+		calls = realloc(calls, (size_t)capcalls * sizeof *calls);
+		if (!calls) {
+			fprintf(stderr, "dev_check: error: out of host memory\n");
+			exit(2);
+		}
+	}
+	tcall *t = &calls[ncalls++];
+	*t = (tcall){.flops = 0};
+	return t;
+}
+
+static int t_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c,
+                  int64_t ldc, bool c_f32)
+{
+	tcall *t = next_call();
+	snprintf(t->what, sizeof t->what, "GEMM %lldx%lldx%lld%s%s%s", (long long)m, (long long)n,
+	         (long long)k, ta ? " A^T" : "", tb ? " B^T" : "", c_f32 ? " C f32" : "");
+	t->flops = 2.0 * (double)m * (double)n * (double)k;
+	int rc = inner->mark(d, &t->from);
+	if (!rc)
+		rc = inner->gemm(d, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_f32);
+	if (!rc)
+		rc = inner->mark(d, &t->to);
+	return rc;
+}
+
+static int t_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned block, void **args)
+{
+	tcall *t = next_call();
+	snprintf(t->what, sizeof t->what, "%s <<<%u, %u>>>", fn, grid, block);
+	int rc = inner->mark(d, &t->from);
+	if (!rc)
+		rc = inner->launch(d, mod, fn, grid, block, args);
+	if (!rc)
+		rc = inner->mark(d, &t->to);
+	return rc;
+}
+
+/* F, B and W of c's layer, once to warm up, then each call timed:
+ *   call LAYER PHASE MS [TFLOP/s] WHAT
+ *   phase LAYER PHASE span MS, gemms MS (N, TFLOP/s), kernels MS (N)
+ * (span: from the phase's first mark to its last, launch gaps included). */
+static int time_case(const tcase *c, bool bf16)
+{
+	const rt_layer_desc *d = &c->d;
+	arena *a = arena_new();
+	rt_sizes cs, ds;
+	if (rt_layer_sizes(d, &cs) || dev_layer_sizes(d, bf16, &ds)) {
+		printf("%s: FAIL: no sizes for this layer\n", c->what);
+		arena_free(a);
+		return 1;
+	}
+	const int64_t T = d->seq * d->mbs, H = d->hidden, P = cs.params;
+	rng = 0x74696d65u;
+	rt_dev *dev = make_device(d, bf16, a);
+	if (!dev->ops->mark) {
+		fprintf(stderr, "dev_check: error: device '%s' has no timing marks\n", dev->ops->name);
+		exit(2);
+	}
+	size_t esz = dev_esz(dev), act_b = (size_t)(T * H) * esz;
+	dev_layer L;
+	DEV(dev_layer_setup(&L, d), "layer setup");
+	float *params = noise(P, 0.02f), *x = noise(T * H, 1.f);
+	void *hp = to_real(params, P, bf16), *hx = to_real(x, T * H, bf16);
+	L.mod = 0;
+	L.p = dput(dev, hp, (size_t)P * esz);
+	L.g = dalloc(dev, (size_t)P * sizeof(float));
+	DEV(dev->ops->zero(dev, L.g, (size_t)P * sizeof(float)), "zeroing");
+	free(params), free(hp);
+	dev_io io = {.dscale = 1.f / (float)T};
+	io.x = dput(dev, hx, act_b);
+	io.dy = dput(dev, hx, act_b);
+	io.y = dalloc(dev, act_b);
+	io.dx = dalloc(dev, act_b);
+	io.act = dalloc(dev, (size_t)ds.act);
+	io.ws = dalloc(dev, (size_t)ds.wstash);
+	io.scratch = dalloc(dev, (size_t)ds.scratch);
+	free(x), free(hx);
+	static const char *const phase[] = {"F", "B", "W"};
+	int (*const run[])(rt_dev *, const dev_layer *, const dev_io *) = {dev_forward, dev_backward_b,
+	                                                                   dev_backward_w};
+	for (int p = 0; p < 3; p++)
+		DEV(run[p](dev, &L, &io), phase[p]);
+	DEV(dev->ops->sync(dev), "device sync");
+
+	/* The backend's table under one that marks around each call. */
+	dev_ops timed = *dev->ops;
+	inner = dev->ops;
+	timed.gemm = t_gemm;
+	timed.launch = t_launch;
+	dev->ops = &timed;
+	double total = 0;
+	for (int p = 0; p < 3; p++) {
+		ncalls = 0;
+		DEV(run[p](dev, &L, &io), phase[p]);
+		double gemm_ms = 0, kern_ms = 0, flops = 0, span = 0;
+		int ng = 0, nk = 0;
+		for (int i = 0; i < ncalls; i++) {
+			tcall *t = &calls[i];
+			double ms = 0;
+			DEV(inner->elapsed(dev, t->from, t->to, &ms), "timing");
+			char rate[32] = "";
+			if (t->flops) {
+				snprintf(rate, sizeof rate, " %.1f TFLOP/s", t->flops / (ms * 1e9));
+				gemm_ms += ms, flops += t->flops, ng++;
+			} else {
+				kern_ms += ms, nk++;
+			}
+			printf("call %s %s %.3f ms%s %s\n", c->what, phase[p], ms, rate, t->what);
+		}
+		if (ncalls)
+			DEV(inner->elapsed(dev, calls[0].from, calls[ncalls - 1].to, &span), "timing");
+		for (int i = 0; i < ncalls; i++) {
+			inner->unmark(dev, calls[i].from);
+			inner->unmark(dev, calls[i].to);
+		}
+		printf("phase %s %s span %.3f ms, gemms %.3f ms (%d, %.1f TFLOP/s), kernels %.3f ms (%d)\n",
+		       c->what, phase[p], span, gemm_ms, ng, gemm_ms > 0 ? flops / (gemm_ms * 1e9) : 0.0,
+		       kern_ms, nk);
+		fflush(stdout);
+		total += span;
+	}
+	printf("layer %s F+B+W %.3f ms\n", c->what, total);
+	dev->ops = inner;
+	dev->ops->destroy(dev);
+	arena_free(a);
+	return 0;
+}
+
+/* Whether a KIND of the command line named `kind` (want[]: the cases it
+ * picked). */
+static bool kind_wanted(const bool *want, const char *kind)
+{
+	for (int k = 0; k < NCASES; k++)
+		if (want[k] && strcmp(cases[k].kind, kind) == 0)
+			return true;
+	return false;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [--gpu-launch] "
-	           "[KIND ...]\n"
+	           "[--modules DIR] [--time [--small]] [KIND ...]\n"
 	           "  KIND: emb head attn mlp moe mamba par optim (default: all)\n"
+	           "  --modules DIR: the emulator's compiled modules kept in DIR, and reused from it\n"
+	           "  --time: no check; every launch and GEMM of F, B, W timed on real layers (Llama-3-8B\n"
+	           "  attention and MLP, Nemotron-H-8B Mamba-2 and MLP, seq 4096; --small: small shapes)\n"
 	           "  --gpu-launch: the emulator launches as the GPU does (256-thread blocks, up to\n"
 	           "  8192 of them) instead of its own 32-thread blocks\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
@@ -467,7 +660,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	bool bf16 = false, want[NCASES] = {0}, any = false, optim = false;
+	bool bf16 = false, want[NCASES] = {0}, any = false, optim = false, timing = false, small = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--bf16") == 0) {
 			bf16 = true;
@@ -475,6 +668,12 @@ int main(int argc, char **argv)
 			device_kind = argv[++i];
 		} else if (strcmp(argv[i], "--gpu-arch") == 0 && i + 1 < argc) {
 			gpu_arch = argv[++i];
+		} else if (strcmp(argv[i], "--time") == 0) {
+			timing = true;
+		} else if (strcmp(argv[i], "--small") == 0) {
+			small = true;
+		} else if (strcmp(argv[i], "--modules") == 0 && i + 1 < argc) {
+			modules = argv[++i];
 		} else if (strcmp(argv[i], "--gpu-launch") == 0) {
 			gpu_launch = true;
 		} else if (strcmp(argv[i], "--help") == 0) {
@@ -494,20 +693,35 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	snprintf(workdir, sizeof workdir, "%s/dev_check.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(workdir)) {
-		perror("dev_check: mkdtemp");
-		return 2;
+	if (modules) {
+		if (snprintf(workdir, sizeof workdir, "%s", modules) >= (int)sizeof workdir) {
+			fprintf(stderr, "dev_check: error: --modules %s: path too long\n", modules);
+			return 2;
+		}
+	} else {
+		snprintf(workdir, sizeof workdir, "%s/dev_check.XXXXXX",
+		         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		if (!mkdtemp(workdir)) {
+			perror("dev_check: mkdtemp");
+			return 2;
+		}
 	}
 	int bad = 0;
-	for (int k = 0; k < NCASES; k++)
-		if (!any || want[k])
-			bad |= run_case(&cases[k], bf16);
-	if (!any || optim)
-		bad |= run_optim(bf16);
+	if (timing) {
+		const tcase *tl = small ? timed_small : timed_real;
+		for (size_t k = 0; k < sizeof timed_real / sizeof *timed_real; k++)
+			if (!any || kind_wanted(want, tl[k].kind))
+				bad |= time_case(&tl[k], bf16);
+	} else {
+		for (int k = 0; k < NCASES; k++)
+			if (!any || want[k])
+				bad |= run_case(&cases[k], bf16);
+		if (!any || optim)
+			bad |= run_optim(bf16);
+	}
 	char cmd[4200];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-	if (system(cmd) != 0)
+	if (!modules && system(cmd) != 0)
 		fprintf(stderr, "dev_check: warning: could not remove %s\n", workdir);
 	printf("%s\n", bad ? "dev_check: FAIL" : "dev_check: every output within its threshold");
 	return bad;
