@@ -500,7 +500,16 @@ rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l)
 	    .state = a[IR_ATTR_STATE], .expand = a[IR_ATTR_EXPAND], .conv = a[IR_ATTR_CONV],
 	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK],
 	    .rope_theta = ir_attr_real(l, IR_ATTR_ROPE_THETA), .qkv_bias = a[IR_ATTR_QKV_BIAS],
-	    .qk_norm = a[IR_ATTR_QK_NORM]};
+	    .qk_norm = a[IR_ATTR_QK_NORM], .rope_scaling = a[IR_ATTR_ROPE_SCALING],
+	    .rope_factor = ir_attr_real(l, IR_ATTR_ROPE_FACTOR),
+	    .rope_low_freq_factor = ir_attr_real(l, IR_ATTR_ROPE_LOW_FREQ),
+	    .rope_high_freq_factor = ir_attr_real(l, IR_ATTR_ROPE_HIGH_FREQ),
+	    .rope_original_max = a[IR_ATTR_ROPE_ORIG_MAX],
+	    .rope_beta_fast = ir_attr_real(l, IR_ATTR_ROPE_BETA_FAST),
+	    .rope_beta_slow = ir_attr_real(l, IR_ATTR_ROPE_BETA_SLOW),
+	    .rope_attention_factor = ir_attr_real(l, IR_ATTR_ROPE_ATTN_FACTOR),
+	    .rope_mscale = ir_attr_real(l, IR_ATTR_ROPE_MSCALE),
+	    .rope_mscale_all_dim = ir_attr_real(l, IR_ATTR_ROPE_MSCALE_ALL_DIM)};
 }
 
 bool cost_device_ranks(const ir_module *m)
