@@ -61,6 +61,27 @@ static const tcase cases[] = {
     {"attn", "MLA, rope_theta 5e4", {.kind = RT_ATTENTION, BASE, .heads = 2, .head_dim = 16,
                                      .q_lora_rank = 24, .kv_lora_rank = 16, .qk_rope_dim = 8,
                                      .rope_theta = 5e4}},
+    /* RoPE scaling: the module's inverse frequencies, cos and sin factor and
+     * scores' scale are the CPU's (llama3: pairs kept, ramped and divided;
+     * yarn: a ramp over pairs 0..4 and the default attention factor; MLA
+     * with DeepSeek's mscale and mscale_all_dim). */
+    {"attn", "GQA 4/2, rope linear 4, window 9", {.kind = RT_ATTENTION, BASE, .heads = 4,
+                                                   .kv_heads = 2, .window = 9,
+                                                   .rope_scaling = RT_ROPE_LINEAR,
+                                                   .rope_factor = 4}},
+    {"attn", "GQA 4/1, rope llama3", {.kind = RT_ATTENTION, BASE, .heads = 4, .kv_heads = 1,
+                                      .rope_scaling = RT_ROPE_LLAMA3, .rope_factor = 8,
+                                      .rope_low_freq_factor = 2, .rope_high_freq_factor = 16,
+                                      .rope_original_max = 4096}},
+    {"attn", "MHA, rope yarn", {.kind = RT_ATTENTION, BASE, .heads = 4,
+                                .rope_scaling = RT_ROPE_YARN, .rope_factor = 16,
+                                .rope_original_max = 256}},
+    {"attn", "MLA, rope yarn, mscales", {.kind = RT_ATTENTION, BASE, .heads = 2,
+                                                .head_dim = 16, .q_lora_rank = 24,
+                                                .kv_lora_rank = 16, .qk_rope_dim = 8,
+                                                .rope_scaling = RT_ROPE_YARN, .rope_factor = 40,
+                                                .rope_original_max = 64, .rope_mscale = 1,
+                                                .rope_mscale_all_dim = 0.8}},
     {"mlp", "swiglu", {.kind = RT_MLP, BASE, .ffn = 128, .act = RT_SWIGLU}},
     {"mlp", "gelu", {.kind = RT_MLP, BASE, .ffn = 96, .act = RT_GELU}},
     {"mlp", "relu2", {.kind = RT_MLP, BASE, .ffn = 80, .act = RT_RELU2}},
