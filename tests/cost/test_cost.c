@@ -142,6 +142,52 @@ START_TEST(test_attention_options_closed_form)
 }
 END_TEST
 
+/* RoPE scaling (docs/cost-model.md, "attention (GQA)"): every type, on GQA
+ * and MLA, leaves every cost field as it is (the frequencies are a table
+ * made once, the factors fold into it and the scores' scale), and reaches
+ * the runtime's descriptor field by field. */
+START_TEST(test_rope_scaling_costs_nothing)
+{
+	ir_module *m = one(IR_LAYER_ATTENTION, 512, 1024, 1, IR_DTYPE_BF16);
+	int64_t *v = attr(m);
+	for (int mla = 0; mla <= 1; mla++) {
+		memset(v, 0, sizeof m->layers[1].attr);
+		v[IR_ATTR_HEADS] = 8, v[IR_ATTR_KV_HEADS] = mla ? 8 : 2, v[IR_ATTR_HEAD_DIM] = 64;
+		if (mla)
+			v[IR_ATTR_KV_LORA_RANK] = 128, v[IR_ATTR_QK_ROPE_DIM] = 32;
+		double base[IR_NOPS], fl[IR_NOPS];
+		ir_cost c0 = cost_of(m, 1, base);
+		for (int t = IR_ROPE_LINEAR; t < IR_NROPE_SCALINGS; t++) {
+			for (int a = IR_ATTR_ROPE_FACTOR; a <= IR_ATTR_ROPE_MSCALE_ALL_DIM; a++)
+				v[a] = 0;
+			v[IR_ATTR_ROPE_SCALING] = t;
+			v[IR_ATTR_ROPE_FACTOR] = ir_real_bits(8);
+			if (t != IR_ROPE_LINEAR)
+				v[IR_ATTR_ROPE_ORIG_MAX] = 8192;
+			if (t == IR_ROPE_LLAMA3)
+				v[IR_ATTR_ROPE_LOW_FREQ] = ir_real_bits(1), v[IR_ATTR_ROPE_HIGH_FREQ] = ir_real_bits(4);
+			if (t == IR_ROPE_YARN)
+				v[IR_ATTR_ROPE_MSCALE] = ir_real_bits(0.7), v[IR_ATTR_ROPE_MSCALE_ALL_DIM] = ir_real_bits(0.6);
+			ir_cost c = cost_of(m, 1, fl);
+			ck_assert(c.params == c0.params && c.act == c0.act && c.wstash == c0.wstash &&
+			          c.f == c0.f && c.b == c0.b && c.w == c0.w && c.flops == c0.flops &&
+			          c.resident == c0.resident);
+			for (int op = 0; op < IR_NOPS; op++)
+				ck_assert_double_eq(fl[op], base[op]);
+			rt_layer_desc rd = cost_rt_desc(m, &m->layers[1]);
+			ck_assert_int_eq(rt_layer_check(&rd), RT_OK);
+			ck_assert(rd.rope_scaling == t && rd.rope_factor == 8);
+			ck_assert(rd.rope_original_max == (t == IR_ROPE_LINEAR ? 0 : 8192));
+			ck_assert(rd.rope_low_freq_factor == (t == IR_ROPE_LLAMA3 ? 1 : 0));
+			ck_assert(rd.rope_high_freq_factor == (t == IR_ROPE_LLAMA3 ? 4 : 0));
+			ck_assert(rd.rope_mscale == (t == IR_ROPE_YARN ? 0.7 : 0));
+			ck_assert(rd.rope_mscale_all_dim == (t == IR_ROPE_YARN ? 0.6 : 0));
+		}
+	}
+	ir_free(m);
+}
+END_TEST
+
 /* Causal attention core FLOPs (forward) per docs/cost-model.md. */
 static double core_fwd(double T, double ctx, double H, double dqk, double dv)
 {
@@ -922,6 +968,7 @@ static Suite *cost_suite(void)
 	tcase_add_test(tc, test_mlp_closed_form);
 	tcase_add_test(tc, test_attention_closed_form);
 	tcase_add_test(tc, test_attention_options_closed_form);
+	tcase_add_test(tc, test_rope_scaling_costs_nothing);
 	tcase_add_test(tc, test_mla_deepseek_v3);
 	tcase_add_test(tc, test_moe_closed_form_and_scaling);
 	tcase_add_test(tc, test_mamba_closed_forms);
