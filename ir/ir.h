@@ -263,6 +263,7 @@ typedef enum ir_rope_scaling {
 	X(TOP_K, "top_k", K_(MOE), IR_AT_INT, 1, 1 << 16)                          \
 	X(EXPERT_FFN, "expert_ffn", K_(MOE), IR_AT_INT, 1, 1 << 24)                \
 	X(SHARED_EXPERTS, "shared_experts", K_(MOE), IR_AT_INT, 0, 1 << 16)        \
+	X(SHARED_GATE, "shared_gate", K_(MOE), IR_AT_BOOL, 0, 1)                   \
 	X(STATE, "state", K_(MAMBA), IR_AT_INT, 1, 1 << 16)                        \
 	X(EXPAND, "expand", K_(MAMBA), IR_AT_INT, 1, 64)                           \
 	X(CONV, "conv", K_(MAMBA), IR_AT_INT, 1, 1024)                             \

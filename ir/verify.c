@@ -152,6 +152,9 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 		if (v[IR_ATTR_TOP_K] > v[IR_ATTR_EXPERTS])
 			lerr(&c, IR_ATTR_TOP_K, "'top_k' (%lld) exceeds 'experts' (%lld)",
 			     (long long)v[IR_ATTR_TOP_K], (long long)v[IR_ATTR_EXPERTS]);
+		if (v[IR_ATTR_SHARED_GATE] && !v[IR_ATTR_SHARED_EXPERTS])
+			lerr(&c, IR_ATTR_SHARED_GATE, "'shared_gate' needs 'shared_experts' (it gates "
+			     "their output)");
 		break;
 	case IR_LAYER_MAMBA:
 		if (ver == 2) {

@@ -204,9 +204,11 @@ static int shape_ffn(const rt_layer_desc *d, rt_shape *s)
 	s->K = d->top_k;
 	s->F = d->expert_ffn;
 	if (!in(s->E, 1, (int64_t)1 << 16) || !in(s->K, 1, s->E) || !in(s->F, 1, LIM) ||
-	    !in(d->shared_experts, 0, (int64_t)1 << 16))
+	    !in(d->shared_experts, 0, (int64_t)1 << 16) || !in(d->shared_gate, 0, 1) ||
+	    (d->shared_gate && !d->shared_experts))
 		return RT_EINVAL;
 	s->SF = d->shared_experts * s->F;
+	s->sgate = d->shared_gate != 0;
 	if (s->SF > LIM_LD || s->T * s->K > LIM_LD || s->E * s->H * s->F > ((int64_t)1 << 40))
 		return RT_EINVAL;
 	return RT_OK;
@@ -356,6 +358,8 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 		t = &tt[MOE_SW1], MAT(s->gated ? "shared.w_gate" : "shared.w_up", s->SF ? s->H : 0, s->SF);
 		t = &tt[MOE_SWU], MAT("shared.w_up", s->SF && s->gated ? s->H : 0, s->SF);
 		t = &tt[MOE_SWD], MAT("shared.w_down", s->SF, s->SF ? s->H : 0);
+		/* Qwen2-MoE's shared_expert_gate, nn.Linear(hidden, 1): decays. */
+		t = &tt[MOE_SGATE], MAT("shared.gate", s->sgate ? s->H : 0, 1);
 		break;
 	case RT_MAMBA: {
 		nt = MB_N;
@@ -522,7 +526,8 @@ int rt_layer_flops(const rt_layer_desc *d, double *f, double *b, double *w)
 		break;
 	case RT_MOE:
 		proj = 2 * T * H * (double)s.E +
-		       2 * T * H * (double)(s.K * s.F + s.SF) * (s.gated ? 3 : 2);
+		       2 * T * H * (double)(s.K * s.F + s.SF) * (s.gated ? 3 : 2) +
+		       (s.sgate ? 2 * T * H : 0); /* the shared experts' gate */
 		break;
 	case RT_MAMBA: {
 		double scan = T * (double)(s.mh * s.P * s.N), conv = 2 * T * (double)(s.cd * s.Kc);

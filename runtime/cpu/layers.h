@@ -40,6 +40,7 @@ typedef struct rt_shape {
 	rt_act act;
 	bool gated;
 	int64_t F, E, K, SF; /* SF: shared experts x expert_ffn */
+	bool sgate;          /* moe: the shared experts' sigmoid gate (shared_gate) */
 
 	/* mamba */
 	int ver;
@@ -68,7 +69,9 @@ enum {
 	AT_KHNORM, AT_WDKV, AT_KVNORM, AT_WUKV, AT_WO, AT_N
 };
 enum { FF_NORM, FF_W1, FF_WU, FF_WD, FF_N }; /* W1: gate (gated) or up (plain) */
-enum { MOE_NORM, MOE_ROUTER, MOE_W1, MOE_WU, MOE_WD, MOE_SW1, MOE_SWU, MOE_SWD, MOE_N };
+enum {
+	MOE_NORM, MOE_ROUTER, MOE_W1, MOE_WU, MOE_WD, MOE_SW1, MOE_SWU, MOE_SWD, MOE_SGATE, MOE_N
+};
 enum {
 	MB_NORM, MB_WIN, MB_CONVW, MB_CONVB, MB_XPROJ, MB_DTPROJ, MB_DTBIAS, MB_ALOG, MB_D,
 	MB_GNORM, MB_WOUT, MB_N

@@ -124,6 +124,8 @@ typedef struct rt_layer_desc {
 	int64_t top_k;
 	int64_t expert_ffn;
 	int64_t shared_experts;
+	int64_t shared_gate;    /* 1: the shared experts' output times sigmoid(u . shared.gate)
+	                         * (Qwen2-MoE); needs shared_experts; 0 or 1 */
 
 	/* mamba */
 	int64_t version; /* 1 or 2; 0: 2 */
