@@ -97,6 +97,10 @@ static const kcase cases[] = {
 	                    .act = RT_RELU2}},
 	{"moe-all-experts", {RT_MOE, SHAPE(8, 5, 2), .experts = 3, .top_k = 3, .expert_ffn = 4,
 	                     .shared_experts = 2, .act = RT_GEGLU}},
+	{"moe-shared-gate", {RT_MOE, SHAPE(8, 6, 2), .experts = 4, .top_k = 2, .expert_ffn = 6,
+	                     .shared_experts = 2, .shared_gate = 1}},
+	{"moe-shared-gate-relu2", {RT_MOE, SHAPE(8, 5, 2), .experts = 3, .top_k = 1, .expert_ffn = 5,
+	                           .shared_experts = 1, .shared_gate = 1, .act = RT_RELU2}},
 	{"mamba2", {RT_MAMBA, SHAPE(8, 7, 2), .version = 2, .state = 4, .expand = 2, .conv = 3,
 	            .heads = 4, .head_dim = 4, .groups = 2}},
 	{"mamba2-chunks", {RT_MAMBA, SHAPE(8, 35, 1), .version = 2, .state = 3, .expand = 1,
@@ -703,6 +707,50 @@ START_TEST(test_moe_ties)
 }
 END_TEST
 
+/* The shared experts' gate: shared.gate is the last tensor, [H][1], after
+ * the layout without it; with the gate at zero, sigmoid(0) = 1/2 weighs the
+ * shared output: the layer is the ungated one with shared.w_down halved. */
+START_TEST(test_moe_shared_gate)
+{
+	rt_layer_desc gd = {RT_MOE, SHAPE(8, 5, 2), .experts = 3, .top_k = 2, .expert_ffn = 4,
+	                    .shared_experts = 2, .shared_gate = 1};
+	rt_layer_desc pd = gd;
+	pd.shared_gate = 0;
+	run g, p;
+	run_alloc(&g, &gd, 8);
+	run_alloc(&p, &pd, 8);
+	run_fill(&g, 600);
+	ck_assert_uint_eq(g.n, p.n + 8);
+	int nt = ntensors(&gd);
+	rt_tensor_info gate = tensor(&gd, nt - 1), wd = tensor(&pd, ntensors(&pd) - 1);
+	ck_assert_str_eq(gate.name, "shared.gate");
+	ck_assert(gate.ndim == 2 && gate.dim[0] == 8 && gate.dim[1] == 1 && gate.decay);
+	ck_assert_int_eq(gate.offset, (int64_t)p.n);
+	ck_assert_str_eq(wd.name, "shared.w_down");
+	double *G = g.p, *P = p.p;
+	memcpy(P, G, p.n * 8);
+	memset(G + gate.offset, 0, 8 * 8);
+	for (size_t i = 0; i < tensor_size(&wd); i++)
+		P[wd.offset + (int64_t)i] *= 0.5;
+	memcpy(p.x, g.x, g.nx * 8);
+	ck_assert_int_eq(rtd_forward(&gd, g.p, g.x, NULL, g.y, NULL, g.act, g.scr), RT_OK);
+	ck_assert_int_eq(rtd_forward(&pd, p.p, p.x, NULL, p.y, NULL, p.act, p.scr), RT_OK);
+	double err = relerr(g.y, p.y, g.nx);
+	ck_assert_msg(err < 1e-14, "gate at zero differs from half the shared output: %g", err);
+	/* A gate that is not zero changes the output. */
+	G[gate.offset] = 1;
+	ck_assert_int_eq(rtd_forward(&gd, g.p, g.x, NULL, g.y, NULL, g.act, g.scr), RT_OK);
+	ck_assert(relerr(g.y, p.y, g.nx) > 1e-6);
+	double f, b, w, f0, b0, w0;
+	ck_assert_int_eq(rt_layer_flops(&gd, &f, &b, &w), RT_OK);
+	ck_assert_int_eq(rt_layer_flops(&pd, &f0, &b0, &w0), RT_OK);
+	double gemm = 2.0 * 10 * 8; /* 2 T H: u . gate */
+	ck_assert(f == f0 + gemm && b == b0 + gemm && w == w0 + gemm);
+	run_free(&g);
+	run_free(&p);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 START_TEST(test_errors)
@@ -753,6 +801,10 @@ START_TEST(test_errors)
 		ROPE(.rope_scaling = RT_ROPE_YARN, .rope_factor = 4, .rope_original_max = 0),
 #undef ROPE
 		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 3, .expert_ffn = 4},
+		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 1, .expert_ffn = 4,
+		 .shared_gate = 1}, /* a gate without shared experts */
+		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 1, .expert_ffn = 4,
+		 .shared_experts = 1, .shared_gate = 2},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 3, .state = 4},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .heads = 3, .head_dim = 4},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .head_dim = 4, .groups = 3},
@@ -1088,6 +1140,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_attention_options);
 	tcase_add_test(tc, test_rope_scaling);
 	tcase_add_test(tc, test_moe_ties);
+	tcase_add_test(tc, test_moe_shared_gate);
 	tcase_add_test(tc, test_training);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
