@@ -128,6 +128,13 @@ static const char ENTRY_MOE[] =
     "OCTO_KERNEL void moe_W_gather(const real *u, const int *rowtok, real *X)\n"
     "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n";
 
+/* shared_gate only: the shared experts' output times sigmoid(u . gate). */
+static const char ENTRY_MOE_SGATE[] =
+    "OCTO_KERNEL void moe_F_sgate(const real *z, const real *so, float *g, real *y)\n"
+    "{ moe_sgate_f<H>(z, so, g, y, T); }\n"
+    "OCTO_KERNEL void moe_B_sgate(const real *dy, const real *so, const float *g, real *sdy, real *sdz)\n"
+    "{ moe_sgate_b<H>(dy, so, g, sdy, sdz, T); }\n";
+
 /* Every module: the optimizer step of a tensor of its layer (the
  * runtime's AdamW, runtime/rt_model.c, element for element), and the
  * storage-type copy of master parameters another replica updated (data
@@ -326,6 +333,8 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		put_entries(&b, ENTRY_FFN, kind);
 		if (d->kind == RT_MOE)
 			put(&b, "%s", ENTRY_MOE);
+		if (d->kind == RT_MOE && s.sgate)
+			put(&b, "%s", ENTRY_MOE_SGATE);
 		break;
 	case RT_MAMBA:
 		put_entries(&b, ENTRY_NORM, kind);

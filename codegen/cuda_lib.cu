@@ -514,6 +514,36 @@ __device__ void moe_route_b(const real *dy, const real *Y, const float *p, const
 	}
 }
 
+/* The shared experts' gate (shared_gate).  F: g_t = sigmoid(z_t),
+ * y += g_t so_t (so: the shared output before the gate). */
+template <int H>
+__device__ void moe_sgate_f(const real *z, const real *so, float *g, real *y, long rows)
+{
+	EACH(i, rows * H) {
+		long t = i / H;
+		float gt = sigm(ld(z[t]));
+		if (i % H == 0)
+			g[t] = gt;
+		y[i] = st(ld(y[i]) + gt * ld(so[i]));
+	}
+}
+
+/* B (one thread per row): sdy = g dy, the shared MLP's output gradient;
+ * sdz = g (1 - g) dy . so (j ascending), the gate's. */
+template <int H>
+__device__ void moe_sgate_b(const real *dy, const real *so, const float *g, real *sdy, real *sdz,
+                            long rows)
+{
+	EACH(t, rows) {
+		float gt = g[t], c = 0.f;
+		for (int j = 0; j < H; j++) {
+			c += ld(dy[t * H + j]) * ld(so[t * H + j]);
+			sdy[t * H + j] = st(gt * ld(dy[t * H + j]));
+		}
+		sdz[t] = st(gt * (1.f - gt) * c);
+	}
+}
+
 /* B: du_t += sum_k dX[slot_tk] (k ascending). */
 template <int H, int K>
 __device__ void moe_scatter_b(const int *slot, const real *dX, real *du, long rows)

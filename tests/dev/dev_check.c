@@ -98,6 +98,16 @@ static const tcase cases[] = {
                                         .expert_ffn = 32, .act = RT_GEGLU}, .f32_only = true},
     {"moe", "4 experts, top 4, shared", {.kind = RT_MOE, BASE, .experts = 4, .top_k = 4,
                                          .expert_ffn = 48, .shared_experts = 1, .act = RT_SWIGLU}},
+    /* Qwen2-MoE's sigmoid gate on the shared experts: routed (f32), and every
+     * expert (bf16 too). */
+    {"moe", "4 experts, top 2, 2 shared, gate", {.kind = RT_MOE, BASE, .experts = 4, .top_k = 2,
+                                                 .expert_ffn = 32, .shared_experts = 2,
+                                                 .shared_gate = 1, .act = RT_SWIGLU},
+     .f32_only = true},
+    {"moe", "3 experts, top 3, shared, gate, gelu", {.kind = RT_MOE, BASE, .experts = 3,
+                                                     .top_k = 3, .expert_ffn = 32,
+                                                     .shared_experts = 1, .shared_gate = 1,
+                                                     .act = RT_GELU}},
     {"mamba", "Mamba-2, 1 group", {.kind = RT_MAMBA, BASE, .version = 2, .state = 16,
                                    .heads = 8, .head_dim = 16, .groups = 1}},
     {"mamba", "Mamba-2, 2 groups", {.kind = RT_MAMBA, BASE, .version = 2, .state = 8,
