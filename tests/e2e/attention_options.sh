@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# attention_options.sh OCTOPIPE SRCDIR [MODEL VARIANT]: attention options
-# end to end on a model (default tests/e2e/tiny-qwen.yaml: rope_theta,
+# attention_options.sh OCTOPIPE SRCDIR [MODEL VARIANT]: layer options end
+# to end on a model (default tests/e2e/tiny-qwen.yaml: rope_theta,
 # qkv_bias, qk_norm, alone and together; tests/e2e/tiny-rope.yaml:
-# rope_scaling's types; docs/yaml.md, docs/layers.md), on the bundled text:
+# rope_scaling's types; tests/e2e/tiny-qwen-moe.yaml: the moe's shared_gate;
+# docs/yaml.md, docs/layers.md), on the bundled text:
 #   - on 1 CPU rank the loss goes down;
 #   - on 2, 3 and 4 CPU ranks under 1f1b, zbv, zbh2 and the tuner, every
 #     step's loss and the final model hash are the 1-rank run's, bit for bit;
@@ -12,11 +13,12 @@
 #   - the CUDA target's programs through the host emulator give every
 #     step's loss within 1e-5 of the CPU's, the same bits on 1 and 2 ranks;
 #   - the option reaches the kernels: the model edited by VARIANT (a sed
-#     script; by default the first layer's base back at 10000), which has
-#     the same parameters (the options it changes take none), starts from
-#     another loss.  (Dropping a bias or a norm scale would move the later
-#     tensors of the flat array, whose init follows the element index:
-#     another model.  unit_kernels shows those reach the output.)
+#     script; by default the first layer's base back at 10000), whose other
+#     parameters are the same (the options it changes take none, or, as the
+#     shared gate, only the last tensor of their layer), starts from another
+#     loss.  (Dropping a bias or a norm scale would move the later tensors of
+#     the flat array, whose init follows the element index: another model.
+#     unit_kernels shows those reach the output.)
 # Exit 0 all hold, 1 a mismatch or a failure, 77 (skip) without mpirun.
 set -u
 octopipe=$1
