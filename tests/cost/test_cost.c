@@ -286,6 +286,34 @@ START_TEST(test_moe_closed_form_and_scaling)
 }
 END_TEST
 
+/* The shared experts' gate (docs/cost-model.md, "moe", step 9): h
+ * parameters, a GEMM of one column (2 T h in F, B and W) and the gating
+ * product (T h + 4 T in F, twice in B), the ungated output and the gate
+ * stashed; the parameter count is the runtime's. */
+START_TEST(test_moe_shared_gate_closed_form)
+{
+	ir_module *m = one(IR_LAYER_MOE, 1024, 512, 1, IR_DTYPE_BF16);
+	int64_t *v = attr(m);
+	v[IR_ATTR_EXPERTS] = 16, v[IR_ATTR_TOP_K] = 2, v[IR_ATTR_EXPERT_FFN] = 512;
+	v[IR_ATTR_SHARED_EXPERTS] = 2;
+	double T = 512, h = 1024, base[IR_NOPS], fl[IR_NOPS];
+	ir_cost c0 = cost_of(m, 1, base);
+	v[IR_ATTR_SHARED_GATE] = 1;
+	ir_cost c = cost_of(m, 1, fl);
+	ck_assert_uint_eq(c.params, c0.params + (uint64_t)h);
+	ck_assert_double_eq(fl[IR_OP_F], base[IR_OP_F] + 2 * T * h + T * h + 4 * T);
+	ck_assert_double_eq(fl[IR_OP_B], base[IR_OP_B] + 2 * T * h + 2 * (T * h + 4 * T));
+	ck_assert_double_eq(fl[IR_OP_W], base[IR_OP_W] + 2 * T * h);
+	ck_assert(c.f > c0.f && c.b > c0.b && c.w > c0.w);
+	rt_layer_desc rd = cost_rt_desc(m, &m->layers[1]);
+	ck_assert(rd.shared_gate == 1);
+	rt_sizes sz;
+	ck_assert_int_eq(rt_layer_sizes(&rd, &sz), RT_OK);
+	ck_assert_uint_eq(c.params, (uint64_t)sz.params);
+	ir_free(m);
+}
+END_TEST
+
 START_TEST(test_mamba_closed_forms)
 {
 	/* Mamba-2: in_proj h -> 2 inner + 2 g N + H, conv over inner + 2 g N */
@@ -971,6 +999,7 @@ static Suite *cost_suite(void)
 	tcase_add_test(tc, test_rope_scaling_costs_nothing);
 	tcase_add_test(tc, test_mla_deepseek_v3);
 	tcase_add_test(tc, test_moe_closed_form_and_scaling);
+	tcase_add_test(tc, test_moe_shared_gate_closed_form);
 	tcase_add_test(tc, test_mamba_closed_forms);
 	tcase_add_test(tc, test_embedding_and_head);
 	tcase_add_test(tc, test_backward_twice_forward_for_matmuls);
