@@ -408,6 +408,7 @@ typedef struct model {
 	int64_t rope[IR_NATTRS];
 	/* mlp and moe */
 	int64_t ffn, experts, top_k, expert_ffn, shared;
+	bool shared_gate; /* the shared experts behind a sigmoid gate (Qwen2-MoE) */
 	const char *act;
 	/* mamba */
 	int64_t version, state, expand, conv, m_heads, m_head_dim, groups, dt_rank;
@@ -704,7 +705,7 @@ static int read_mixtral(hf *c, model *m)
 /* Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE: attention with q, k, v biases
  * (Qwen3: with q and k norms instead); a gated MLP, or a MoE on every
  * decoder_sparse_step-th layer not in mlp_only_layers (Qwen2-MoE: with
- * shared experts behind a sigmoid gate). */
+ * shared experts behind a sigmoid gate, shared_gate). */
 static int read_qwen2(hf *c, model *m)
 {
 	bool moe = !strcmp(c->type, "qwen2_moe") || !strcmp(c->type, "qwen3_moe");
@@ -746,7 +747,7 @@ static int read_qwen2(hf *c, model *m)
 		if (want_bool(c, "output_router_logits", false, "the router's auxiliary load-balancing "
 		              "loss: the moe layer has none") < 0)
 			return -1;
-		yaml_node_t *sv = get_kept(c, "shared_expert_intermediate_size");
+		yaml_node_t *sv = get(c, "shared_expert_intermediate_size");
 		if (sv && ydoc_int(&c->d, sv, "'shared_expert_intermediate_size'", 0, 1 << 24, &shared_ffn) < 0)
 			return -1;
 		if (shared_ffn % m->expert_ffn) {
@@ -756,10 +757,8 @@ static int read_qwen2(hf *c, model *m)
 			return -1;
 		}
 		m->shared = shared_ffn / m->expert_ffn;
-		if (m->shared && refuse(c, "shared_expert_intermediate_size", "the shared experts' "
-		                        "sigmoid gate (shared_expert_gate, hidden x 1): the moe layer adds "
-		                        "its shared experts ungated") < 0)
-			return -1;
+		/* Qwen2-MoE's shared experts sit behind shared_expert_gate. */
+		m->shared_gate = m->shared > 0;
 		yaml_node_t *only = get(c, "mlp_only_layers");
 		if (only) {
 			if (ydoc_want(&c->d, only, YAML_SEQUENCE_NODE, "'mlp_only_layers'") < 0)
@@ -1192,6 +1191,8 @@ static const char *layer_text(arena *a, const model *m, char ch, bool with_kind)
 		                 (long long)m->experts, (long long)m->top_k, (long long)m->expert_ffn);
 		if (m->shared)
 			k = arena_printf(a, "%s, shared_experts: %lld", k, (long long)m->shared);
+		if (m->shared_gate)
+			k = arena_printf(a, "%s, shared_gate: true", k);
 		k = arena_printf(a, "%s, activation: %s", k, m->act);
 		break;
 	case 'M':
