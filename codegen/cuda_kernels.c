@@ -51,15 +51,15 @@ static const char ENTRY_HEAD[] =
 
 static const char ENTRY_ATTENTION[] =
     "OCTO_KERNEL void attention_F_rope(real *q, real *k)\n"
-    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f, ROPE_THETA); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f, ROPE_THETA); }\n"
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f, ROPE_INV_FREQ, ROPE_MSCALE); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f, ROPE_INV_FREQ, ROPE_MSCALE); }\n"
     "OCTO_KERNEL void attention_F_core(const real *q, const real *k, const real *v, real *o, float *lse)\n"
-    "{ attn_f<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, MBS); }\n"
+    "{ attn_f<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, MBS, QK_SCALE); }\n"
     "OCTO_KERNEL void attention_B_core_q(const real *q, const real *k, const real *v, const real *dout, const float *lse, float *Dsum, real *dq)\n"
-    "{ attn_b_q<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dq, MBS); }\n"
+    "{ attn_b_q<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dq, MBS, QK_SCALE); }\n"
     "OCTO_KERNEL void attention_B_core_kv(const real *q, const real *k, const real *v, const real *dout, const float *lse, const float *Dsum, real *dk, real *dv)\n"
-    "{ attn_b_kv<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, MBS); }\n"
+    "{ attn_b_kv<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, MBS, QK_SCALE); }\n"
     "OCTO_KERNEL void attention_B_rope(real *dq, real *dk)\n"
-    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f, ROPE_THETA); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f, ROPE_THETA); }\n";
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f, ROPE_INV_FREQ, ROPE_MSCALE); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f, ROPE_INV_FREQ, ROPE_MSCALE); }\n";
 
 /* qkv_bias only: the biases after the q, k, v projections, and their
  * gradients (column sums, rows ascending). */
@@ -127,6 +127,13 @@ static const char ENTRY_MOE[] =
     "{ moe_scatter_b<H, K>(slot, dX, du, T); }\n"
     "OCTO_KERNEL void moe_W_gather(const real *u, const int *rowtok, real *X)\n"
     "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n";
+
+/* shared_gate only: the shared experts' output times sigmoid(u . gate). */
+static const char ENTRY_MOE_SGATE[] =
+    "OCTO_KERNEL void moe_F_sgate(const real *z, const real *so, float *g, real *y)\n"
+    "{ moe_sgate_f<H>(z, so, g, y, T); }\n"
+    "OCTO_KERNEL void moe_B_sgate(const real *dy, const real *so, const float *g, real *sdy, real *sdz)\n"
+    "{ moe_sgate_b<H>(dy, so, g, sdy, sdz, T); }\n";
 
 /* Every module: the optimizer step of a tensor of its layer (the
  * runtime's AdamW, runtime/rt_model.c, element for element), and the
@@ -236,8 +243,18 @@ static void def_attention(sbuf *bp, const rt_shape *s)
 	DEF("WIN", s->win);
 	DEF("ROPE_OFF", s->rope_off);
 	DEF("ROPE_LEN", s->rope_len);
-	/* %.17g: the double the CPU kernels use, read back exactly. */
+	/* %.17g: the double the CPU kernels use, read back exactly.  The base
+	 * is for the reader; the kernels take the pairs' inverse frequencies,
+	 * rt__rope_freq's (rope_theta and rope_scaling), the factor of cos and
+	 * sin and that of the scores, as the CPU has them. */
 	put(bp, "static constexpr double ROPE_THETA = %.17g;\n", s->theta);
+	put(bp, "static constexpr double ROPE_MSCALE = %.17g;\n", s->rope_mscale);
+	put(bp, "static constexpr float QK_SCALE = (float)%.17g;\n", s->qk_scale);
+	put(bp, "__device__ const double ROPE_INV_FREQ[%lld] = {",
+	    (long long)(s->rope_len / 2 > 0 ? s->rope_len / 2 : 1));
+	for (int64_t i = 0; i < s->rope_len / 2; i++)
+		put(bp, "%s%.17g", i ? ", " : "", rt__rope_freq(s, i));
+	put(bp, "%s};\n", s->rope_len / 2 > 0 ? "" : "0");
 	DEF("DN", s->dn);
 	DEF("DR", s->dr);
 	DEF("RQ", s->rq);
@@ -334,6 +351,8 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 		put_entries(&b, ENTRY_FFN, kind);
 		if (d->kind == RT_MOE)
 			put(&b, "%s", ENTRY_MOE);
+		if (d->kind == RT_MOE && s.sgate)
+			put(&b, "%s", ENTRY_MOE_SGATE);
 		break;
 	case RT_MAMBA:
 		put_entries(&b, ENTRY_NORM, kind);

@@ -194,18 +194,20 @@ __device__ void ffn_act_b(const real *dh, const real *a, const real *b, real *da
 
 /* ---- rotary embedding: "rotate half" of the last L features of each head ---- */
 
-/* One thread per (row, head, pair); sign -1 is the inverse (B); theta is
- * the base (the layer's rope_theta). */
+/* One thread per (row, head, pair); sign -1 is the inverse (B); inv the
+ * pairs' inverse frequencies and mscale the factor of cos and sin, the
+ * module's constants ROPE_INV_FREQ and ROPE_MSCALE (the CPU's, from
+ * rt__rope_freq: the layer's rope_theta and rope_scaling). */
 template <int SEQ, int NH, int STRIDE, int OFF, int L>
-__device__ void rope(real *x, long rows, float sign, double theta)
+__device__ void rope(real *x, long rows, float sign, const double *inv, double mscale)
 {
 	const int half = L / 2;
 	EACH(i, rows * NH * half) {
 		long t = i / (NH * half);
 		int h = (int)(i / half % NH), k = (int)(i % half);
 		int s = (int)(t % SEQ);
-		double th = (double)s * pow(theta, -2.0 * k / L);
-		float c = (float)cos(th), sn = sign * (float)sin(th);
+		double th = (double)s * inv[k];
+		float c = (float)(mscale * cos(th)), sn = sign * (float)(mscale * sin(th));
 		real *p = x + t * (long)(NH * STRIDE) + (long)h * STRIDE + OFF;
 		float a = ld(p[k]), b = ld(p[k + half]);
 		p[k] = st(a * c - b * sn);
@@ -218,7 +220,8 @@ __device__ void rope(real *x, long rows, float sign, double theta)
 /* F: one thread per (sequence, head, query i).  q [T][NH*DQK], k [T][NKV*DQK],
  * v [T][NKV*DV], o [T][NH*DV], lse [MBS][NH][SEQ]. */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
-__device__ void attn_f(const real *q, const real *k, const real *v, real *o, float *lse, int mbs)
+__device__ void attn_f(const real *q, const real *k, const real *v, real *o, float *lse, int mbs,
+                       float qs)
 {
 	EACH(id, (long)mbs * NH * SEQ) {
 		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
@@ -233,7 +236,7 @@ __device__ void attn_f(const real *q, const real *k, const real *v, real *o, flo
 			const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
 			float s = 0.f;
 			for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
-			s *= rsqrtf((float)DQK);
+			s *= rsqrtf((float)DQK) * qs;
 			float mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
 			l = l * c + p;
 			for (int e = 0; e < DV; e++) acc[e] = acc[e] * c + p * ld(vj[e]);
@@ -249,7 +252,7 @@ __device__ void attn_f(const real *q, const real *k, const real *v, real *o, flo
  * dq_i = sum_j dS_ij k_j. */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
 __device__ void attn_b_q(const real *q, const real *k, const real *v, const real *dout,
-                         const float *lse, float *Dsum, real *dq, int mbs)
+                         const float *lse, float *Dsum, real *dq, int mbs, float qs)
 {
 	EACH(id, (long)mbs * NH * SEQ) {
 		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
@@ -257,7 +260,7 @@ __device__ void attn_b_q(const real *q, const real *k, const real *v, const real
 		int g = h / (NH / NKV);
 		const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
 		const real *doi = dout + (b * SEQ + i) * (NH * DV) + h * DV;
-		const float sc = rsqrtf((float)DQK);
+		const float sc = rsqrtf((float)DQK) * qs;
 		int j0 = WIN > 0 && i - WIN + 1 > 0 ? i - WIN + 1 : 0;
 		float D = 0.f, acc[DQK];
 		for (int e = 0; e < DQK; e++) acc[e] = 0.f;
@@ -286,14 +289,15 @@ __device__ void attn_b_q(const real *q, const real *k, const real *v, const real
  * group's query heads in ascending order, queries ascending. */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
 __device__ void attn_b_kv(const real *q, const real *k, const real *v, const real *dout,
-                          const float *lse, const float *Dsum, real *dk, real *dv, int mbs)
+                          const float *lse, const float *Dsum, real *dk, real *dv, int mbs,
+                          float qs)
 {
 	EACH(id, (long)mbs * NKV * SEQ) {
 		int j = (int)(id % SEQ), g = (int)(id / SEQ % NKV);
 		long b = id / ((long)SEQ * NKV);
 		const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
 		const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
-		const float sc = rsqrtf((float)DQK);
+		const float sc = rsqrtf((float)DQK) * qs;
 		float ak[DQK], av[DV];
 		for (int e = 0; e < DQK; e++) ak[e] = 0.f;
 		for (int e = 0; e < DV; e++) av[e] = 0.f;
@@ -507,6 +511,36 @@ __device__ void moe_route_b(const real *dy, const real *Y, const float *p, const
 			for (int k = 0; k < K; k++) if (sel[t * K + k] == e) dp = dps[k];
 			dr[t * E + e] = st(p[t * E + e] * (dp - c));
 		}
+	}
+}
+
+/* The shared experts' gate (shared_gate).  F: g_t = sigmoid(z_t),
+ * y += g_t so_t (so: the shared output before the gate). */
+template <int H>
+__device__ void moe_sgate_f(const real *z, const real *so, float *g, real *y, long rows)
+{
+	EACH(i, rows * H) {
+		long t = i / H;
+		float gt = sigm(ld(z[t]));
+		if (i % H == 0)
+			g[t] = gt;
+		y[i] = st(ld(y[i]) + gt * ld(so[i]));
+	}
+}
+
+/* B (one thread per row): sdy = g dy, the shared MLP's output gradient;
+ * sdz = g (1 - g) dy . so (j ascending), the gate's. */
+template <int H>
+__device__ void moe_sgate_b(const real *dy, const real *so, const float *g, real *sdy, real *sdz,
+                            long rows)
+{
+	EACH(t, rows) {
+		float gt = g[t], c = 0.f;
+		for (int j = 0; j < H; j++) {
+			c += ld(dy[t * H + j]) * ld(so[t * H + j]);
+			sdy[t * H + j] = st(gt * ld(dy[t * H + j]));
+		}
+		sdz[t] = st(gt * (1.f - gt) * c);
 	}
 }
 

@@ -75,10 +75,18 @@ static const field desc_fields[] = {
     FLD(rt_layer_desc, kv_lora_rank, T_I64), FLD(rt_layer_desc, qk_rope_dim, T_I64),
     FLD(rt_layer_desc, v_head_dim, T_I64),   FLD(rt_layer_desc, rope_theta, T_F64),
     FLD(rt_layer_desc, qkv_bias, T_I64),     FLD(rt_layer_desc, qk_norm, T_I64),
+    FLD(rt_layer_desc, rope_scaling, T_I64), FLD(rt_layer_desc, rope_factor, T_F64),
+    FLD(rt_layer_desc, rope_low_freq_factor, T_F64),
+    FLD(rt_layer_desc, rope_high_freq_factor, T_F64),
+    FLD(rt_layer_desc, rope_original_max, T_I64), FLD(rt_layer_desc, rope_beta_fast, T_F64),
+    FLD(rt_layer_desc, rope_beta_slow, T_F64),
+    FLD(rt_layer_desc, rope_attention_factor, T_F64), FLD(rt_layer_desc, rope_mscale, T_F64),
+    FLD(rt_layer_desc, rope_mscale_all_dim, T_F64),
     FLD(rt_layer_desc, ffn, T_I64),
     FLD(rt_layer_desc, act, T_I32),          FLD(rt_layer_desc, experts, T_I64),
     FLD(rt_layer_desc, top_k, T_I64),        FLD(rt_layer_desc, expert_ffn, T_I64),
-    FLD(rt_layer_desc, shared_experts, T_I64), FLD(rt_layer_desc, version, T_I64),
+    FLD(rt_layer_desc, shared_experts, T_I64), FLD(rt_layer_desc, shared_gate, T_I64),
+    FLD(rt_layer_desc, version, T_I64),
     FLD(rt_layer_desc, state, T_I64),        FLD(rt_layer_desc, expand, T_I64),
     FLD(rt_layer_desc, conv, T_I64),         FLD(rt_layer_desc, groups, T_I64),
     FLD(rt_layer_desc, dt_rank, T_I64),       FLD(rt_layer_desc, ssm_heads, T_I64),
@@ -160,10 +168,12 @@ static LLVMTypeRef ftype_llvm(hb *h, ftype t)
 	ir_bug("codegen: bad field type");
 }
 
+enum { MAX_FIELDS = 64 }; /* of a mirrored struct */
+
 static LLVMTypeRef mirror(hb *h, const char *name, const field *f, int n, size_t size)
 {
-	LLVMTypeRef t = LLVMStructCreateNamed(h->cx, name), el[32];
-	ir_assert(n <= 32);
+	LLVMTypeRef t = LLVMStructCreateNamed(h->cx, name), el[MAX_FIELDS];
+	ir_assert(n <= MAX_FIELDS);
 	for (int i = 0; i < n; i++)
 		el[i] = ftype_llvm(h, f[i].type);
 	LLVMStructSetBody(t, el, (unsigned)n, 0);
@@ -181,7 +191,7 @@ static LLVMTypeRef mirror(hb *h, const char *name, const field *f, int n, size_t
 static LLVMValueRef mirror_const(hb *h, LLVMTypeRef t, const field *f, int n, const void *c,
                                  const LLVMValueRef *ptrs)
 {
-	LLVMValueRef v[32];
+	LLVMValueRef v[MAX_FIELDS];
 	const char *p = c;
 	for (int i = 0; i < n; i++) {
 		const char *q = p + f[i].off;

@@ -22,6 +22,7 @@
  * parallel (the attention's fields and the mamba's). */
 #include "hf_import.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,8 +403,13 @@ typedef struct model {
 	int64_t heads, kv_heads, head_dim, window, q_lora, kv_lora, rope_dim, v_head_dim;
 	double rope_theta;
 	bool qkv_bias, qk_norm, mla;
+	/* rope_scaling: the type (ir_rope_scaling) and the fields as
+	 * ir_layer.attr holds them (IR_ATTR_ROPE_FACTOR ..), 0 absent */
+	int rope_type;
+	int64_t rope[IR_NATTRS];
 	/* mlp and moe */
 	int64_t ffn, experts, top_k, expert_ffn, shared;
+	bool shared_gate; /* the shared experts behind a sigmoid gate (Qwen2-MoE) */
 	const char *act;
 	/* mamba */
 	int64_t version, state, expand, conv, m_heads, m_head_dim, groups, dt_rank;
@@ -436,6 +442,169 @@ static int gated_act(hf *c, const char *key, const char *def, model *m)
 	return 0;
 }
 
+/* rope_scaling := {"rope_type" (or "type"): TYPE, FIELD: value, ...}:
+ * types linear, llama3 and yarn as the attention layers' rope_scaling
+ * (docs/import.md), "default" as none; another type refused at the key.
+ * A null field, and beta_fast, beta_slow, mscale or mscale_all_dim at 0,
+ * are absent, as Hugging Face reads them; yarn's
+ * original_max_position_embeddings defaults to max_position_embeddings.
+ * Hugging Face's attention layers scale the scores by mscale_all_dim in
+ * DeepSeek's alone: elsewhere the two mscales become the attention factor
+ * they give. */
+static int read_rope_scaling(hf *c, model *m)
+{
+	yaml_node_t *rs = get_kept(c, "rope_scaling");
+	if (!rs)
+		return 0;
+	if (rs->type != YAML_MAPPING_NODE) {
+		diag_error(ydoc_at(&c->d, rs), "expected a JSON object for 'rope_scaling', got %s",
+		           ydoc_describe(&c->d, rs));
+		return -1;
+	}
+	yaml_node_t *tn = ydoc_peek(&c->d, rs, "rope_type");
+	if (!tn)
+		tn = ydoc_peek(&c->d, rs, "type");
+	const char *type;
+	if (!tn) {
+		diag_error(ydoc_at(&c->d, rs), "'rope_scaling' has no \"rope_type\" (or \"type\")");
+		return -1;
+	}
+	if (ydoc_scalar(&c->d, tn, "'rope_type'", "a string", &type) < 0)
+		return -1;
+	int t = ir_lookup(ir_rope_scaling_names + 1, IR_NROPE_SCALINGS - 1, type) + 1;
+	if (strcmp(type, "default") != 0 && !t)
+		return refuse(c, "rope_scaling", arena_printf(c->a, "RoPE scaling of type '%s': the "
+		              "attention layer's rope_scaling is linear, llama3 or yarn",
+		              ysrc_shown(c->a, type)));
+	if (ignored(c, "rope_scaling")) /* one the format can say: read as absent */
+		return 0;
+	const char *tname = t ? ir_rope_scaling_names[t] : "default";
+	int64_t *v = m->rope;
+	yaml_node_t *at[IR_NATTRS] = {0};
+	for (yaml_node_pair_t *p = rs->data.mapping.pairs.start; p < rs->data.mapping.pairs.top; p++) {
+		yaml_node_t *kn = ydoc_node(&c->d, p->key), *vn = ydoc_node(&c->d, p->value);
+		const char *key = (const char *)kn->data.scalar.value;
+		if (!strcmp(key, "rope_type") || !strcmp(key, "type") || is_plain(vn, "null"))
+			continue;
+		if (!strcmp(key, "truncate")) { /* the yarn ramp's bounds rounded, as ours */
+			if (is_plain(vn, "true"))
+				continue;
+			return refuse(c, "rope_scaling", "yarn's ramp with unrounded bounds (\"truncate\": "
+			              "false): the attention layer's rounds them");
+		}
+		int a = IR_ATTR_ROPE_FACTOR;
+		while (a <= IR_ATTR_ROPE_MSCALE_ALL_DIM &&
+		       strcmp(ir_attr_table[a].name + strlen("rope_scaling."), key) != 0)
+			a++;
+		if (a > IR_ATTR_ROPE_MSCALE_ALL_DIM || ir_rope_field_use(t, a) == IR_USE_NO) {
+			diag_error(ydoc_at(&c->d, kn), "'%s' in 'rope_scaling' is not a field of its type "
+			           "%s, which the import reads (docs/import.md); --ignore rope_scaling to "
+			           "import the model without the scaling", ysrc_shown(c->a, key), tname);
+			return -1;
+		}
+		const char *what = arena_printf(c->a, "'%s' in 'rope_scaling'", key);
+		if (ir_attr_table[a].type == IR_AT_INT) {
+			if (ydoc_int(&c->d, vn, what, 1, ir_attr_table[a].max, &v[a]) < 0)
+				return -1;
+			continue;
+		}
+		double x;
+		if (read_num(c, vn, key, &x) < 0)
+			return -1;
+		bool zero_absent = a == IR_ATTR_ROPE_BETA_FAST || a == IR_ATTR_ROPE_BETA_SLOW ||
+		                   a == IR_ATTR_ROPE_MSCALE || a == IR_ATTR_ROPE_MSCALE_ALL_DIM;
+		if (x == 0 && zero_absent)
+			continue;
+		double lo = (double)ir_attr_table[a].min;
+		if (!(x > 0) || x < lo) {
+			diag_error(ydoc_at(&c->d, vn), "%s must be %s, got %s", what,
+			           lo > 0 ? "at least 1" : "greater than 0",
+			           ysrc_shown(c->a, (const char *)vn->data.scalar.value));
+			return -1;
+		}
+		v[a] = ir_real_bits(x);
+		at[a] = vn;
+	}
+	m->rope_type = t;
+	if (t == IR_ROPE_YARN && !v[IR_ATTR_ROPE_ORIG_MAX])
+		v[IR_ATTR_ROPE_ORIG_MAX] = m->maxpos < (1 << 30) ? m->maxpos : 1 << 30;
+	for (int a = IR_ATTR_ROPE_FACTOR; a <= IR_ATTR_ROPE_MSCALE_ALL_DIM; a++)
+		if (!v[a] && ir_rope_field_use(t, a) == IR_USE_REQUIRED) {
+			diag_error(ydoc_at(&c->d, rs), "missing key '%s' in 'rope_scaling' of type %s",
+			           ir_attr_table[a].name + strlen("rope_scaling."), tname);
+			return -1;
+		}
+	if (t == IR_ROPE_YARN && v[IR_ATTR_ROPE_MSCALE] && !v[IR_ATTR_ROPE_MSCALE_ALL_DIM])
+		v[IR_ATTR_ROPE_MSCALE] = 0; /* Hugging Face reads it only with mscale_all_dim */
+	/* The ranges that tie two values, at the second (docs/yaml.md). */
+	ir_layer l = {.kind = IR_LAYER_ATTENTION};
+	memcpy(l.attr, v, sizeof l.attr);
+	double lo = ir_attr_real(&l, IR_ATTR_ROPE_LOW_FREQ), hi = ir_attr_real(&l, IR_ATTR_ROPE_HIGH_FREQ);
+	double fast = ir_attr_real_or_default(&l, IR_ATTR_ROPE_BETA_FAST);
+	double slow = ir_attr_real_or_default(&l, IR_ATTR_ROPE_BETA_SLOW);
+	if (t == IR_ROPE_LLAMA3 && !(hi > lo)) {
+		diag_error(ydoc_at(&c->d, at[IR_ATTR_ROPE_HIGH_FREQ]), "'high_freq_factor' in "
+		           "'rope_scaling' (%g) must be greater than its 'low_freq_factor' (%g)", hi, lo);
+		return -1;
+	}
+	if (t == IR_ROPE_YARN && !(fast > slow)) {
+		int a = at[IR_ATTR_ROPE_BETA_SLOW] ? IR_ATTR_ROPE_BETA_SLOW : IR_ATTR_ROPE_BETA_FAST;
+		diag_error(ydoc_at(&c->d, at[a]), "'beta_slow' in 'rope_scaling' (%g) must be less than "
+		           "its 'beta_fast' (%g)", slow, fast);
+		return -1;
+	}
+	if (t == IR_ROPE_YARN && !(m->rope_theta > 1)) {
+		diag_error(key_loc(c, "rope_theta"), "'rope_theta' must be greater than 1 with yarn's "
+		           "'rope_scaling' (its ramp divides by log(rope_theta))");
+		return -1;
+	}
+	return 0;
+}
+
+/* yarn's mscales outside DeepSeek: the attention factor they give (their
+ * ratio, or 0.1 ln(factor) + 1 without mscale), no scale of the scores. */
+static void rope_mscales_as_factor(model *m)
+{
+	int64_t *v = m->rope;
+	if (m->rope_type != IR_ROPE_YARN || !v[IR_ATTR_ROPE_MSCALE_ALL_DIM])
+		return;
+	if (v[IR_ATTR_ROPE_MSCALE] && !v[IR_ATTR_ROPE_ATTN_FACTOR]) {
+		double f, ms, all;
+		memcpy(&f, &v[IR_ATTR_ROPE_FACTOR], sizeof f);
+		memcpy(&ms, &v[IR_ATTR_ROPE_MSCALE], sizeof ms);
+		memcpy(&all, &v[IR_ATTR_ROPE_MSCALE_ALL_DIM], sizeof all);
+		double a = f <= 1 ? 1 : (0.1 * ms * log(f) + 1) / (0.1 * all * log(f) + 1);
+		v[IR_ATTR_ROPE_ATTN_FACTOR] = ir_real_bits(a);
+	}
+	v[IR_ATTR_ROPE_MSCALE] = v[IR_ATTR_ROPE_MSCALE_ALL_DIM] = 0;
+}
+
+/* The layer text of rope_scaling, "" without. */
+static const char *rope_text(arena *a, const model *m)
+{
+	if (!m->rope_type)
+		return "";
+	const char *k = arena_printf(a, ", rope_scaling: {type: %s", ir_rope_scaling_names[m->rope_type]);
+	for (int f = IR_ATTR_ROPE_FACTOR; f <= IR_ATTR_ROPE_MSCALE_ALL_DIM; f++) {
+		int64_t x = m->rope[f];
+		const char *key = ir_attr_table[f].name + strlen("rope_scaling.");
+		if (!x)
+			continue;
+		if (ir_attr_table[f].type == IR_AT_INT) {
+			k = arena_printf(a, "%s, %s: %lld", k, key, (long long)x);
+			continue;
+		}
+		double d;
+		char buf[64];
+		memcpy(&d, &x, sizeof d);
+		if (d == ir_attr_real_default((ir_attr)f))
+			continue; /* beta_fast 32, beta_slow 1 */
+		fmt_double(buf, sizeof buf, d);
+		k = arena_printf(a, "%s, %s: %s", k, key, buf);
+	}
+	return arena_printf(a, "%s}", k);
+}
+
 /* The keys every decoder family shares: sizes, attention heads, RoPE. */
 static int read_common(hf *c, model *m, int64_t default_seq)
 {
@@ -455,19 +624,8 @@ static int read_common(hf *c, model *m, int64_t default_seq)
 		diag_error(key_loc(c, "rope_theta"), "'rope_theta' must be greater than 0");
 		return -1;
 	}
-	yaml_node_t *rs = get_kept(c, "rope_scaling");
-	if (rs) {
-		const char *type = "?";
-		yaml_node_t *t = rs->type == YAML_MAPPING_NODE ? ydoc_peek(&c->d, rs, "rope_type") : NULL;
-		if (!t && rs->type == YAML_MAPPING_NODE)
-			t = ydoc_peek(&c->d, rs, "type");
-		if (t && t->type == YAML_SCALAR_NODE)
-			type = (const char *)t->data.scalar.value;
-		if (strcmp(type, "default") != 0 &&
-		    refuse(c, "rope_scaling", arena_printf(c->a, "RoPE scaling of type '%s': the attention "
-		           "layer's RoPE has no frequency scaling", ysrc_shown(c->a, type))) < 0)
-			return -1;
-	}
+	if (read_rope_scaling(c, m) < 0)
+		return -1;
 	return want_zero(c, "attention_dropout", "attention dropout: the attention layer has none");
 }
 
@@ -548,7 +706,7 @@ static int read_mixtral(hf *c, model *m)
 /* Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE: attention with q, k, v biases
  * (Qwen3: with q and k norms instead); a gated MLP, or a MoE on every
  * decoder_sparse_step-th layer not in mlp_only_layers (Qwen2-MoE: with
- * shared experts behind a sigmoid gate). */
+ * shared experts behind a sigmoid gate, shared_gate). */
 static int read_qwen2(hf *c, model *m)
 {
 	bool moe = !strcmp(c->type, "qwen2_moe") || !strcmp(c->type, "qwen3_moe");
@@ -590,7 +748,7 @@ static int read_qwen2(hf *c, model *m)
 		if (want_bool(c, "output_router_logits", false, "the router's auxiliary load-balancing "
 		              "loss: the moe layer has none") < 0)
 			return -1;
-		yaml_node_t *sv = get_kept(c, "shared_expert_intermediate_size");
+		yaml_node_t *sv = get(c, "shared_expert_intermediate_size");
 		if (sv && ydoc_int(&c->d, sv, "'shared_expert_intermediate_size'", 0, 1 << 24, &shared_ffn) < 0)
 			return -1;
 		if (shared_ffn % m->expert_ffn) {
@@ -600,10 +758,8 @@ static int read_qwen2(hf *c, model *m)
 			return -1;
 		}
 		m->shared = shared_ffn / m->expert_ffn;
-		if (m->shared && refuse(c, "shared_expert_intermediate_size", "the shared experts' "
-		                        "sigmoid gate (shared_expert_gate, hidden x 1): the moe layer adds "
-		                        "its shared experts ungated") < 0)
-			return -1;
+		/* Qwen2-MoE's shared experts sit behind shared_expert_gate. */
+		m->shared_gate = m->shared > 0;
 		yaml_node_t *only = get(c, "mlp_only_layers");
 		if (only) {
 			if (ydoc_want(&c->d, only, YAML_SEQUENCE_NODE, "'mlp_only_layers'") < 0)
@@ -1142,8 +1298,8 @@ static void put(out *o, const char *fmt, ...)
 }
 
 /* A layer's fields as a flow mapping, with `kind:` unless in a pattern
- * block; rope_theta, qkv_bias and qk_norm only where they differ from the
- * format's defaults. */
+ * block; rope_theta, qkv_bias, qk_norm and rope_scaling (and its fields)
+ * only where they differ from the format's defaults. */
 static const char *layer_text(arena *a, const model *m, char ch, bool with_kind)
 {
 	const char *k = "";
@@ -1169,6 +1325,7 @@ static const char *layer_text(arena *a, const model *m, char ch, bool with_kind)
 			k = arena_printf(a, "%s, qkv_bias: true", k);
 		if (m->qk_norm)
 			k = arena_printf(a, "%s, qk_norm: true", k);
+		k = arena_printf(a, "%s%s", k, rope_text(a, m));
 		break;
 	case '-':
 		k = arena_printf(a, "%sffn: %lld, activation: %s", with_kind ? "kind: mlp, " : "",
@@ -1179,6 +1336,8 @@ static const char *layer_text(arena *a, const model *m, char ch, bool with_kind)
 		                 (long long)m->experts, (long long)m->top_k, (long long)m->expert_ffn);
 		if (m->shared)
 			k = arena_printf(a, "%s, shared_experts: %lld", k, (long long)m->shared);
+		if (m->shared_gate)
+			k = arena_printf(a, "%s, shared_gate: true", k);
 		k = arena_printf(a, "%s, activation: %s", k, m->act);
 		break;
 	case 'M':
@@ -1363,6 +1522,8 @@ const char *fe_import_hf(arena *a, const src_file *src, const char *const *ignor
 	model m = {0};
 	if (f->read(&c, &m) < 0)
 		goto out;
+	if (f->read != read_deepseek)
+		rope_mscales_as_factor(&m);
 	/* Every family but the hybrids has one attention layer per layer. */
 	if (f->read != read_jamba && f->read != read_nemotron_h && f->read != read_falcon_h1 &&
 	    read_layer_types(&c, &m) < 0)

@@ -139,7 +139,7 @@ static int read_parallel(fe *f, yaml_node_t *map, ir_layer *l)
 			if (pa >= 0)
 				l->attr[pa] = pl.attr[a];
 			else if (pl.attr[a]) {
-				/* MLA, which the parallel layer does not run */
+				/* MLA or rope_scaling, which the parallel layer does not run */
 				yaml_node_t *an = ydoc_peek(d, v[p], ir_attr_table[a].name);
 				diag_error(ydoc_at(d, an ? an : v[p]),
 				           "'%s' does not apply to a parallel layer's %s",
@@ -149,6 +149,100 @@ static int read_parallel(fe *f, yaml_node_t *map, ir_layer *l)
 		}
 	}
 	return ir_check_layer(&f->m->model, l, f->m->nlayers, NULL, NULL, ydoc_at(d, map)) ? -1 : 0;
+}
+
+/* A number attribute: > 0 (and at least the table's min), the default
+ * kept as absent, so that writing it changes nothing in the IR. */
+static int read_real(ydoc *d, yaml_node_t *n, ir_attr a, const char *what, ir_layer *l)
+{
+	double r;
+	int64_t min = ir_attr_table[a].min;
+	if (ydoc_num(d, n, what, YSRC_POSITIVE, &r) < 0)
+		return -1;
+	if (r < (double)min) {
+		diag_error(ydoc_at(d, n), "%s must be at least %lld, got %s", what, (long long)min,
+		           ysrc_shown(d->a, (const char *)n->data.scalar.value));
+		return -1;
+	}
+	l->attr[a] = r == ir_attr_real_default(a) ? 0 : ir_real_bits(r);
+	return 0;
+}
+
+/* rope_scaling := {type: linear | llama3 | yarn, field: value, ...}
+ * (docs/yaml.md, "RoPE scaling"): the type first, which decides the
+ * fields; each a "rope_scaling.<field>" attribute.  Hugging Face's other
+ * types are named in their refusal. */
+static int read_rope_scaling(ydoc *d, yaml_node_t *map, ir_layer *l, attr_locs *w)
+{
+	static const struct { const char *type, *why; } refused[] = {
+		{"dynamic", "dynamic NTK scaling changes the frequencies with the length of the text at "
+		            "inference, and training has no such length"},
+		{"longrope", "LongRoPE's per-frequency factor lists are not supported"},
+		{"default", "it is plain RoPE: leave 'rope_scaling' out"},
+	};
+	if (ydoc_want(d, map, YAML_MAPPING_NODE, "'rope_scaling'") < 0)
+		return -1;
+	yaml_node_t *tn = ydoc_peek(d, map, "type");
+	if (!tn)
+		return ydoc_missing(d, map, "type", "in rope_scaling");
+	const char *type;
+	if (ydoc_scalar(d, tn, "'type'", "a string", &type) < 0)
+		return -1;
+	for (size_t i = 0; i < NELEMS(refused); i++)
+		if (!strcmp(type, refused[i].type)) {
+			diag_error(ydoc_at(d, tn), "rope_scaling type '%s' is not supported: %s; the types "
+			           "are linear, llama3 and yarn", type, refused[i].why);
+			return -1;
+		}
+	int t;
+	if (ydoc_enum(d, tn, "'type'", "rope_scaling type", ir_rope_scaling_names + 1,
+	              IR_NROPE_SCALINGS - 1, &t) < 0)
+		return -1;
+	t++;
+
+	/* The keys: `type` and the fields of this type; another type's field
+	 * is named as such. */
+	enum { NF = IR_ATTR_ROPE_MSCALE_ALL_DIM - IR_ATTR_ROPE_FACTOR + 1 };
+	const char *keys[1 + NF], *other[NF];
+	ir_attr attr_of[1 + NF];
+	int nkeys = 0, nother = 0;
+	keys[nkeys++] = "type";
+	for (int a = IR_ATTR_ROPE_FACTOR; a <= IR_ATTR_ROPE_MSCALE_ALL_DIM; a++) {
+		const char *key = ir_attr_table[a].name + strlen("rope_scaling.");
+		if (ir_rope_field_use(t, a) != IR_USE_NO) {
+			attr_of[nkeys] = a;
+			keys[nkeys++] = key;
+		} else {
+			other[nother++] = key;
+		}
+	}
+	const char *tname = ir_rope_scaling_names[t];
+	keyspec ks = {"in rope_scaling", keys, nkeys, other, nother,
+	              arena_printf(d->a, "does not apply to type %s (its fields: %s)", tname,
+	                           ysrc_joined(d->a, keys + 1, nkeys - 1))};
+	yaml_node_t *k[1 + NF], *v[1 + NF];
+	if (ydoc_walk_map(d, map, "'rope_scaling'", &ks, k, v) < 0)
+		return -1;
+	l->attr[IR_ATTR_ROPE_SCALING] = t;
+	w->at[IR_ATTR_ROPE_SCALING] = ydoc_at(d, tn);
+	for (int i = 1; i < nkeys; i++) {
+		ir_attr a = attr_of[i];
+		if (!v[i]) {
+			if (ir_rope_field_use(t, a) == IR_USE_REQUIRED)
+				return ydoc_missing(d, map, keys[i], arena_printf(d->a, "in rope_scaling of "
+				                    "type %s", tname));
+			continue;
+		}
+		const char *what = ydoc_quoted(d->a, ir_attr_table[a].name);
+		w->at[a] = ydoc_at(d, v[i]);
+		if (ir_attr_table[a].type == IR_AT_REAL) {
+			if (read_real(d, v[i], a, what, l) < 0)
+				return -1;
+		} else if (ydoc_int(d, v[i], what, 1, ir_attr_table[a].max, &l->attr[a]) < 0) {
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /* layer := {kind: name, attribute: value, ...} (docs/yaml.md, "Layer kinds
@@ -194,6 +288,8 @@ static int read_layer(fe *f, yaml_node_t *map, int implied, ir_layer *l)
 	int nkeys = 0, nother = 0;
 	keys[nkeys++] = "kind";
 	for (int a = 0; a < IR_NATTRS; a++) {
+		if (ir_attr_is_rope_field(a))
+			continue; /* keys of the rope_scaling mapping */
 		if (ir_attr_applies(a, kind, version)) {
 			attr_of[nkeys] = a;
 			keys[nkeys++] = yaml_attr_name(a);
@@ -239,12 +335,13 @@ static int read_layer(fe *f, yaml_node_t *map, int implied, ir_layer *l)
 			continue;
 		}
 		if (ai->type == IR_AT_REAL) {
-			double r;
-			if (ydoc_num(d, v[i], what, YSRC_POSITIVE, &r) < 0)
+			if (read_real(d, v[i], a, what, l) < 0)
 				return -1;
-			/* The default is kept as absent, so that writing it changes
-			 * nothing in the IR. */
-			l->attr[a] = a == IR_ATTR_ROPE_THETA && r == IR_ROPE_THETA ? 0 : ir_real_bits(r);
+			continue;
+		}
+		if (a == IR_ATTR_ROPE_SCALING) {
+			if (read_rope_scaling(d, v[i], l, &w) < 0)
+				return -1;
 			continue;
 		}
 		/* 0 means "absent" in the IR, so a required attribute starts at 1. */

@@ -30,6 +30,7 @@ const int ir_dtype_bytes[] = {
 };
 #define NAME(e, s) s,
 const char *const ir_act_names[] = {IR_ACTS(NAME)};
+const char *const ir_rope_scaling_names[] = {IR_ROPE_SCALINGS(NAME)};
 const char *const ir_optimizer_names[] = {IR_OPTIMIZERS(NAME)};
 const char *const ir_decay_names[] = {IR_DECAYS(NAME)};
 const char *const ir_data_names[] = {IR_DATAS(NAME)};
@@ -247,6 +248,46 @@ void ir_parallel_part(const ir_layer *l, ir_layer_kind part, ir_layer *out)
 		if (pa >= 0)
 			out->attr[a] = l->attr[pa];
 	}
+}
+
+const char *const *ir_attr_enum_names(ir_attr a, int *n)
+{
+	switch (a) {
+	case IR_ATTR_ROPE_SCALING:
+		*n = IR_NROPE_SCALINGS;
+		return ir_rope_scaling_names;
+	default:
+		ir_bug("attribute %s is not an enum", ir_attr_table[a].name);
+	}
+}
+
+double ir_attr_real_default(ir_attr a)
+{
+	switch (a) {
+	case IR_ATTR_ROPE_THETA: return IR_ROPE_THETA;
+	case IR_ATTR_ROPE_BETA_FAST: return 32; /* YaRN's defaults (docs/layers.md) */
+	case IR_ATTR_ROPE_BETA_SLOW: return 1;
+	default: return 0;
+	}
+}
+
+ir_use ir_rope_field_use(ir_rope_scaling t, ir_attr a)
+{
+	enum { N = IR_USE_NO, O = IR_USE_OPTIONAL, R = IR_USE_REQUIRED };
+	/* One row per type, one column per field in the attributes' order:
+	 * factor, low_freq_factor, high_freq_factor,
+	 * original_max_position_embeddings, beta_fast, beta_slow,
+	 * attention_factor, mscale, mscale_all_dim. */
+	static const unsigned char use[IR_NROPE_SCALINGS][9] = {
+		[IR_ROPE_NONE] = {N, N, N, N, N, N, N, N, N},
+		[IR_ROPE_LINEAR] = {R, N, N, N, N, N, N, N, N},
+		[IR_ROPE_LLAMA3] = {R, R, R, R, N, N, N, N, N},
+		[IR_ROPE_YARN] = {R, N, N, R, O, O, O, O, O},
+	};
+	_Static_assert(IR_ATTR_ROPE_MSCALE_ALL_DIM - IR_ATTR_ROPE_FACTOR + 1 == 9,
+	               "one column per rope_scaling field");
+	ir_assert(ir_attr_is_rope_field(a) && (unsigned)t < IR_NROPE_SCALINGS);
+	return (ir_use)use[t][a - IR_ATTR_ROPE_FACTOR];
 }
 
 ir_module *ir_new(void)

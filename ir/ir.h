@@ -221,6 +221,19 @@ typedef enum ir_backend {
 	IR_NBACKENDS
 } ir_backend;
 
+/* RoPE scaling of an attention layer (docs/yaml.md, "RoPE scaling"; the
+ * math in docs/layers.md), in the order of the runtime's rt_rope_type.
+ * none is rope_scaling absent; its fields are the attributes named
+ * "rope_scaling.<field>" (IR_ATTR_ROPE_FACTOR .. IR_ATTR_ROPE_MSCALE_ALL_DIM),
+ * each type using some of them (ir_rope_field_use). */
+#define IR_ROPE_SCALINGS(X) X(NONE, "none") X(LINEAR, "linear") X(LLAMA3, "llama3") X(YARN, "yarn")
+typedef enum ir_rope_scaling {
+#define X(e, s) IR_ROPE_##e,
+	IR_ROPE_SCALINGS(X)
+#undef X
+	IR_NROPE_SCALINGS
+} ir_rope_scaling;
+
 /* Layer attributes.  X(enum suffix, text, kinds mask, type, min, max).
  * A value of 0 means "absent" and is not printed; every attribute whose
  * range excludes 0 is required for the kinds it applies to (see
@@ -242,12 +255,24 @@ typedef enum ir_backend {
 	X(ROPE_THETA, "rope_theta", K_ATT, IR_AT_REAL, 0, 0)                       \
 	X(QKV_BIAS, "qkv_bias", K_ATT, IR_AT_BOOL, 0, 1)                           \
 	X(QK_NORM, "qk_norm", K_ATT, IR_AT_BOOL, 0, 1)                             \
+	X(ROPE_SCALING, "rope_scaling", K_(ATTENTION), IR_AT_ENUM, 0, IR_NROPE_SCALINGS - 1) \
+	X(ROPE_FACTOR, "rope_scaling.factor", K_(ATTENTION), IR_AT_REAL, 1, 0)     \
+	X(ROPE_LOW_FREQ, "rope_scaling.low_freq_factor", K_(ATTENTION), IR_AT_REAL, 0, 0) \
+	X(ROPE_HIGH_FREQ, "rope_scaling.high_freq_factor", K_(ATTENTION), IR_AT_REAL, 0, 0) \
+	X(ROPE_ORIG_MAX, "rope_scaling.original_max_position_embeddings", K_(ATTENTION), \
+	  IR_AT_INT, 0, 1 << 30)                                                   \
+	X(ROPE_BETA_FAST, "rope_scaling.beta_fast", K_(ATTENTION), IR_AT_REAL, 0, 0) \
+	X(ROPE_BETA_SLOW, "rope_scaling.beta_slow", K_(ATTENTION), IR_AT_REAL, 0, 0) \
+	X(ROPE_ATTN_FACTOR, "rope_scaling.attention_factor", K_(ATTENTION), IR_AT_REAL, 0, 0) \
+	X(ROPE_MSCALE, "rope_scaling.mscale", K_(ATTENTION), IR_AT_REAL, 0, 0)     \
+	X(ROPE_MSCALE_ALL_DIM, "rope_scaling.mscale_all_dim", K_(ATTENTION), IR_AT_REAL, 0, 0) \
 	X(FFN, "ffn", K_(MLP), IR_AT_INT, 1, 1 << 24)                              \
 	X(ACT, "activation", K_(MLP) | K_(MOE), IR_AT_ACT, 0, IR_NACTS - 1)               \
 	X(EXPERTS, "experts", K_(MOE), IR_AT_INT, 1, 1 << 16)                      \
 	X(TOP_K, "top_k", K_(MOE), IR_AT_INT, 1, 1 << 16)                          \
 	X(EXPERT_FFN, "expert_ffn", K_(MOE), IR_AT_INT, 1, 1 << 24)                \
 	X(SHARED_EXPERTS, "shared_experts", K_(MOE), IR_AT_INT, 0, 1 << 16)        \
+	X(SHARED_GATE, "shared_gate", K_(MOE), IR_AT_BOOL, 0, 1)                   \
 	X(STATE, "state", K_SSM, IR_AT_INT, 1, 1 << 16)                            \
 	X(SSM_HEADS, "ssm_heads", K_(PARALLEL), IR_AT_INT, 1, 1 << 16)             \
 	X(SSM_HEAD_DIM, "ssm_head_dim", K_(PARALLEL), IR_AT_INT, 1, 1 << 16)       \
@@ -257,10 +282,13 @@ typedef enum ir_backend {
 	X(DT_RANK, "dt_rank", K_(MAMBA), IR_AT_INT, 0, 1 << 20)
 
 /* INT: an integer in min..max.  ACT: an index of ir_act_names.  BOOL: 0
- * or 1, printed "on" when 1.  REAL: a finite double > 0 kept bit for bit
- * in the int64 slot (ir_attr_real; min and max do not apply), absent (0)
- * meaning the attribute's default: rope_theta's is IR_ROPE_THETA. */
-typedef enum ir_attr_type { IR_AT_INT, IR_AT_ACT, IR_AT_BOOL, IR_AT_REAL } ir_attr_type;
+ * or 1, printed "on" when 1.  REAL: a finite double > 0 (and >= min when
+ * min > 0) kept bit for bit in the int64 slot (ir_attr_real), absent (0)
+ * meaning the attribute's default (ir_attr_real_default: rope_theta's is
+ * IR_ROPE_THETA), which the frontend keeps as absent.  ENUM: an index of
+ * the attribute's name table (ir_attr_enum_names), 0 the absent one, not
+ * printed. */
+typedef enum ir_attr_type { IR_AT_INT, IR_AT_ACT, IR_AT_BOOL, IR_AT_REAL, IR_AT_ENUM } ir_attr_type;
 
 #define IR_ROPE_THETA 10000.0 /* rope_theta when absent (docs/yaml.md) */
 
@@ -284,6 +312,7 @@ extern const char ir_layer_kind_chars[IR_NLAYER_KINDS];
 extern const char *const ir_dtype_names[IR_NDTYPES];
 extern const int ir_dtype_bytes[IR_NDTYPES];
 extern const char *const ir_act_names[IR_NACTS];
+extern const char *const ir_rope_scaling_names[IR_NROPE_SCALINGS];
 extern const char *const ir_optimizer_names[IR_NOPTIMIZERS];
 extern const char *const ir_decay_names[IR_NDECAYS];
 extern const char *const ir_data_names[IR_NDATAS];
@@ -310,6 +339,21 @@ int ir_lookup(const char *const *names, int n, const char *s);
 bool ir_attr_applies(ir_attr a, ir_layer_kind k, int64_t mamba_version);
 bool ir_attr_required(ir_attr a, ir_layer_kind k, int64_t mamba_version);
 
+/* The names of an IR_AT_ENUM attribute's values (*n of them). */
+const char *const *ir_attr_enum_names(ir_attr a, int *n);
+
+/* The value an absent IR_AT_REAL attribute stands for (0: none). */
+double ir_attr_real_default(ir_attr a);
+
+/* The fields of rope_scaling: the attributes "rope_scaling.<field>". */
+static inline bool ir_attr_is_rope_field(ir_attr a)
+{
+	return a >= IR_ATTR_ROPE_FACTOR && a <= IR_ATTR_ROPE_MSCALE_ALL_DIM;
+}
+
+/* Whether RoPE scaling type t reads field a (ir_attr_is_rope_field). */
+typedef enum ir_use { IR_USE_NO, IR_USE_OPTIONAL, IR_USE_REQUIRED } ir_use;
+ir_use ir_rope_field_use(ir_rope_scaling t, ir_attr a);
 
 /* ---- module ----------------------------------------------------------- */
 
@@ -410,6 +454,13 @@ static inline double ir_rope_theta(const ir_layer *l)
  * cost), which the checks, the cost model and the frontend reuse. */
 int ir_parallel_attr(ir_layer_kind part, ir_attr a);
 void ir_parallel_part(const ir_layer *l, ir_layer_kind part, ir_layer *out);
+
+/* An IR_AT_REAL attribute with its default filled in. */
+static inline double ir_attr_real_or_default(const ir_layer *l, ir_attr a)
+{
+	double v = ir_attr_real(l, a);
+	return v != 0 ? v : ir_attr_real_default(a);
+}
 
 typedef struct ir_model_info {
 	const char *name;

@@ -675,11 +675,27 @@ static void parse_layer(parser *ps)
 			l->attr[a] = v;
 		} else if (ai->type == IR_AT_REAL) {
 			double v;
-			if (!parse_f64(f->val, "", &v) || !(v > 0))
-				perr(ps, f->vloc, "'%s' must be a finite number > 0, got '%s'", ai->name,
-				     f->val);
-			else
+			if (!parse_f64(f->val, "", &v) || !(v > 0) || v < (double)ai->min) {
+				if (ai->min > 0)
+					perr(ps, f->vloc, "'%s' must be a finite number >= %lld, got '%s'",
+					     ai->name, (long long)ai->min, f->val);
+				else
+					perr(ps, f->vloc, "'%s' must be a finite number > 0, got '%s'",
+					     ai->name, f->val);
+			} else {
 				l->attr[a] = ir_real_bits(v);
+			}
+		} else if (ai->type == IR_AT_ENUM) {
+			int n;
+			const char *const *names = ir_attr_enum_names(a, &n);
+			/* The absent value (names[0]) is not written. */
+			int v = ir_lookup(names + 1, n - 1, f->val);
+			const char *near = v < 0 ? diag_nearest(f->val, names + 1, n - 1) : NULL;
+			if (near)
+				perr(ps, f->vloc, "unknown %s '%s'; did you mean '%s'?", ai->name, f->val, near);
+			else if (v < 0)
+				perr(ps, f->vloc, "unknown %s '%s'", ai->name, f->val);
+			l->attr[a] = v + 1;
 		} else if (!parse_i64(f->val, 0, INT64_MAX, &l->attr[a])) {
 			perr(ps, f->vloc, "'%s' must be a non-negative integer, got '%s'",
 			     ai->name, f->val);

@@ -125,6 +125,13 @@ static void print_layer(FILE *out, const ir_module *m, int i)
 			print_double(out, ai->name, ir_attr_real(l, a), "");
 		} else if (ai->type == IR_AT_BOOL && l->attr[a] == 1) {
 			fprintf(out, " %s=%s", ai->name, ir_switch_names[1]);
+		} else if (ai->type == IR_AT_ENUM && l->attr[a] != 0) {
+			int n;
+			const char *const *names = ir_attr_enum_names(a, &n);
+			if (l->attr[a] > 0 && l->attr[a] < n)
+				fprintf(out, " %s=%s", ai->name, names[l->attr[a]]);
+			else
+				fprintf(out, " %s=%lld", ai->name, (long long)l->attr[a]);
 		} else if (l->attr[a] != 0) {
 			fprintf(out, " %s=%lld", ai->name, (long long)l->attr[a]);
 		}

@@ -51,6 +51,49 @@ static ir_loc part_at(void *ctx, ir_attr a)
 	return pw->where(pw->ctx, pa >= 0 ? (ir_attr)pa : a);
 }
 
+/* rope_scaling's fields: those of its type, the required ones given, and
+ * the ranges that tie two values (docs/yaml.md, "RoPE scaling"). */
+static void check_rope_scaling(lcheck *c, const ir_layer *l)
+{
+	const int64_t *v = l->attr;
+	ir_rope_scaling t = (ir_rope_scaling)v[IR_ATTR_ROPE_SCALING];
+	const char *tn = ir_rope_scaling_names[t];
+	int errors = c->errors;
+	for (int a = IR_ATTR_ROPE_FACTOR; a <= IR_ATTR_ROPE_MSCALE_ALL_DIM; a++) {
+		ir_use u = ir_rope_field_use(t, a);
+		const char *name = ir_attr_table[a].name;
+		if (v[a] && u == IR_USE_NO && t == IR_ROPE_NONE)
+			lerr(c, a, "'%s' needs 'rope_scaling'", name);
+		else if (v[a] && u == IR_USE_NO)
+			lerr(c, a, "'%s' does not apply to rope_scaling %s", name, tn);
+		else if (!v[a] && u == IR_USE_REQUIRED)
+			lerr(c, IR_ATTR_ROPE_SCALING, "rope_scaling %s needs '%s'", tn, name);
+	}
+	if (c->errors > errors)
+		return;
+	if (t == IR_ROPE_LLAMA3) {
+		double lo = ir_attr_real(l, IR_ATTR_ROPE_LOW_FREQ);
+		double hi = ir_attr_real(l, IR_ATTR_ROPE_HIGH_FREQ);
+		if (!(hi > lo)) /* the ramp divides by hi - lo */
+			lerr(c, IR_ATTR_ROPE_HIGH_FREQ, "'rope_scaling.high_freq_factor' (%g) must be "
+			     "greater than 'rope_scaling.low_freq_factor' (%g)", hi, lo);
+	} else if (t == IR_ROPE_YARN) {
+		double fast = ir_attr_real_or_default(l, IR_ATTR_ROPE_BETA_FAST);
+		double slow = ir_attr_real_or_default(l, IR_ATTR_ROPE_BETA_SLOW);
+		if (!(fast > slow))
+			lerr(c, v[IR_ATTR_ROPE_BETA_SLOW] ? IR_ATTR_ROPE_BETA_SLOW : IR_ATTR_ROPE_BETA_FAST,
+			     "'rope_scaling.beta_slow' (%g) must be less than 'rope_scaling.beta_fast' (%g)",
+			     slow, fast);
+		if (v[IR_ATTR_ROPE_MSCALE] && !v[IR_ATTR_ROPE_MSCALE_ALL_DIM])
+			lerr(c, IR_ATTR_ROPE_MSCALE, "'rope_scaling.mscale' needs "
+			     "'rope_scaling.mscale_all_dim' (the attention factor is their ratio)");
+		/* The correction range divides by log(rope_theta). */
+		if (!(ir_rope_theta(l) > 1))
+			lerr(c, v[IR_ATTR_ROPE_THETA] ? IR_ATTR_ROPE_THETA : IR_ATTR_ROPE_SCALING,
+			     "rope_scaling yarn needs 'rope_theta' > 1, got %g", ir_rope_theta(l));
+	}
+}
+
 int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
                    ir_attr_loc_fn where, void *ctx, ir_loc fallback)
 {
@@ -72,7 +115,12 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 		}
 		if (ai->type == IR_AT_REAL) {
 			double r = ir_attr_real(l, a);
-			if (v[a] != 0 && !(r > 0 && isfinite(r)))
+			if (v[a] == 0 || (r > 0 && isfinite(r) && r >= (double)ai->min))
+				continue;
+			if (ai->min > 0)
+				lerr(&c, a, "'%s' must be a finite number >= %lld, got %g", ai->name,
+				     (long long)ai->min, r);
+			else
 				lerr(&c, a, "'%s' must be a finite number > 0, got %g", ai->name, r);
 			continue;
 		}
@@ -90,6 +138,7 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 
 	switch (l->kind) {
 	case IR_LAYER_ATTENTION:
+		check_rope_scaling(&c, l);
 		if (v[IR_ATTR_HEADS] % v[IR_ATTR_KV_HEADS] != 0)
 			lerr(&c, IR_ATTR_KV_HEADS, "'kv_heads' (%lld) must divide 'heads' (%lld)",
 			     (long long)v[IR_ATTR_KV_HEADS], (long long)v[IR_ATTR_HEADS]);
@@ -118,6 +167,9 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 		if (v[IR_ATTR_TOP_K] > v[IR_ATTR_EXPERTS])
 			lerr(&c, IR_ATTR_TOP_K, "'top_k' (%lld) exceeds 'experts' (%lld)",
 			     (long long)v[IR_ATTR_TOP_K], (long long)v[IR_ATTR_EXPERTS]);
+		if (v[IR_ATTR_SHARED_GATE] && !v[IR_ATTR_SHARED_EXPERTS])
+			lerr(&c, IR_ATTR_SHARED_GATE, "'shared_gate' needs 'shared_experts' (it gates "
+			     "their output)");
 		break;
 	case IR_LAYER_MAMBA:
 		if (ver == 2) {

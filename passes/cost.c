@@ -268,6 +268,13 @@ static void moe(acc *a, double h, const int64_t *v)
 		activation(a, T, f * sh, act);
 		gemm(a, T, f * sh, h, 1);
 	}
+	if (sh && v[IR_ATTR_SHARED_GATE]) {
+		/* the gate: u . gate per token (a GEMM of one column), its sigmoid
+		 * (4 FLOPs) and the shared output scaled by it; B of the product
+		 * needs the ungated output and the gate, stashed */
+		gemm(a, T, h, 1, 1);
+		eltwise(a, T * h + T, T * h, T * h + 4 * T, a->s * (T * h + T));
+	}
 	/* combine: weight each expert's output by its gate (their gradients
 	 * need the outputs, stashed) and add the shared experts' */
 	eltwise(a, (rows + (sh ? T : 0)) * h, T * h, 2 * rows * h + (sh ? T * h : 0),
@@ -525,12 +532,22 @@ rt_layer_desc cost_rt_desc(const ir_module *m, const ir_layer *l)
 	    .qk_rope_dim = a[IR_ATTR_QK_ROPE_DIM], .v_head_dim = a[IR_ATTR_V_HEAD_DIM],
 	    .ffn = a[IR_ATTR_FFN], .act = (rt_act)a[IR_ATTR_ACT], .experts = a[IR_ATTR_EXPERTS],
 	    .top_k = a[IR_ATTR_TOP_K], .expert_ffn = a[IR_ATTR_EXPERT_FFN],
-	    .shared_experts = a[IR_ATTR_SHARED_EXPERTS], .version = a[IR_ATTR_VERSION],
+	    .shared_experts = a[IR_ATTR_SHARED_EXPERTS], .shared_gate = a[IR_ATTR_SHARED_GATE],
+	    .version = a[IR_ATTR_VERSION],
 	    .state = a[IR_ATTR_STATE], .expand = a[IR_ATTR_EXPAND], .conv = a[IR_ATTR_CONV],
 	    .groups = a[IR_ATTR_GROUPS], .dt_rank = a[IR_ATTR_DT_RANK],
 	    .rope_theta = ir_attr_real(l, IR_ATTR_ROPE_THETA), .qkv_bias = a[IR_ATTR_QKV_BIAS],
 	    .qk_norm = a[IR_ATTR_QK_NORM], .ssm_heads = a[IR_ATTR_SSM_HEADS],
-	    .ssm_head_dim = a[IR_ATTR_SSM_HEAD_DIM]};
+	    .ssm_head_dim = a[IR_ATTR_SSM_HEAD_DIM], .rope_scaling = a[IR_ATTR_ROPE_SCALING],
+	    .rope_factor = ir_attr_real(l, IR_ATTR_ROPE_FACTOR),
+	    .rope_low_freq_factor = ir_attr_real(l, IR_ATTR_ROPE_LOW_FREQ),
+	    .rope_high_freq_factor = ir_attr_real(l, IR_ATTR_ROPE_HIGH_FREQ),
+	    .rope_original_max = a[IR_ATTR_ROPE_ORIG_MAX],
+	    .rope_beta_fast = ir_attr_real(l, IR_ATTR_ROPE_BETA_FAST),
+	    .rope_beta_slow = ir_attr_real(l, IR_ATTR_ROPE_BETA_SLOW),
+	    .rope_attention_factor = ir_attr_real(l, IR_ATTR_ROPE_ATTN_FACTOR),
+	    .rope_mscale = ir_attr_real(l, IR_ATTR_ROPE_MSCALE),
+	    .rope_mscale_all_dim = ir_attr_real(l, IR_ATTR_ROPE_MSCALE_ALL_DIM)};
 }
 
 bool cost_device_ranks(const ir_module *m)

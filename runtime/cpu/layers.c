@@ -43,6 +43,105 @@ static int64_t or_default(int64_t v, int64_t dflt)
 	return v ? v : dflt;
 }
 
+static bool finite_pos(double v)
+{
+	return v > 0 && isfinite(v);
+}
+
+/* YaRN's magnitude correction at a scale factor (get_mscale of Hugging
+ * Face's rope utils and DeepSeek's yarn_get_mscale). */
+static double yarn_mscale(double factor, double m)
+{
+	return factor <= 1 ? 1 : 0.1 * m * log(factor) + 1;
+}
+
+/* rope_scaling and its fields (docs/layers.md, "RoPE scaling"): the
+ * type's in range, the others 0; s->theta is set. */
+static int shape_rope(const rt_layer_desc *d, rt_shape *s)
+{
+	int64_t t = d->rope_scaling;
+	if (!in(t, 0, RT_NROPES - 1))
+		return RT_EINVAL;
+	bool l3 = t == RT_ROPE_LLAMA3, yarn = t == RT_ROPE_YARN;
+	if ((t == RT_ROPE_NONE && d->rope_factor != 0) ||
+	    (!l3 && (d->rope_low_freq_factor != 0 || d->rope_high_freq_factor != 0)) ||
+	    (!l3 && !yarn && d->rope_original_max != 0) ||
+	    (!yarn && (d->rope_beta_fast != 0 || d->rope_beta_slow != 0 ||
+	               d->rope_attention_factor != 0 || d->rope_mscale != 0 ||
+	               d->rope_mscale_all_dim != 0)))
+		return RT_EINVAL;
+	s->rope_type = (int)t;
+	s->rope_mscale = s->qk_scale = 1;
+	if (t == RT_ROPE_NONE)
+		return RT_OK;
+	if (!(d->rope_factor >= 1 && isfinite(d->rope_factor)))
+		return RT_EINVAL;
+	s->rope_factor = d->rope_factor;
+	if (t == RT_ROPE_LINEAR)
+		return RT_OK;
+	if (!in(d->rope_original_max, 1, (int64_t)1 << 30))
+		return RT_EINVAL;
+	s->rope_orig = d->rope_original_max;
+	if (l3) {
+		s->rope_lo = d->rope_low_freq_factor;
+		s->rope_hi = d->rope_high_freq_factor;
+		return finite_pos(s->rope_lo) && finite_pos(s->rope_hi) && s->rope_hi > s->rope_lo
+		           ? RT_OK : RT_EINVAL;
+	}
+	double af = d->rope_attention_factor, ms = d->rope_mscale, all = d->rope_mscale_all_dim;
+	s->rope_fast = d->rope_beta_fast != 0 ? d->rope_beta_fast : 32;
+	s->rope_slow = d->rope_beta_slow != 0 ? d->rope_beta_slow : 1;
+	if (!finite_pos(s->rope_fast) || !finite_pos(s->rope_slow) || !(s->rope_fast > s->rope_slow) ||
+	    (af != 0 && !finite_pos(af)) || (ms != 0 && !finite_pos(ms)) ||
+	    (all != 0 && !finite_pos(all)) || (ms != 0 && all == 0) || !(s->theta > 1))
+		return RT_EINVAL;
+	double f = s->rope_factor;
+	s->rope_mscale = af != 0 ? af : ms != 0 ? yarn_mscale(f, ms) / yarn_mscale(f, all)
+	                                        : yarn_mscale(f, 1);
+	if (all != 0)
+		s->qk_scale = yarn_mscale(f, all) * yarn_mscale(f, all);
+	return RT_OK;
+}
+
+double rt__rope_freq(const rt_shape *s, int64_t i)
+{
+	double L = (double)s->rope_len, inv = pow(s->theta, -2.0 * (double)i / L);
+	double f = s->rope_factor, orig = (double)s->rope_orig;
+	switch (s->rope_type) {
+	case RT_ROPE_LINEAR:
+		return inv / f;
+	case RT_ROPE_LLAMA3: {
+		/* Wavelengths below orig / high_freq_factor keep their frequency,
+		 * those above orig / low_freq_factor are divided by the factor, and
+		 * a smooth ramp joins the two. */
+		double wavelen = 2 * M_PI / inv;
+		if (wavelen < orig / s->rope_hi)
+			return inv;
+		if (wavelen > orig / s->rope_lo)
+			return inv / f;
+		double smooth = (orig / wavelen - s->rope_lo) / (s->rope_hi - s->rope_lo);
+		return (1 - smooth) * inv / f + smooth * inv;
+	}
+	case RT_ROPE_YARN: {
+		/* The pairs that turn fewer than beta_slow times over the original
+		 * context are interpolated (divided by the factor), those that turn
+		 * more than beta_fast times are kept, with a linear ramp between. */
+		double lo = floor(L * log(orig / (s->rope_fast * 2 * M_PI)) / (2 * log(s->theta)));
+		double hi = ceil(L * log(orig / (s->rope_slow * 2 * M_PI)) / (2 * log(s->theta)));
+		lo = lo > 0 ? lo : 0;
+		hi = hi < L - 1 ? hi : L - 1;
+		if (lo == hi)
+			hi += 0.001;
+		double ramp = ((double)i - lo) / (hi - lo);
+		ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+		double extra = 1 - ramp;
+		return inv / f * (1 - extra) + inv * extra;
+	}
+	default:
+		return inv;
+	}
+}
+
 static int shape_attention(const rt_layer_desc *d, rt_shape *s)
 {
 	s->nh = d->heads;
@@ -88,7 +187,7 @@ static int shape_attention(const rt_layer_desc *d, rt_shape *s)
 	}
 	if (s->nh * s->dqk > LIM_LD || s->nh * (s->dn + s->dv) > LIM_LD || s->nh * s->dv > LIM_LD)
 		return RT_EINVAL;
-	return RT_OK;
+	return shape_rope(d, s);
 }
 
 static int shape_ffn(const rt_layer_desc *d, rt_shape *s)
@@ -105,9 +204,11 @@ static int shape_ffn(const rt_layer_desc *d, rt_shape *s)
 	s->K = d->top_k;
 	s->F = d->expert_ffn;
 	if (!in(s->E, 1, (int64_t)1 << 16) || !in(s->K, 1, s->E) || !in(s->F, 1, LIM) ||
-	    !in(d->shared_experts, 0, (int64_t)1 << 16))
+	    !in(d->shared_experts, 0, (int64_t)1 << 16) || !in(d->shared_gate, 0, 1) ||
+	    (d->shared_gate && !d->shared_experts))
 		return RT_EINVAL;
 	s->SF = d->shared_experts * s->F;
+	s->sgate = d->shared_gate != 0;
 	if (s->SF > LIM_LD || s->T * s->K > LIM_LD || s->E * s->H * s->F > ((int64_t)1 << 40))
 		return RT_EINVAL;
 	return RT_OK;
@@ -297,6 +398,8 @@ int64_t rt__tensors(const rt_shape *s, rt_tensor *tt, int *n)
 		t = &tt[MOE_SW1], MAT(s->gated ? "shared.w_gate" : "shared.w_up", s->SF ? s->H : 0, s->SF);
 		t = &tt[MOE_SWU], MAT("shared.w_up", s->SF && s->gated ? s->H : 0, s->SF);
 		t = &tt[MOE_SWD], MAT("shared.w_down", s->SF, s->SF ? s->H : 0);
+		/* Qwen2-MoE's shared_expert_gate, nn.Linear(hidden, 1): decays. */
+		t = &tt[MOE_SGATE], MAT("shared.gate", s->sgate ? s->H : 0, 1);
 		break;
 	case RT_MAMBA:
 		nt = MB_N;
@@ -476,7 +579,8 @@ int rt_layer_flops(const rt_layer_desc *d, double *f, double *b, double *w)
 		break;
 	case RT_MOE:
 		proj = 2 * T * H * (double)s.E +
-		       2 * T * H * (double)(s.K * s.F + s.SF) * (s.gated ? 3 : 2);
+		       2 * T * H * (double)(s.K * s.F + s.SF) * (s.gated ? 3 : 2) +
+		       (s.sgate ? 2 * T * H : 0); /* the shared experts' gate */
 		break;
 	case RT_MAMBA:
 		flops_mamba(&s, &proj, &fx, &bx, &wx);

@@ -26,12 +26,22 @@ typedef struct rt_shape {
 	int64_t dn, dr, rq, rkv; /* MLA: nope dim, rope dim, q and kv ranks */
 	int64_t rope_off, rope_len; /* the rotated part of each q/k head */
 	double theta;               /* the RoPE base (rope_theta, default filled) */
+	/* RoPE scaling (rt_layer_desc's rope_*, defaults filled): rt__rope_freq
+	 * reads them */
+	int rope_type;                   /* rt_rope_type */
+	double rope_factor, rope_lo, rope_hi, rope_fast, rope_slow;
+	int64_t rope_orig;
+	double rope_mscale; /* cos and sin of RoPE are multiplied by it (YaRN's attention
+	                     * factor; 1 otherwise) */
+	double qk_scale;    /* the scores' 1/sqrt(dqk) is multiplied by it (DeepSeek's
+	                     * mscale(factor, mscale_all_dim)^2; 1 otherwise) */
 	bool qkb, qkn;              /* GQA: q, k, v biases; per-head q, k RMSNorm */
 
 	/* mlp (F = ffn) and moe (F = expert_ffn) */
 	rt_act act;
 	bool gated;
 	int64_t F, E, K, SF; /* SF: shared experts x expert_ffn */
+	bool sgate;          /* moe: the shared experts' sigmoid gate (shared_gate) */
 
 	/* mamba (and a parallel layer's mixer) */
 	int ver;
@@ -41,6 +51,12 @@ typedef struct rt_shape {
 } rt_shape;
 
 int rt__shape(const rt_layer_desc *d, rt_shape *s);
+
+/* The inverse frequency of pair i (0 <= i < rope_len / 2) of an attention
+ * layer's RoPE, scaling applied, in double (docs/layers.md): angle
+ * pos x it.  The one definition: the CPU kernels' tables and the device
+ * modules' constants are both made from it. */
+double rt__rope_freq(const rt_shape *s, int64_t i);
 
 /* The kind's name as the YAML spells it (RT_KINDS): messages, and the
  * device's entry points' prefix. */
@@ -54,7 +70,9 @@ enum {
 	AT_KHNORM, AT_WDKV, AT_KVNORM, AT_WUKV, AT_WO, AT_N
 };
 enum { FF_NORM, FF_W1, FF_WU, FF_WD, FF_N }; /* W1: gate (gated) or up (plain) */
-enum { MOE_NORM, MOE_ROUTER, MOE_W1, MOE_WU, MOE_WD, MOE_SW1, MOE_SWU, MOE_SWD, MOE_N };
+enum {
+	MOE_NORM, MOE_ROUTER, MOE_W1, MOE_WU, MOE_WD, MOE_SW1, MOE_SWU, MOE_SWD, MOE_SGATE, MOE_N
+};
 enum {
 	MB_NORM, MB_WIN, MB_CONVW, MB_CONVB, MB_XPROJ, MB_DTPROJ, MB_DTBIAS, MB_ALOG, MB_D,
 	MB_GNORM, MB_WOUT, MB_N

@@ -16,7 +16,11 @@
  *            db [TK][Fb], sh, sda [T][SF], sdb [T][SFb], rowtok [TK] (i32),
  *            off [E+1] (i32);
  *   scratch: u [T][H], logits [T][E], X [TK][H], h [TK][F], sh [T][SF],
- *            dX [TK][H]. */
+ *            dX [TK][H];
+ * and with shared_gate, at the ends (a layer without it keeps its layout):
+ * act so [T][H] (the shared output before the gate), g [T] (f32); ws sdy
+ * [T][H] (g dy, the shared MLP's output gradient), sdz [T] (the gate's
+ * pre-activation gradient); scratch z [T] (u . gate). */
 #include <stdlib.h>
 
 #include "dev_ffn.h"
@@ -28,6 +32,8 @@ typedef struct moe_bufs {
 	void *wxhat, *du, *dy, *dr, *dyg, *h, *da, *db, *sh, *sda, *sdb; /* ws */
 	int32_t *wrowtok, *woff;
 	void *u, *logit, *xg, *xh, *xsh, *dxg; /* scratch (xh, xsh: F's h, sh) */
+	void *so, *sdy, *sdz, *sz;             /* shared_gate */
+	float *sg;
 } moe_bufs;
 
 static void moe_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw, dev_carve *cs,
@@ -36,6 +42,7 @@ static void moe_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw,
 	size_t T = (size_t)s->T, H = (size_t)s->H, F = (size_t)s->F, E = (size_t)s->E;
 	size_t TK = T * (size_t)s->K, SF = (size_t)s->SF;
 	size_t Fb = s->gated ? F : 0, SFb = s->gated ? SF : 0, i4 = sizeof(int32_t);
+	size_t G = s->sgate ? T : 0;
 	m->xhat = dev_take(ca, T * H * esz);
 	m->r = dev_take(ca, T * sizeof(float));
 	m->p = dev_take(ca, T * E * sizeof(float));
@@ -49,6 +56,8 @@ static void moe_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw,
 	m->slot = dev_take(ca, TK * i4);
 	m->rowtok = dev_take(ca, TK * i4);
 	m->off = dev_take(ca, (E + 1) * i4);
+	m->so = dev_take(ca, G * H * esz);
+	m->sg = dev_take(ca, G * sizeof(float));
 	m->wxhat = dev_take(cw, T * H * esz);
 	m->du = dev_take(cw, T * H * esz);
 	m->dy = dev_take(cw, T * H * esz);
@@ -62,12 +71,15 @@ static void moe_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw,
 	m->sdb = dev_take(cw, T * SFb * esz);
 	m->wrowtok = dev_take(cw, TK * i4);
 	m->woff = dev_take(cw, (E + 1) * i4);
+	m->sdy = dev_take(cw, G * H * esz);
+	m->sdz = dev_take(cw, G * esz);
 	m->u = dev_take(cs, T * H * esz);
 	m->logit = dev_take(cs, T * E * esz);
 	m->xg = dev_take(cs, TK * H * esz);
 	m->xh = dev_take(cs, TK * F * esz);
 	m->xsh = dev_take(cs, T * SF * esz);
 	m->dxg = dev_take(cs, TK * H * esz);
+	m->sz = dev_take(cs, G * esz);
 }
 
 static void moe_bind(const rt_dev *d, const dev_layer *L, const dev_io *io, moe_bufs *m)
@@ -155,14 +167,20 @@ int dev_moe_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 		rc = dev_run(d, L, "%s_F_layout", 1, 1, (void *[]){&m.sel, &m.off, &m.slot, &m.rowtok});
 	if (!rc)
 		rc = dev_each(d, L, "%s_F_gather", TK * H, (void *[]){&m.u, &m.rowtok, &m.xg});
-	/* y = x + shared(u) + the routed outputs, in that order; x is read only
-	 * by the norm, so y may be x. */
+	/* y = x + shared(u) (times sigmoid(u . gate) with shared_gate) + the
+	 * routed outputs, in that order; x is read only by the norm, so y may
+	 * be x. */
 	if (!rc && y != io->x)
 		rc = d->ops->copy(d, y, io->x, (size_t)(T * H) * dev_esz(d), DEV_D2D);
 	if (!rc && s->SF) {
 		dev_ffn sw = moe_shared(d, L);
-		rc = dev_ffn_f(d, L, T, &sw, m.u, m.sa, m.sb, m.xsh, 1.f, y);
+		rc = dev_ffn_f(d, L, T, &sw, m.u, m.sa, m.sb, m.xsh, s->sgate ? 0.f : 1.f,
+		               s->sgate ? m.so : y);
 	}
+	if (!rc && s->sgate)
+		rc = dev_proj(d, T, H, 1, m.u, H, dev_param(d, L, MOE_SGATE), 0.f, m.sz, 1);
+	if (!rc && s->sgate)
+		rc = dev_each(d, L, "%s_F_sgate", T * H, (void *[]){&m.sz, &m.so, &m.sg, &y});
 	if (!rc)
 		rc = moe_off(d, L, m.off, &off);
 	for (int64_t e = 0; !rc && e < E; e++) {
@@ -225,13 +243,19 @@ int dev_moe_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 			rc = dev_ffn_dx(d, L, n, &w, row(d, m.da, r0, F), row(d, m.db, r0, Fb), 0.f,
 			                row(d, m.dxg, r0, H));
 	}
-	/* du = dr router^T + shared_B(dy) + the experts' dX, in that order. */
+	/* du = dr router^T + shared_B(dy, or g dy with the gate) + sdz gate^T
+	 * + the experts' dX, in that order. */
 	if (!rc)
 		rc = dev_proj_dx(d, T, H, E, m.dr, E, dev_param(d, L, MOE_ROUTER), 0.f, m.du, H);
+	if (!rc && s->sgate)
+		rc = dev_each(d, L, "%s_B_sgate", T, (void *[]){&m.dy, &m.so, &m.sg, &m.sdy, &m.sdz});
 	if (!rc && s->SF) {
 		dev_ffn sw = moe_shared(d, L);
-		rc = dev_ffn_b(d, L, T, &sw, m.dy, m.sa, m.sb, m.sh, m.sda, m.sdb, 1.f, m.du);
+		rc = dev_ffn_b(d, L, T, &sw, s->sgate ? m.sdy : m.dy, m.sa, m.sb, m.sh, m.sda, m.sdb,
+		               1.f, m.du);
 	}
+	if (!rc && s->sgate)
+		rc = dev_proj_dx(d, T, H, 1, m.sdz, 1, dev_param(d, L, MOE_SGATE), 1.f, m.du, H);
 	if (!rc)
 		rc = dev_each(d, L, "%s_B_scatter", T * H, (void *[]){&m.slot, &m.dxg, &m.du});
 	if (!rc)
@@ -268,8 +292,10 @@ int dev_moe_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 		dev_ffn sw = moe_shared(d, L);
 		dev_ffn_grad sg = {dev_grad(L, MOE_SW1), s->gated ? dev_grad(L, MOE_SWU) : NULL,
 		                   dev_grad(L, MOE_SWD)};
-		rc = dev_ffn_w(d, L, T, &sw, m.u, m.dy, m.sh, m.sda, m.sdb, &sg);
+		rc = dev_ffn_w(d, L, T, &sw, m.u, s->sgate ? m.sdy : m.dy, m.sh, m.sda, m.sdb, &sg);
 	}
+	if (!rc && s->sgate)
+		rc = dev_proj_dw(d, T, H, 1, m.u, H, m.sdz, 1, dev_grad(L, MOE_SGATE));
 	free(off);
 	return rc;
 }

@@ -78,6 +78,9 @@ typedef enum rt_kind {
 
 typedef enum rt_act { RT_SWIGLU, RT_GEGLU, RT_GELU, RT_RELU, RT_RELU2, RT_NACTS } rt_act;
 
+/* RoPE scaling types, in the order of ir.h's IR_ROPE_SCALINGS. */
+typedef enum rt_rope_type { RT_ROPE_NONE, RT_ROPE_LINEAR, RT_ROPE_LLAMA3, RT_ROPE_YARN, RT_NROPES } rt_rope_type;
+
 /* One layer and the micro-batch shape it runs on.  Attribute fields mean
  * what the ir.h attribute of the same name means; 0 is "absent", as there,
  * except where a default is noted.  Fields that do not apply to the kind
@@ -109,6 +112,19 @@ typedef struct rt_layer_desc {
 	double rope_theta;    /* the RoPE base; 0: 10000 */
 	int64_t qkv_bias;     /* 1: biases on q, k, v (GQA only); 0 or 1 */
 	int64_t qk_norm;      /* 1: RMSNorm per head on q and k before RoPE (GQA only); 0 or 1 */
+	/* RoPE scaling (docs/layers.md, "RoPE scaling"): an rt_rope_type, and
+	 * its fields (ir.h's rope_scaling.<field>); a field the type does not
+	 * read must be 0. */
+	int64_t rope_scaling;         /* rt_rope_type; 0: none */
+	double rope_factor;           /* >= 1; linear, llama3, yarn */
+	double rope_low_freq_factor;  /* llama3, > 0 */
+	double rope_high_freq_factor; /* llama3, > rope_low_freq_factor */
+	int64_t rope_original_max;    /* llama3, yarn: original_max_position_embeddings, 1 .. 2^30 */
+	double rope_beta_fast;        /* yarn; 0: 32 */
+	double rope_beta_slow;        /* yarn; 0: 1; below beta_fast */
+	double rope_attention_factor; /* yarn; 0: from the factor (and the mscales) */
+	double rope_mscale;           /* yarn; 0: absent; needs rope_mscale_all_dim */
+	double rope_mscale_all_dim;   /* yarn; 0: absent */
 
 	/* mlp, moe */
 	int64_t ffn;
@@ -117,6 +133,8 @@ typedef struct rt_layer_desc {
 	int64_t top_k;
 	int64_t expert_ffn;
 	int64_t shared_experts;
+	int64_t shared_gate;    /* 1: the shared experts' output times sigmoid(u . shared.gate)
+	                         * (Qwen2-MoE); needs shared_experts; 0 or 1 */
 
 	/* mamba */
 	int64_t version; /* 1 or 2; 0: 2 */

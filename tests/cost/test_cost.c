@@ -182,6 +182,52 @@ START_TEST(test_parallel_closed_form)
 }
 END_TEST
 
+/* RoPE scaling (docs/cost-model.md, "attention (GQA)"): every type, on GQA
+ * and MLA, leaves every cost field as it is (the frequencies are a table
+ * made once, the factors fold into it and the scores' scale), and reaches
+ * the runtime's descriptor field by field. */
+START_TEST(test_rope_scaling_costs_nothing)
+{
+	ir_module *m = one(IR_LAYER_ATTENTION, 512, 1024, 1, IR_DTYPE_BF16);
+	int64_t *v = attr(m);
+	for (int mla = 0; mla <= 1; mla++) {
+		memset(v, 0, sizeof m->layers[1].attr);
+		v[IR_ATTR_HEADS] = 8, v[IR_ATTR_KV_HEADS] = mla ? 8 : 2, v[IR_ATTR_HEAD_DIM] = 64;
+		if (mla)
+			v[IR_ATTR_KV_LORA_RANK] = 128, v[IR_ATTR_QK_ROPE_DIM] = 32;
+		double base[IR_NOPS], fl[IR_NOPS];
+		ir_cost c0 = cost_of(m, 1, base);
+		for (int t = IR_ROPE_LINEAR; t < IR_NROPE_SCALINGS; t++) {
+			for (int a = IR_ATTR_ROPE_FACTOR; a <= IR_ATTR_ROPE_MSCALE_ALL_DIM; a++)
+				v[a] = 0;
+			v[IR_ATTR_ROPE_SCALING] = t;
+			v[IR_ATTR_ROPE_FACTOR] = ir_real_bits(8);
+			if (t != IR_ROPE_LINEAR)
+				v[IR_ATTR_ROPE_ORIG_MAX] = 8192;
+			if (t == IR_ROPE_LLAMA3)
+				v[IR_ATTR_ROPE_LOW_FREQ] = ir_real_bits(1), v[IR_ATTR_ROPE_HIGH_FREQ] = ir_real_bits(4);
+			if (t == IR_ROPE_YARN)
+				v[IR_ATTR_ROPE_MSCALE] = ir_real_bits(0.7), v[IR_ATTR_ROPE_MSCALE_ALL_DIM] = ir_real_bits(0.6);
+			ir_cost c = cost_of(m, 1, fl);
+			ck_assert(c.params == c0.params && c.act == c0.act && c.wstash == c0.wstash &&
+			          c.f == c0.f && c.b == c0.b && c.w == c0.w && c.flops == c0.flops &&
+			          c.resident == c0.resident);
+			for (int op = 0; op < IR_NOPS; op++)
+				ck_assert_double_eq(fl[op], base[op]);
+			rt_layer_desc rd = cost_rt_desc(m, &m->layers[1]);
+			ck_assert_int_eq(rt_layer_check(&rd), RT_OK);
+			ck_assert(rd.rope_scaling == t && rd.rope_factor == 8);
+			ck_assert(rd.rope_original_max == (t == IR_ROPE_LINEAR ? 0 : 8192));
+			ck_assert(rd.rope_low_freq_factor == (t == IR_ROPE_LLAMA3 ? 1 : 0));
+			ck_assert(rd.rope_high_freq_factor == (t == IR_ROPE_LLAMA3 ? 4 : 0));
+			ck_assert(rd.rope_mscale == (t == IR_ROPE_YARN ? 0.7 : 0));
+			ck_assert(rd.rope_mscale_all_dim == (t == IR_ROPE_YARN ? 0.6 : 0));
+		}
+	}
+	ir_free(m);
+}
+END_TEST
+
 /* Causal attention core FLOPs (forward) per docs/cost-model.md. */
 static double core_fwd(double T, double ctx, double H, double dqk, double dv)
 {
@@ -276,6 +322,34 @@ START_TEST(test_moe_closed_form_and_scaling)
 	ck_assert_double_eq(e64[IR_OP_F] - k2[IR_OP_F], (2 * T * h + 5 * T) * (64 - 16));
 	assert_near(e64[IR_OP_F], k2[IR_OP_F], 0.05);
 	assert_near((double)c64.params / (double)c2.params, 4, 0.01);
+	ir_free(m);
+}
+END_TEST
+
+/* The shared experts' gate (docs/cost-model.md, "moe", step 9): h
+ * parameters, a GEMM of one column (2 T h in F, B and W) and the gating
+ * product (T h + 4 T in F, twice in B), the ungated output and the gate
+ * stashed; the parameter count is the runtime's. */
+START_TEST(test_moe_shared_gate_closed_form)
+{
+	ir_module *m = one(IR_LAYER_MOE, 1024, 512, 1, IR_DTYPE_BF16);
+	int64_t *v = attr(m);
+	v[IR_ATTR_EXPERTS] = 16, v[IR_ATTR_TOP_K] = 2, v[IR_ATTR_EXPERT_FFN] = 512;
+	v[IR_ATTR_SHARED_EXPERTS] = 2;
+	double T = 512, h = 1024, base[IR_NOPS], fl[IR_NOPS];
+	ir_cost c0 = cost_of(m, 1, base);
+	v[IR_ATTR_SHARED_GATE] = 1;
+	ir_cost c = cost_of(m, 1, fl);
+	ck_assert_uint_eq(c.params, c0.params + (uint64_t)h);
+	ck_assert_double_eq(fl[IR_OP_F], base[IR_OP_F] + 2 * T * h + T * h + 4 * T);
+	ck_assert_double_eq(fl[IR_OP_B], base[IR_OP_B] + 2 * T * h + 2 * (T * h + 4 * T));
+	ck_assert_double_eq(fl[IR_OP_W], base[IR_OP_W] + 2 * T * h);
+	ck_assert(c.f > c0.f && c.b > c0.b && c.w > c0.w);
+	rt_layer_desc rd = cost_rt_desc(m, &m->layers[1]);
+	ck_assert(rd.shared_gate == 1);
+	rt_sizes sz;
+	ck_assert_int_eq(rt_layer_sizes(&rd, &sz), RT_OK);
+	ck_assert_uint_eq(c.params, (uint64_t)sz.params);
 	ir_free(m);
 }
 END_TEST
@@ -963,8 +1037,10 @@ static Suite *cost_suite(void)
 	tcase_add_test(tc, test_attention_closed_form);
 	tcase_add_test(tc, test_attention_options_closed_form);
 	tcase_add_test(tc, test_parallel_closed_form);
+	tcase_add_test(tc, test_rope_scaling_costs_nothing);
 	tcase_add_test(tc, test_mla_deepseek_v3);
 	tcase_add_test(tc, test_moe_closed_form_and_scaling);
+	tcase_add_test(tc, test_moe_shared_gate_closed_form);
 	tcase_add_test(tc, test_mamba_closed_forms);
 	tcase_add_test(tc, test_embedding_and_head);
 	tcase_add_test(tc, test_backward_twice_forward_for_matmuls);

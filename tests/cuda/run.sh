@@ -111,6 +111,30 @@ if "$OCTO" compile "$SRC/tests/e2e/tiny-qwen.yaml" --target cuda --emit=cuda -o 
 	grep -q "ROPE_THETA = 50000;" "$TMP"/qsrc/attention_*.cu; then ok; else
 	bad "tiny-qwen --emit=cuda: the modules' rope bases are not the layers'"; fi
 
+# RoPE scaling (tests/e2e/tiny-rope.yaml): the modules compile with their
+# tables of inverse frequencies, and carry the factors of cos and sin and of
+# the scores (DeepSeek's mscale_all_dim 0.707 at factor 40: 1.5896...).
+if "$OCTO" compile "$SRC/tests/e2e/tiny-rope.yaml" --target cuda --emit=ptx --gpu-arch sm_90 \
+	--schedule 1f1b -o "$TMP/rope" > "$TMP/log" 2>&1 &&
+	"$OCTO" compile "$SRC/tests/e2e/tiny-rope.yaml" --target cuda --emit=cuda -o "$TMP/rsrc" \
+	> "$TMP/log" 2>&1 && grep -q "QK_SCALE = (float)1.5896" "$TMP"/rsrc/attention_*.cu &&
+	grep -q "__device__ const double ROPE_INV_FREQ\[4\] = {1, " "$TMP"/rsrc/attention_*.cu; then ok; else
+	bad "tiny-rope: the modules of RoPE scaling do not compile or lack its constants"; tail -20 "$TMP/log"; fi
+
+# The shared experts' gate (tests/e2e/tiny-qwen-moe.yaml): the moe modules
+# compile with its entries.
+out=$TMP/qmoe
+if "$OCTO" compile "$SRC/tests/e2e/tiny-qwen-moe.yaml" --target cuda --emit=ptx --gpu-arch sm_90 \
+	--schedule 1f1b -o "$out" > "$TMP/log" 2>&1; then
+	miss=""
+	for e in moe_F_sgate moe_B_sgate; do
+		cat "$out"/moe_*.ptx | grep -q "^.visible .entry $e(" || miss="$miss $e"
+	done
+	[ -z "$miss" ] && ok || bad "tiny-qwen-moe: no PTX module has:$miss"
+else
+	bad "tiny-qwen-moe: compile failed"; tail -20 "$TMP/log"
+fi
+
 # --emit=cuda: the sources, shapes baked in as constants.
 out=$TMP/src
 if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --target cuda --emit=cuda -o "$out" > "$TMP/log" 2>&1 &&

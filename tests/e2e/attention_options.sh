@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# attention_options.sh OCTOPIPE SRCDIR: the attention options (rope_theta,
-# qkv_bias, qk_norm; docs/yaml.md, docs/layers.md) end to end, on
-# tests/e2e/tiny-qwen.yaml (all three, alone and together, on the bundled
-# text):
+# attention_options.sh OCTOPIPE SRCDIR [MODEL VARIANT]: layer options end
+# to end on a model (default tests/e2e/tiny-qwen.yaml: rope_theta,
+# qkv_bias, qk_norm, alone and together; tests/e2e/tiny-rope.yaml:
+# rope_scaling's types; tests/e2e/tiny-qwen-moe.yaml: the moe's shared_gate;
+# docs/yaml.md, docs/layers.md), on the bundled text:
 #   - on 1 CPU rank the loss goes down;
 #   - on 2, 3 and 4 CPU ranks under 1f1b, zbv, zbh2 and the tuner, every
 #     step's loss and the final model hash are the 1-rank run's, bit for bit;
@@ -11,11 +12,13 @@
 #     per-head norm scales are saved and read back like every tensor);
 #   - the CUDA target's programs through the host emulator give every
 #     step's loss within 1e-5 of the CPU's, the same bits on 1 and 2 ranks;
-#   - the base reaches the kernels: the same model with the first layer's
-#     base back at 10000 (the same parameters: the base takes none) starts
-#     from another loss.  (Dropping a bias or a norm scale would move the
-#     later tensors of the flat array, whose init follows the element index:
-#     another model.  unit_kernels shows those reach the output.)
+#   - the option reaches the kernels: the model edited by VARIANT (a sed
+#     script; by default the first layer's base back at 10000), whose other
+#     parameters are the same (the options it changes take none, or, as the
+#     shared gate, only the last tensor of their layer), starts from another
+#     loss.  (Dropping a bias or a norm scale would move the later tensors of
+#     the flat array, whose init follows the element index: another model.
+#     unit_kernels shows those reach the output.)
 # Exit 0 all hold, 1 a mismatch or a failure, 77 (skip) without mpirun.
 set -u
 octopipe=$1
@@ -29,7 +32,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
-yaml=$src/tests/e2e/tiny-qwen.yaml
+yaml=${3:-$src/tests/e2e/tiny-qwen.yaml}
+variant=${4:-'0,/rope_theta: 1000000/s//rope_theta: 10000/'}
 fail=0
 
 # run NAME YAML ARGS...: compile into $tmp/NAME and train $steps steps;
@@ -132,9 +136,9 @@ if run emu-1 "$yaml" --target cuda-emu --devices 1; then
 	run emu-2-zbh1 "$yaml" --target cuda-emu --devices 2 --schedule zbh1 && same emu-2-zbh1 emu-1
 fi
 
-# rope_theta is not lost on the way from the YAML to the kernels.
-sed -e 's#\.\./\.\./models/data#'"$src"'/models/data#' \
-    -e '0,/rope_theta: 1000000/s//rope_theta: 10000/' "$yaml" >"$tmp/base.yaml"
+# The option the variant edits is not lost on the way from the YAML to the
+# kernels.
+sed -e 's#\.\./\.\./models/data#'"$src"'/models/data#' -e "$variant" "$yaml" >"$tmp/base.yaml"
 for v in base; do
 	if cmp -s "$tmp/$v.yaml" "$yaml"; then
 		echo "FAIL: $v: the variant is the model itself"
@@ -149,5 +153,5 @@ for v in base; do
 	fi
 done
 
-[ $fail = 0 ] && echo "attention options: every check holds"
+[ $fail = 0 ] && echo "attention options ($(basename "$yaml")): every check holds"
 exit $fail

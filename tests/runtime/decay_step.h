@@ -19,8 +19,9 @@
 #include "octo_rt.h"
 
 /* One of every kind, the variants whose tensors differ (GQA, MLA with a
- * query rank, gated and plain MLP, MoE with a shared expert, Mamba-1 and 2,
- * a parallel layer with the attention's biases and head norms). */
+ * query rank, gated and plain MLP, MoE with a shared expert and its gate,
+ * Mamba-1 and 2, a parallel layer with the attention's biases and head
+ * norms). */
 #define DK_LAYERS 10
 
 static void decay_layers(rt_layer_spec *L)
@@ -32,7 +33,7 @@ static void decay_layers(rt_layer_spec *L)
 	     .qk_rope_dim = 4, .v_head_dim = 3},
 	    {RT_MLP, .ffn = 12, .act = RT_SWIGLU},
 	    {RT_MLP, .ffn = 12, .act = RT_GELU},
-	    {RT_MOE, .experts = 4, .top_k = 2, .expert_ffn = 6, .shared_experts = 1},
+	    {RT_MOE, .experts = 4, .top_k = 2, .expert_ffn = 6, .shared_experts = 1, .shared_gate = 1},
 	    {RT_MAMBA, .version = 1, .state = 4, .conv = 3, .dt_rank = 3},
 	    {RT_MAMBA, .version = 2, .state = 4, .conv = 3, .heads = 4, .head_dim = 4, .groups = 2},
 	    {RT_PARALLEL, .heads = 2, .kv_heads = 1, .qkv_bias = 1, .qk_norm = 1, .state = 4,

@@ -31,6 +31,7 @@
 
 #include "decay_doc.h"
 #include "kernels_f64.h"
+#include "layers.h" /* rt__shape, rt__rope_freq: RoPE scaling's frequencies */
 #include "octo_kernels.h"
 
 #define GRAD_TOL 1e-6
@@ -66,6 +67,26 @@ static const kcase cases[] = {
 	{"attention-mla-theta", {RT_ATTENTION, SHAPE(8, 5, 2), .heads = 2, .head_dim = 2,
 	                         .q_lora_rank = 3, .kv_lora_rank = 4, .qk_rope_dim = 4,
 	                         .rope_theta = 1e5}},
+	/* RoPE scaling: linear; llama3 with head_dim 8 (wavelengths 6.3, 63, 628,
+	 * 6283) against 256 and 2048, so that the pairs fall in all three bands;
+	 * YaRN with a ramp over pairs 0..3, its default attention factor; YaRN
+	 * on MLA's rotary part with DeepSeek's mscale and mscale_all_dim (the
+	 * attention factor and the scores' scale both not 1). */
+	{"attention-rope-linear", {RT_ATTENTION, SHAPE(16, 7, 2), .heads = 2, .kv_heads = 1,
+	                           .rope_scaling = RT_ROPE_LINEAR, .rope_factor = 4}},
+	{"attention-rope-llama3", {RT_ATTENTION, SHAPE(16, 7, 2), .heads = 2, .head_dim = 8,
+	                           .rope_scaling = RT_ROPE_LLAMA3, .rope_factor = 8,
+	                           .rope_low_freq_factor = 1, .rope_high_freq_factor = 8,
+	                           .rope_original_max = 2048}},
+	{"attention-rope-yarn", {RT_ATTENTION, SHAPE(16, 7, 2), .heads = 2, .head_dim = 8,
+	                         .window = 4, .rope_theta = 100, .rope_scaling = RT_ROPE_YARN,
+	                         .rope_factor = 4, .rope_original_max = 64, .rope_beta_fast = 4,
+	                         .rope_beta_slow = 0.5}},
+	{"attention-rope-yarn-mla", {RT_ATTENTION, SHAPE(8, 5, 2), .heads = 2, .head_dim = 2,
+	                             .q_lora_rank = 3, .kv_lora_rank = 4, .qk_rope_dim = 4,
+	                             .rope_scaling = RT_ROPE_YARN, .rope_factor = 40,
+	                             .rope_original_max = 16, .rope_mscale = 1,
+	                             .rope_mscale_all_dim = 0.707}},
 	{"mlp-swiglu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_SWIGLU}},
 	{"mlp-geglu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_GEGLU}},
 	{"mlp-gelu", {RT_MLP, SHAPE(8, 6, 2), .ffn = 12, .act = RT_GELU}},
@@ -77,6 +98,10 @@ static const kcase cases[] = {
 	                    .act = RT_RELU2}},
 	{"moe-all-experts", {RT_MOE, SHAPE(8, 5, 2), .experts = 3, .top_k = 3, .expert_ffn = 4,
 	                     .shared_experts = 2, .act = RT_GEGLU}},
+	{"moe-shared-gate", {RT_MOE, SHAPE(8, 6, 2), .experts = 4, .top_k = 2, .expert_ffn = 6,
+	                     .shared_experts = 2, .shared_gate = 1}},
+	{"moe-shared-gate-relu2", {RT_MOE, SHAPE(8, 5, 2), .experts = 3, .top_k = 1, .expert_ffn = 5,
+	                           .shared_experts = 1, .shared_gate = 1, .act = RT_RELU2}},
 	{"mamba2", {RT_MAMBA, SHAPE(8, 7, 2), .version = 2, .state = 4, .expand = 2, .conv = 3,
 	            .heads = 4, .head_dim = 4, .groups = 2}},
 	{"mamba2-chunks", {RT_MAMBA, SHAPE(8, 35, 1), .version = 2, .state = 3, .expand = 1,
@@ -750,6 +775,50 @@ START_TEST(test_tied_head)
 }
 END_TEST
 
+/* The shared experts' gate: shared.gate is the last tensor, [H][1], after
+ * the layout without it; with the gate at zero, sigmoid(0) = 1/2 weighs the
+ * shared output: the layer is the ungated one with shared.w_down halved. */
+START_TEST(test_moe_shared_gate)
+{
+	rt_layer_desc gd = {RT_MOE, SHAPE(8, 5, 2), .experts = 3, .top_k = 2, .expert_ffn = 4,
+	                    .shared_experts = 2, .shared_gate = 1};
+	rt_layer_desc pd = gd;
+	pd.shared_gate = 0;
+	run g, p;
+	run_alloc(&g, &gd, 8);
+	run_alloc(&p, &pd, 8);
+	run_fill(&g, 600);
+	ck_assert_uint_eq(g.n, p.n + 8);
+	int nt = ntensors(&gd);
+	rt_tensor_info gate = tensor(&gd, nt - 1), wd = tensor(&pd, ntensors(&pd) - 1);
+	ck_assert_str_eq(gate.name, "shared.gate");
+	ck_assert(gate.ndim == 2 && gate.dim[0] == 8 && gate.dim[1] == 1 && gate.decay);
+	ck_assert_int_eq(gate.offset, (int64_t)p.n);
+	ck_assert_str_eq(wd.name, "shared.w_down");
+	double *G = g.p, *P = p.p;
+	memcpy(P, G, p.n * 8);
+	memset(G + gate.offset, 0, 8 * 8);
+	for (size_t i = 0; i < tensor_size(&wd); i++)
+		P[wd.offset + (int64_t)i] *= 0.5;
+	memcpy(p.x, g.x, g.nx * 8);
+	ck_assert_int_eq(rtd_forward(&gd, g.p, g.x, NULL, g.y, NULL, g.act, g.scr), RT_OK);
+	ck_assert_int_eq(rtd_forward(&pd, p.p, p.x, NULL, p.y, NULL, p.act, p.scr), RT_OK);
+	double err = relerr(g.y, p.y, g.nx);
+	ck_assert_msg(err < 1e-14, "gate at zero differs from half the shared output: %g", err);
+	/* A gate that is not zero changes the output. */
+	G[gate.offset] = 1;
+	ck_assert_int_eq(rtd_forward(&gd, g.p, g.x, NULL, g.y, NULL, g.act, g.scr), RT_OK);
+	ck_assert(relerr(g.y, p.y, g.nx) > 1e-6);
+	double f, b, w, f0, b0, w0;
+	ck_assert_int_eq(rt_layer_flops(&gd, &f, &b, &w), RT_OK);
+	ck_assert_int_eq(rt_layer_flops(&pd, &f0, &b0, &w0), RT_OK);
+	double gemm = 2.0 * 10 * 8; /* 2 T H: u . gate */
+	ck_assert(f == f0 + gemm && b == b0 + gemm && w == w0 + gemm);
+	run_free(&g);
+	run_free(&p);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 START_TEST(test_errors)
@@ -773,7 +842,37 @@ START_TEST(test_errors)
 		 .qkv_bias = 1}, /* MLA has no q, k, v projections to bias */
 		{RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, .kv_lora_rank = 4, .qk_rope_dim = 2,
 		 .qk_norm = 1},
+#define ROPE(...) {RT_ATTENTION, SHAPE(8, 4, 1), .heads = 2, __VA_ARGS__}
+		ROPE(.rope_scaling = 4, .rope_factor = 2),                    /* no such type */
+		ROPE(.rope_scaling = -1),
+		ROPE(.rope_factor = 2),                                       /* a field without a type */
+		ROPE(.rope_scaling = RT_ROPE_LINEAR),                         /* no factor */
+		ROPE(.rope_scaling = RT_ROPE_LINEAR, .rope_factor = 0.5),     /* factor below 1 */
+		ROPE(.rope_scaling = RT_ROPE_LINEAR, .rope_factor = INFINITY),
+		ROPE(.rope_scaling = RT_ROPE_LINEAR, .rope_factor = 2, .rope_original_max = 8),
+		ROPE(.rope_scaling = RT_ROPE_LLAMA3, .rope_factor = 8, .rope_low_freq_factor = 4,
+		     .rope_high_freq_factor = 4, .rope_original_max = 64),   /* high not above low */
+		ROPE(.rope_scaling = RT_ROPE_LLAMA3, .rope_factor = 8, .rope_low_freq_factor = 1,
+		     .rope_high_freq_factor = 4),                             /* no original length */
+		ROPE(.rope_scaling = RT_ROPE_LLAMA3, .rope_factor = 8, .rope_low_freq_factor = 1,
+		     .rope_high_freq_factor = 4, .rope_original_max = 64, .rope_beta_fast = 8),
+		ROPE(.rope_scaling = RT_ROPE_YARN, .rope_factor = 4, .rope_original_max = 64,
+		     .rope_beta_fast = 1, .rope_beta_slow = 2),               /* slow above fast */
+		ROPE(.rope_scaling = RT_ROPE_YARN, .rope_factor = 4, .rope_original_max = 64,
+		     .rope_mscale = 1),                                       /* mscale alone */
+		ROPE(.rope_scaling = RT_ROPE_YARN, .rope_factor = 4, .rope_original_max = 64,
+		     .rope_attention_factor = -1),
+		ROPE(.rope_scaling = RT_ROPE_YARN, .rope_factor = 4, .rope_original_max = 64,
+		     .rope_mscale_all_dim = NAN),
+		ROPE(.rope_scaling = RT_ROPE_YARN, .rope_factor = 4, .rope_original_max = 64,
+		     .rope_theta = 1),                                        /* log(theta) = 0 */
+		ROPE(.rope_scaling = RT_ROPE_YARN, .rope_factor = 4, .rope_original_max = 0),
+#undef ROPE
 		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 3, .expert_ffn = 4},
+		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 1, .expert_ffn = 4,
+		 .shared_gate = 1}, /* a gate without shared experts */
+		{RT_MOE, SHAPE(8, 4, 1), .experts = 2, .top_k = 1, .expert_ffn = 4,
+		 .shared_experts = 1, .shared_gate = 2},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 3, .state = 4},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .heads = 3, .head_dim = 4},
 		{RT_MAMBA, SHAPE(8, 4, 1), .version = 2, .state = 4, .head_dim = 4, .groups = 3},
@@ -1030,6 +1129,126 @@ START_TEST(test_attention_options)
 }
 END_TEST
 
+/* RoPE scaling (docs/layers.md, "RoPE scaling"):
+ *   - the inverse frequencies of Llama-3.1-405B (llama3: kept, ramped and
+ *     divided pairs) and of DeepSeek-V3's rotary part (yarn) are the doc's
+ *     formulas, computed apart in Python (to 1e-15);
+ *   - DeepSeek-V3's mscale = mscale_all_dim = 1 leaves cos and sin as they
+ *     are and scales the scores by (0.1 ln 40 + 1)^2;
+ *   - linear with factor 1 is the unscaled layer, bit for bit;
+ *   - YaRN's default attention factor is 0.1 ln(factor) + 1, bit for bit
+ *     the one given; it multiplies the rotated q and k: with the whole head
+ *     rotated (GQA), attention factor a is wq and wk scaled by a;
+ *   - mscale_all_dim scales MLA's scores by mscale(factor, mscale_all_dim)^2:
+ *     the same as wq_b scaled by it, attention factor 1. */
+static double rope_freq(const rt_layer_desc *d, int64_t i, rt_shape *s)
+{
+	ck_assert_int_eq(rt__shape(d, s), RT_OK);
+	return rt__rope_freq(s, i);
+}
+
+/* a's output against b's, b with the tensors named (NULL-terminated)
+ * multiplied by scale: the same bits (tol 0) or within tol relative. */
+static void attn_compare(const rt_layer_desc *a, const rt_layer_desc *b,
+                         const char *const *tensors, double scale, double tol, const char *what)
+{
+	rt_sizes sz;
+	ck_assert_int_eq(rtd_layer_sizes(a, &sz), RT_OK);
+	size_t n = (size_t)sz.params, nx = (size_t)(a->hidden * a->seq * a->mbs);
+	double *p = xalloc(n * 8), *ya = xalloc(nx * 8), *yb = xalloc(nx * 8);
+	ck_assert_int_eq(rtd_layer_init(a, 3, 1, p), RT_OK);
+	attn_forward(a, p, ya);
+	int nt;
+	ck_assert_int_eq(rt_layer_ntensors(b, &nt), RT_OK);
+	for (int i = 0; i < nt; i++) {
+		rt_tensor_info t;
+		ck_assert_int_eq(rt_layer_tensor(b, i, &t), RT_OK);
+		for (const char *const *nm = tensors; nm && *nm; nm++)
+			if (!strcmp(*nm, t.name))
+				for (size_t k = 0; k < tensor_size(&t); k++)
+					p[t.offset + (int64_t)k] *= scale;
+	}
+	attn_forward(b, p, yb);
+	double err = 0, ref = 0;
+	for (size_t i = 0; i < nx; i++)
+		err = fmax(err, fabs(ya[i] - yb[i])), ref = fmax(ref, fabs(ya[i]));
+	if (tol == 0)
+		ck_assert_msg(memcmp(ya, yb, nx * 8) == 0, "%s: not the same bits (%g)", what, err);
+	else
+		ck_assert_msg(err <= tol * ref, "%s: off by %g of %g", what, err, ref);
+	free(p);
+	free(ya);
+	free(yb);
+}
+
+START_TEST(test_rope_scaling)
+{
+	rt_shape s;
+	/* Llama-3.1-405B: head_dim 128, rope_theta 5e5, llama3 8 / 1 / 4 / 8192. */
+	rt_layer_desc l3 = {RT_ATTENTION, SHAPE(128, 4, 1), .heads = 1, .rope_theta = 5e5,
+	                    .rope_scaling = RT_ROPE_LLAMA3, .rope_factor = 8,
+	                    .rope_low_freq_factor = 1, .rope_high_freq_factor = 4,
+	                    .rope_original_max = 8192};
+	static const struct { int64_t i; double want; } l3w[] = {
+		{0, 1.0}, {10, 0.12868737343265052}, {28, 0.003211445994752591},
+		{29, 0.002166570763503359}, {33, 0.00031269375038406517},
+		{35, 9.556212353964683e-05}, {63, 3.068925988914511e-07},
+	};
+	for (size_t k = 0; k < sizeof l3w / sizeof *l3w; k++) {
+		double got = rope_freq(&l3, l3w[k].i, &s);
+		ck_assert_msg(fabs(got - l3w[k].want) <= 1e-15 * l3w[k].want, "llama3 pair %lld: %.17g, "
+		              "want %.17g", (long long)l3w[k].i, got, l3w[k].want);
+	}
+	ck_assert(s.rope_mscale == 1 && s.qk_scale == 1);
+	/* DeepSeek-V3: qk_rope_dim 64, theta 1e4, yarn 40 / 4096, mscales 1. */
+	rt_layer_desc v3 = {RT_ATTENTION, SHAPE(64, 4, 1), .heads = 1, .head_dim = 16,
+	                    .kv_lora_rank = 8, .qk_rope_dim = 64, .rope_scaling = RT_ROPE_YARN,
+	                    .rope_factor = 40, .rope_original_max = 4096, .rope_beta_fast = 32,
+	                    .rope_beta_slow = 1, .rope_mscale = 1, .rope_mscale_all_dim = 1};
+	static const struct { int64_t i; double want; } yw[] = {
+		{0, 1.0}, {10, 0.05623413251903491}, {16, 0.0055}, {20, 0.0007905694150420946},
+		{25, 1.8747355233311396e-05}, {31, 3.3338035804083097e-06},
+	};
+	for (size_t k = 0; k < sizeof yw / sizeof *yw; k++) {
+		double got = rope_freq(&v3, yw[k].i, &s);
+		ck_assert_msg(fabs(got - yw[k].want) <= 1e-15 * yw[k].want, "yarn pair %lld: %.17g, "
+		              "want %.17g", (long long)yw[k].i, got, yw[k].want);
+	}
+	ck_assert(s.rope_mscale == 1);
+	ck_assert_msg(fabs(s.qk_scale - 1.8738542070926265) < 1e-15, "qk_scale %.17g", s.qk_scale);
+
+	rt_layer_desc none = {RT_ATTENTION, SHAPE(16, 6, 2), .heads = 4, .kv_heads = 2};
+	rt_layer_desc lin = none;
+	lin.rope_scaling = RT_ROPE_LINEAR, lin.rope_factor = 1;
+	attn_compare(&none, &lin, NULL, 1, 0, "linear with factor 1");
+
+	rt_layer_desc yarn = {RT_ATTENTION, SHAPE(16, 6, 2), .heads = 2, .head_dim = 8,
+	                      .rope_theta = 100, .rope_scaling = RT_ROPE_YARN, .rope_factor = 4,
+	                      .rope_original_max = 64, .rope_beta_fast = 4, .rope_beta_slow = 0.5};
+	rt_layer_desc given = yarn;
+	given.rope_attention_factor = 0.1 * log(4.0) + 1;
+	attn_compare(&yarn, &given, NULL, 1, 0, "yarn's default attention factor");
+	rt_layer_desc one = yarn;
+	one.rope_attention_factor = 1;
+	given.rope_attention_factor = 1.7;
+	attn_compare(&given, &one, (const char *const[]){"wq", "wk", NULL}, 1.7, 1e-12,
+	             "yarn's attention factor as wq, wk scaled");
+
+	rt_layer_desc mla = {RT_ATTENTION, SHAPE(16, 6, 2), .heads = 2, .head_dim = 4,
+	                     .q_lora_rank = 6, .kv_lora_rank = 5, .qk_rope_dim = 4,
+	                     .rope_scaling = RT_ROPE_YARN, .rope_factor = 40,
+	                     .rope_original_max = 16, .rope_mscale = 0.707,
+	                     .rope_mscale_all_dim = 0.707};
+	ck_assert_int_eq(rt__shape(&mla, &s), RT_OK);
+	ck_assert(s.rope_mscale == 1);
+	double m = 0.1 * 0.707 * log(40.0) + 1;
+	rt_layer_desc plain = mla;
+	plain.rope_mscale = plain.rope_mscale_all_dim = 0, plain.rope_attention_factor = 1;
+	attn_compare(&mla, &plain, (const char *const[]){"wq_b", NULL}, m * m, 1e-12,
+	             "mscale_all_dim as wq_b scaled");
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
 	Suite *s = suite_create("kernels");
@@ -1047,8 +1266,10 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_decay_flags);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_attention_options);
+	tcase_add_test(tc, test_rope_scaling);
 	tcase_add_test(tc, test_moe_ties);
 	tcase_add_test(tc, test_tied_head);
+	tcase_add_test(tc, test_moe_shared_gate);
 	tcase_add_test(tc, test_training);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
