@@ -151,16 +151,22 @@ static int read_parallel(fe *f, yaml_node_t *map, ir_layer *l)
 	return ir_check_layer(&f->m->model, l, f->m->nlayers, NULL, NULL, ydoc_at(d, map)) ? -1 : 0;
 }
 
-/* A number attribute: > 0 (and at least the table's min), the default
- * kept as absent, so that writing it changes nothing in the IR. */
+/* A number attribute: > 0, at least the table's min and at most its max
+ * when it has one, the default kept as absent, so that writing it changes
+ * nothing in the IR. */
 static int read_real(ydoc *d, yaml_node_t *n, ir_attr a, const char *what, ir_layer *l)
 {
 	double r;
-	int64_t min = ir_attr_table[a].min;
+	int64_t min = ir_attr_table[a].min, max = ir_attr_table[a].max;
 	if (ydoc_num(d, n, what, YSRC_POSITIVE, &r) < 0)
 		return -1;
 	if (r < (double)min) {
 		diag_error(ydoc_at(d, n), "%s must be at least %lld, got %s", what, (long long)min,
+		           ysrc_shown(d->a, (const char *)n->data.scalar.value));
+		return -1;
+	}
+	if (max > 0 && r > (double)max) {
+		diag_error(ydoc_at(d, n), "%s must be at most %lld, got %s", what, (long long)max,
 		           ysrc_shown(d->a, (const char *)n->data.scalar.value));
 		return -1;
 	}

@@ -256,16 +256,16 @@ typedef enum ir_rope_scaling {
 	X(QKV_BIAS, "qkv_bias", K_ATT, IR_AT_BOOL, 0, 1)                           \
 	X(QK_NORM, "qk_norm", K_ATT, IR_AT_BOOL, 0, 1)                             \
 	X(ROPE_SCALING, "rope_scaling", K_(ATTENTION), IR_AT_ENUM, 0, IR_NROPE_SCALINGS - 1) \
-	X(ROPE_FACTOR, "rope_scaling.factor", K_(ATTENTION), IR_AT_REAL, 1, 0)     \
+	X(ROPE_FACTOR, "rope_scaling.factor", K_(ATTENTION), IR_AT_REAL, 1, 1024)  \
 	X(ROPE_LOW_FREQ, "rope_scaling.low_freq_factor", K_(ATTENTION), IR_AT_REAL, 0, 0) \
 	X(ROPE_HIGH_FREQ, "rope_scaling.high_freq_factor", K_(ATTENTION), IR_AT_REAL, 0, 0) \
 	X(ROPE_ORIG_MAX, "rope_scaling.original_max_position_embeddings", K_(ATTENTION), \
 	  IR_AT_INT, 0, 1 << 30)                                                   \
 	X(ROPE_BETA_FAST, "rope_scaling.beta_fast", K_(ATTENTION), IR_AT_REAL, 0, 0) \
 	X(ROPE_BETA_SLOW, "rope_scaling.beta_slow", K_(ATTENTION), IR_AT_REAL, 0, 0) \
-	X(ROPE_ATTN_FACTOR, "rope_scaling.attention_factor", K_(ATTENTION), IR_AT_REAL, 0, 0) \
-	X(ROPE_MSCALE, "rope_scaling.mscale", K_(ATTENTION), IR_AT_REAL, 0, 0)     \
-	X(ROPE_MSCALE_ALL_DIM, "rope_scaling.mscale_all_dim", K_(ATTENTION), IR_AT_REAL, 0, 0) \
+	X(ROPE_ATTN_FACTOR, "rope_scaling.attention_factor", K_(ATTENTION), IR_AT_REAL, 0, 100) \
+	X(ROPE_MSCALE, "rope_scaling.mscale", K_(ATTENTION), IR_AT_REAL, 0, 100)   \
+	X(ROPE_MSCALE_ALL_DIM, "rope_scaling.mscale_all_dim", K_(ATTENTION), IR_AT_REAL, 0, 100) \
 	X(FFN, "ffn", K_(MLP), IR_AT_INT, 1, 1 << 24)                              \
 	X(ACT, "activation", K_(MLP) | K_(MOE), IR_AT_ACT, 0, IR_NACTS - 1)               \
 	X(EXPERTS, "experts", K_(MOE), IR_AT_INT, 1, 1 << 16)                      \
@@ -283,7 +283,8 @@ typedef enum ir_rope_scaling {
 
 /* INT: an integer in min..max.  ACT: an index of ir_act_names.  BOOL: 0
  * or 1, printed "on" when 1.  REAL: a finite double > 0 (and >= min when
- * min > 0) kept bit for bit in the int64 slot (ir_attr_real), absent (0)
+ * min > 0, <= max when max > 0: the scale factors of rope_scaling, bounded
+ * so that the attention's scores stay far from float's range) kept bit for bit in the int64 slot (ir_attr_real), absent (0)
  * meaning the attribute's default (ir_attr_real_default: rope_theta's is
  * IR_ROPE_THETA), which the frontend keeps as absent.  ENUM: an index of
  * the attribute's name table (ir_attr_enum_names), 0 the absent one, not

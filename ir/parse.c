@@ -675,8 +675,15 @@ static void parse_layer(parser *ps)
 			l->attr[a] = v;
 		} else if (ai->type == IR_AT_REAL) {
 			double v;
-			if (!parse_f64(f->val, "", &v) || !(v > 0) || v < (double)ai->min) {
-				if (ai->min > 0)
+			if (!parse_f64(f->val, "", &v) || !(v > 0) || v < (double)ai->min ||
+			    (ai->max > 0 && v > (double)ai->max)) {
+				if (ai->max > 0 && ai->min > 0)
+					perr(ps, f->vloc, "'%s' must be a finite number in %lld..%lld, got '%s'",
+					     ai->name, (long long)ai->min, (long long)ai->max, f->val);
+				else if (ai->max > 0)
+					perr(ps, f->vloc, "'%s' must be a finite number > 0 and <= %lld, got '%s'",
+					     ai->name, (long long)ai->max, f->val);
+				else if (ai->min > 0)
 					perr(ps, f->vloc, "'%s' must be a finite number >= %lld, got '%s'",
 					     ai->name, (long long)ai->min, f->val);
 				else

@@ -115,9 +115,16 @@ int ir_check_layer(const ir_model_info *model, const ir_layer *l, int index,
 		}
 		if (ai->type == IR_AT_REAL) {
 			double r = ir_attr_real(l, a);
-			if (v[a] == 0 || (r > 0 && isfinite(r) && r >= (double)ai->min))
+			if (v[a] == 0 || (r > 0 && isfinite(r) && r >= (double)ai->min &&
+			                  (ai->max <= 0 || r <= (double)ai->max)))
 				continue;
-			if (ai->min > 0)
+			if (ai->max > 0 && ai->min > 0)
+				lerr(&c, a, "'%s' must be a finite number in %lld..%lld, got %g", ai->name,
+				     (long long)ai->min, (long long)ai->max, r);
+			else if (ai->max > 0)
+				lerr(&c, a, "'%s' must be a finite number > 0 and <= %lld, got %g", ai->name,
+				     (long long)ai->max, r);
+			else if (ai->min > 0)
 				lerr(&c, a, "'%s' must be a finite number >= %lld, got %g", ai->name,
 				     (long long)ai->min, r);
 			else
