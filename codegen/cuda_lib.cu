@@ -644,7 +644,8 @@ __device__ void dt_b(const float *ddt, const real *v, real *dst, long rows)
 	EACH(i, rows * NH) dst[(i / NH) * LD + i % NH] = st(ddt[i] * sigm(ld(v[i])));
 }
 
-/* ---- the selective scan ----
+/* ---- the selective scan, step by step (Mamba-1; Mamba-2 runs the chunked
+ * SSD, ssd_* below) ----
  * Heads of P channels, G groups, state N.  x [T][.] at stride LX (head h at
  * column h*P), B and C [T][.] at stride LBC (group g at g*N), dt [T][NH],
  * A: per head (A1 = 0) or per channel and state (A1 = 1) as -exp(A_log).
@@ -927,23 +928,21 @@ __device__ void ssd_chunks_b(const float *lq, float *e, int mbs)
 	}
 }
 
-/* B, per (chunk, group, s, r): M_h again for each head of the group, and
- * the gradient of C B^T summed over those heads (ascending):
- * dcbg[s][r] = sum_h dcb_h[s][r] e^{l_s - l_r} dt_r, r <= s. */
+/* B, per (chunk, group, s, r): the gradient of C B^T, summed over the
+ * group's heads (ascending): dcbg[s][r] = sum_h dcb_h[s][r] e^{l_s - l_r} dt_r,
+ * r <= s. */
 template <int Q, int MH, int G>
-__device__ void ssd_mask_b(const float *cb, const float *dtq, const float *lq, const float *dcb,
-                           float *m, float *dcbg, long nbc)
+__device__ void ssd_mask_b(const float *dtq, const float *lq, const float *dcb, float *dcbg,
+                           long nbc)
 {
 	EACH(i, nbc * G * Q * Q) {
 		int r = (int)(i % Q), s = (int)(i / Q % Q);
 		long bc = i / ((long)G * Q * Q);
 		int g = (int)(i / (Q * Q) % G);
 		float acc = 0.f;
-		for (int h = g * (MH / G); h < (g + 1) * (MH / G); h++) {
-			long bh = bc * MH + h, k = (bh * Q + s) * Q + r;
-			float e = r <= s ? ssd_decay(lq + bh * Q, dtq + bh * Q, s, r) : 0.f;
-			acc += dcb[k] * e;
-			m[k] = cb[i] * e;
+		for (int h = g * (MH / G); h < (g + 1) * (MH / G) && r <= s; h++) {
+			long bh = bc * MH + h;
+			acc += dcb[(bh * Q + s) * Q + r] * ssd_decay(lq + bh * Q, dtq + bh * Q, s, r);
 		}
 		dcbg[i] = acc;
 	}

@@ -3,15 +3,21 @@
  * in_proj, out_proj (and, version 1, x_proj and dt_proj) around the mamba_*
  * entry points of codegen/cuda_kernels.c (docs/cuda.md).
  *
+ * Mamba-2's scan is the chunked SSD (ssd_f, ssd_b below; docs/cuda.md,
+ * "Mamba-2 as the chunked SSD"), Mamba-1's the step-by-step scan.
+ *
  * The stashes follow kernels_mamba.inc's mamba_map but in the kernels' shapes:
- * the norm statistics and the scan's chunk states are f32; the scan's dA
- * and dD are per-sequence f32 partials (W sums them: mamba_W_alog); v1 keeps
- * x_proj's whole output for W (dt_proj reads its first R columns in place).
- * The scratch of F and W and the scratch of B share one buffer.  Under
- * recompute=selective (rt_shape.sel) the chunk states are not stashed but
- * kept in the scratch, beside both: B starts by running F's scan kernel
- * again on the stashed inputs (its y into B's dys, which B writes later),
- * which gives F's states bit for bit.
+ * the norm statistics and the scan's chunk states are f32 (v2: the state
+ * entering each chunk of RT_SSD_CHUNK steps, v1 of RT_SCAN_CHUNK); the
+ * scan's dA and dD are per-sequence f32 partials (W sums them:
+ * mamba_W_alog); v1 keeps x_proj's whole output for W (dt_proj reads its
+ * first R columns in place).  The scratch of F and W and the scratch of B
+ * share one buffer; v2's SSD buffers (dev_ssd, f32) are in it, F's after u
+ * and yn, B's over the same bytes.  Under recompute=selective (rt_shape.sel)
+ * the chunk states are not stashed but kept in the scratch, beside both: B
+ * starts by making them again from the stashed inputs with F's own calls
+ * (v1: F's scan kernel, its y into B's dys, which B writes later; v2:
+ * ssd_states), which gives F's states bit for bit.
  *
  * The layer is the pre-norm (dev_common.c) around the mixer (dev_mix.h),
  * which a parallel layer shares with the attention (dev_par.c); without
@@ -24,16 +30,16 @@ static void ssd_map(const rt_shape *s, dev_carve *c, bool b, dev_ssd *q)
 {
 	size_t v2 = s->ver == 2, f = sizeof(float), Q = RT_SSD_CHUNK;
 	size_t nbc = v2 * (size_t)(s->nb * s->nq), mh = (size_t)s->mh, di = (size_t)s->di;
-	size_t GN = (size_t)(s->G * s->N), G = (size_t)s->G, PN = (size_t)(s->P * s->N), nb_ = b;
+	size_t GN = (size_t)(s->G * s->N), G = (size_t)s->G, PN = (size_t)(s->P * s->N), bo = b;
 	*q = (dev_ssd){dev_take(c, nbc * Q * di * f),       dev_take(c, nbc * Q * GN * f),
 	               dev_take(c, nbc * Q * GN * f),       dev_take(c, nbc * mh * Q * f),
 	               dev_take(c, nbc * mh * Q * f),       dev_take(c, nbc * G * Q * Q * f),
-	               dev_take(c, nbc * mh * Q * Q * f),   dev_take(c, nbc * Q * di * f),
-	               dev_take(c, nbc * Q * di * f),       dev_take(c, nb_ * nbc * Q * di * f),
-	               dev_take(c, nb_ * nbc * mh * PN * f), dev_take(c, nb_ * nbc * Q * di * f),
-	               dev_take(c, nb_ * nbc * mh * Q * Q * f), dev_take(c, nb_ * nbc * G * Q * Q * f),
-	               dev_take(c, nb_ * nbc * Q * GN * f), dev_take(c, nb_ * nbc * Q * GN * f),
-	               dev_take(c, nb_ * nbc * mh * f),     dev_take(c, nb_ * nbc * mh * f)};
+	               dev_take(c, !bo * nbc * mh * Q * Q * f), dev_take(c, nbc * Q * di * f),
+	               dev_take(c, nbc * Q * di * f),       dev_take(c, bo * nbc * Q * di * f),
+	               dev_take(c, bo * nbc * mh * PN * f), dev_take(c, bo * nbc * Q * di * f),
+	               dev_take(c, bo * nbc * mh * Q * Q * f), dev_take(c, bo * nbc * G * Q * Q * f),
+	               dev_take(c, bo * nbc * Q * GN * f), dev_take(c, bo * nbc * Q * GN * f),
+	               dev_take(c, bo * nbc * mh * f),     dev_take(c, bo * nbc * mh * f)};
 }
 
 void dev_mb_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_mb_act *a,
@@ -220,14 +226,13 @@ static int ssd_b(rt_dev *d, const dev_layer *L, const dev_mb_act *a, dev_mb_ws *
 	DEV_TRY(dev_bmm(d, false, false, k.Q, k.N, hP, q->wq, k.di, q->e, k.N, 0, q->dbq, k.GN,
 	                (dev_bdim){k.nbc, k.Q * k.di, k.mh * k.PN, k.Q * k.GN},
 	                (dev_bdim){k.G, hP, k.hpg * k.PN, k.N}));
-	/* Intra-chunk: dy x^T per head, M again and cb's gradient per group. */
+	/* Intra-chunk: dy x^T per head, cb's gradient per group. */
 	dev_bdim by_bc_h = {k.nbc, k.mh * k.Q * k.Q, k.Q * k.di, k.Q * k.di};
 	DEV_TRY(dev_bmm(d, false, true, k.Q, k.Q, k.P, q->dyq, k.di, q->xq, k.di, 0, q->dcb, k.Q,
 	                (dev_bdim){k.nbc, k.Q * k.di, k.Q * k.di, k.mh * k.Q * k.Q},
 	                (dev_bdim){k.mh, k.P, k.P, k.Q * k.Q}));
 	DEV_TRY(dev_each(d, L, "mamba_B_ssd_mask", k.nbc * k.G * k.Q * k.Q,
-	                 (void *[]){(void *)&q->cb, (void *)&q->dtq, (void *)&q->lq, (void *)&q->dcb,
-	                            (void *)&q->m, (void *)&q->dcbg}));
+	                 (void *[]){(void *)&q->dtq, (void *)&q->lq, (void *)&q->dcb, (void *)&q->dcbg}));
 	DEV_TRY(dev_each(d, L, "mamba_B_ssd_dt", k.nbc * k.mh,
 	                 (void *[]){(void *)&q->cb, (void *)&q->dcb, (void *)&q->dtq, (void *)&q->lq,
 	                            (void *)&q->xq, (void *)&q->dyq, (void *)&q->yq, (void *)&q->zq,
@@ -239,8 +244,11 @@ static int ssd_b(rt_dev *d, const dev_layer *L, const dev_mb_act *a, dev_mb_ws *
 	                by_bc_g, by_g));
 	DEV_TRY(dev_bmm(d, true, false, k.Q, k.N, k.Q, q->dcbg, k.Q, q->cq, k.GN, 1, q->dbq, k.GN,
 	                by_bc_g, by_g));
-	/* dx intra-chunk = M^T dy per head (C H^T in yq is spent). */
-	DEV_TRY(dev_bmm(d, true, false, k.Q, k.P, k.Q, q->m, k.Q, q->dyq, k.di, 0, q->yq, k.di,
+	/* dx intra-chunk = M^T dy per head: M made again as F made it, over dcb
+	 * (spent), and C H^T in yq is spent too. */
+	DEV_TRY(dev_each(d, L, "mamba_F_ssd_mask", k.nbc * k.mh * k.Q * k.Q,
+	                 (void *[]){(void *)&q->cb, (void *)&q->dtq, (void *)&q->lq, (void *)&q->dcb}));
+	DEV_TRY(dev_bmm(d, true, false, k.Q, k.P, k.Q, q->dcb, k.Q, q->dyq, k.di, 0, q->yq, k.di,
 	                by_bc_h, (dev_bdim){k.mh, k.Q * k.Q, k.P, k.P}));
 	DEV_TRY(dev_each(d, L, "mamba_B_ssd_dx", s->T * s->cd,
 	                 (void *[]){(void *)&q->yq, (void *)&q->zq, (void *)&q->dtq, (void *)&q->lq,

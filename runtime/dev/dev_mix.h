@@ -73,16 +73,17 @@ typedef struct dev_mb_ws {
 
 /* Mamba-2's chunked SSD (dev_mamba.c, cuda_lib.cu's ssd_*), f32, in
  * chunks of Q = RT_SSD_CHUNK steps, nbc = nb nq of them, each padded to Q
- * rows.  F uses the first nine; B all. */
+ * rows.  F uses the first nine; B all but m. */
 typedef struct dev_ssd {
 	float *xq, *bq, *cq; /* x [nbc][Q][di], B and C [nbc][Q][G N] */
 	float *dtq, *lq;     /* dt and l = the cumulative dt A [nbc][mh][Q] */
 	float *cb;           /* C B^T [nbc][G][Q][Q] */
-	float *m;            /* cb masked by the decay, per head [nbc][mh][Q][Q] */
+	float *m;            /* F: cb masked by the decay, per head [nbc][mh][Q][Q] (B: in dcb) */
 	float *yq, *wq;      /* [nbc][Q][di]: F y (intra-chunk), x's weighted and C H^T;
 	                      * B C H^T then M^T dy, dy's and x's weighted */
 	float *dyq, *e, *zq; /* B: dy; the chunk states' gradients [nbc][mh][P][N]; B E^T */
-	float *dcb, *dcbg;   /* B: dy x^T per head, and the gradient of cb */
+	float *dcb, *dcbg;   /* B: dy x^T per head (then the decay's terms, then M), and
+	                      * the gradient of cb */
 	float *dbq, *dcq;    /* B: dB, dC [nbc][Q][G N] */
 	float *dap, *ddp;    /* B: each chunk's dA, dD [nbc][mh] */
 } dev_ssd;
