@@ -147,19 +147,15 @@ static const char ENTRY_OPTIM[] =
     "OCTO_KERNEL void optim_store(const float *p32, real *p, long n)\n"
     "{ store_params(p32, p, n); }\n";
 
-/* The scan and convolution of both versions; X_OFF etc. place x, B, C in
- * the convolution output (Mamba-2) or x_proj's output (Mamba-1). */
+/* The convolution of both versions and the scan: Mamba-2's as the chunked
+ * SSD (ssd_*, around the runtime's batched GEMMs), Mamba-1's step by step
+ * (scan_*); LX, LBC place x, B, C in the convolution output (Mamba-2) or
+ * x_proj's output (Mamba-1). */
 static const char ENTRY_MAMBA[] =
     "OCTO_KERNEL void mamba_F_conv(const real *in, const real *w, const real *b, real *cv, real *xc)\n"
     "{ conv_f<SEQ, CD, KC, CONV_LD>(in, w, b, cv, xc, T); }\n"
     "OCTO_KERNEL void mamba_F_dt(const real *src, const real *bias, real *v, float *dt)\n"
     "{ dt_f<MH, DT_LD>(src, bias, v, dt, T); }\n"
-    "OCTO_KERNEL void mamba_F_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, real *ys, float *chunks)\n"
-    "{ scan_f<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, ys, chunks, MBS); }\n"
-    "OCTO_KERNEL_THREADS(P) void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, const real *dys, const float *chunks, real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
-    "{ scan_b<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, dys, chunks, dx, dbp, dcp, ddt, dA, dD, MBS); }\n"
-    "OCTO_KERNEL void mamba_B_reduce(const float *dbp, const float *dcp, real *dB, real *dC)\n"
-    "{ scan_reduce<MH, G, N, LBC>(dbp, dB, T); scan_reduce<MH, G, N, LBC>(dcp, dC, T); }\n"
     "OCTO_KERNEL void mamba_B_dt(const float *ddt, const real *v, real *dst)\n"
     "{ dt_b<MH, DT_LD>(ddt, v, dst, T); }\n"
     "OCTO_KERNEL void mamba_B_dcv(const real *dxc, const real *cv, real *dcv)\n"
@@ -175,6 +171,32 @@ static const char ENTRY_MAMBA[] =
     "OCTO_KERNEL void mamba_W_dtbias(const real *dsrc, float *dbias)\n"
     "{ colsum_strided<MH, DT_LD>(dsrc, dbias, T); }\n"
     "#if OCTO_VERSION == 2\n"
+    "OCTO_KERNEL void mamba_F_ssd_pack(const real *xbc, float *xq, float *bq, float *cq)\n"
+    "{ ssd_pack<SEQ, SSD_Q, NQ, DI, LX>(xbc, xq, MBS); ssd_pack<SEQ, SSD_Q, NQ, G * N, LBC>(xbc + DI, bq, MBS); ssd_pack<SEQ, SSD_Q, NQ, G * N, LBC>(xbc + DI + G * N, cq, MBS); }\n"
+    "OCTO_KERNEL void mamba_F_ssd_cum(const float *dt, const real *Alog, float *dtq, float *lq)\n"
+    "{ ssd_cum<SEQ, SSD_Q, NQ, MH>(dt, Alog, dtq, lq, MBS); }\n"
+    "OCTO_KERNEL void mamba_F_ssd_mask(const float *cb, const float *dtq, const float *lq, float *m)\n"
+    "{ ssd_mask<SSD_Q, MH, G>(cb, dtq, lq, m, (long)MBS * NQ); }\n"
+    "OCTO_KERNEL void mamba_F_ssd_xw(const float *xq, const float *dtq, const float *lq, float *xw)\n"
+    "{ ssd_scale<SSD_Q, MH, P, 1>(xq, dtq, lq, xw, (long)MBS * NQ); }\n"
+    "OCTO_KERNEL void mamba_F_ssd_chunks(const float *lq, float *ck)\n"
+    "{ ssd_chunks<SSD_Q, NQ, MH, P, N>(lq, ck, MBS); }\n"
+    "OCTO_KERNEL void mamba_F_ssd_out(const float *yq, const float *yo, const float *lq, const real *x, const real *D, real *ys)\n"
+    "{ ssd_out<SEQ, SSD_Q, NQ, MH, P, LX>(yq, yo, lq, x, D, ys, MBS); }\n"
+    "OCTO_KERNEL void mamba_B_ssd_dy(const real *dys, float *dyq)\n"
+    "{ ssd_pack<SEQ, SSD_Q, NQ, DI, DI>(dys, dyq, MBS); }\n"
+    "OCTO_KERNEL void mamba_B_ssd_dyw(const float *dyq, const float *dtq, const float *lq, float *dyw)\n"
+    "{ ssd_scale<SSD_Q, MH, P, 0>(dyq, dtq, lq, dyw, (long)MBS * NQ); }\n"
+    "OCTO_KERNEL void mamba_B_ssd_chunks(const float *lq, float *e)\n"
+    "{ ssd_chunks_b<SSD_Q, NQ, MH, P, N>(lq, e, MBS); }\n"
+    "OCTO_KERNEL void mamba_B_ssd_mask(const float *dtq, const float *lq, const float *dcb, float *dcbg)\n"
+    "{ ssd_mask_b<SSD_Q, MH, G>(dtq, lq, dcb, dcbg, (long)MBS * NQ); }\n"
+    "OCTO_KERNEL void mamba_B_ssd_dt(const float *cb, float *dcb, const float *dtq, const float *lq, const float *xq, const float *dyq, const float *yo, const float *zq, const float *e, const float *ck, const real *Alog, float *ddt, float *dap, float *ddp)\n"
+    "{ ssd_dt_b<SEQ, SSD_Q, NQ, MH, P, G, N>(cb, dcb, dtq, lq, xq, dyq, yo, zq, e, ck, Alog, ddt, dap, ddp, MBS); }\n"
+    "OCTO_KERNEL void mamba_B_ssd_dx(const float *yq, const float *zq, const float *dtq, const float *lq, const real *dys, const real *D, const float *dbq, const float *dcq, real *dxbc)\n"
+    "{ ssd_dx<SEQ, SSD_Q, NQ, MH, P, G, N, LX>(yq, zq, dtq, lq, dys, D, dbq, dcq, dxbc, MBS); }\n"
+    "OCTO_KERNEL void mamba_B_ssd_ad(const float *dap, const float *ddp, float *dA, float *dD)\n"
+    "{ ssd_ad<NQ, MH, N>(dap, ddp, dA, dD, MBS); }\n"
     "OCTO_KERNEL void mamba_F_gnorm(const real *ys, const real *z, const real *ng, real *yhat, float *rg, real *yn)\n"
     "{ gated_norm_f<DI, G, DIP>(ys, z, ng, yhat, rg, yn); }\n"
     "OCTO_KERNEL void mamba_B_gnorm(const real *dyn, const real *ng, const real *yhat, const float *rg, const real *ys, const real *z, real *dys, real *dz)\n"
@@ -184,6 +206,12 @@ static const char ENTRY_MAMBA[] =
     "OCTO_KERNEL void mamba_W_gscale(const real *yhat, const real *ng, real *yn)\n"
     "{ scale_cols<DI, T>(yhat, ng, yn); }\n"
     "#else\n"
+    "OCTO_KERNEL void mamba_F_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, real *ys, float *chunks)\n"
+    "{ scan_f<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, ys, chunks, MBS); }\n"
+    "OCTO_KERNEL_THREADS(P) void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, const real *dys, const float *chunks, real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
+    "{ scan_b<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, dys, chunks, dx, dbp, dcp, ddt, dA, dD, MBS); }\n"
+    "OCTO_KERNEL void mamba_B_reduce(const float *dbp, const float *dcp, real *dB, real *dC)\n"
+    "{ scan_reduce<MH, G, N, LBC>(dbp, dB, T); scan_reduce<MH, G, N, LBC>(dcp, dC, T); }\n"
     "OCTO_KERNEL void mamba_F_gate(const real *ys, const real *z, real *yg)\n"
     "{ gate_f<DI, 2 * DI>(ys, z, yg, T); }\n"
     "OCTO_KERNEL void mamba_B_gate(const real *dyg, const real *ys, const real *z, real *dys, real *dz)\n"
@@ -283,6 +311,8 @@ static void def_mamba(sbuf *bp, const rt_shape *s)
 	DEF("LBC", s->ver == 2 ? s->cd : s->R + 2 * s->N);
 	DEF("NA", s->ver == 2 ? s->mh : s->di * s->N);
 	DEF("PERN", s->ver == 2 ? s->N : 1);
+	DEF("SSD_Q", RT_SSD_CHUNK); /* Mamba-2's chunk; its chunks per sequence: */
+	DEF("NQ", s->nq);
 }
 
 /* The attention's entry points, with the options' that the shape has. */

@@ -644,7 +644,8 @@ __device__ void dt_b(const float *ddt, const real *v, real *dst, long rows)
 	EACH(i, rows * NH) dst[(i / NH) * LD + i % NH] = st(ddt[i] * sigm(ld(v[i])));
 }
 
-/* ---- the selective scan ----
+/* ---- the selective scan, step by step (Mamba-1; Mamba-2 runs the chunked
+ * SSD, ssd_* below) ----
  * Heads of P channels, G groups, state N.  x [T][.] at stride LX (head h at
  * column h*P), B and C [T][.] at stride LBC (group g at g*N), dt [T][NH],
  * A: per head (A1 = 0) or per channel and state (A1 = 1) as -exp(A_log).
@@ -791,6 +792,280 @@ __device__ void scan_reduce(const float *part, real *dst, long rows)
 		float s = 0.f;
 		for (int h = g * (NH / G); h < (g + 1) * (NH / G); h++) s += part[(t * NH + h) * N + n];
 		dst[t * LBC + g * N + n] = st(s);
+	}
+}
+
+/* ---- Mamba-2 as the chunked SSD (state-space duality) ----
+ * Mamba-2's scan (A a scalar per head) on the device, in chunks of Q steps
+ * (Q = SSD_Q, RT_SSD_CHUNK; NQ chunks per sequence, the last one padded
+ * with zeros: its padded steps have dt 0, so they decay nothing and add
+ * nothing).  Per chunk (bc = b NQ + c) and head h of group g, with
+ * l_s = sum_{k <= s} dt_k A the decay's cumulative log within the chunk:
+ *   y_s    = sum_{r <= s} (C_s.B_r) e^{l_s - l_r} dt_r x_r      intra-chunk
+ *          + e^{l_s} H_c C_s + D x_s                             the state entering
+ *   H_{c+1} = e^{l_end} H_c + sum_r e^{l_end - l_r} dt_r x_r B_r^T
+ * The matrix products (C B^T per group, the masked M per head times x, the
+ * chunk states X_w^T B, C H^T and their backward) are f32 batched GEMMs of
+ * the runtime (dev_mamba.c); the kernels here are the elementwise parts
+ * between them, the short sequential loop over chunks, and the gradients of
+ * the decay.  Padded f32 layouts: xq, yq [BC][Q][MH P]; bq, cq [BC][Q][G N];
+ * dtq, lq [BC][MH][Q]; cb [BC][G][Q][Q]; m [BC][MH][Q][Q]; states
+ * [BC][MH][P][N].  Every sum runs in a fixed order. */
+
+/* The W columns of rows at stride LD into the padded chunks [BC][Q][W]. */
+template <int SEQ, int Q, int NQ, int W, int LD>
+__device__ void ssd_pack(const real *src, float *dst, int mbs)
+{
+	EACH(i, (long)mbs * NQ * Q * W) {
+		long r = i / W, bc = r / Q;
+		int s = (int)(bc % NQ) * Q + (int)(r % Q);
+		dst[i] = s < SEQ ? ld(src[(bc / NQ * SEQ + s) * LD + i % W]) : 0.f;
+	}
+}
+
+/* dt padded and l, one thread per (chunk, head). */
+template <int SEQ, int Q, int NQ, int MH>
+__device__ void ssd_cum(const float *dt, const real *Alog, float *dtq, float *lq, int mbs)
+{
+	EACH(i, (long)mbs * NQ * MH) {
+		int h = (int)(i % MH);
+		long bc = i / MH;
+		int s0 = (int)(bc % NQ) * Q;
+		float A = -expf(ld(Alog[h])), l = 0.f;
+		for (int s = 0; s < Q; s++) {
+			float d = s0 + s < SEQ ? dt[(bc / NQ * SEQ + s0 + s) * MH + h] : 0.f;
+			l += d * A;
+			dtq[i * Q + s] = d;
+			lq[i * Q + s] = l;
+		}
+	}
+}
+
+/* The decay from step r to step s of a chunk, times dt_r (r <= s). */
+__device__ __forceinline__ float ssd_decay(const float *l, const float *dt, int s, int r)
+{
+	return expf(l[s] - l[r]) * dt[r];
+}
+
+/* F: M_h = (C B^T)_g masked: M[s][r] = cb[s][r] e^{l_s - l_r} dt_r, r <= s. */
+template <int Q, int MH, int G>
+__device__ void ssd_mask(const float *cb, const float *dtq, const float *lq, float *m, long nbc)
+{
+	EACH(i, nbc * MH * Q * Q) {
+		int r = (int)(i % Q), s = (int)(i / Q % Q);
+		long bh = i / (Q * Q), bc = bh / MH;
+		int g = (int)(bh % MH) / (MH / G);
+		m[i] = r <= s ? cb[((bc * G + g) * Q + s) * Q + r] * ssd_decay(lq + bh * Q, dtq + bh * Q, s, r)
+		              : 0.f;
+	}
+}
+
+/* Rows of [BC][Q][MH P] scaled per (step, head): MODE 0 by e^{l_s} (dy's
+ * weight for the state entering), 1 by e^{l_end - l_s} dt_s (x's weight in
+ * the state leaving). */
+template <int Q, int MH, int P, int MODE>
+__device__ void ssd_scale(const float *in, const float *dtq, const float *lq, float *out, long nbc)
+{
+	EACH(i, nbc * Q * MH * P) {
+		int h = (int)(i / P % MH), s = (int)(i / (MH * P) % Q);
+		long bh = i / ((long)Q * MH * P) * MH + h;
+		const float *l = lq + bh * Q;
+		out[i] = (MODE == 0 ? expf(l[s]) : ssd_decay(l, dtq + bh * Q, Q - 1, s)) * in[i];
+	}
+}
+
+/* F: the states entering each chunk, in place: slot c > 0 holds chunk
+ * c-1's own contribution (X_w^T B) and becomes H_c = e^{l_end} H_{c-1} +
+ * it; slot 0 becomes 0.  One thread per (sequence, head, p, n). */
+template <int Q, int NQ, int MH, int P, int N>
+__device__ void ssd_chunks(const float *lq, float *ck, int mbs)
+{
+	const long HPN = (long)MH * P * N;
+	EACH(i, mbs * HPN) {
+		long b = i / HPN, e = i % HPN;
+		int h = (int)(e / (P * N));
+		float H = 0.f;
+		for (int c = 0; c < NQ; c++) {
+			float *slot = ck + (b * NQ + c) * HPN + e;
+			if (c > 0)
+				H = expf(lq[((b * NQ + c - 1) * MH + h) * Q + Q - 1]) * H + *slot;
+			*slot = H;
+		}
+	}
+}
+
+/* F: ys = yq (intra) + e^{l_s} yo (C H^T) + D x, back to [T][MH P]. */
+template <int SEQ, int Q, int NQ, int MH, int P, int LX>
+__device__ void ssd_out(const float *yq, const float *yo, const float *lq, const real *x,
+                        const real *D, real *ys, int mbs)
+{
+	EACH(i, (long)mbs * SEQ * MH * P) {
+		int ch = (int)(i % (MH * P)), h = ch / P;
+		long t = i / (MH * P);
+		int s = (int)(t % SEQ);
+		long bc = t / SEQ * NQ + s / Q, k = (bc * Q + s % Q) * (MH * P) + ch;
+		float y = yq[k] + expf(lq[(bc * MH + h) * Q + s % Q]) * yo[k];
+		ys[i] = st(y + ld(D[h]) * ld(x[t * LX + ch]));
+	}
+}
+
+/* B: the gradient of each chunk's leaving state, in place: e holds
+ * dHin_c = sum_s e^{l_s} dy_s C_s^T and becomes E_c = dL/dH_{c+1};
+ * dL/dH_c = dHin_c + e^{l_end} E_c carries to chunk c-1. */
+template <int Q, int NQ, int MH, int P, int N>
+__device__ void ssd_chunks_b(const float *lq, float *e, int mbs)
+{
+	const long HPN = (long)MH * P * N;
+	EACH(i, mbs * HPN) {
+		long b = i / HPN, j = i % HPN;
+		int h = (int)(j / (P * N));
+		float E = 0.f;
+		for (int c = NQ - 1; c >= 0; c--) {
+			float *slot = e + (b * NQ + c) * HPN + j, din = *slot;
+			*slot = E;
+			E = din + expf(lq[((b * NQ + c) * MH + h) * Q + Q - 1]) * E;
+		}
+	}
+}
+
+/* B, per (chunk, group, s, r): the gradient of C B^T, summed over the
+ * group's heads (ascending): dcbg[s][r] = sum_h dcb_h[s][r] e^{l_s - l_r} dt_r,
+ * r <= s. */
+template <int Q, int MH, int G>
+__device__ void ssd_mask_b(const float *dtq, const float *lq, const float *dcb, float *dcbg,
+                           long nbc)
+{
+	EACH(i, nbc * G * Q * Q) {
+		int r = (int)(i % Q), s = (int)(i / Q % Q);
+		long bc = i / ((long)G * Q * Q);
+		int g = (int)(i / (Q * Q) % G);
+		float acc = 0.f;
+		for (int h = g * (MH / G); h < (g + 1) * (MH / G) && r <= s; h++) {
+			long bh = bc * MH + h;
+			acc += dcb[(bh * Q + s) * Q + r] * ssd_decay(lq + bh * Q, dtq + bh * Q, s, r);
+		}
+		dcbg[i] = acc;
+	}
+}
+
+/* B, per (chunk, head): ddt (direct, and through the decay), this chunk's
+ * part of dA (dL/dA) and dD.  The decay's terms: T[s][r] = dcb[s][r]
+ * M[s][r] (intra-chunk, through l_s - l_r = a_{r+1} + ... + a_s), U_s =
+ * e^{l_s} dy_s . yo_s (the state entering, yo = C H^T, through l_s), V_r =
+ * dt_r e^{l_end - l_r} x_r . z_r (the state leaving, z = B E^T, through
+ * l_end - l_r) and e^{l_end} <E, H> (through l_end).  So, a_k = dt_k A:
+ *   da_k = sum_{s >= k, r < k} T[s][r] + sum_{s >= k} U_s + sum_{r < k} V_r
+ *        + e^{l_end} <E, H>,
+ * each a sum of terms (not a difference of prefix sums, which would cancel
+ * the diagonal's large T[s][s] and lose digits); ddt_k = (the direct
+ * terms) + da_k A, dA += da_k dt_k.  dcb is overwritten with T. */
+template <int SEQ, int Q, int NQ, int MH, int P, int G, int N>
+__device__ void ssd_dt_b(const float *cb, float *dcb, const float *dtq, const float *lq,
+                         const float *xq, const float *dyq, const float *yo, const float *zq,
+                         const float *E, const float *ck, const real *Alog, float *ddt, float *dap,
+                         float *ddp, int mbs)
+{
+	EACH(i, (long)mbs * NQ * MH) {
+		int h = (int)(i % MH), g = h / (MH / G);
+		long bc = i / MH;
+		int s0 = (int)(bc % NQ) * Q;
+		const float *l = lq + i * Q, *dt = dtq + i * Q, *cbg = cb + (bc * G + g) * Q * Q;
+		float *T = dcb + i * Q * Q;
+		float A = -expf(ld(Alog[h])), dq[Q], U[Q], V[Q], col[Q], ve = 0.f, dd = 0.f;
+		for (int r = 0; r < Q; r++) {
+			dq[r] = 0.f;
+			for (int s = r; s < Q; s++) {
+				float u = T[s * Q + r] * cbg[s * Q + r] * expf(l[s] - l[r]);
+				dq[r] += u;
+				T[s * Q + r] = u * dt[r];
+			}
+		}
+		for (int s = 0; s < Q; s++) {
+			const long k = (bc * Q + s) * (MH * P) + h * P;
+			float uy = 0.f, xz = 0.f;
+			for (int p = 0; p < P; p++) {
+				uy += dyq[k + p] * yo[k + p];
+				xz += xq[k + p] * zq[k + p];
+				dd += dyq[k + p] * xq[k + p];
+			}
+			float q = expf(l[Q - 1] - l[s]) * xz;
+			U[s] = expf(l[s]) * uy;
+			V[s] = q * dt[s];
+			dq[s] += q;
+		}
+		const float *Ei = E + i * (long)(P * N), *Hi = ck + i * (long)(P * N);
+		for (int k = 0; k < P * N; k++)
+			ve += Ei[k] * Hi[k];
+		ve *= expf(l[Q - 1]);
+		/* vp[k] = sum_{r < k} V_r; then k descending: col[r] = sum_{s >= k}
+		 * T[s][r] (so the rectangle is sum_{r < k} col[r]), su = sum_{s >= k} U_s. */
+		float vp[Q + 1];
+		vp[0] = 0.f;
+		for (int r = 0; r < Q; r++)
+			vp[r + 1] = vp[r] + V[r];
+		for (int r = 0; r < Q; r++)
+			col[r] = 0.f;
+		float su = 0.f, dA = 0.f;
+		for (int k = Q - 1; k >= 0; k--) {
+			float rect = 0.f;
+			for (int r = 0; r < k; r++) {
+				col[r] += T[k * Q + r];
+				rect += col[r];
+			}
+			su += U[k];
+			float da = rect + su + vp[k] + ve;
+			dA += da * dt[k];
+			if (s0 + k < SEQ)
+				ddt[(bc / NQ * SEQ + s0 + k) * MH + h] = dq[k] + da * A;
+		}
+		dap[i] = dA;
+		ddp[i] = dd;
+	}
+}
+
+/* B: dx = yq (M^T dy) + e^{l_end - l_r} dt_r z + D dy, dB, dC, into dxbc
+ * [T][LX] (x | B | C). */
+template <int SEQ, int Q, int NQ, int MH, int P, int G, int N, int LX>
+__device__ void ssd_dx(const float *yq, const float *zq, const float *dtq, const float *lq,
+                       const real *dys, const real *D, const float *dbq, const float *dcq,
+                       real *dxbc, int mbs)
+{
+	const int W = MH * P + 2 * G * N;
+	EACH(i, (long)mbs * SEQ * W) {
+		int j = (int)(i % W);
+		long t = i / W;
+		int s = (int)(t % SEQ), q = s % Q;
+		long bc = t / SEQ * NQ + s / Q;
+		float v;
+		if (j < MH * P) {
+			long bh = bc * MH + j / P, k = (bc * Q + q) * (MH * P) + j;
+			v = yq[k] + ssd_decay(lq + bh * Q, dtq + bh * Q, Q - 1, q) * zq[k] +
+			    ld(D[j / P]) * ld(dys[t * (MH * P) + j]);
+		} else if (j < MH * P + G * N) {
+			v = dbq[(bc * Q + q) * (G * N) + j - MH * P];
+		} else {
+			v = dcq[(bc * Q + q) * (G * N) + j - MH * P - G * N];
+		}
+		dxbc[t * LX + j] = st(v);
+	}
+}
+
+/* B: dA (dL/dA, in n = 0 of the [MH][N] layout W reads) and dD per
+ * (sequence, head), chunks ascending. */
+template <int NQ, int MH, int N>
+__device__ void ssd_ad(const float *dap, const float *ddp, float *dA, float *dD, int mbs)
+{
+	EACH(i, (long)mbs * MH) {
+		long b = i / MH;
+		int h = (int)(i % MH);
+		float sa = 0.f, sd = 0.f;
+		for (int c = 0; c < NQ; c++) {
+			sa += dap[(b * NQ + c) * MH + h];
+			sd += ddp[(b * NQ + c) * MH + h];
+		}
+		for (int n = 0; n < N; n++)
+			dA[i * N + n] = n ? 0.f : sa;
+		dD[i] = sd;
 	}
 }
 

@@ -249,6 +249,7 @@ static int shape_mamba(const rt_layer_desc *d, int64_t heads, int64_t head_dim, 
 	if (s->dip > LIM_LD || s->mh * s->N > LIM_LD || s->R + 2 * s->N > LIM_LD)
 		return RT_EINVAL;
 	s->nck = (s->S + RT_SCAN_CHUNK - 1) / RT_SCAN_CHUNK;
+	s->nq = (s->S + RT_SSD_CHUNK - 1) / RT_SSD_CHUNK;
 	s->sel = d->selective == 1;
 	return RT_OK;
 }

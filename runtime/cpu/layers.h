@@ -12,7 +12,11 @@
 
 #define RT_NORM_EPS 1e-5
 #define RT_ROPE_THETA 10000.0
-#define RT_SCAN_CHUNK 16 /* scan steps between stashed states (Mamba) */
+#define RT_SCAN_CHUNK 16 /* scan steps between stashed states (Mamba, the CPU kernels) */
+/* The device's Mamba-2 as the chunked SSD (runtime/dev/dev_mamba.c, docs/cuda.md):
+ * steps per chunk, the intra-chunk products Q x Q.  The device modules bake it
+ * in as SSD_Q. */
+#define RT_SSD_CHUNK 64
 
 /* A descriptor with its defaults filled in and its derived sizes. */
 typedef struct rt_shape {
@@ -47,6 +51,7 @@ typedef struct rt_shape {
 	int ver;
 	int64_t di, mh, P, G, N, Kc, R; /* inner, heads, head dim, groups, state, conv, dt rank */
 	int64_t cd, dip, nck;           /* conv channels, in_proj width, chunks per sequence */
+	int64_t nq;                     /* RT_SSD_CHUNK chunks per sequence (the device's Mamba-2) */
 	bool sel; /* rt_layer_desc.selective: the chunk states in the scratch, made again in B */
 } rt_shape;
 

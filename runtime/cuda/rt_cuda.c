@@ -14,10 +14,10 @@
  *               compute stream's work so far (event), and complete as a
  *               whole (event the runtime's wait polls); the compute stream
  *               does not wait for them
- *   GEMMs       cublasGemmEx: row-major products as the column-major
- *               product of the transposes; bf16 or f32 inputs, f32
- *               arithmetic (CUBLAS_COMPUTE_32F: no TF32), f32 or storage-
- *               type output
+ *   GEMMs       cublasGemmEx (strided batches: cublasGemmStridedBatchedEx):
+ *               row-major products as the column-major product of the
+ *               transposes; bf16 or f32 inputs, f32 arithmetic
+ *               (CUBLAS_COMPUTE_32F: no TF32), f32 or storage-type output
  *   memory      cudaMalloc (never managed memory), once at setup
  *   NCCL        rank 0's unique id broadcast over MPI once, before the
  *               first step; a non-blocking communicator (every result
@@ -220,6 +220,42 @@ static int c_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 	return RT_OK;
 }
 
+/* cublasGemmStridedBatchedEx with c_gemm's conventions; f32 operands
+ * (ab_f32) need an f32 result, which cuBLAS requires of them too. */
+static int c_gemm_sb(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                     const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb,
+                     int64_t sb, float beta, void *cc, int64_t ldc, int64_t sc, int64_t batch,
+                     bool ab_f32, bool c_f32)
+{
+	rt_cuda *c = self(d);
+	cudaDataType st = d->bf16 && !ab_f32 ? CUDA_R_16BF : CUDA_R_32F;
+	cudaDataType ct = c_f32 || !d->bf16 ? CUDA_R_32F : CUDA_R_16BF;
+	if (st == CUDA_R_32F && ct != CUDA_R_32F)
+		return fail(c, RT_EARG, "a batched GEMM of f32 operands into bf16 (rank %d)", c->rank);
+	if (m < 0 || n < 0 || k < 0 || batch < 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX ||
+	    lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
+		return fail(c, RT_EARG, "a batched GEMM of %lld x %lld x %lld x %lld (leading "
+		            "dimensions %lld, %lld, %lld): cuBLAS takes sizes up to %d (rank %d)",
+		            (long long)batch, (long long)m, (long long)n, (long long)k, (long long)lda,
+		            (long long)ldb, (long long)ldc, INT_MAX, c->rank);
+	if (m == 0 || n == 0 || batch == 0)
+		return RT_OK;
+	/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+	BLAS_OK(c, cublasGemmStridedBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+	                                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
+	                                      &alpha, b, st, (int)ldb, sb, a, st, (int)lda, sa, &beta,
+	                                      cc, ct, (int)ldc, sc, (int)batch, CUBLAS_COMPUTE_32F,
+	                                      CUBLAS_GEMM_DEFAULT),
+	        "a batched GEMM");
+	if (c->sync_each) {
+		char what[128];
+		snprintf(what, sizeof what, "%lld x %lld x %lld x %lld", (long long)batch, (long long)m,
+		         (long long)n, (long long)k);
+		return sync_after(c, "the batched GEMM", what);
+	}
+	return RT_OK;
+}
+
 static int c_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned block, void **args)
 {
 	rt_cuda *c = self(d);
@@ -381,7 +417,7 @@ static void c_unmark(rt_dev *d, void *m)
 }
 
 static const dev_ops cuda_ops = {
-    .name = "cuda", .gemm = c_gemm, .launch = c_launch, .copy = c_copy, .zero = c_zero,
+    .name = "cuda", .gemm = c_gemm, .gemm_sb = c_gemm_sb, .launch = c_launch, .copy = c_copy, .zero = c_zero,
     .alloc = c_alloc, .free = c_free, .sync = c_sync, .destroy = c_destroy, .abort = c_abort,
     .mark = c_mark, .elapsed = c_elapsed, .unmark = c_unmark,
 };

@@ -43,6 +43,15 @@ typedef struct dev_ops {
 	int (*gemm)(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
 	            const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c,
 	            int64_t ldc, bool c_f32);
+	/* `batch` GEMMs as gemm's, the i-th on a + i sa, b + i sb, c + i sc
+	 * (strides in elements of each operand's type; outputs must not
+	 * overlap), in any order (each is its own product: the results do not
+	 * depend on it).  ab_f32: A and B in f32 whatever the storage type
+	 * (intermediates), which needs c_f32 too. */
+	int (*gemm_sb)(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+	               const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb,
+	               int64_t sb, float beta, void *c, int64_t ldc, int64_t sc, int64_t batch,
+	               bool ab_f32, bool c_f32);
 	/* Entry point `fn` of module `mod` on `grid` blocks of `block` threads;
 	 * args as cuLaunchKernel's kernelParams (a pointer to each argument). */
 	int (*launch)(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned block, void **args);
@@ -252,6 +261,17 @@ int dev_rows(rt_dev *d, const dev_layer *L, const char *fn, int64_t rows, void *
  * C in f32 when c_f32, else in the storage type. */
 int dev_mm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
            int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc, bool c_f32);
+
+/* GEMMs over two batch indices, all operands f32 (dev_ops.gemm_sb with
+ * ab_f32, c_f32): product (i, j), i < o.n, j < in.n, on a + i o.sa + j in.sa,
+ * and likewise b and c (strides in floats).  Run as strided-batched calls
+ * over the larger index, one call per value of the smaller. */
+typedef struct dev_bdim {
+	int64_t n, sa, sb, sc;
+} dev_bdim;
+int dev_bmm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+            dev_bdim o, dev_bdim in);
 
 /* The projections of kernels_common.inc, on the device:
  * y (n x out) = beta y + x (n x in) . w (in x out);

@@ -74,6 +74,23 @@ int dev_mm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const v
 	return d->ops->gemm(d, ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc, c_f32);
 }
 
+int dev_bmm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+            dev_bdim o, dev_bdim in)
+{
+	if (m == 0 || n == 0 || o.n == 0 || in.n == 0)
+		return RT_OK;
+	if (o.n > in.n) {
+		dev_bdim t = o;
+		o = in;
+		in = t;
+	}
+	for (int64_t i = 0; i < o.n; i++)
+		DEV_TRY(d->ops->gemm_sb(d, ta, tb, m, n, k, 1.f, a + i * o.sa, lda, in.sa, b + i * o.sb,
+		                        ldb, in.sb, beta, c + i * o.sc, ldc, in.sc, in.n, true, true));
+	return RT_OK;
+}
+
 int dev_proj(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *x, int64_t ldx,
              const void *w, float beta, void *y, int64_t ldy)
 {

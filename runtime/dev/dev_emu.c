@@ -204,24 +204,32 @@ static void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 	            (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-static int emu_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                    const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c,
-                    int64_t ldc, bool c_f32)
+/* The sizes BLAS takes (it would only print a complaint and skip the product). */
+static int emu_gemm_check(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          int64_t lda, int64_t ldb, int64_t ldc)
 {
-	emu *e = d->impl;
 	if (m < 0 || n < 0 || k < 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX ||
 	    ldb > INT_MAX || ldc > INT_MAX)
 		return dev_fail(d, RT_EARG, "emu gemm: sizes m %lld n %lld k %lld (lda %lld ldb %lld "
 		                "ldc %lld) out of range", (long long)m, (long long)n, (long long)k,
 		                (long long)lda, (long long)ldb, (long long)ldc);
-	if (m == 0 || n == 0)
-		return RT_OK;
-	/* BLAS would only print a complaint and skip the product. */
 	int64_t ac = ta ? m : k, bc = tb ? k : n;
-	if (lda < (ac > 1 ? ac : 1) || ldb < (bc > 1 ? bc : 1) || ldc < n)
+	if (m && n && (lda < (ac > 1 ? ac : 1) || ldb < (bc > 1 ? bc : 1) || ldc < n))
 		return dev_fail(d, RT_EARG, "emu gemm: leading dimensions lda %lld ldb %lld ldc %lld "
 		                "narrower than the rows (%lld, %lld, %lld)", (long long)lda, (long long)ldb,
 		                (long long)ldc, (long long)ac, (long long)bc, (long long)n);
+	return RT_OK;
+}
+
+static int emu_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                    const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c,
+                    int64_t ldc, bool c_f32)
+{
+	emu *e = d->impl;
+	DEV_TRY(emu_gemm_check(d, ta, tb, m, n, k, lda, ldb, ldc));
+	if (m == 0 || n == 0)
+		return RT_OK;
+	int64_t ac = ta ? m : k, bc = tb ? k : n;
 	if (!d->bf16) {
 		mm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 		return RT_OK;
@@ -249,6 +257,35 @@ static int emu_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 		widen(c, m, n, ldc, C);
 	mm(ta, tb, m, n, k, alpha, A, ac, B, bc, beta, C, n);
 	narrow(C, m, n, c, ldc);
+	return RT_OK;
+}
+
+/* A loop over the batch: f32 operands (ab_f32, or f32 storage) straight
+ * to mm(), the others through emu_gemm. */
+static int emu_gemm_sb(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb,
+                       int64_t sb, float beta, void *c, int64_t ldc, int64_t sc, int64_t batch,
+                       bool ab_f32, bool c_f32)
+{
+	if (batch < 0)
+		return dev_fail(d, RT_EARG, "emu gemm: batch %lld", (long long)batch);
+	if (ab_f32 && d->bf16 && !c_f32)
+		return dev_fail(d, RT_EARG, "emu gemm: f32 operands need an f32 result");
+	bool f32 = ab_f32 || !d->bf16;
+	size_t ea = f32 ? sizeof(float) : dev_esz(d), ec = c_f32 || !d->bf16 ? sizeof(float) : 2;
+	for (int64_t i = 0; i < batch; i++) {
+		const char *ai = (const char *)a + (size_t)(i * sa) * ea;
+		const char *bi = (const char *)b + (size_t)(i * sb) * ea;
+		char *ci = (char *)c + (size_t)(i * sc) * ec;
+		if (f32) {
+			DEV_TRY(emu_gemm_check(d, ta, tb, m, n, k, lda, ldb, ldc));
+			if (m && n)
+				mm(ta, tb, m, n, k, alpha, (const float *)ai, lda, (const float *)bi, ldb, beta,
+				   (float *)ci, ldc);
+		} else {
+			DEV_TRY(emu_gemm(d, ta, tb, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc, c_f32));
+		}
+	}
 	return RT_OK;
 }
 
@@ -502,6 +539,7 @@ static void emu_destroy(rt_dev *d)
 static const dev_ops emu_ops = {
     .name = "emu",
     .gemm = emu_gemm,
+    .gemm_sb = emu_gemm_sb,
     .launch = emu_launch,
     .copy = emu_copy,
     .zero = emu_zero,

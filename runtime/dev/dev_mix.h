@@ -9,7 +9,7 @@
  * reads u made again.  The pre-norm's buffers (xhat, r, the W stash's
  * xhat, du, dy, the scratch's u) belong to the layer: the map functions
  * carve them only when `norm`, else the caller sets the pointers.  Entry
- * points are named by the mixer ("attention_F_core", "mamba_F_scan"), the
+ * points are named by the mixer ("attention_F_core", "mamba_F_ssd_pack"), the
  * layer's module holds them. */
 #ifndef OCTO_RT_DEV_MIX_H
 #define OCTO_RT_DEV_MIX_H
@@ -50,7 +50,8 @@ typedef struct dev_mb_act {
 	float *r;
 	void *zx, *cv, *xc, *v;
 	float *dt; /* softplus(v) in f32 even in bf16: it scales A in exp(dt A) */
-	float *ck; /* [nb][mh][nck][P][N]: the state entering each chunk (none under selective) */
+	float *ck; /* the state entering each chunk (none under selective): v2
+	            * [nb][nq][mh][P][N] (RT_SSD_CHUNK steps), v1 [nb][mh][nck][P][N] */
 	void *ys;
 	void *yhat; /* v2: the gated norm's output before its scale */
 	float *gr;  /* v2: its 1/rms per (row, group) */
@@ -70,13 +71,31 @@ typedef struct dev_mb_ws {
 	void *xc, *xdbl, *dxdbl, *dv; /* v1: x_proj's and dt_proj's inputs and output gradients */
 } dev_mb_ws;
 
+/* Mamba-2's chunked SSD (dev_mamba.c, cuda_lib.cu's ssd_*), f32, in
+ * chunks of Q = RT_SSD_CHUNK steps, nbc = nb nq of them, each padded to Q
+ * rows.  F uses the first nine; B all but m. */
+typedef struct dev_ssd {
+	float *xq, *bq, *cq; /* x [nbc][Q][di], B and C [nbc][Q][G N] */
+	float *dtq, *lq;     /* dt and l = the cumulative dt A [nbc][mh][Q] */
+	float *cb;           /* C B^T [nbc][G][Q][Q] */
+	float *m;            /* F: cb masked by the decay, per head [nbc][mh][Q][Q] (B: in dcb) */
+	float *yq, *wq;      /* [nbc][Q][di]: F y (intra-chunk), x's weighted and C H^T;
+	                      * B C H^T then M^T dy, dy's and x's weighted */
+	float *dyq, *e, *zq; /* B: dy; the chunk states' gradients [nbc][mh][P][N]; B E^T */
+	float *dcb, *dcbg;   /* B: dy x^T per head (then the decay's terms, then M), and
+	                      * the gradient of cb */
+	float *dbq, *dcq;    /* B: dB, dC [nbc][Q][G N] */
+	float *dap, *ddp;    /* B: each chunk's dA, dD [nbc][mh] */
+} dev_ssd;
+
 /* Scratch: u, yn in F and W; the rest in B, over the same bytes. */
 typedef struct dev_mb_scr {
 	void *u, *yn;
 	void *dyg, *dys, *dxbc;
-	float *dbp, *dcp; /* the scan's dB, dC per head [T][mh][N], before scan_reduce */
+	float *dbp, *dcp; /* v1: the scan's dB, dC per channel [T][mh][N], before scan_reduce */
 	float *ddt;       /* [T][mh] */
 	float *ck;        /* selective: the chunk states, F's and B's again */
+	dev_ssd qf, qb;   /* v2: F's (beside u, yn) and B's */
 } dev_mb_scr;
 
 void dev_mb_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_mb_act *a,

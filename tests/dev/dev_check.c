@@ -45,10 +45,14 @@ typedef struct tcase {
 	bool f32_only; /* see cases[] */
 } tcase;
 
-#define SEQ 24 /* more than one scan chunk (16), the last partial */
+#define SEQ 24 /* more than one scan chunk (16), the last partial; one SSD chunk, partial */
 #define MBS 2
 #define BASE .hidden = 64, .seq = SEQ, .mbs = MBS
 #define WIDE(h) .hidden = (h), .seq = SEQ, .mbs = MBS
+/* Mamba-2 on the device runs in chunks of RT_SSD_CHUNK (Q) steps: three
+ * chunks, the last of 5 steps; two whole chunks. */
+#define SSD_LONG .seq = 2 * RT_SSD_CHUNK + 5, .mbs = MBS
+#define SSD_EVEN .seq = 2 * RT_SSD_CHUNK, .mbs = MBS
 
 static const tcase cases[] = {
     {"emb", "embedding", {.kind = RT_EMBEDDING, BASE, .vocab = 256}},
@@ -128,6 +132,17 @@ static const tcase cases[] = {
                                      .heads = 4, .head_dim = 32, .groups = 2, .selective = 1}},
     {"mamba", "Mamba-1, selective", {.kind = RT_MAMBA, BASE, .version = 1, .state = 8,
                                      .selective = 1}},
+    /* The chunked SSD across chunks: states carried and their gradients
+     * carried back, a partial last chunk, groups of several heads. */
+    {"mamba", "Mamba-2, 2 groups, seq 2Q+5", {.kind = RT_MAMBA, .hidden = 64, SSD_LONG,
+                                              .version = 2, .state = 8, .heads = 4,
+                                              .head_dim = 32, .groups = 2}},
+    /* (Named "..., sel.", its inputs gave dD 2.27e-2 in bf16, with the
+     * step-by-step scan as with the SSD: "What remains" 4 of docs/cuda.md.) */
+    {"mamba", "Mamba-2, 4 groups, seq 2Q, selective", {.kind = RT_MAMBA, .hidden = 64,
+                                                       SSD_EVEN, .version = 2, .state = 16,
+                                                       .heads = 8, .head_dim = 16, .groups = 4,
+                                                       .selective = 1}},
     /* attention and a Mamba-2 mixer on one norm (Falcon-H1).  In bf16 the
      * mixer's dt_bias and D gradients (sums over every token of products of
      * rounded values) come near the threshold, as a Mamba-2 layer's do (the
@@ -141,6 +156,10 @@ static const tcase cases[] = {
                                                 .state = 16, .expand = 1, .conv = 3,
                                                 .ssm_heads = 4, .ssm_head_dim = 16,
                                                 .selective = 1}},
+    {"par", "GQA 4/2, Mamba-2 2 groups, 2Q+5", {.kind = RT_PARALLEL, .hidden = 64, SSD_LONG,
+                                                .heads = 4, .kv_heads = 2, .state = 16,
+                                                .ssm_heads = 8, .ssm_head_dim = 16,
+                                                .groups = 2}},
     /* The production models' per-head widths at a short sequence: the
      * kernels keep a head's vectors per thread, and these widths compile
      * to other code than the small ones above (255 registers and spills
@@ -156,6 +175,9 @@ static const tcase cases[] = {
     {"mamba", "Mamba-2, state 128, head_dim 64 (Nemotron-H)",
      {.kind = RT_MAMBA, WIDE(128), .version = 2, .state = 128, .heads = 4, .head_dim = 64,
       .groups = 1}},
+    {"mamba", "Mamba-2, state 128, head_dim 64, seq 2Q+5",
+     {.kind = RT_MAMBA, .hidden = 256, SSD_LONG, .version = 2, .state = 128, .heads = 8,
+      .head_dim = 64, .groups = 2}},
     {"mamba", "Mamba-1, state 16, expand 2 (Jamba)",
      {.kind = RT_MAMBA, WIDE(128), .version = 1, .state = 16}},
 };
@@ -317,6 +339,20 @@ static int report(const tcase *c, const char *out, double err, double tol)
 	return ok ? 0 : 1;
 }
 
+/* The first run's output kept in *first (run 0); the second's compared
+ * with it bit for bit (run 1; false when they differ).  Frees got. */
+static bool keep_bits(float **first, float *got, int64_t n, int run)
+{
+	if (run == 0) {
+		*first = got;
+		return true;
+	}
+	bool same = memcmp(*first, got, (size_t)n * sizeof *got) == 0;
+	free(*first), free(got);
+	*first = NULL;
+	return same;
+}
+
 static int run_case(const tcase *c, bool bf16)
 {
 	const rt_layer_desc *d = &c->d;
@@ -371,9 +407,12 @@ static int run_case(const tcase *c, bool bf16)
 	if (rc)
 		die(NULL, rc, "the CPU kernels");
 
-	/* The device, twice: separate buffers, then y on x and dx on dy. */
+	/* The device, twice: separate buffers, then y on x and dx on dy; the
+	 * second run must give the first's bits (y, dx, the gradients). */
 	rt_dev *dev = make_device(d, bf16, a);
 	int bad = 0;
+	float *run1[3] = {NULL, NULL, NULL};
+	bool same = true;
 	for (int alias = 0; alias < 2; alias++) {
 		size_t esz = dev_esz(dev), act_b = (size_t)(T * H) * esz;
 		dev_layer L;
@@ -408,7 +447,7 @@ static int run_case(const tcase *c, bool bf16)
 		} else {
 			float *got = dget(dev, io.y, T * H, false);
 			bad |= report(c, alias ? "F y (aliased)" : "F y", rel_err(got, y, T * H), tol);
-			free(got);
+			same &= keep_bits(&run1[0], got, T * H, alias);
 		}
 		/* The scratch holds nothing from F to B (a selective B makes its
 		 * chunk states again). */
@@ -417,10 +456,12 @@ static int run_case(const tcase *c, bool bf16)
 		if (!emb) {
 			float *got = dget(dev, io.dx, T * H, false);
 			bad |= report(c, alias ? "B dx (aliased)" : "B dx", rel_err(got, dx, T * H), tol);
-			free(got);
+			same &= keep_bits(&run1[1], got, T * H, alias);
 		}
 		DEV(dev_backward_w(dev, &L, &io), "W");
-		if (!alias) {
+		if (alias) {
+			same &= keep_bits(&run1[2], dget(dev, L.g, P, true), P, alias);
+		} else {
 			float *got = dget(dev, L.g, P, true);
 			for (int i = 0; i < L.nt; i++) {
 				const rt_tensor *t = &L.t[i];
@@ -430,11 +471,16 @@ static int run_case(const tcase *c, bool bf16)
 				snprintf(what, sizeof what, "W d%s", t->name);
 				bad |= report(c, what, rel_err(got + t->offset, grads + t->offset, t->size), tol);
 			}
-			free(got);
+			keep_bits(&run1[2], got, P, alias);
 		}
 		free(hp);
 		free(hx);
 		free(hdy);
+	}
+	if (!same) {
+		printf("%-6s %-26s %-22s FAIL: the second run's bits differ from the first's\n", c->kind,
+		       c->what, "F, B, W twice");
+		bad = 1;
 	}
 	dev->ops->destroy(dev);
 	free(params), free(x), free(dy), free(g0), free(tok), free(act), free(ws), free(scr);
@@ -562,6 +608,25 @@ static int t_gemm(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 	return rc;
 }
 
+static int t_gemm_sb(rt_dev *d, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                     const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb,
+                     int64_t sb, float beta, void *c, int64_t ldc, int64_t sc, int64_t batch,
+                     bool ab_f32, bool c_f32)
+{
+	tcall *t = next_call();
+	snprintf(t->what, sizeof t->what, "GEMM %lldx(%lldx%lldx%lld)%s%s%s%s", (long long)batch,
+	         (long long)m, (long long)n, (long long)k, ta ? " A^T" : "", tb ? " B^T" : "",
+	         ab_f32 ? " A,B f32" : "", c_f32 ? " C f32" : "");
+	t->flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
+	int rc = inner->mark(d, &t->from);
+	if (!rc)
+		rc = inner->gemm_sb(d, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
+		                    batch, ab_f32, c_f32);
+	if (!rc)
+		rc = inner->mark(d, &t->to);
+	return rc;
+}
+
 static int t_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned block, void **args)
 {
 	tcall *t = next_call();
@@ -625,6 +690,7 @@ static int time_case(const tcase *c, bool bf16)
 	dev_ops timed = *dev->ops;
 	inner = dev->ops;
 	timed.gemm = t_gemm;
+	timed.gemm_sb = t_gemm_sb;
 	timed.launch = t_launch;
 	dev->ops = &timed;
 	double total = 0;

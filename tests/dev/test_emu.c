@@ -307,6 +307,66 @@ START_TEST(test_gemm_bf16)
 }
 END_TEST
 
+/* gemm_sb: each product of the batch at its strides, as gemm would make it
+ * (f32; bf16 storage with an f32 C; f32 operands on a bf16 device), f32
+ * operands into bf16 refused; dev_bmm over two indices, either one the
+ * larger. */
+START_TEST(test_gemm_sb)
+{
+	const int m = 3, n = 4, k = 5, ld = 6, sa = 20, sb = 31, sc = 19, nb = 3;
+	float a[nb * 31], b[nb * 31], c[nb * 31], want[nb * 31];
+	uint16_t ah[nb * 31], bh[nb * 31];
+	for (int dv = 0; dv < 3; dv++) { /* f32 device; bf16 device, bf16 and f32 operands */
+		rt_dev *d;
+		ck_assert_int_eq(dev_emu_create(0, dv > 0, &d), RT_OK);
+		bool ab_f32 = dv == 2;
+		for (int i = 0; i < nb * 31; i++) {
+			a[i] = val(i), b[i] = val(3 * i + 1), c[i] = want[i] = val(5 * i + 2);
+			ah[i] = dev_to_bf16(a[i]), bh[i] = dev_to_bf16(b[i]);
+		}
+		for (int e = 0; e < nb; e++)
+			naive(e & 1, true, m, n, k, 0.5f, a + e * sa, ld, b + e * sb, ld, 2.f, want + e * sc,
+			      ld);
+		/* ta alternating is not one call: two calls, entries 0, 2 and entry 1 */
+		for (int ta = 0; ta < 2; ta++) {
+			const void *pa = dv == 1 ? (const void *)(ah + ta * sa) : (const void *)(a + ta * sa);
+			const void *pb = dv == 1 ? (const void *)(bh + ta * sb) : (const void *)(b + ta * sb);
+			ck_assert_int_eq(d->ops->gemm_sb(d, ta, true, m, n, k, 0.5f, pa, ld, 2 * sa, pb, ld,
+			                                 2 * sb, 2.f, c + ta * sc, ld, 2 * sc, ta ? 1 : 2,
+			                                 ab_f32, true),
+			                 RT_OK);
+		}
+		for (int i = 0; i < nb * 31; i++)
+			ck_assert_msg(c[i] == want[i], "device %d: c[%d] %g, want %g", dv, i, (double)c[i],
+			              (double)want[i]);
+		if (dv == 2) {
+			ck_assert_int_ne(d->ops->gemm_sb(d, false, false, m, n, k, 1.f, a, ld, sa, b, ld, sb,
+			                                 0.f, c, ld, sc, nb, true, false),
+			                 RT_OK);
+			ck_assert_msg(strstr(d->err, "f32 result"), "%s", d->err);
+		}
+		/* dev_bmm: product (i, j) at i*(sa) + j*(7), etc.; i < 2, j < 3 and i < 3, j < 2 */
+		for (int sw = 0; sw < 2 && dv != 1; sw++) {
+			int n1 = sw ? 3 : 2, n2 = sw ? 2 : 3;
+			float cc[6 * 31];
+			for (int i = 0; i < 6 * 31; i++)
+				cc[i] = NAN;
+			for (int i = 0; i < n1; i++)
+				for (int j = 0; j < n2; j++)
+					naive(false, false, 2, 2, 2, 1.f, a + i * 9 + j * 2, ld, b + i * 5 + j * 3, ld,
+					      0.f, want + (i * n2 + j) * 4, 2);
+			ck_assert_int_eq(dev_bmm(d, false, false, 2, 2, 2, a, ld, b, ld, 0.f, cc, 2,
+			                         (dev_bdim){n1, 9, 5, n2 * 4}, (dev_bdim){n2, 2, 3, 4}),
+			                 RT_OK);
+			for (int i = 0; i < n1 * n2 * 4; i++)
+				ck_assert_msg(cc[i] == want[i], "dev_bmm %d: c[%d] %g, want %g", sw, i,
+				              (double)cc[i], (double)want[i]);
+		}
+		d->ops->destroy(d);
+	}
+}
+END_TEST
+
 /* ---- a real module -------------------------------------------------------------------- */
 
 START_TEST(test_mlp_module)
@@ -507,6 +567,7 @@ static Suite *emu_suite(void)
 	tcase_add_test(tc, test_compile_error);
 	tcase_add_test(tc, test_gemm_f32);
 	tcase_add_test(tc, test_gemm_bf16);
+	tcase_add_test(tc, test_gemm_sb);
 	tcase_add_test(tc, test_mlp_module);
 	tcase_add_test(tc, test_conditional_entries);
 	tcase_add_loop_test(tc, test_decay_device, 0, 2);
