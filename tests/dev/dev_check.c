@@ -310,6 +310,19 @@ static double rel_err(const float *got, const float *want, int64_t n)
 	return big > 0 ? err / big : err;
 }
 
+/* The root mean square error relative to the largest magnitude: where
+ * rel_err sees the worst element, this sees every rounding. */
+static double rms_err(const float *got, const float *want, int64_t n)
+{
+	double big = 0, sum = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double e = (double)got[i] - (double)want[i];
+		big = fmax(big, fabs((double)want[i]));
+		sum += e * e;
+	}
+	return big > 0 && n ? sqrt(sum / (double)n) / big : 0;
+}
+
 static int report(const tcase *c, const char *out, double err, double tol)
 {
 	bool ok = err <= tol;
@@ -417,6 +430,22 @@ static int run_case(const tcase *c, bool bf16)
 		if (!emb) {
 			float *got = dget(dev, io.dx, T * H, false);
 			bad |= report(c, alias ? "B dx (aliased)" : "B dx", rel_err(got, dx, T * H), tol);
+			free(got);
+		}
+		if (!emb && !head && !alias) {
+			/* du, the gradient of the pre-norm's output (a sum of the
+			 * mixers' or the blocks' input projections): the W stash's
+			 * second array in every kind with a pre-norm, on the CPU
+			 * (64-byte steps, f32) and the device (256-byte steps) alike.
+			 * Its roundings in bf16 show here before the norm's B mixes
+			 * them into dx. */
+			size_t cpu_at = ((size_t)(T * H) * sizeof(float) + 63) & ~(size_t)63;
+			size_t dev_at_ = (act_b + 255) & ~(size_t)255;
+			float *got = dget(dev, (char *)io.ws + dev_at_, T * H, false);
+			const float *want = (const float *)((char *)ws + cpu_at);
+			bad |= report(c, "B du", rel_err(got, want, T * H), tol);
+			printf("%-6s %-26s %-22s rms rel err %.2e\n", c->kind, c->what, "B du",
+			       rms_err(got, want, T * H));
 			free(got);
 		}
 		DEV(dev_backward_w(dev, &L, &io), "W");
