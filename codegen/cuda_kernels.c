@@ -138,7 +138,8 @@ static const char ENTRY_MOE_SGATE[] =
 /* Every module: the optimizer step of a tensor of its layer (the
  * runtime's AdamW, runtime/rt_model.c, element for element), the
  * storage-type copy of master parameters another replica updated (data
- * parallelism's all-gather, runtime/rt_device.c), and the rounding of a
+ * parallelism's all-gather, runtime/rt_device.c), clipping's scale of a
+ * layer's gradients (runtime/rt_sched.c), and the rounding of a
  * sum of GEMMs accumulated in f32 (a B's du: runtime/dev's dev_acc_end). */
 static const char ENTRY_OPTIM[] =
     "OCTO_KERNEL void optim_adamw(float *p32, real *p, const float *g, float *m, float *v, long n, "
@@ -147,6 +148,8 @@ static const char ENTRY_OPTIM[] =
     "{ adamw(p32, p, g, m, v, n, lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep, sgd); }\n"
     "OCTO_KERNEL void optim_store(const float *p32, real *p, long n)\n"
     "{ store_params(p32, p, n); }\n"
+    "OCTO_KERNEL void optim_scale(float *g, long n, float s)\n"
+    "{ scale_grads(g, n, s); }\n"
     "OCTO_KERNEL void acc_store(const float *acc, real *dst, long n, int add)\n"
     "{ store_acc(acc, dst, n, add); }\n";
 

@@ -918,6 +918,12 @@ __device__ void store_params(const float *p32, real *p, long n)
 	EACH(i, n) p[i] = st(p32[i]);
 }
 
+/* Clipping's scale of n gradients: the host's g *= s (runtime/rt_sched.c). */
+__device__ void scale_grads(float *g, long n, float s)
+{
+	EACH(i, n) g[i] *= s;
+}
+
 /* A sum of GEMMs accumulated in f32, rounded once into the storage type:
  * dst = acc, or dst + acc with add (runtime/dev's dev_acc_end). */
 __device__ void store_acc(const float *acc, real *dst, long n, int add)

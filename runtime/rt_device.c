@@ -305,6 +305,20 @@ static int x_grad_sync(rt_ctx *ctx, int h, int64_t a, int64_t b, bool to_host)
 	          : RT_OK;
 }
 
+/* Clipping's scale, on the device's gradients (optim_scale: the host's
+ * f32 product). */
+static int x_scale_grad(rt_ctx *ctx, int h, int64_t a, int64_t b, float s)
+{
+	rt_dev *d = ctx->xs->dev;
+	const dev_layer *L = &ctx->xs->dlay[h];
+	float *g = L->g + a;
+	long cnt = (long)(b - a);
+	int rc = b > a ? dev_each(d, L, "optim_scale", b - a, (void *[]){&g, &cnt, &s}) : RT_OK;
+	return rc ? rt__fail(ctx, rc, "step %lld: clipping layer %lld's gradients on the device: %s",
+	                     rt__step_no(ctx), (long long)ctx->lay[h].index, d->err)
+	          : RT_OK;
+}
+
 static int x_clear(rt_ctx *ctx, void *p, size_t bytes)
 {
 	rt_dev *d = ctx->xs->dev;
@@ -560,6 +574,7 @@ const rt_exec rt__exec_dev = {
     .info = x_info,
     .dp_copy = x_dp_copy,
     .grad_sync = x_grad_sync,
+    .scale_grad = x_scale_grad,
     .update = x_update,
     .clear = x_clear,
     .abort = x_abort,

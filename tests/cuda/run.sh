@@ -83,7 +83,7 @@ for y in "$SRC"/models/*.yaml "$SRC"/tests/e2e/tiny-falcon.yaml; do
 			kind=$(basename "$p" .ptx); kind=${kind%_*}
 			grep -q "^.target sm_${arch#sm_}" "$p" || { bad "$m $arch $(basename "$p"): wrong .target"; continue; }
 			miss=""
-			for e in ${ENTRIES[$kind]} optim_adamw optim_store acc_store; do
+			for e in ${ENTRIES[$kind]} optim_adamw optim_store optim_scale acc_store; do
 				grep -q "^.visible .entry $e(" "$p" || miss="$miss $e"
 			done
 			[ -z "$miss" ] && ok || bad "$m $arch $(basename "$p"): missing entries:$miss"
