@@ -60,6 +60,17 @@ typedef struct dev_ops {
 	int (*mark)(rt_dev *d, void **m);
 	int (*elapsed)(rt_dev *d, void *from, void *to, double *ms);
 	void (*unmark)(rt_dev *d, void *m);
+	/* Page-locked host memory (CUDA: cudaMallocHost), which put_async
+	 * copies from; host_free of NULL is nothing. */
+	int (*host_alloc)(rt_dev *d, size_t bytes, void **p);
+	void (*host_free)(rt_dev *d, void *p);
+	/* bytes of host_alloc's memory to the device, in the compute stream's
+	 * order, returning before the copy is done (copy's DEV_H2D, from
+	 * pageable memory, waits for the stream first): src is not written
+	 * until the device is waited for (sync, or a DEV_D2H copy).  The
+	 * emulator copies at once and checks at the wait that src was not
+	 * written meanwhile. */
+	int (*put_async)(rt_dev *d, void *dst, const void *src, size_t bytes);
 } dev_ops;
 
 struct rt_dev {
