@@ -486,8 +486,8 @@ static int run_case(const tcase *c, bool bf16)
 			 * Its roundings in bf16 show here before the norm's B mixes
 			 * them into dx. */
 			size_t cpu_at = ((size_t)(T * H) * sizeof(float) + 63) & ~(size_t)63;
-			size_t dev_at_ = (act_b + 255) & ~(size_t)255;
-			float *got = dget(dev, (char *)io.ws + dev_at_, T * H, false);
+			size_t du_at = (act_b + 255) & ~(size_t)255;
+			float *got = dget(dev, (char *)io.ws + du_at, T * H, false);
 			const float *want = (const float *)((char *)ws + cpu_at);
 			bad |= report(c, "B du", rel_err(got, want, T * H), tol);
 			printf("%-6s %-26s %-22s rms rel err %.2e\n", c->kind, c->what, "B du",

@@ -95,7 +95,7 @@ close() {
 same() {
 	if cmp -s "$tmp/$1.losses" "$tmp/$2.losses" && cmp -s "$tmp/$1.hash" "$tmp/$2.hash" &&
 	   cmp -s "$tmp/$1.norms" "$tmp/$2.norms"; then
-		echo "  $1: losses$( [ -s "$tmp/$1.norms" ] && echo ", gradient norms") and model hash identical to $2's"
+		echo "  $1: losses$(grep -q "[0-9]" "$tmp/$1.norms" && echo ", gradient norms") and model hash identical to $2's"
 	else
 		echo "FAIL: $1: losses, gradient norms or model hash differ from $2's:"
 		paste "$tmp/$1.losses" "$tmp/$2.losses" | sed 's/^/    /'
