@@ -123,8 +123,8 @@ static const char ENTRY_MOE[] =
     "{ moe_combine<H, K>(w, slot, Y, y, T); }\n"
     "OCTO_KERNEL void moe_B_route(const real *dy, const real *Y, const float *p, const float *w, const int *sel, const int *slot, real *dY, real *dr)\n"
     "{ moe_route_b<E, K, H>(dy, Y, p, w, sel, slot, dY, dr, T); }\n"
-    "OCTO_KERNEL void moe_B_scatter(const int *slot, const real *dX, real *du)\n"
-    "{ moe_scatter_b<H, K>(slot, dX, du, T); }\n"
+    "OCTO_KERNEL void moe_B_scatter(const int *slot, const float *dX, const float *acc, real *du)\n"
+    "{ moe_scatter_b<H, K>(slot, dX, acc, du, T); }\n"
     "OCTO_KERNEL void moe_W_gather(const real *u, const int *rowtok, real *X)\n"
     "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n";
 
@@ -136,16 +136,22 @@ static const char ENTRY_MOE_SGATE[] =
     "{ moe_sgate_b<H>(dy, so, g, sdy, sdz, T); }\n";
 
 /* Every module: the optimizer step of a tensor of its layer (the
- * runtime's AdamW, runtime/rt_model.c, element for element), and the
+ * runtime's AdamW, runtime/rt_model.c, element for element), the
  * storage-type copy of master parameters another replica updated (data
- * parallelism's all-gather, runtime/rt_device.c). */
+ * parallelism's all-gather, runtime/rt_device.c), clipping's scale of a
+ * layer's gradients (runtime/rt_sched.c), and the rounding of a
+ * sum of GEMMs accumulated in f32 (a B's du: runtime/dev's dev_acc_end). */
 static const char ENTRY_OPTIM[] =
     "OCTO_KERNEL void optim_adamw(float *p32, real *p, const float *g, float *m, float *v, long n, "
     "float lr, float step_size, float b1, float b2, float c1, float c2, float eps, float bc2_sqrt, "
     "float keep, int sgd)\n"
     "{ adamw(p32, p, g, m, v, n, lr, step_size, b1, b2, c1, c2, eps, bc2_sqrt, keep, sgd); }\n"
     "OCTO_KERNEL void optim_store(const float *p32, real *p, long n)\n"
-    "{ store_params(p32, p, n); }\n";
+    "{ store_params(p32, p, n); }\n"
+    "OCTO_KERNEL void optim_scale(float *g, long n, float s)\n"
+    "{ scale_grads(g, n, s); }\n"
+    "OCTO_KERNEL void acc_store(const float *acc, real *dst, long n, int add)\n"
+    "{ store_acc(acc, dst, n, add); }\n";
 
 /* The convolution of both versions and the scan: Mamba-2's as the chunked
  * SSD (ssd_*, around the runtime's batched GEMMs), Mamba-1's step by step

@@ -544,14 +544,16 @@ __device__ void moe_sgate_b(const real *dy, const real *so, const float *g, real
 	}
 }
 
-/* B: du_t += sum_k dX[slot_tk] (k ascending). */
+/* B: du_t = acc_t + sum_k dX[slot_tk] (k ascending), rounded once: acc is
+ * the f32 sum of du's other terms (router, shared experts), dX the
+ * experts' f32 rows; acc may be du when the storage is f32. */
 template <int H, int K>
-__device__ void moe_scatter_b(const int *slot, const real *dX, real *du, long rows)
+__device__ void moe_scatter_b(const int *slot, const float *dX, const float *acc, real *du, long rows)
 {
 	EACH(i, rows * H) {
 		long t = i / H;
-		float s = ld(du[i]);
-		for (int k = 0; k < K; k++) s += ld(dX[(long)slot[t * K + k] * H + i % H]);
+		float s = acc[i];
+		for (int k = 0; k < K; k++) s += dX[(long)slot[t * K + k] * H + i % H];
 		du[i] = st(s);
 	}
 }
@@ -1189,4 +1191,17 @@ __device__ void adamw(float *p32, real *p, const float *g, float *m, float *v, l
 __device__ void store_params(const float *p32, real *p, long n)
 {
 	EACH(i, n) p[i] = st(p32[i]);
+}
+
+/* Clipping's scale of n gradients: the host's g *= s (runtime/rt_sched.c). */
+__device__ void scale_grads(float *g, long n, float s)
+{
+	EACH(i, n) g[i] *= s;
+}
+
+/* A sum of GEMMs accumulated in f32, rounded once into the storage type:
+ * dst = acc, or dst + acc with add (runtime/dev's dev_acc_end). */
+__device__ void store_acc(const float *acc, real *dst, long n, int add)
+{
+	EACH(i, n) dst[i] = st(add ? ld(dst[i]) + acc[i] : acc[i]);
 }

@@ -19,8 +19,9 @@
  *     only the head's losses;
  *   - F, B, W run dev_forward / dev_backward_b / dev_backward_w on the
  *     device buffers the program passes; token ids are made by rt_data.c
- *     (and checked) on the host and copied to the device before the
- *     embedding's or the head's F;
+ *     (and checked) on the host, every micro-batch's of the step at once
+ *     (put_ids), into page-locked memory copied to the device without a
+ *     wait, before the step's first embedding or head F;
  *   - data parallelism (rt_dp.c): a bucket's gradients or parameters are
  *     copied between the layers' device arrays and the bucket's buffer
  *     (in the program's block) on the compute stream, the collective runs
@@ -51,7 +52,12 @@ struct rt_exec_state {
 	dopt *opt;              /* [nlay]: the optimizer's state */
 	void *buf;              /* the program's buffer block */
 	void *scratch;
-	int32_t *tok;           /* the ids of the next embedding or head F */
+	int32_t *ids;           /* [2][microbatches][seq mbs]: the step's inputs, targets */
+	int32_t *hids;          /* their page-locked host staging (NULL: no embedding or head) */
+	bool need[2];           /* the rank runs an embedding (inputs), a head (targets) */
+	int64_t ids_step, ids_pos; /* the step and data position the ids are of (-1: none) */
+	bool ids_eval;          /* ... and whether of an evaluation pass's stream */
+	bool ids_busy;          /* hids' copy may still run: wait before writing it */
 	double *loss;           /* [microbatches][2]: the head's {sum, count} */
 	int *flag;              /* the embedding's range flag; ids are checked on the host */
 	void *stage;            /* host staging of one layer's parameters */
@@ -305,10 +311,33 @@ static int x_grad_sync(rt_ctx *ctx, int h, int64_t a, int64_t b, bool to_host)
 	          : RT_OK;
 }
 
+/* Clipping's scale, on the device's gradients (optim_scale: the host's
+ * f32 product). */
+static int x_scale_grad(rt_ctx *ctx, int h, int64_t a, int64_t b, float s)
+{
+	rt_dev *d = ctx->xs->dev;
+	const dev_layer *L = &ctx->xs->dlay[h];
+	float *g = L->g + a;
+	long cnt = (long)(b - a);
+	int rc = b > a ? dev_each(d, L, "optim_scale", b - a, (void *[]){&g, &cnt, &s}) : RT_OK;
+	return rc ? rt__fail(ctx, rc, "step %lld: clipping layer %lld's gradients on the device: %s",
+	                     rt__step_no(ctx), (long long)ctx->lay[h].index, d->err)
+	          : RT_OK;
+}
+
 static int x_clear(rt_ctx *ctx, void *p, size_t bytes)
 {
 	rt_dev *d = ctx->xs->dev;
 	return bytes ? dev_rc(ctx, d->ops->zero(d, p, bytes)) : RT_OK;
+}
+
+/* The device's work waited for; the ids' staging may be written again. */
+static int dsync(struct rt_exec_state *x)
+{
+	int rc = x->dev->ops->sync(x->dev);
+	if (!rc)
+		x->ids_busy = false;
+	return rc;
 }
 
 static int x_model_init(rt_ctx *ctx)
@@ -344,10 +373,22 @@ static int x_model_init(rt_ctx *ctx)
 	}
 	const rt_train *t = &ctx->train;
 	void *p;
-	if ((rc = d->ops->alloc(d, scratch ? scratch : 1, &x->scratch)) ||
-	    (rc = d->ops->alloc(d, (size_t)(t->seq * t->mbs) * sizeof(int32_t), &p)))
+	if ((rc = d->ops->alloc(d, scratch ? scratch : 1, &x->scratch)))
 		return dev_err(ctx, rc, "device memory for the scratch");
-	x->tok = p;
+	for (int i = 0; i < ctx->nlay; i++) {
+		x->need[0] |= ctx->lay[i].desc.kind == RT_EMBEDDING;
+		x->need[1] |= ctx->lay[i].desc.kind == RT_HEAD;
+	}
+	x->ids_step = x->ids_pos = -1;
+	if (x->need[0] || x->need[1]) {
+		size_t ib = (size_t)(2 * t->microbatches * t->seq * t->mbs) * sizeof(int32_t);
+		if ((rc = d->ops->alloc(d, ib, &p)))
+			return dev_err(ctx, rc, "device memory for the token ids");
+		x->ids = p;
+		if ((rc = d->ops->host_alloc(d, ib, &p)))
+			return dev_err(ctx, rc, "page-locked host memory for the token ids");
+		x->hids = p;
+	}
 	if ((rc = d->ops->alloc(d, (size_t)t->microbatches * 2 * sizeof(double), &p)))
 		return dev_err(ctx, rc, "device memory for the losses");
 	x->loss = p;
@@ -359,19 +400,46 @@ static int x_model_init(rt_ctx *ctx)
 	return x_upload(ctx);
 }
 
-/* The ids of micro-batch mb (inputs, or targets) on the device. */
-static int put_ids(rt_ctx *ctx, int64_t mb, bool targets)
+/* Every micro-batch's ids of the step (or evaluation pass, or profile) --
+ * inputs if the rank runs an embedding, targets if a head -- checked, into
+ * the page-locked staging and to the device in one copy on the compute
+ * stream that the host does not wait for, before the first F that reads
+ * them.  The ids are a function of the stream (the training's or the
+ * evaluation's) and the data position (rt__fill_ids), so they are made
+ * again when the step, the position or the stream changes.  The staging
+ * is written only after the device was waited for since its last copy:
+ * a step waits for it at its end (collect), so a training run never waits
+ * here. */
+static int put_ids(rt_ctx *ctx)
 {
-	rt__fill_ids(ctx, mb, targets);
+	struct rt_exec_state *x = ctx->xs;
 	const rt_train *t = &ctx->train;
-	int64_t n = t->seq * t->mbs;
-	for (int64_t i = 0; i < n; i++)
-		if (ctx->idbuf[i] < 0 || ctx->idbuf[i] >= t->vocab)
-			return rt__fail(ctx, RT_ERANGE, "token %d at position %lld outside the vocabulary of %lld",
-			                ctx->idbuf[i], (long long)i, (long long)t->vocab);
-	rt_dev *d = ctx->xs->dev;
-	int rc = d->ops->copy(d, ctx->xs->tok, ctx->idbuf, (size_t)n * sizeof(int32_t), DEV_H2D);
-	return rc ? dev_err(ctx, rc, "token ids to the device") : RT_OK;
+	rt_dev *d = x->dev;
+	int rc;
+	if (x->ids_step == ctx->step && x->ids_pos == ctx->data_pos && x->ids_eval == ctx->evaluating)
+		return RT_OK;
+	if (x->ids_busy && (rc = dsync(x)))
+		return dev_err(ctx, rc, "the device's work before the token ids");
+	int64_t n = t->seq * t->mbs, M = t->microbatches;
+	for (int k = 0; k < 2; k++)
+		for (int64_t mb = 0; x->need[k] && mb < M; mb++) {
+			rt__fill_ids(ctx, mb, k == 1);
+			for (int64_t i = 0; i < n; i++)
+				if (ctx->idbuf[i] < 0 || ctx->idbuf[i] >= t->vocab)
+					return rt__fail(ctx, RT_ERANGE, "%s %d of micro-batch %lld at position %lld "
+					                "outside the vocabulary of %lld", k ? "target" : "token",
+					                ctx->idbuf[i], (long long)mb, (long long)i,
+					                (long long)t->vocab);
+			memcpy(x->hids + (k * M + mb) * n, ctx->idbuf, (size_t)n * sizeof(int32_t));
+		}
+	int64_t from = x->need[0] ? 0 : M * n, count = (x->need[0] + x->need[1]) * M * n;
+	if ((rc = d->ops->put_async(d, x->ids + from, x->hids + from, (size_t)count * sizeof(int32_t))))
+		return dev_err(ctx, rc, "token ids to the device");
+	x->ids_busy = true;
+	x->ids_step = ctx->step;
+	x->ids_pos = ctx->data_pos;
+	x->ids_eval = ctx->evaluating;
+	return RT_OK;
 }
 
 static int x_f(rt_ctx *ctx, int h, int64_t mb, const void *xin, void *y, void *act)
@@ -381,16 +449,15 @@ static int x_f(rt_ctx *ctx, int h, int64_t mb, const void *xin, void *y, void *a
 	dev_io io = {.x = xin, .y = y, .act = act, .scratch = x->scratch, .err = x->flag};
 	int rc;
 	if (L->desc.kind == RT_EMBEDDING || L->desc.kind == RT_HEAD) {
-		if ((rc = put_ids(ctx, mb, L->desc.kind == RT_HEAD)))
+		const rt_train *t = &ctx->train;
+		if ((rc = put_ids(ctx)))
 			return rc;
-		io.tok = x->tok;
+		io.tok = x->ids + ((L->desc.kind == RT_HEAD) * t->microbatches + mb) * t->seq * t->mbs;
 	}
 	if (L->desc.kind == RT_HEAD) {
 		io.loss = x->loss + 2 * mb;
 		ctx->mb_count[mb] = 0; /* F ran; the loss comes back at the step's end */
 	}
-	/* The ids' buffer is reused by the next F: the copy and the kernels
-	 * are in one stream's order (the emulator's copies are synchronous). */
 	rc = dev_forward(x->dev, L, &io);
 	return rc ? dev_err(ctx, rc, "F") : RT_OK;
 }
@@ -418,7 +485,7 @@ static int x_collect(rt_ctx *ctx)
 	struct rt_exec_state *x = ctx->xs;
 	rt_dev *d = x->dev;
 	int rc;
-	if ((rc = d->ops->sync(d)))
+	if ((rc = dsync(x)))
 		return dev_err(ctx, rc, "the step's work on the device");
 	if (ctx->head < 0)
 		return RT_OK;
@@ -482,8 +549,7 @@ static int x_from_host(rt_ctx *ctx, void *dst, const void *src, size_t bytes)
 
 static int x_sync(rt_ctx *ctx)
 {
-	rt_dev *d = ctx->xs->dev;
-	return dev_rc(ctx, d->ops->sync(d));
+	return dev_rc(ctx, dsync(ctx->xs));
 }
 
 /* A memset of the device's memory evicts its last-level cache. */
@@ -524,7 +590,8 @@ static void x_free(rt_ctx *ctx)
 		}
 	}
 	d->ops->free(d, x->scratch);
-	d->ops->free(d, x->tok);
+	d->ops->free(d, x->ids);
+	d->ops->host_free(d, x->hids);
 	d->ops->free(d, x->loss);
 	d->ops->free(d, x->flag);
 	d->ops->free(d, x->buf);
@@ -560,6 +627,7 @@ const rt_exec rt__exec_dev = {
     .info = x_info,
     .dp_copy = x_dp_copy,
     .grad_sync = x_grad_sync,
+    .scale_grad = x_scale_grad,
     .update = x_update,
     .clear = x_clear,
     .abort = x_abort,

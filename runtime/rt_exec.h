@@ -89,6 +89,10 @@ typedef struct rt_exec {
 	 * (to_host), or elements [a, b) from it.  Nothing to move on the CPU,
 	 * whose l->g they are. */
 	int (*grad_sync)(rt_ctx *ctx, int h, int64_t a, int64_t b, bool to_host);
+	/* Elements [a, b) of layer h's gradients times s, in f32, where the
+	 * update reads them (clipping's scale, rt_sched.c, before the update;
+	 * on a device the host's l->g, which the norm read, is not changed). */
+	int (*scale_grad)(rt_ctx *ctx, int h, int64_t a, int64_t b, float s);
 	/* The optimizer step (step ctx->step + 1) of elements [a, b) of layer
 	 * h (maybe empty; the moments held are [l->mlo, l->mhi), which the
 	 * range is inside), then all of h's gradients cleared. */

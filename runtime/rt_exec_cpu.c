@@ -95,6 +95,14 @@ static int cpu_grad_sync(rt_ctx *ctx, int h, int64_t a, int64_t b, bool to_host)
 	return RT_OK;
 }
 
+static int cpu_scale_grad(rt_ctx *ctx, int h, int64_t a, int64_t b, float s)
+{
+	float *g = ctx->lay[h].g;
+	for (int64_t k = a; k < b; k++)
+		g[k] *= s;
+	return RT_OK;
+}
+
 static int cpu_clear(rt_ctx *ctx, void *p, size_t bytes)
 {
 	(void)ctx;
@@ -209,6 +217,7 @@ const rt_exec rt__exec_cpu = {
     .info = cpu_info,
     .dp_copy = cpu_dp_copy,
     .grad_sync = cpu_grad_sync,
+    .scale_grad = cpu_scale_grad,
     .update = cpu_update,
     .clear = cpu_clear,
     .abort = cpu_end,

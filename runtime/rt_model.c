@@ -274,12 +274,6 @@ int rt_model_init(rt_ctx *ctx, const rt_train *t, int n, const rt_layer_spec *la
 		return rc;
 	if (tt.dp < 1)
 		tt.dp = 1;
-	/* The gradients of a device rank are the device's: its norm would
-	 * need them on the host every step. */
-	if (tt.clip > 0 && ctx->xs)
-		return rt__fail(ctx, RT_EARG, "model: gradient clipping (clip %g) on a device rank: "
-		                "not supported (the device's gradients stay on the device)",
-		                (double)tt.clip);
 	if (bytes > ctx->arena_size - ctx->arena_top)
 		return rt__fail(ctx, RT_ENOMEM,
 		                "arena: out of memory: the model's %d layers need %zu bytes, %zu of %zu "

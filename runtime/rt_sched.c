@@ -10,7 +10,10 @@
  * number of replicas in exact mode, the distributed optimizer on or off.
  * Each parameter counts once: a rank's own layers without replicas; with
  * the distributed optimizer each replica's shard; with whole all-reduced
- * gradients replica 0's copy; a tied table the embedding's copy. */
+ * gradients replica 0's copy; a tied table the embedding's copy.  The sum
+ * reads the host's gradient array, which a device rank's executor fills
+ * from the device first (grad_sync); the scale is the executor's
+ * (scale_grad: on the device, the same f32 product). */
 #include <math.h>
 #include <string.h>
 
@@ -90,6 +93,9 @@ int rt__clip(rt_ctx *ctx)
 			                "(rt_update) before the step's first all-gather: the norm needs "
 			                "every gradient of the step", rt__step_no(ctx), (long long)l->index);
 		update_range(l, &a, &b);
+		/* A device's gradients: to the host's array (nothing on the CPU). */
+		if (counts && b > a && (rc = ctx->exec->grad_sync(ctx, i, 0, 0, true)))
+			return rc;
 		/* A tied head's table counts in the embedding's copy. */
 		int64_t off, n, cut[2][2] = {{a, b}, {b, b}};
 		if (rt__tie_counts(ctx, i, &off, &n)) {
@@ -115,10 +121,9 @@ int rt__clip(rt_ctx *ctx)
 	float scale = norm > (double)t->clip ? (float)((double)t->clip / norm) : 1.0f;
 	ctx->grad_norm = norm;
 	for (int i = 0; scale < 1.0f && i < ctx->nlay; i++) {
-		rt_lay *l = &ctx->lay[i];
-		update_range(l, &a, &b);
-		for (int64_t k = a; k < b; k++)
-			l->g[k] *= scale;
+		update_range(&ctx->lay[i], &a, &b);
+		if ((rc = ctx->exec->scale_grad(ctx, i, a, b, scale)))
+			return rc;
 	}
 	rt__trace(ctx, "clip", t0, -1, -1, -1, 0);
 	for (int i = 0; i < ctx->nlay; i++) {

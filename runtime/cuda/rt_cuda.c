@@ -416,10 +416,38 @@ static void c_unmark(rt_dev *d, void *m)
 	cudaEventDestroy((cudaEvent_t)m);
 }
 
+/* Page-locked, so that put_async's copy is the DMA engine's, not staged
+ * through a pinned buffer of the driver's with the stream waited for. */
+static int c_host_alloc(rt_dev *d, size_t bytes, void **p)
+{
+	rt_cuda *c = self(d);
+	cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+	if (e != cudaSuccess)
+		return fail(c, RT_ENOMEM, "cudaMallocHost of %zu bytes failed: %s (rank %d)", bytes,
+		            cudaGetErrorString(e), c->rank);
+	return RT_OK;
+}
+
+static void c_host_free(rt_dev *d, void *p)
+{
+	(void)d;
+	if (p)
+		cudaFreeHost(p);
+}
+
+static int c_put_async(rt_dev *d, void *dst, const void *src, size_t bytes)
+{
+	rt_cuda *c = self(d);
+	CUDA_OK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->compute),
+	        "an asynchronous copy to the device");
+	return RT_OK;
+}
+
 static const dev_ops cuda_ops = {
     .name = "cuda", .gemm = c_gemm, .gemm_sb = c_gemm_sb, .launch = c_launch, .copy = c_copy, .zero = c_zero,
     .alloc = c_alloc, .free = c_free, .sync = c_sync, .destroy = c_destroy, .abort = c_abort,
-    .mark = c_mark, .elapsed = c_elapsed, .unmark = c_unmark,
+    .mark = c_mark, .elapsed = c_elapsed, .unmark = c_unmark, .host_alloc = c_host_alloc,
+    .host_free = c_host_free, .put_async = c_put_async,
 };
 
 /* ---- the NCCL communicator ---------------------------------------------------- */

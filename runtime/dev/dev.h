@@ -69,6 +69,17 @@ typedef struct dev_ops {
 	int (*mark)(rt_dev *d, void **m);
 	int (*elapsed)(rt_dev *d, void *from, void *to, double *ms);
 	void (*unmark)(rt_dev *d, void *m);
+	/* Page-locked host memory (CUDA: cudaMallocHost), which put_async
+	 * copies from; host_free of NULL is nothing. */
+	int (*host_alloc)(rt_dev *d, size_t bytes, void **p);
+	void (*host_free)(rt_dev *d, void *p);
+	/* bytes of host_alloc's memory to the device, in the compute stream's
+	 * order, returning before the copy is done (copy's DEV_H2D, from
+	 * pageable memory, waits for the stream first): src is not written
+	 * until the device is waited for (sync, or a DEV_D2H copy).  The
+	 * emulator copies at once and checks at the wait that src was not
+	 * written meanwhile. */
+	int (*put_async)(rt_dev *d, void *dst, const void *src, size_t bytes);
 } dev_ops;
 
 struct rt_dev {
@@ -283,6 +294,23 @@ int dev_proj_dx(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *dy, i
                 const void *w, float beta, void *dx, int64_t lddx);
 int dev_proj_dw(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *x, int64_t ldx,
                 const void *dy, int64_t lddy, float *dw);
+
+/* dev_proj_dx into f32: a term of a sum that is rounded once. */
+int dev_proj_dx_f32(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *dy, int64_t lddy,
+                    const void *w, float beta, float *dx, int64_t lddx);
+
+/* A sum of GEMMs into an array of the storage type (a B's du: the input
+ * projections' dx of a mixer or a block, beta 1 for every term after the
+ * first) is accumulated in f32 and rounded once, not once a term:
+ *   acc = dev_acc_begin(d, dst, acc32, beta, &b0);
+ *   dev_proj_dx_f32(..., b0, acc, ...); dev_proj_dx_f32(..., 1, acc, ...); ...
+ *   dev_acc_end(d, L, acc, dst, n, beta);
+ * The accumulator is dst itself when the storage is f32 (b0 = beta: no
+ * copy, the same bits as GEMMs into dst), else acc32, an f32 array of the
+ * caller's scratch (b0 = 0), which dev_acc_end rounds into dst (added to
+ * it with beta 1: acc_store, in every module). */
+float *dev_acc_begin(const rt_dev *d, void *dst, float *acc32, float beta, float *b0);
+int dev_acc_end(rt_dev *d, const dev_layer *L, const float *acc, void *dst, int64_t n, float beta);
 
 /* The pre-norm every kind but the embedding starts with (entry points
  * <kind>_F_norm, _B_norm, _W_scale, _W_norm; tensor 0 is the scale g):

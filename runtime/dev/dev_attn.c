@@ -15,7 +15,9 @@
  *            dckv_n [T][rkv], dc [T][rkv+dr]; qk_norm: dq_n, dk_n (the
  *            normed heads' gradients), qhat, khat;
  *   scratch: u [T][H], cq, cq_n [T][rq], c [T][rkv+dr], ckv_n [T][rkv],
- *            kv [T][nh (dn+dv)], d_o [T][nh dv], Dsum [mbs][nh][seq] f32.
+ *            kv [T][nh (dn+dv)], d_o [T][nh dv], Dsum [mbs][nh][seq] f32,
+ *            du32 [T][H] f32 (bf16 only: B's input projections summed
+ *            in f32, rounded once into du).
  * B copies into the W stash what W needs from act and from dy, so W reads
  * neither, and dx may be dy.
  *
@@ -103,6 +105,7 @@ void dev_attn_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_a
 	x->kv = R(cs, T * z.kv);
 	x->d_o = R(cs, T * z.o);
 	x->dsum = F(cs, nlse);
+	x->du32 = F(cs, esz < sizeof(float) ? T * z.H : 0);
 #undef R
 #undef F
 }
@@ -192,9 +195,10 @@ int dev_attn_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 	return dev_attn_mix_f(d, L, &a, &x, io->y);
 }
 
-/* MLA's B from the unrotated dq, dk, dv to du (beta 1: added to it). */
-static int mla_b(rt_dev *d, const dev_layer *L, const attn_dims *z, float beta, dev_attn_act *a,
-                 dev_attn_ws *w)
+/* MLA's B from the unrotated dq, dk, dv to du's accumulator (b0 its
+ * first term's beta: dev_acc_begin). */
+static int mla_b(rt_dev *d, const dev_layer *L, const attn_dims *z, float b0, float *acc,
+                 dev_attn_act *a, dev_attn_ws *w)
 {
 	int64_t T = z->T, H = z->H;
 	void *gq = dev_param(d, L, AT_QNORM), *gkv = dev_param(d, L, AT_KVNORM);
@@ -205,18 +209,19 @@ static int mla_b(rt_dev *d, const dev_layer *L, const attn_dims *z, float beta, 
 	DEV_TRY(dev_rows(d, L, "attention_B_kvnorm", T,
 	                 (void *[]){&w->dckvn, &gkv, &a->ckvhat, &a->ckvr, &w->dc}));
 	DEV_TRY(dev_copy(d, w->ckvhat, a->ckvhat, T * z->rkv));
-	DEV_TRY(dev_proj_dx(d, T, H, z->c, w->dc, z->c, dev_param(d, L, AT_WDKV), beta, w->du, H));
+	DEV_TRY(dev_proj_dx_f32(d, T, H, z->c, w->dc, z->c, dev_param(d, L, AT_WDKV), b0, acc, H));
 	if (!z->rq)
-		return dev_proj_dx(d, T, H, z->q, w->dq, z->q, dev_param(d, L, AT_WQ), 1, w->du, H);
+		return dev_proj_dx_f32(d, T, H, z->q, w->dq, z->q, dev_param(d, L, AT_WQ), 1, acc, H);
 	DEV_TRY(dev_proj_dx(d, T, z->rq, z->q, w->dq, z->q, dev_param(d, L, AT_WUQ), 0, w->dcqn,
 	                    z->rq));
 	DEV_TRY(dev_rows(d, L, "attention_B_qnorm", T,
 	                 (void *[]){&w->dcqn, &gq, &a->cqhat, &a->cqr, &w->dcq}));
 	DEV_TRY(dev_copy(d, w->cqhat, a->cqhat, T * z->rq));
-	return dev_proj_dx(d, T, H, z->rq, w->dcq, z->rq, dev_param(d, L, AT_WDQ), 1, w->du, H);
+	return dev_proj_dx_f32(d, T, H, z->rq, w->dcq, z->rq, dev_param(d, L, AT_WDQ), 1, acc, H);
 }
 
-/* From dy = w->dy to du (beta 1: added to it); what W needs kept. */
+/* From dy = w->dy to du (beta 1: added to it); what W needs kept.  The
+ * input projections' terms are summed in f32 and rounded once. */
 int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, dev_attn_ws *w,
                    dev_attn_scr *x)
 {
@@ -243,11 +248,15 @@ int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, d
 		DEV_TRY(dev_copy(d, w->qhat, a->qhat, T * z.q));
 		DEV_TRY(dev_copy(d, w->khat, a->khat, T * z.k));
 	}
-	if (s->mla)
-		return mla_b(d, L, &z, beta, a, w);
-	DEV_TRY(dev_proj_dx(d, T, H, z.q, w->dq, z.q, dev_param(d, L, AT_WQ), beta, w->du, H));
-	DEV_TRY(dev_proj_dx(d, T, H, z.k, w->dk, z.k, dev_param(d, L, AT_WK), 1, w->du, H));
-	return dev_proj_dx(d, T, H, z.v, w->dv, z.v, dev_param(d, L, AT_WV), 1, w->du, H);
+	float b0, *acc = dev_acc_begin(d, w->du, x->du32, beta, &b0);
+	if (s->mla) {
+		DEV_TRY(mla_b(d, L, &z, b0, acc, a, w));
+	} else {
+		DEV_TRY(dev_proj_dx_f32(d, T, H, z.q, w->dq, z.q, dev_param(d, L, AT_WQ), b0, acc, H));
+		DEV_TRY(dev_proj_dx_f32(d, T, H, z.k, w->dk, z.k, dev_param(d, L, AT_WK), 1, acc, H));
+		DEV_TRY(dev_proj_dx_f32(d, T, H, z.v, w->dv, z.v, dev_param(d, L, AT_WV), 1, acc, H));
+	}
+	return dev_acc_end(d, L, acc, w->du, T * H, beta);
 }
 
 int dev_attn_b(rt_dev *d, const dev_layer *L, const dev_io *io)

@@ -109,6 +109,27 @@ int dev_proj_dw(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *x, in
 	return dev_mm(d, true, false, in, out, n, x, ldx, dy, lddy, 1.f, dw, out, true);
 }
 
+int dev_proj_dx_f32(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *dy, int64_t lddy,
+                    const void *w, float beta, float *dx, int64_t lddx)
+{
+	return dev_mm(d, false, true, n, in, out, dy, lddy, w, out, beta, dx, lddx, true);
+}
+
+float *dev_acc_begin(const rt_dev *d, void *dst, float *acc32, float beta, float *b0)
+{
+	*b0 = d->bf16 ? 0.f : beta;
+	return d->bf16 ? acc32 : (float *)dst;
+}
+
+int dev_acc_end(rt_dev *d, const dev_layer *L, const float *acc, void *dst, int64_t n, float beta)
+{
+	if ((const void *)acc == dst)
+		return RT_OK;
+	long cnt = (long)n;
+	int add = beta != 0;
+	return dev_each(d, L, "acc_store", n, (void *[]){&acc, &dst, &cnt, &add});
+}
+
 int dev_norm_f(rt_dev *d, const dev_layer *L, const void *x, void *u, void *xhat, float *r)
 {
 	void *g = dev_param(d, L, 0);

@@ -105,6 +105,8 @@ typedef struct emu {
 	bool plain_sync;   /* a plain thread reached a barrier */
 	unsigned sync_thread, sync_block;
 	unsigned row_define; /* OCTO_ROW of the modules compiled from source (0: the ABI's) */
+	struct emu_put { const void *src; void *was; size_t bytes; } *puts; /* put_async's, not waited for */
+	int nputs, capputs;
 } emu;
 
 static emu *of_ctx(dev_emu_ctx *ctx)
@@ -131,10 +133,63 @@ static void emu_free(rt_dev *d, void *p)
 	free(p);
 }
 
+/* The wait put_async's contract asks for: every source given since the
+ * last wait must still hold what was copied (on a GPU the copy may read
+ * it until now). */
+static int settle(rt_dev *d)
+{
+	emu *e = d->impl;
+	int rc = RT_OK;
+	for (int i = 0; i < e->nputs; i++) {
+		struct emu_put *p = &e->puts[i];
+		if (!rc && memcmp(p->src, p->was, p->bytes) != 0)
+			rc = dev_fail(d, RT_EDEVICE, "emu: the host memory at %p (%zu bytes) of an asynchronous "
+			              "copy to the device was written before the device was waited for",
+			              p->src, p->bytes);
+		free(p->was);
+	}
+	e->nputs = 0;
+	return rc;
+}
+
 static int emu_copy(rt_dev *d, void *dst, const void *src, size_t bytes, dev_dir dir)
 {
 	if (bytes)
 		memmove(dst, src, bytes);
+	return dir == DEV_D2H ? settle(d) : RT_OK; /* CUDA's waits for the stream */
+}
+
+static int emu_host_alloc(rt_dev *d, size_t bytes, void **p)
+{
+	if (!(*p = malloc(bytes ? bytes : 1)))
+		return dev_fail(d, RT_ENOMEM, "emu: cannot allocate %zu bytes of host memory", bytes);
+	return RT_OK;
+}
+
+static void emu_host_free(rt_dev *d, void *p)
+{
+	free(p);
+}
+
+static int emu_put_async(rt_dev *d, void *dst, const void *src, size_t bytes)
+{
+	emu *e = d->impl;
+	if (!bytes)
+		return RT_OK;
+	if (e->nputs == e->capputs) {
+		int cap = e->capputs ? 2 * e->capputs : 8;
+		struct emu_put *more = realloc(e->puts, (size_t)cap * sizeof *more);
+		if (!more)
+			return dev_fail(d, RT_ENOMEM, "emu: out of host memory");
+		e->puts = more;
+		e->capputs = cap;
+	}
+	void *was = malloc(bytes);
+	if (!was)
+		return dev_fail(d, RT_ENOMEM, "emu: out of host memory");
+	memcpy(was, src, bytes);
+	memcpy(dst, src, bytes);
+	e->puts[e->nputs++] = (struct emu_put){src, was, bytes};
 	return RT_OK;
 }
 
@@ -147,7 +202,7 @@ static int emu_zero(rt_dev *d, void *p, size_t bytes)
 
 static int emu_sync_dev(rt_dev *d)
 {
-	return RT_OK;
+	return settle(d);
 }
 
 /* Marks: the host's clock (the emulator's work is done when its call
@@ -532,6 +587,9 @@ static void emu_destroy(rt_dev *d)
 	free(e->mods);
 	for (unsigned i = 0; i < e->nfib; i++)
 		free_fiber(e->fib[i]);
+	for (int i = 0; i < e->nputs; i++) /* their sources may be freed: not compared */
+		free(e->puts[i].was);
+	free(e->puts);
 	free(e->tmp);
 	free(e);
 }
@@ -550,6 +608,9 @@ static const dev_ops emu_ops = {
     .mark = emu_mark,
     .elapsed = emu_elapsed,
     .unmark = emu_unmark,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_host_free,
+    .put_async = emu_put_async,
 };
 
 void dev_emu_gpu_launch(rt_dev *d)

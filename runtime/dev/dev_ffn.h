@@ -6,7 +6,9 @@
  * the activation is plain), wu [H][F] (gated kinds, else NULL), wd [F][H]:
  *   F: a = X w1, b = X wu, h = f(a) (* b), Y = beta Y + h wd;
  *   B: dh = dY wd^T (into da), da = dh (b) f'(a), db = dh f(a), h again,
- *      dX = beta dX + da w1^T + db wu^T;
+ *      dX = beta dX + da w1^T + db wu^T, dX in f32 (an accumulator:
+ *      dev_acc_begin, or the moe's experts' rows, which its scatter
+ *      rounds once);
  *   W: dwd += h^T dY, dw1 += X^T da, dwu += X^T db.
  * The activations run on L's module ("%s_F_act", "%s_B_act") over m
  * elements at once, so that the moe runs them once over all its experts'
@@ -30,7 +32,7 @@ typedef struct dev_ffn_grad {
 int dev_ffn_f(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *X, void *a,
               void *b, void *h, float beta, void *Y);
 int dev_ffn_b(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *dY,
-              const void *a, const void *b, void *h, void *da, void *db, float beta, void *dX);
+              const void *a, const void *b, void *h, void *da, void *db, float beta, float *dX);
 int dev_ffn_w(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *X,
               const void *dY, const void *h, const void *da, const void *db, const dev_ffn_grad *g);
 
@@ -42,6 +44,6 @@ int dev_ffn_act_f(rt_dev *d, const dev_layer *L, int64_t m, const void *a, const
 int dev_ffn_act_b(rt_dev *d, const dev_layer *L, int64_t m, const void *a, const void *b, void *h,
                   void *da, void *db);
 int dev_ffn_dx(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *da,
-               const void *db, float beta, void *dX);
+               const void *db, float beta, float *dX);
 
 #endif

@@ -32,6 +32,7 @@ typedef struct dev_attn_ws {
 typedef struct dev_attn_scr {
 	void *u, *cq, *cqn, *c, *ckvn, *kv, *d_o;
 	float *dsum;
+	float *du32; /* bf16: du's f32 accumulator (dev_acc_begin) */
 } dev_attn_scr;
 
 void dev_attn_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_attn_act *a,

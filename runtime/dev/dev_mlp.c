@@ -5,7 +5,8 @@
  * storage type, r f32):
  *   act:     xhat [T][H], r [T], a [T][F], b [T][F] (gated);
  *   ws:      xhat, du, dy [T][H], h, da [T][F], db [T][F] (gated);
- *   scratch: u [T][H], h [T][F].
+ *   scratch: u [T][H], h [T][F], du32 [T][H] f32 (bf16 only: B's gate
+ *            and up projections summed in f32, rounded once into du).
  * The CPU's, with r in f32. */
 #include "dev_ffn.h"
 
@@ -36,12 +37,12 @@ int dev_ffn_act_b(rt_dev *d, const dev_layer *L, int64_t m, const void *a, const
 }
 
 int dev_ffn_dx(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *da,
-               const void *db, float beta, void *dX)
+               const void *db, float beta, float *dX)
 {
 	int64_t H = L->s.H;
-	int rc = dev_proj_dx(d, n, H, w->F, da, w->F, w->w1, beta, dX, H);
+	int rc = dev_proj_dx_f32(d, n, H, w->F, da, w->F, w->w1, beta, dX, H);
 	if (!rc && w->wu)
-		rc = dev_proj_dx(d, n, H, w->F, db, w->F, w->wu, 1.f, dX, H);
+		rc = dev_proj_dx_f32(d, n, H, w->F, db, w->F, w->wu, 1.f, dX, H);
 	return rc;
 }
 
@@ -58,7 +59,7 @@ int dev_ffn_f(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const 
 }
 
 int dev_ffn_b(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *dY,
-              const void *a, const void *b, void *h, void *da, void *db, float beta, void *dX)
+              const void *a, const void *b, void *h, void *da, void *db, float beta, float *dX)
 {
 	int64_t H = L->s.H;
 	int rc = dev_proj_dx(d, n, w->F, H, dY, H, w->wd, 0.f, da, w->F);
@@ -88,6 +89,7 @@ typedef struct mlp_bufs {
 	float *r;
 	void *wxhat, *du, *dy, *h, *da, *db; /* ws */
 	void *u, *xh;                        /* scratch: u, F's h */
+	float *du32;                         /* scratch, bf16: du's accumulator */
 } mlp_bufs;
 
 static void mlp_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw, dev_carve *cs,
@@ -106,6 +108,7 @@ static void mlp_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw,
 	m->db = dev_take(cw, T * Fb * esz);
 	m->u = dev_take(cs, T * H * esz);
 	m->xh = dev_take(cs, T * F * esz);
+	m->du32 = dev_take(cs, esz < sizeof(float) ? T * H * sizeof(float) : 0);
 }
 
 static void mlp_bind(const rt_dev *d, const dev_layer *L, const dev_io *io, mlp_bufs *m)
@@ -157,8 +160,11 @@ int dev_mlp_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	int rc = d->ops->copy(d, m.dy, io->dy, bytes, DEV_D2D);
 	if (!rc)
 		rc = d->ops->copy(d, m.wxhat, m.xhat, bytes, DEV_D2D);
+	float b0, *acc = dev_acc_begin(d, m.du, m.du32, 0.f, &b0);
 	if (!rc)
-		rc = dev_ffn_b(d, L, T, &w, m.dy, m.a, m.b, m.h, m.da, m.db, 0.f, m.du);
+		rc = dev_ffn_b(d, L, T, &w, m.dy, m.a, m.b, m.h, m.da, m.db, b0, acc);
+	if (!rc)
+		rc = dev_acc_end(d, L, acc, m.du, T * H, 0.f);
 	if (!rc)
 		rc = dev_norm_b(d, L, m.du, m.xhat, m.r, m.dy, io->dx);
 	return rc;

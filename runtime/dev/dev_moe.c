@@ -16,11 +16,14 @@
  *            db [TK][Fb], sh, sda [T][SF], sdb [T][SFb], rowtok [TK] (i32),
  *            off [E+1] (i32);
  *   scratch: u [T][H], logits [T][E], X [TK][H], h [TK][F], sh [T][SF],
- *            dX [TK][H];
+ *            dX [TK][H] (f32: an expert's gate and up terms summed in
+ *            f32, and du's terms with them rounded once by the scatter);
  * and with shared_gate, at the ends (a layer without it keeps its layout):
  * act so [T][H] (the shared output before the gate), g [T] (f32); ws sdy
  * [T][H] (g dy, the shared MLP's output gradient), sdz [T] (the gate's
- * pre-activation gradient); scratch z [T] (u . gate). */
+ * pre-activation gradient); scratch z [T] (u . gate); then, in bf16 only,
+ * scratch du32 [T][H] f32 (du's router and shared terms, which the
+ * scatter adds to the experts' and rounds). */
 #include <stdlib.h>
 
 #include "dev_ffn.h"
@@ -31,7 +34,8 @@ typedef struct moe_bufs {
 	int32_t *sel, *slot, *rowtok, *off;
 	void *wxhat, *du, *dy, *dr, *dyg, *h, *da, *db, *sh, *sda, *sdb; /* ws */
 	int32_t *wrowtok, *woff;
-	void *u, *logit, *xg, *xh, *xsh, *dxg; /* scratch (xh, xsh: F's h, sh) */
+	void *u, *logit, *xg, *xh, *xsh;       /* scratch (xh, xsh: F's h, sh) */
+	float *dxg, *du32;
 	void *so, *sdy, *sdz, *sz;             /* shared_gate */
 	float *sg;
 } moe_bufs;
@@ -78,8 +82,9 @@ static void moe_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw,
 	m->xg = dev_take(cs, TK * H * esz);
 	m->xh = dev_take(cs, TK * F * esz);
 	m->xsh = dev_take(cs, T * SF * esz);
-	m->dxg = dev_take(cs, TK * H * esz);
+	m->dxg = dev_take(cs, TK * H * sizeof(float));
 	m->sz = dev_take(cs, G * esz);
+	m->du32 = dev_take(cs, esz < sizeof(float) ? T * H * sizeof(float) : 0);
 }
 
 static void moe_bind(const rt_dev *d, const dev_layer *L, const dev_io *io, moe_bufs *m)
@@ -241,23 +246,25 @@ int dev_moe_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 		dev_ffn w = moe_expert(d, L, e);
 		if (n)
 			rc = dev_ffn_dx(d, L, n, &w, row(d, m.da, r0, F), row(d, m.db, r0, Fb), 0.f,
-			                row(d, m.dxg, r0, H));
+			                m.dxg + r0 * H);
 	}
 	/* du = dr router^T + shared_B(dy, or g dy with the gate) + sdz gate^T
-	 * + the experts' dX, in that order. */
+	 * + the experts' dX, in that order, summed in f32 and rounded once (by
+	 * the scatter, which adds the experts' rows). */
+	float b0, *acc = dev_acc_begin(d, m.du, m.du32, 0.f, &b0);
 	if (!rc)
-		rc = dev_proj_dx(d, T, H, E, m.dr, E, dev_param(d, L, MOE_ROUTER), 0.f, m.du, H);
+		rc = dev_proj_dx_f32(d, T, H, E, m.dr, E, dev_param(d, L, MOE_ROUTER), b0, acc, H);
 	if (!rc && s->sgate)
 		rc = dev_each(d, L, "%s_B_sgate", T, (void *[]){&m.dy, &m.so, &m.sg, &m.sdy, &m.sdz});
 	if (!rc && s->SF) {
 		dev_ffn sw = moe_shared(d, L);
 		rc = dev_ffn_b(d, L, T, &sw, s->sgate ? m.sdy : m.dy, m.sa, m.sb, m.sh, m.sda, m.sdb,
-		               1.f, m.du);
+		               1.f, acc);
 	}
 	if (!rc && s->sgate)
-		rc = dev_proj_dx(d, T, H, 1, m.sdz, 1, dev_param(d, L, MOE_SGATE), 1.f, m.du, H);
+		rc = dev_proj_dx_f32(d, T, H, 1, m.sdz, 1, dev_param(d, L, MOE_SGATE), 1.f, acc, H);
 	if (!rc)
-		rc = dev_each(d, L, "%s_B_scatter", T * H, (void *[]){&m.slot, &m.dxg, &m.du});
+		rc = dev_each(d, L, "%s_B_scatter", T * H, (void *[]){&m.slot, &m.dxg, &acc, &m.du});
 	if (!rc)
 		rc = dev_norm_b(d, L, m.du, m.xhat, m.r, m.dy, io->dx);
 	free(off);

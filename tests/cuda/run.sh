@@ -91,7 +91,7 @@ for y in "$SRC"/models/*.yaml "$SRC"/tests/e2e/tiny-falcon.yaml; do
 			if [ "$kind" = mamba ]; then
 				grep -q "^.visible .entry mamba_F_gnorm(" "$p" && ver=$MAMBA2 || ver=$MAMBA1
 			fi
-			for e in ${ENTRIES[$kind]} $ver optim_adamw optim_store; do
+			for e in ${ENTRIES[$kind]} $ver optim_adamw optim_store optim_scale acc_store; do
 				grep -q "^.visible .entry $e(" "$p" || miss="$miss $e"
 			done
 			[ -z "$miss" ] && ok || bad "$m $arch $(basename "$p"): missing entries:$miss"

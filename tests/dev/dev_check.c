@@ -332,6 +332,65 @@ static double rel_err(const float *got, const float *want, int64_t n)
 	return big > 0 ? err / big : err;
 }
 
+/* The root mean square error relative to the largest magnitude: where
+ * rel_err sees the worst element, this sees every rounding. */
+static double rms_err(const float *got, const float *want, int64_t n)
+{
+	double big = 0, sum = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double e = (double)got[i] - (double)want[i];
+		big = fmax(big, fabs((double)want[i]));
+		sum += e * e;
+	}
+	return big > 0 && n ? sqrt(sum / (double)n) / big : 0;
+}
+
+/* The rounding of an attention's du in bf16 (GQA and MHA): du is the sum
+ * of the q, k and v projections' dx, which must be summed in f32 and
+ * rounded once.  Against the sum in double of the device's own terms (dq,
+ * dk, dv from its W stash, whose layout is xhat, du, dy, o, dq, dk, dv in
+ * 256-byte steps), every element of du is within half a bf16 unit of the
+ * last place, less a bound of the f32 sum's own error; rounded once a
+ * term, it is not.  Returns the largest error in those units. */
+static double du_rounding(rt_dev *dev, const dev_layer *L, const void *ws, const float *params)
+{
+	const rt_shape *s = &L->s;
+	int64_t T = s->T, H = s->H, w[3] = {s->nh * s->dqk, s->nkv * s->dqk, s->nkv * s->dv};
+	const int ti[3] = {AT_WQ, AT_WK, AT_WV};
+	int64_t width[7] = {H, H, H, s->nh * s->dv, w[0], w[1], w[2]};
+	size_t at[7], off = 0;
+	for (int i = 0; i < 7; i++) {
+		at[i] = off;
+		off += ((size_t)(T * width[i]) * 2 + 255) & ~(size_t)255;
+	}
+	float *du = dget(dev, (const char *)ws + at[1], T * H, false), *term[3];
+	for (int k = 0; k < 3; k++)
+		term[k] = dget(dev, (const char *)ws + at[4 + k], T * w[k], false);
+	double worst = 0;
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t j = 0; j < H; j++) {
+			double ref = 0, mag = 0;
+			for (int k = 0; k < 3; k++) {
+				const float *wk = params + L->t[ti[k]].offset + j * w[k];
+				for (int64_t i = 0; i < w[k]; i++) {
+					double p = (double)term[k][t * w[k] + i] * (double)wk[i];
+					ref += p;
+					mag += fabs(p);
+				}
+			}
+			int e;
+			frexp(ref, &e); /* |ref| in [2^(e-1), 2^e): bf16's unit there is 2^(e-8) */
+			double ulp = ref != 0 ? ldexp(1.0, e - 8) : ldexp(1.0, -133);
+			/* the f32 sum's own error, a generous bound: 2^-17 of the terms' magnitudes */
+			double e32 = ldexp(mag, -17);
+			worst = fmax(worst, (fabs((double)du[t * H + j] - ref) - e32) / ulp);
+		}
+	free(du);
+	for (int k = 0; k < 3; k++)
+		free(term[k]);
+	return worst;
+}
+
 static int report(const tcase *c, const char *out, double err, double tol)
 {
 	bool ok = err <= tol;
@@ -457,6 +516,29 @@ static int run_case(const tcase *c, bool bf16)
 			float *got = dget(dev, io.dx, T * H, false);
 			bad |= report(c, alias ? "B dx (aliased)" : "B dx", rel_err(got, dx, T * H), tol);
 			same &= keep_bits(&run1[1], got, T * H, alias);
+		}
+		if (!emb && !head && !alias) {
+			/* du, the gradient of the pre-norm's output (a sum of the
+			 * mixers' or the blocks' input projections): the W stash's
+			 * second array in every kind with a pre-norm, on the CPU
+			 * (64-byte steps, f32) and the device (256-byte steps) alike.
+			 * Its roundings in bf16 show here before the norm's B mixes
+			 * them into dx. */
+			size_t cpu_at = ((size_t)(T * H) * sizeof(float) + 63) & ~(size_t)63;
+			size_t du_at = (act_b + 255) & ~(size_t)255;
+			float *got = dget(dev, (char *)io.ws + du_at, T * H, false);
+			const float *want = (const float *)((char *)ws + cpu_at);
+			bad |= report(c, "B du", rel_err(got, want, T * H), tol);
+			printf("%-6s %-26s %-22s rms rel err %.2e\n", c->kind, c->what, "B du",
+			       rms_err(got, want, T * H));
+			free(got);
+		}
+		if (bf16 && !alias && d->kind == RT_ATTENTION && !L.s.mla) {
+			double u = du_rounding(dev, &L, io.ws, params);
+			bool ok = u <= 0.5;
+			printf("%-6s %-26s %-22s %.3f units in the last place (rounded once: at most 0.5) "
+			       "%s\n", c->kind, c->what, "B du rounding", u, ok ? "ok" : "FAIL");
+			bad |= !ok;
 		}
 		DEV(dev_backward_w(dev, &L, &io), "W");
 		if (alias) {

@@ -2,9 +2,11 @@
  * (runtime/dev/dev_emu.c): barriers and block statics through the fiber
  * scheduler, "each" coverage, GEMMs against a naive loop in f32 and bf16,
  * the errors (divergent barrier, unknown kernel, compile failure), a
- * real module (cg_cuda_emu_source) against a direct computation, and the
+ * real module (cg_cuda_emu_source) against a direct computation, the
  * device optimizer's weight decay per tensor (tests/runtime/decay_step.h:
- * the flags of docs/layers.md, as on the host).
+ * the flags of docs/layers.md, as on the host), the asynchronous copy
+ * from page-locked memory and its check, and a step's token ids through
+ * it, with no copy from pageable memory.
  *
  * The hand-written kernels are compiled once, in the unchecked fixture
  * (the parent process); each test runs forked, so a hang is a timeout. */
@@ -492,7 +494,8 @@ static const dev_emu_entry *decay_tables[DK_LAYERS];
 static const char *decay_names[DK_LAYERS];
 static int32_t decay_mod[DK_LAYERS];
 
-static void emu_attach(rt_ctx *c, const rt_layer_spec *L)
+/* A device with decay_layers' modules. */
+static rt_dev *emu_device(const rt_layer_spec *L)
 {
 	static arena *a;
 	rt_dev *d;
@@ -520,7 +523,12 @@ static void emu_attach(rt_ctx *c, const rt_layer_spec *L)
 		ck_assert_ptr_nonnull(dl);
 		ck_assert_ptr_nonnull(decay_tables[h] = dlsym(dl, DEV_EMU_TABLE));
 	}
-	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod, NULL, false), RT_OK);
+	return d;
+}
+
+static void emu_attach(rt_ctx *c, const rt_layer_spec *L)
+{
+	ck_assert_int_eq(rt__dev_attach(c, emu_device(L), decay_mod, NULL, false), RT_OK);
 }
 
 /* The buffers in the device's block, at its layers' sizes. */
@@ -554,6 +562,87 @@ START_TEST(test_decay_device)
 }
 END_TEST
 
+/* ---- the token ids' copy ------------------------------------------------------------ */
+
+/* put_async copies at once, and the next wait (sync, or a copy to the
+ * host) says so when its source was written before it: on a GPU the copy
+ * could still be reading it. */
+START_TEST(test_put_async)
+{
+	int32_t *h, *dv, back[64];
+	ck_assert_int_eq(dev->ops->host_alloc(dev, sizeof back, (void **)&h), RT_OK);
+	ck_assert_int_eq(dev->ops->alloc(dev, sizeof back, (void **)&dv), RT_OK);
+	for (int i = 0; i < 64; i++)
+		h[i] = i;
+	ck_assert_int_eq(dev->ops->put_async(dev, dv, h, sizeof back), RT_OK);
+	ck_assert_int_eq(dev->ops->sync(dev), RT_OK);
+	ck_assert_int_eq(dev->ops->copy(dev, back, dv, sizeof back, DEV_D2H), RT_OK);
+	ck_assert_int_eq(memcmp(back, h, sizeof back), 0);
+	/* written again after the wait: fine; before the next: refused */
+	h[5] = -5;
+	ck_assert_int_eq(dev->ops->put_async(dev, dv, h, sizeof back), RT_OK);
+	h[7] = -7;
+	ck_assert_int_eq(dev->ops->sync(dev), RT_EDEVICE);
+	ck_assert_ptr_nonnull(strstr(dev->err, "written before the device was waited for"));
+	ck_assert_int_eq(dev->ops->put_async(dev, dv, h, sizeof back), RT_OK);
+	h[9] = -9;
+	ck_assert_int_eq(dev->ops->copy(dev, back, dv, sizeof back, DEV_D2H), RT_EDEVICE);
+	ck_assert_int_eq(dev->ops->sync(dev), RT_OK); /* settled */
+	dev->ops->free(dev, dv);
+	dev->ops->host_free(dev, h);
+}
+END_TEST
+
+/* The device's copies during a step, counted under the emulator's. */
+static const dev_ops *ids_inner;
+static dev_ops ids_ops;
+static bool ids_counting;
+static int ids_h2d, ids_async;
+
+static int ids_copy(rt_dev *d, void *dst, const void *src, size_t bytes, dev_dir dir)
+{
+	ids_h2d += ids_counting && dir == DEV_H2D;
+	return ids_inner->copy(d, dst, src, bytes, dir);
+}
+
+static int ids_put(rt_dev *d, void *dst, const void *src, size_t bytes)
+{
+	ids_async += ids_counting;
+	return ids_inner->put_async(d, dst, src, bytes);
+}
+
+static void ids_attach(rt_ctx *c, const rt_layer_spec *L)
+{
+	rt_dev *d = emu_device(L);
+	ids_inner = d->ops;
+	ids_ops = *d->ops;
+	ids_ops.copy = ids_copy;
+	ids_ops.put_async = ids_put;
+	d->ops = &ids_ops;
+	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod, NULL, false), RT_OK);
+}
+
+static void ids_buffers(rt_ctx *c, const rt_layer_spec *L, decay_bufs *b)
+{
+	emu_buffers(c, L, b);
+	ids_counting = true; /* the step: after the model's upload */
+}
+
+/* A step's F of the embedding and of the head take the ids (inputs and
+ * targets) from one asynchronous copy of page-locked memory, made before
+ * the first of them, and no copy from pageable memory (which waits for
+ * the device) runs in the step. */
+START_TEST(test_ids_async)
+{
+	static const decay_target tg = {ids_attach, ids_buffers};
+	rt_train t = {.seed = 3, .seq = 4, .mbs = 2, .vocab = 16, .lr = 1e-2f};
+	rt_ctx *c = decay_step(t, &tg);
+	ck_assert_int_eq(ids_h2d, 0);
+	ck_assert_int_eq(ids_async, 1);
+	ck_assert_int_eq(rt_finalize(c), RT_OK);
+}
+END_TEST
+
 static Suite *emu_suite(void)
 {
 	Suite *s = suite_create("dev_emu");
@@ -571,6 +660,8 @@ static Suite *emu_suite(void)
 	tcase_add_test(tc, test_mlp_module);
 	tcase_add_test(tc, test_conditional_entries);
 	tcase_add_loop_test(tc, test_decay_device, 0, 2);
+	tcase_add_test(tc, test_put_async);
+	tcase_add_test(tc, test_ids_async);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -17,7 +17,11 @@
 #   - a checkpoint saved at (2, 2) with the distributed optimizer (the
 #     moment shards gathered from the device) resumed on 1 rank: the
 #     reference's last loss and model hash;
-#   - OCTO_COMM=mpi with dp 2 on device ranks: refused, naming NCCL.
+#   - OCTO_COMM=mpi with dp 2 on device ranks: refused, naming NCCL;
+#   - clipping (--clip 0.5, below every step's norm): the deterministic
+#     (2, 1) (tiny-dense) and (2, 2) with the distributed optimizer (both)
+#     runs give the clipped reference's losses, gradient norms (the
+#     metrics' 17 digits) and model hash bit for bit.
 # OCTO_TEST_QUICK=1 (the sanitizer build, where the emulator is some 20x
 # slower): tiny-dense only, and of it the runs that take the device's
 # collectives through all three kinds and the checkpoint's gather (the
@@ -58,31 +62,36 @@ compile() {
 }
 
 # train NAME DIR [ARGS...]: run $tmp/DIR's job; "STEP HEXLOSS" lines in
-# NAME.losses, the model hash in NAME.hash.
+# NAME.losses, the model hash in NAME.hash, the metrics' gradient norms
+# (none without clipping) in NAME.norms.
 train() {
 	local name=$1 dir=$2
 	shift 2
-	if ! timeout 600 "$tmp/$dir/launch" "$@" >"$tmp/$name.log" 2>&1; then
+	if ! timeout 600 "$tmp/$dir/launch" --metrics "$tmp/$name.jsonl" "$@" >"$tmp/$name.log" 2>&1; then
 		bad "$name: the job failed: $(grep -m1 'error' "$tmp/$name.log" || tail -3 "$tmp/$name.log")"
 		return 1
 	fi
 	sed -n 's/^step \([0-9]*\) loss [^ ]* (\([^)]*\)).*/\1 \2/p' "$tmp/$name.log" >"$tmp/$name.losses"
 	sed -n 's/^model hash \(0x[0-9a-f]*\) .*/\1/p' "$tmp/$name.log" >"$tmp/$name.hash"
+	grep -o '"grad_norm": [^,}]*' "$tmp/$name.jsonl" >"$tmp/$name.norms" 2>/dev/null
 	if [ ! -s "$tmp/$name.losses" ] || [ ! -s "$tmp/$name.hash" ]; then
 		bad "$name: no losses and model hash in the output: $(tail -3 "$tmp/$name.log")"
 		return 1
 	fi
 }
 
-# same NAME REF: losses and hash bit for bit.
+# same NAME REF: losses, gradient norms and hash bit for bit.
 same() {
 	if ! cmp -s "$tmp/$1.losses" "$tmp/$2.losses"; then
 		bad "$1: losses differ from $2's:"
 		diff "$tmp/$2.losses" "$tmp/$1.losses" | sed 's/^/    /'
+	elif ! cmp -s "$tmp/$1.norms" "$tmp/$2.norms"; then
+		bad "$1: gradient norms differ from $2's:"
+		diff "$tmp/$2.norms" "$tmp/$1.norms" | sed 's/^/    /'
 	elif ! cmp -s "$tmp/$1.hash" "$tmp/$2.hash"; then
 		bad "$1: model hash $(cat "$tmp/$1.hash"), $2's $(cat "$tmp/$2.hash")"
 	else
-		ok "$1: the losses and model hash of $2, bit for bit"
+		ok "$1: the losses$(grep -q "[0-9]" "$tmp/$1.norms" && echo ", gradient norms") and model hash of $2, bit for bit"
 	fi
 }
 
@@ -108,9 +117,12 @@ for model in $models; do
 	ref=$model-ref
 	compile $ref "$yaml" --devices 1 --deterministic && train $ref $ref --steps $steps || continue
 	echo "reference: $model, 1 device rank, deterministic: $(awk '{printf "%s ", $2}' "$tmp/$ref.losses")"
+	clip=0.5
+	train $ref-clip $ref --steps $steps --clip $clip
 	if [ $model = dense ]; then
 		compile d2-p1 "$yaml" --devices 2 --dp 2 --deterministic &&
-			train d2-p1 d2-p1 --steps $steps && same d2-p1 $ref
+			train d2-p1 d2-p1 --steps $steps && same d2-p1 $ref &&
+			train d2-p1-clip d2-p1 --steps $steps --clip $clip && same d2-p1-clip $ref-clip
 		if [ "${OCTO_TEST_QUICK:-0}" != 1 ]; then
 			compile plain "$yaml" --devices 4 --dp 2 && train plain plain --steps $steps &&
 				close plain $ref
@@ -123,6 +135,8 @@ for model in $models; do
 		# after step 1, step 2 on 1 rank (the reference's program)
 		name=d2-p2-distopt
 		if compile $name "$yaml" --devices 4 --dp 2 --distributed-optimizer on --deterministic &&
+			{ [ "${OCTO_TEST_QUICK:-0}" = 1 ] ||
+			  { train $name-clip $name --steps $steps --clip $clip && same $name-clip $ref-clip; }; } &&
 			train $name $name --steps 1 --checkpoint "$tmp/ck" &&
 			train resume $ref --steps 1 --resume "$tmp/ck"; then
 			if [ "$(tail -1 "$tmp/$ref.losses" | awk '{print $2}')" = "$(awk '{print $2}' "$tmp/resume.losses")" ] &&
@@ -144,7 +158,9 @@ for model in $models; do
 		fi
 	else
 		compile d2-p2-distopt-h "$yaml" --devices 4 --dp 2 --distributed-optimizer on --deterministic &&
-			train d2-p2-distopt-h d2-p2-distopt-h --steps $steps && same d2-p2-distopt-h $ref
+			train d2-p2-distopt-h d2-p2-distopt-h --steps $steps && same d2-p2-distopt-h $ref &&
+			train d2-p2-distopt-h-clip d2-p2-distopt-h --steps $steps --clip $clip &&
+			same d2-p2-distopt-h-clip $ref-clip
 		compile plain-h "$yaml" --devices 2 --dp 2 && train plain-h plain-h --steps $steps &&
 			close plain-h $ref
 	fi

@@ -10,6 +10,10 @@
 #   - every device run's losses and final model hash are identical bit for
 #     bit to the 1-rank device run's (the device executor is deterministic,
 #     so the plan does not change the result there either);
+#   - with clipping by the global norm (--clip, below every step's norm):
+#     the CPU target's clipped losses within 1e-5, every plan's losses,
+#     gradient norms (the metrics' 17 digits) and hash the 1-rank run's,
+#     and step 2 on differ from the unclipped run's (the clip acts);
 # and tiny-hybrid in bf16 trains within 2e-2 of the f32 CPU losses.
 # OCTO_TEST_QUICK=1 (the sanitizer build, where the emulator is some 20x
 # slower) keeps tiny-dense on 1 and 2 ranks, 2 steps, and the resume; the
@@ -50,11 +54,14 @@ run() {
 	train "$name" "$name"
 }
 
-# train NAME DIR: train the programs of $tmp/DIR (OCTO_COMM as set) into
-# $tmp/NAME.losses and $tmp/NAME.hash.
+# train NAME DIR [ARGS...]: train the programs of $tmp/DIR (OCTO_COMM as
+# set) into $tmp/NAME.losses, $tmp/NAME.hash and $tmp/NAME.norms (the
+# metrics' gradient norms: none without clipping).
 train() {
 	local name=$1 dir=$2
-	if ! MPIRUN_EXTRA="-x OCTO_COMM" timeout 600 "$tmp/$dir/launch" --steps "$steps" >"$tmp/$name.log" 2>&1; then
+	shift 2
+	if ! MPIRUN_EXTRA="-x OCTO_COMM" timeout 600 "$tmp/$dir/launch" --steps "$steps" \
+	       --metrics "$tmp/$name.jsonl" "$@" >"$tmp/$name.log" 2>&1; then
 		echo "FAIL: $name: the job failed:"
 		tail -15 "$tmp/$name.log" | sed 's/^/    /'
 		fail=1
@@ -62,6 +69,7 @@ train() {
 	fi
 	sed -n 's/^step \([0-9]*\) loss [^ ]* (\([^)]*\)).*/\1 \2/p' "$tmp/$name.log" >"$tmp/$name.losses"
 	sed -n 's/^model hash \(0x[0-9a-f]*\) .*/\1/p' "$tmp/$name.log" >"$tmp/$name.hash"
+	grep -o '"grad_norm": [^,}]*' "$tmp/$name.jsonl" >"$tmp/$name.norms" 2>/dev/null
 	if [ "$(wc -l <"$tmp/$name.losses")" -ne "$steps" ] || [ ! -s "$tmp/$name.hash" ]; then
 		echo "FAIL: $name: no $steps losses and a model hash in the output:"
 		tail -15 "$tmp/$name.log" | sed 's/^/    /'
@@ -82,13 +90,16 @@ close() {
 	case $worst in *ok) ;; *) fail=1 ;; esac
 }
 
-# same NAME REF: identical losses and model hash, bit for bit.
+# same NAME REF: identical losses, gradient norms and model hash, bit for
+# bit.
 same() {
-	if cmp -s "$tmp/$1.losses" "$tmp/$2.losses" && cmp -s "$tmp/$1.hash" "$tmp/$2.hash"; then
-		echo "  $1: losses and model hash identical to $2's"
+	if cmp -s "$tmp/$1.losses" "$tmp/$2.losses" && cmp -s "$tmp/$1.hash" "$tmp/$2.hash" &&
+	   cmp -s "$tmp/$1.norms" "$tmp/$2.norms"; then
+		echo "  $1: losses$(grep -q "[0-9]" "$tmp/$1.norms" && echo ", gradient norms") and model hash identical to $2's"
 	else
-		echo "FAIL: $1: losses or model hash differ from $2's:"
+		echo "FAIL: $1: losses, gradient norms or model hash differ from $2's:"
 		paste "$tmp/$1.losses" "$tmp/$2.losses" | sed 's/^/    /'
+		paste "$tmp/$1.norms" "$tmp/$2.norms" | sed 's/^/    /'
 		echo "    hash $(cat "$tmp/$1.hash") vs $(cat "$tmp/$2.hash")"
 		fail=1
 	fi
@@ -123,6 +134,31 @@ for model in $models; do
 		   OCTO_COMM=$comm train "$model-emu-$1-$2-$comm" "$model-emu-$1-$2"; then
 			same "$model-emu-$1-$2-$comm" "$model-emu-1"
 		fi
+	done
+done
+
+# Clipping on the device's ranks: the norm summed exactly on the host from
+# the device's gradients, the scale on the device.  0.5 is below every
+# step's norm of both models.
+clip=0.5
+for model in $models; do
+	[ -s "$tmp/$model-emu-1.losses" ] && [ -x "$tmp/$model-cpu/launch" ] || continue
+	echo "tiny-$model, --clip $clip:"
+	train "$model-cpu-clip" "$model-cpu" --clip $clip &&
+		train "$model-emu-1-clip" "$model-emu-1" --clip $clip || continue
+	close "$model-emu-1-clip" "$model-cpu-clip" 1e-5
+	if [ "$(sed -n 2p "$tmp/$model-emu-1-clip.losses")" != "$(sed -n 2p "$tmp/$model-emu-1.losses")" ] &&
+	   [ "$(wc -l <"$tmp/$model-emu-1-clip.norms")" = "$steps" ]; then
+		echo "  $model-emu-1-clip: step 2 on differs from the unclipped run (the clip acts); $steps norms"
+	else
+		echo "FAIL: $model-emu-1-clip: the clipped run's step 2 is the unclipped one's, or no norms"
+		fail=1
+	fi
+	for plan in "${plans[@]}"; do
+		set -- $plan
+		[ -x "$tmp/$model-emu-$1-$2/launch" ] &&
+			train "$model-emu-$1-$2-clip" "$model-emu-$1-$2" --clip $clip &&
+			same "$model-emu-$1-$2-clip" "$model-emu-1-clip"
 	done
 done
 
