@@ -27,7 +27,7 @@ expect() {
 
 m=models/tiny-hybrid.yaml
 # The tuner's first plan refused once its memory is planned: plan says so.
-expect 0 "the first search's plan (" plan $m --devices 4 --dp 1 --recompute none --cluster tests/cli/tight-7200k.yaml
+expect 0 "the first search's plan (" plan $m --devices 4 --dp 1 --recompute none --cluster tests/cli/tight-6800k.yaml
 # help and usage
 expect 1 "usage: octopipe COMMAND"
 expect 0 "usage: octopipe COMMAND" --help
