@@ -826,13 +826,14 @@ static bool kind_wanted(const bool *want, const char *kind)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [--gpu-launch] "
-	           "[--modules DIR] [--time [--small]] [KIND ...]\n"
+	           "[--modules DIR] [--quick] [--time [--small]] [KIND ...]\n"
 	           "  KIND: emb head attn mlp moe mamba par optim (default: all)\n"
 	           "  --modules DIR: the emulator's compiled modules kept in DIR, and reused from it\n"
 	           "  --time: no check; every launch and GEMM of F, B, W timed on real layers (Llama-3-8B\n"
 	           "  attention and MLP, Nemotron-H-8B Mamba-2 and MLP, seq 4096; --small: small shapes)\n"
 	           "  --gpu-launch: the emulator launches as the GPU does (256-thread blocks, up to\n"
 	           "  8192 of them) instead of its own 32-thread blocks\n"
+	           "  --quick: the first case of each kind only (the sanitizer build's GPU-launch run)\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
 	           "  thresholds: 1e-5 (f32) and 2e-2 (bf16) relative to the largest CPU value\n");
 }
@@ -840,6 +841,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	bool bf16 = false, want[NCASES] = {0}, any = false, optim = false, timing = false, small = false;
+	bool quick = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--bf16") == 0) {
 			bf16 = true;
@@ -855,6 +857,8 @@ int main(int argc, char **argv)
 			modules = argv[++i];
 		} else if (strcmp(argv[i], "--gpu-launch") == 0) {
 			gpu_launch = true;
+		} else if (strcmp(argv[i], "--quick") == 0) {
+			quick = true;
 		} else if (strcmp(argv[i], "--help") == 0) {
 			usage(stdout);
 			return 0;
@@ -892,9 +896,13 @@ int main(int argc, char **argv)
 			if (!any || kind_wanted(want, tl[k].kind))
 				bad |= time_case(&tl[k], bf16);
 	} else {
-		for (int k = 0; k < NCASES; k++)
-			if (!any || want[k])
+		for (int k = 0; k < NCASES; k++) {
+			bool first = true; /* the kind's first case, which --quick runs alone */
+			for (int j = 0; j < k; j++)
+				first &= strcmp(cases[j].kind, cases[k].kind) != 0;
+			if ((!any || want[k]) && (!quick || first))
 				bad |= run_case(&cases[k], bf16);
+		}
 		if (!any || optim)
 			bad |= run_optim(bf16);
 	}
