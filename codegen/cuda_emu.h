@@ -27,6 +27,7 @@
 #define __device__ static
 #define __forceinline__ inline
 #define __shared__ static
+#define OCTO_EMU 1 /* cuda_lib.cu: the tile products without the tensor cores */
 #define OCTO_KERNEL static
 #define OCTO_KERNEL_THREADS(n) static
 

@@ -83,6 +83,124 @@ __device__ float block_max(float v)
 	return sh[0];
 }
 
+/* ---- warp tile products: 16x16 blocks of C += A B, f32 accumulation ----
+ * A warp multiplies a 16x16 block of A by a 16x16 block of B into a 16x16
+ * f32 accumulator it holds (mma_acc) across calls, so that a kernel keeps its
+ * sums in registers over a whole reduction:
+ *   mma_zero(c); for each k block: mma_load_a<ACOL>(a, pa, lda);
+ *   mma_load_b<BCOL>(b, pb, ldb); mma_run(c, a, b); then mma_store(pc, c, ldc)
+ * (mma_load_c reads an accumulator back).  Element (i, k) of the A block is
+ * pa[i*lda + k], or pa[k*lda + i] when ACOL; (k, j) of B is pb[k*ldb + j], or
+ * pb[j*ldb + k] when BCOL; C is row-major.  Every lane of the warp makes the
+ * same calls with the same pointers (warp-uniform control flow).
+ * In bf16 on the GPU these are the tensor cores' wmma m16n16k16 (bf16 in, f32
+ * sums); the pointers must be 32-byte aligned and lda, ldb, ldc multiples of
+ * 16 elements.  In f32, and in the emulator, a lane owns the accumulator's
+ * elements lane + 32 e (e < 8) and sums k ascending: the same results for
+ * any block order, and for the emulator's sequential lanes. */
+#if OCTO_BF16 && !defined(OCTO_EMU)
+struct mma_acc { float x[8]; };
+struct mma_a { unsigned x[4]; };
+struct mma_b { unsigned x[4]; };
+__device__ __forceinline__ void mma_zero(mma_acc &c)
+{
+	for (int e = 0; e < 8; e++) c.x[e] = 0.f;
+}
+template <bool COL> __device__ __forceinline__ void mma_load_a(mma_a &a, const real *p, int ld)
+{
+	if (COL)
+		asm volatile("wmma.load.a.sync.aligned.col.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
+		             : "=r"(a.x[0]), "=r"(a.x[1]), "=r"(a.x[2]), "=r"(a.x[3]) : "l"(p), "r"(ld));
+	else
+		asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
+		             : "=r"(a.x[0]), "=r"(a.x[1]), "=r"(a.x[2]), "=r"(a.x[3]) : "l"(p), "r"(ld));
+}
+template <bool COL> __device__ __forceinline__ void mma_load_b(mma_b &b, const real *p, int ld)
+{
+	if (COL)
+		asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
+		             : "=r"(b.x[0]), "=r"(b.x[1]), "=r"(b.x[2]), "=r"(b.x[3]) : "l"(p), "r"(ld));
+	else
+		asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
+		             : "=r"(b.x[0]), "=r"(b.x[1]), "=r"(b.x[2]), "=r"(b.x[3]) : "l"(p), "r"(ld));
+}
+__device__ __forceinline__ void mma_load_c(mma_acc &c, const float *p, int ld)
+{
+	asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.f32 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8], %9;"
+	             : "=f"(c.x[0]), "=f"(c.x[1]), "=f"(c.x[2]), "=f"(c.x[3]), "=f"(c.x[4]),
+	               "=f"(c.x[5]), "=f"(c.x[6]), "=f"(c.x[7])
+	             : "l"(p), "r"(ld));
+}
+/* The a and b layouts are fixed at load time; the mma names them again. */
+template <bool ACOL, bool BCOL>
+__device__ __forceinline__ void mma_run(mma_acc &c, const mma_a &a, const mma_b &b)
+{
+#define OCTO_MMA(L)                                                                         \
+	asm volatile("wmma.mma.sync.aligned." L ".m16n16k16.f32.bf16.bf16.f32 "              \
+	             "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, "                 \
+	             "{%12, %13, %14, %15}, {%0, %1, %2, %3, %4, %5, %6, %7};"                \
+	             : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]),   \
+	               "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7])                                \
+	             : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]),        \
+	               "r"(b.x[1]), "r"(b.x[2]), "r"(b.x[3]))
+	if (ACOL && BCOL) OCTO_MMA("col.col");
+	else if (ACOL) OCTO_MMA("col.row");
+	else if (BCOL) OCTO_MMA("row.col");
+	else OCTO_MMA("row.row");
+#undef OCTO_MMA
+}
+__device__ __forceinline__ void mma_store(float *p, const mma_acc &c, int ld)
+{
+	asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {%1, %2, %3, %4, %5, %6, %7, %8}, %9;"
+	             :: "l"(p), "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]), "f"(c.x[3]), "f"(c.x[4]),
+	               "f"(c.x[5]), "f"(c.x[6]), "f"(c.x[7]), "r"(ld) : "memory");
+}
+#else
+struct mma_acc { float x[8]; };
+struct mma_a { const real *p; int ld; };
+struct mma_b { const real *p; int ld; };
+__device__ __forceinline__ void mma_zero(mma_acc &c)
+{
+	for (int e = 0; e < 8; e++) c.x[e] = 0.f;
+}
+template <bool COL> __device__ __forceinline__ void mma_load_a(mma_a &a, const real *p, int ld)
+{
+	a.p = p;
+	a.ld = ld;
+}
+template <bool COL> __device__ __forceinline__ void mma_load_b(mma_b &b, const real *p, int ld)
+{
+	b.p = p;
+	b.ld = ld;
+}
+__device__ __forceinline__ void mma_load_c(mma_acc &c, const float *p, int ld)
+{
+	for (int e = 0; e < 8; e++) {
+		int i = (int)(threadIdx.x % 32) + 32 * e;
+		c.x[e] = p[(i / 16) * ld + i % 16];
+	}
+}
+template <bool ACOL, bool BCOL>
+__device__ __forceinline__ void mma_run(mma_acc &c, const mma_a &a, const mma_b &b)
+{
+	for (int e = 0; e < 8; e++) {
+		int i = (int)(threadIdx.x % 32) + 32 * e, r = i / 16, j = i % 16;
+		float s = c.x[e];
+		for (int k = 0; k < 16; k++)
+			s += ld(ACOL ? a.p[k * a.ld + r] : a.p[r * a.ld + k]) *
+			     ld(BCOL ? b.p[j * b.ld + k] : b.p[k * b.ld + j]);
+		c.x[e] = s;
+	}
+}
+__device__ __forceinline__ void mma_store(float *p, const mma_acc &c, int ld)
+{
+	for (int e = 0; e < 8; e++) {
+		int i = (int)(threadIdx.x % 32) + 32 * e;
+		p[(i / 16) * ld + i % 16] = c.x[e];
+	}
+}
+#endif
+
 /* ---- RMSNorm (eps 1e-5); row kernels over rows of width W at stride LD ---- */
 
 /* F: r = 1/sqrt(mean x^2 + eps), xhat = x r, u = xhat g.  xhat may be NULL. */

@@ -22,6 +22,7 @@
 
 #include "cuda_emu_text.h" /* cg_cuda_emu: the shim (codegen/cuda_emu.h) */
 #include "cuda_kernels.h"
+#include "cuda_lib.h" /* cg_cuda_lib: the kernel templates (codegen/cuda_lib.cu) */
 #include "dev.h"
 #include "rt_internal.h" /* rt__dev_attach */
 #include "../runtime/decay_step.h"
@@ -371,6 +372,91 @@ END_TEST
 
 /* ---- a real module -------------------------------------------------------------------- */
 
+/* ---- the warp tile products (cuda_lib.cu's mma_*) --------------------------------- */
+
+/* C [32][48] (+)= op(A) op(B) over k < 48, each layout, by two warps taking
+ * the six 16x16 blocks in turn; the leading dimensions are wider than the
+ * blocks' rows. */
+static const char MMA_KERNELS[] =
+    "enum { LDA = 64, LDB = 64, LDC = 48 };\n"
+    "template <bool AC, bool BC> __device__ void mm(const real *A, const real *B, float *C, int acc)\n"
+    "{\n"
+    "	for (int t = threadIdx.x / 32; t < 6; t += blockDim.x / 32) {\n"
+    "		int ti = t / 3, tj = t % 3;\n"
+    "		mma_acc c;\n"
+    "		if (acc)\n"
+    "			mma_load_c(c, C + ti * 16 * LDC + tj * 16, LDC);\n"
+    "		else\n"
+    "			mma_zero(c);\n"
+    "		for (int k = 0; k < 48; k += 16) {\n"
+    "			mma_a a;\n"
+    "			mma_b b;\n"
+    "			mma_load_a<AC>(a, AC ? A + k * LDA + ti * 16 : A + ti * 16 * LDA + k, LDA);\n"
+    "			mma_load_b<BC>(b, BC ? B + tj * 16 * LDB + k : B + k * LDB + tj * 16, LDB);\n"
+    "			mma_run<AC, BC>(c, a, b);\n"
+    "		}\n"
+    "		mma_store(C + ti * 16 * LDC + tj * 16, c, LDC);\n"
+    "	}\n"
+    "}\n"
+    "OCTO_KERNEL void mm_rr(const real *A, const real *B, float *C, int acc) { mm<false, false>(A, B, C, acc); }\n"
+    "OCTO_KERNEL void mm_rc(const real *A, const real *B, float *C, int acc) { mm<false, true>(A, B, C, acc); }\n"
+    "OCTO_KERNEL void mm_cr(const real *A, const real *B, float *C, int acc) { mm<true, false>(A, B, C, acc); }\n"
+    "OCTO_KERNEL void mm_cc(const real *A, const real *B, float *C, int acc) { mm<true, true>(A, B, C, acc); }\n"
+    "extern \"C\" const octo_emu_entry octo_emu_table[] = {\n"
+    "    {\"octo_emu_bind\", octo_emu_bind},\n"
+    "    {\"mm_rr\", octo_emu_thunk<mm_rr>::call},\n"
+    "    {\"mm_rc\", octo_emu_thunk<mm_rc>::call},\n"
+    "    {\"mm_cr\", octo_emu_thunk<mm_cr>::call},\n"
+    "    {\"mm_cc\", octo_emu_thunk<mm_cc>::call},\n"
+    "    {nullptr, nullptr}};\n";
+
+/* Multiples of 1/8 in [-2, 2): exact in bf16, and every product and sum of
+ * 48 of them exact in f32, whatever the order. */
+START_TEST(test_mma)
+{
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
+	for (int bf = 0; bf < 2; bf++) {
+		size_t n = strlen(cg_cuda_emu) + strlen(cg_cuda_lib) + strlen(MMA_KERNELS) + 64;
+		char *src = malloc(n), name[16];
+		snprintf(src, n, "%s\n#define OCTO_BF16 %d\n%s\n%s", cg_cuda_emu, bf, cg_cuda_lib,
+		         MMA_KERNELS);
+		snprintf(name, sizeof name, "mma%d", bf);
+		int rc = dev_emu_add_source(d, name, src, OCTO_CXX, workdir);
+		ck_assert_msg(rc == RT_OK, "%s", d->err);
+		free(src);
+	}
+	enum { LDA = 64, LDB = 64, LDC = 48, NA = 48 * 64 };
+	static float a[NA], b[NA], c[32 * LDC], want[32 * LDC];
+	static uint16_t a16[NA], b16[NA];
+	for (int i = 0; i < NA; i++) {
+		a[i] = val(i), b[i] = val(7 * i + 3);
+		uint32_t u;
+		memcpy(&u, &a[i], 4);
+		a16[i] = (uint16_t)(u >> 16);
+		memcpy(&u, &b[i], 4);
+		b16[i] = (uint16_t)(u >> 16);
+	}
+	const char *fn[4] = {"mm_rr", "mm_rc", "mm_cr", "mm_cc"};
+	for (int bf = 0; bf < 2; bf++)
+		for (int l = 0; l < 4; l++)
+			for (int acc = 0; acc < 2; acc++) {
+				bool ac = l & 2, bc = l & 1;
+				for (int i = 0; i < 32 * LDC; i++)
+					c[i] = val(11 * i + 5), want[i] = acc ? c[i] : 0.f;
+				naive(ac, bc, 32, 48, 48, 1.f, a, LDA, b, LDB, 1.f, want, LDC);
+				void *pa = bf ? (void *)a16 : (void *)a, *pb = bf ? (void *)b16 : (void *)b;
+				float *pc = c;
+				ck_assert_int_eq(d->ops->launch(d, bf, fn[l], 1, 64, (void *[]){&pa, &pb, &pc, &acc}),
+				                 RT_OK);
+				for (int i = 0; i < 32 * LDC; i++)
+					ck_assert_msg(c[i] == want[i], "bf16 %d %s acc %d: c[%d] %g, want %g", bf,
+					              fn[l], acc, i, (double)c[i], (double)want[i]);
+			}
+	d->ops->destroy(d);
+}
+END_TEST
+
 START_TEST(test_mlp_module)
 {
 	const rt_layer_desc desc = {.kind = RT_MLP, .hidden = 64, .seq = 8, .mbs = 2, .ffn = 128,
@@ -657,6 +743,7 @@ static Suite *emu_suite(void)
 	tcase_add_test(tc, test_gemm_f32);
 	tcase_add_test(tc, test_gemm_bf16);
 	tcase_add_test(tc, test_gemm_sb);
+	tcase_add_test(tc, test_mma);
 	tcase_add_test(tc, test_mlp_module);
 	tcase_add_test(tc, test_conditional_entries);
 	tcase_add_loop_test(tc, test_decay_device, 0, 2);
