@@ -26,19 +26,12 @@ set -u
 octopipe=$1
 src=$2
 steps=3
-if ! command -v mpirun >/dev/null 2>&1; then
-	echo "SKIP: mpirun not found"
-	exit 77
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" # skips without mpirun; $tmp, removed at exit
 MPIRUN=(mpirun)
 if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
 	MPIRUN+=(--oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
 	[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }

@@ -27,14 +27,7 @@ set -u
 octopipe=$1
 src=$2
 steps=4
-if ! command -v mpirun >/dev/null 2>&1; then
-	echo "SKIP: mpirun not found"
-	exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" # skips without mpirun; $tmp, removed at exit
 quick=${OCTO_TEST_QUICK:-0}
 pass=0 fail=0
 

@@ -30,14 +30,7 @@ plans=("2 zbh1" "4 tuned")
 if [ "$quick" = 1 ]; then
 	steps=2 models=dense plans=("2 zbh1")
 fi
-if ! command -v mpirun >/dev/null 2>&1; then
-	echo "SKIP: mpirun not found"
-	exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" # skips without mpirun; $tmp, removed at exit
 fail=0
 
 # run NAME MODEL ARGS...: compile into $tmp/NAME and train; leaves

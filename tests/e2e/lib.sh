@@ -11,14 +11,7 @@
 #                             rest: REF's losses and model hash
 #   near_cpu NAME REF         every loss within 1e-5 (relative) of REF's
 # Each check prints "ok: ..." or "FAIL: ..." (setting fail=1).
-if ! command -v mpirun >/dev/null 2>&1; then
-	echo "SKIP: mpirun not found"
-	exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" # skips without mpirun; $tmp, removed at exit
 fail=0
 
 run() {

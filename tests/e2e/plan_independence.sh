@@ -25,15 +25,7 @@ src=$2
 steps=4
 ranks="2 3 4" schedules="1f1b i1f1b zbh1 zbh2 zbv tuned"
 [ "${OCTO_TEST_QUICK:-0}" = 1 ] && ranks=4 schedules="zbv tuned"
-if ! command -v mpirun >/dev/null 2>&1; then
-	echo "SKIP: mpirun not found"
-	exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
-# Under ASan the tests compare plans, not leaks (Open MPI's own at exit).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" # skips without mpirun; $tmp, removed at exit
 
 fail=0 runs=0 skipped=0
 declare -A ref_losses ref_hash

@@ -29,14 +29,7 @@ src=$(cd "$2" && pwd)
 quick=${OCTO_TEST_QUICK:-0}
 steps=3
 [ "$quick" = 1 ] && steps=2
-if ! command -v mpirun >/dev/null 2>&1; then
-	echo "SKIP: mpirun not found"
-	exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OPENBLAS_NUM_THREADS=1 OCTO_COMM_TIMEOUT=${OCTO_COMM_TIMEOUT:-300}
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" # skips without mpirun; $tmp, removed at exit
 fail=0
 
 # run NAME STEPS ARGS...: compile into $tmp/NAME and train STEPS steps with a
