@@ -31,6 +31,7 @@
  *     optim_adamw as the whole model's.  The exact mode's gradient comes
  *     to the host after each W (rt_exact.c adds it there) and its rounded
  *     sum goes back before the update. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,6 +567,30 @@ static void x_info(const rt_ctx *ctx, rt_exec_info *out)
 	                      .cache_bytes = d->cache_bytes};
 }
 
+/* The trace's marks: events on the compute stream (the emulator: the
+ * host's clock, its work done when the call returns). */
+static int x_mark(rt_ctx *ctx, void **m)
+{
+	rt_dev *d = ctx->xs->dev;
+	return dev_rc(ctx, d->ops->mark(d, m));
+}
+
+static int x_since(rt_ctx *ctx, void *from, void *to, int64_t *ns)
+{
+	rt_dev *d = ctx->xs->dev;
+	double ms;
+	int rc = d->ops->elapsed(d, from, to, &ms);
+	if (!rc)
+		*ns = (int64_t)llround(ms * 1e6);
+	return dev_rc(ctx, rc);
+}
+
+static void x_unmark(rt_ctx *ctx, void *m)
+{
+	rt_dev *d = ctx->xs->dev;
+	d->ops->unmark(d, m);
+}
+
 static void x_abort(rt_ctx *ctx)
 {
 	rt_dev *d = ctx->xs->dev;
@@ -630,6 +655,9 @@ const rt_exec rt__exec_dev = {
     .scale_grad = x_scale_grad,
     .update = x_update,
     .clear = x_clear,
+    .mark = x_mark,
+    .since = x_since,
+    .unmark = x_unmark,
     .abort = x_abort,
     .free = x_free,
 };

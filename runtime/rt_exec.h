@@ -100,6 +100,16 @@ typedef struct rt_exec {
 	/* Zeroes bytes of a buffer (alloc's, or the programs' block). */
 	int (*clear)(rt_ctx *ctx, void *p, size_t bytes);
 
+	/* ---- timing the executor's work (rt_trace.c) ---- */
+	/* A mark in the order of the work issued (a device: an event on the
+	 * compute stream), the nanoseconds from one mark to a later one once
+	 * both are reached (after sync), and a mark freed.  NULL on the host,
+	 * whose F, B and W are over when their call returns: the host's clock
+	 * times them. */
+	int (*mark)(rt_ctx *ctx, void **m);
+	int (*since)(rt_ctx *ctx, void *from, void *to, int64_t *ns);
+	void (*unmark)(rt_ctx *ctx, void *m);
+
 	/* ---- the end ---- */
 	/* Before MPI_Abort: stop what runs on the device (nothing on the host). */
 	void (*abort)(rt_ctx *ctx);

@@ -100,6 +100,8 @@ typedef struct rt_dcomm {
 
 typedef struct rt_event {
 	int64_t t0, t1; /* ns since the context's origin */
+	void *m0, *m1;  /* the executor's marks around it, until rt__trace_settle reads them */
+	bool marked;    /* t0, t1 are its marks' (the executor's work), not the host's call */
 	int64_t layer, mb, step, peer, bytes;
 	char name[16]; /* F B W send recv wait step ckpt all-reduce ... */
 } rt_event;
@@ -206,6 +208,9 @@ struct rt_ctx {
 	char *trace_dir;
 	rt_event *ev;
 	size_t nev, evcap;
+	size_t settled;     /* ev[0..settled) hold no marks */
+	void *mark0;        /* the executor's mark at mark0_ns (ns since origin), its work idle */
+	int64_t mark0_ns;
 };
 
 /* ---- rt_util.c: the leaf ---- */
@@ -260,6 +265,20 @@ static inline long long rt__step_no(const rt_ctx *ctx)
 /* Adds a trace event (when tracing) from t0 to now. */
 void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t mb, int64_t peer,
                int64_t bytes);
+/* F, B and W on an executor with marks (a device, whose work runs after
+ * the call returns): rt__trace_mark before and after the call, then
+ * rt__trace_marked instead of rt__trace.  The event keeps the host's times
+ * until rt__trace_settle, after the executor's work is done (rt_step_end,
+ * rt_finalize), gives it the marks' times: those of the work itself, on
+ * the host's clock through a mark taken while the executor was idle.  No
+ * marks (NULL) when not tracing or on the host.  A trace is a diagnostic:
+ * a mark that fails leaves the host's times. */
+void rt__trace_mark(rt_ctx *ctx, void **m);
+void rt__trace_marked(rt_ctx *ctx, const char *name, int64_t t0, void *m0, void *m1,
+                      int64_t layer, int64_t mb);
+void rt__trace_settle(rt_ctx *ctx);
+/* The marks freed (before the executor is). */
+void rt__trace_drop(rt_ctx *ctx);
 /* Before the first step: the trace directory (rt_init's) can take this
  * rank's trace.  RT_EIO with a message, or RT_OK. */
 int rt__trace_check(rt_ctx *ctx);

@@ -210,8 +210,12 @@ int rt_finalize(rt_ctx *ctx)
 	int drc = rt__comm_drain(ctx);
 	if (drc != RT_OK)
 		return rt_abort(ctx, drc);
-	if (ctx->trace_dir)
+	if (ctx->trace_dir) {
+		if (ctx->mark0 && ctx->exec->sync(ctx) == RT_OK)
+			rt__trace_settle(ctx);
+		rt__trace_drop(ctx);
 		rc = rt_trace_write(ctx, ctx->trace_dir);
+	}
 	/* MPI_Finalize waits for every rank with no deadline: one stopped or
 	 * hung after the last collective (writing its trace, say) would hold
 	 * the others there for ever.  A barrier first, against the deadline

@@ -429,10 +429,14 @@ static int run_f(rt_ctx *ctx, const char *fn, const char *phase, int h, int64_t 
 		return rc;
 	rt_lay *l = &ctx->lay[h];
 	rt__progress(ctx);
+	void *m0, *m1;
 	int64_t t0 = rt__now_ns();
-	if ((rc = ctx->exec->f(ctx, h, mb, x, y, act)))
+	rt__trace_mark(ctx, &m0);
+	rc = ctx->exec->f(ctx, h, mb, x, y, act);
+	rt__trace_mark(ctx, &m1);
+	rt__trace_marked(ctx, phase, t0, m0, m1, l->index, mb);
+	if (rc)
 		return kernel_fail(ctx, rc, phase, l, mb);
-	rt__trace(ctx, phase, t0, l->index, mb, -1, 0);
 	return RT_OK;
 }
 
@@ -460,10 +464,14 @@ int rt_run_b(rt_ctx *ctx, int h, int64_t mb, const float *dy, float *dx, const v
 	float dscale = (float)(1.0 / ((double)t->dp * (double)t->microbatches * (double)t->mbs *
 	                              (double)t->seq));
 	rt__progress(ctx);
+	void *m0, *m1;
 	int64_t t0 = rt__now_ns();
-	if ((rc = ctx->exec->b(ctx, h, dy, dscale, dx, act, wstash)))
+	rt__trace_mark(ctx, &m0);
+	rc = ctx->exec->b(ctx, h, dy, dscale, dx, act, wstash);
+	rt__trace_mark(ctx, &m1);
+	rt__trace_marked(ctx, "B", t0, m0, m1, l->index, mb);
+	if (rc)
 		return kernel_fail(ctx, rc, "B", l, mb);
-	rt__trace(ctx, "B", t0, l->index, mb, -1, 0);
 	return RT_OK;
 }
 
@@ -484,12 +492,19 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 		                "reduction or update", rt__step_no(ctx), (long long)l->index,
 		                (long long)mb);
 	rt__progress(ctx);
+	void *m0, *m1;
 	int64_t t0 = rt__now_ns();
+	rt__trace_mark(ctx, &m0);
 	/* Exact mode: this micro-batch's gradient alone, then added exactly. */
-	if (l->acc && (rc = ctx->exec->zero_grad(ctx, h)))
+	if (l->acc)
+		rc = ctx->exec->zero_grad(ctx, h);
+	if (!rc)
+		rc = ctx->exec->w(ctx, h, wstash);
+	rt__trace_mark(ctx, &m1);
+	if (rc) {
+		rt__trace_marked(ctx, "W", t0, m0, m1, l->index, mb);
 		return kernel_fail(ctx, rc, "W", l, mb);
-	if ((rc = ctx->exec->w(ctx, h, wstash)))
-		return kernel_fail(ctx, rc, "W", l, mb);
+	}
 	if (l->acc) {
 		if ((rc = ctx->exec->grad_sync(ctx, h, 0, l->sz.params, true)))
 			return rc;
@@ -502,7 +517,7 @@ int rt_run_w(rt_ctx *ctx, int h, int64_t mb, const void *wstash)
 			                (long long)mb, (long long)bad, isnan(l->g[bad]) ? "NaN" : "infinite");
 	}
 	l->next_w++;
-	rt__trace(ctx, "W", t0, l->index, mb, -1, 0);
+	rt__trace_marked(ctx, "W", t0, m0, m1, l->index, mb);
 	return RT_OK;
 }
 
@@ -527,6 +542,7 @@ int rt_step_end(rt_ctx *ctx, double *loss_out, int *have_loss)
 		return rc;
 	if ((rc = ctx->exec->collect(ctx)))
 		return rc;
+	rt__trace_settle(ctx); /* collect waited for the step's work */
 	if (ctx->head >= 0) {
 		double sum = 0;
 		int64_t count = 0;

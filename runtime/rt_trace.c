@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "rt_exec.h"
 #include "rt_internal.h"
 
 #define TRACE_HEAD "{\"traceEvents\":[\n"
@@ -32,6 +33,8 @@ void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t
 		ctx->evcap = cap;
 	}
 	rt_event *e = &ctx->ev[ctx->nev++];
+	e->m0 = e->m1 = NULL;
+	e->marked = false;
 	e->t0 = t0 - ctx->origin_ns;
 	e->t1 = rt__now_ns() - ctx->origin_ns;
 	e->layer = layer;
@@ -40,6 +43,88 @@ void rt__trace(rt_ctx *ctx, const char *name, int64_t t0, int64_t layer, int64_t
 	e->peer = peer;
 	e->bytes = bytes;
 	snprintf(e->name, sizeof e->name, "%s", name);
+}
+
+void rt__trace_mark(rt_ctx *ctx, void **m)
+{
+	const rt_exec *x = ctx->exec;
+	*m = NULL;
+	if (!ctx->trace_dir || !x->mark)
+		return;
+	/* The first mark: the work issued so far done, so that the origin mark
+	 * is reached at once, at the host's time now. */
+	if (!ctx->mark0) {
+		if (x->sync(ctx) || x->mark(ctx, &ctx->mark0)) {
+			ctx->mark0 = NULL;
+			return;
+		}
+		ctx->mark0_ns = rt__now_ns() - ctx->origin_ns;
+	}
+	if (x->mark(ctx, m))
+		*m = NULL;
+}
+
+void rt__trace_marked(rt_ctx *ctx, const char *name, int64_t t0, void *m0, void *m1,
+                      int64_t layer, int64_t mb)
+{
+	size_t n = ctx->nev;
+	rt__trace(ctx, name, t0, layer, mb, -1, 0);
+	if (ctx->nev > n && m0 && m1) {
+		ctx->ev[n].m0 = m0;
+		ctx->ev[n].m1 = m1;
+		return;
+	}
+	if (m0)
+		ctx->exec->unmark(ctx, m0);
+	if (m1)
+		ctx->exec->unmark(ctx, m1);
+}
+
+void rt__trace_settle(rt_ctx *ctx)
+{
+	const rt_exec *x = ctx->exec;
+	if (!ctx->mark0)
+		return;
+	for (size_t i = ctx->settled; i < ctx->nev; i++) {
+		rt_event *e = &ctx->ev[i];
+		int64_t a, b;
+		if (!e->m0)
+			continue;
+		if (!x->since(ctx, ctx->mark0, e->m0, &a) && !x->since(ctx, ctx->mark0, e->m1, &b) &&
+		    a <= b) {
+			e->t0 = ctx->mark0_ns + a;
+			e->t1 = ctx->mark0_ns + b;
+			e->marked = true;
+		}
+		x->unmark(ctx, e->m0);
+		x->unmark(ctx, e->m1);
+		e->m0 = e->m1 = NULL;
+	}
+	ctx->settled = ctx->nev;
+	/* A new origin, the work done now: the marks' clock is read over one
+	 * step at a time (CUDA's elapsed time is a float of milliseconds). */
+	x->unmark(ctx, ctx->mark0);
+	if (x->mark(ctx, &ctx->mark0))
+		ctx->mark0 = NULL;
+	else
+		ctx->mark0_ns = rt__now_ns() - ctx->origin_ns;
+}
+
+void rt__trace_drop(rt_ctx *ctx)
+{
+	const rt_exec *x = ctx->exec;
+	for (size_t i = ctx->settled; i < ctx->nev; i++) {
+		rt_event *e = &ctx->ev[i];
+		if (e->m0) {
+			x->unmark(ctx, e->m0);
+			x->unmark(ctx, e->m1);
+			e->m0 = e->m1 = NULL;
+		}
+	}
+	ctx->settled = ctx->nev;
+	if (ctx->mark0)
+		x->unmark(ctx, ctx->mark0);
+	ctx->mark0 = NULL;
 }
 
 static bool is_comm(const char *name)
@@ -94,11 +179,12 @@ int rt_trace_write(rt_ctx *ctx, const char *dir)
 		fprintf(f,
 		        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
 		        "\"ts\":%lld.%03lld,\"dur\":%lld.%03lld,\"args\":{\"step\":%lld,\"layer\":%lld,"
-		        "\"mb\":%lld,\"peer\":%lld,\"bytes\":%lld}}",
+		        "\"mb\":%lld,\"peer\":%lld,\"bytes\":%lld%s}}",
 		        label, e->name, ctx->rank, is_comm(e->name), (long long)(e->t0 / 1000),
 		        (long long)(e->t0 % 1000), (long long)((e->t1 - e->t0) / 1000),
 		        (long long)((e->t1 - e->t0) % 1000), (long long)e->step, (long long)e->layer,
-		        (long long)e->mb, (long long)e->peer, (long long)e->bytes);
+		        (long long)e->mb, (long long)e->peer, (long long)e->bytes,
+		        e->marked ? ",\"clock\":\"device\"" : "");
 	}
 	fputs(TRACE_TAIL, f);
 	if (ferror(f) | fclose(f))

@@ -177,6 +177,37 @@ if [ -x "$d/launch" ]; then
 	fi
 fi
 
+# A trace of the device's ranks: F, B and W timed by the device's marks
+# (events on the compute stream; the emulator's are the host's clock at
+# the mark), in order on each rank's compute timeline without overlap,
+# read by `octopipe report`; tracing changes no bit.
+d=dense-emu-2-zbh1
+if [ -x "$tmp/$d/launch" ] && train "$d-trace" "$d" --trace "$tmp/$d/trace"; then
+	same "$d-trace" dense-emu-1
+	for r in 0 1; do
+		t=$tmp/$d/trace/trace-rank$r.json
+		got=$(grep -E '"cat":"[FBWR]"' "$t" | awk '
+			{ n++; if (index($0, "\"clock\":\"device\"")) dev++
+			  match($0, /"ts":[0-9.]*/); ts = substr($0, RSTART + 5, RLENGTH - 5) + 0
+			  match($0, /"dur":[0-9.]*/); dur = substr($0, RSTART + 6, RLENGTH - 6) + 0
+			  if (n > 1 && ts + 0.001 < end) bad++
+			  end = ts + dur }
+			END { printf "%d %d %d\n", n, dev, bad }')
+		set -- $got
+		if [ "${1:-0}" -gt 0 ] && [ "$2" = "$1" ] && [ "$3" = 0 ]; then
+			echo "  trace: rank $r's $1 F, B and W on the device's marks, in order, none overlapping"
+		else
+			echo "FAIL: trace of rank $r: $1 F/B/W events, $2 on the device's marks, $3 overlapping"
+			fail=1
+		fi
+	done
+	if ! "$octopipe" report "$tmp/$d" >"$tmp/$d-report.log" 2>&1; then
+		echo "FAIL: octopipe report on the device's trace:"
+		tail -5 "$tmp/$d-report.log" | sed 's/^/    /'
+		fail=1
+	fi
+fi
+
 # The profile measured through the device executor, and a plan from it.
 if [ "$quick" = 1 ]; then
 	:
