@@ -725,12 +725,13 @@ enum { GM_BM = 64, GM_BN = 64, GM_BK = 32, GM_THREADS = 128, GM_LDA = GM_BK + 16
  * B[k*ldb + j] (BCOL: B[j*ldb + k]) for j < bn, 0 elsewhere.  The threads
  * stage along the contiguous dimension of each. */
 template <bool ACOL, bool BCOL>
-__device__ void gmm_tile(mma_acc *acc, long kn, const real *A, long lda, int am, const real *B,
+__device__ __forceinline__ void gmm_tile(mma_acc *acc, long kn, const real *A, long lda, int am, const real *B,
                          long ldb, int bn)
 {
 	alignas(32) __shared__ real As[GM_BM * GM_LDA];
 	alignas(32) __shared__ real Bs[GM_BK * GM_LDB];
 	int w = (int)threadIdx.x / 32;
+#pragma unroll
 	for (int c = 0; c < 4; c++) mma_zero(acc[c]);
 	for (long k0 = 0; k0 < kn; k0 += GM_BK) {
 		int kb = kn - k0 < GM_BK ? (int)(kn - k0) : GM_BK;
@@ -748,6 +749,7 @@ __device__ void gmm_tile(mma_acc *acc, long kn, const real *A, long lda, int am,
 		for (int kk = 0; kk < kb; kk += 16) {
 			mma_a a;
 			mma_load_a<false>(a, As + 16 * w * GM_LDA + kk, GM_LDA);
+#pragma unroll
 			for (int c = 0; c < 4; c++) {
 				mma_b b;
 				mma_load_b<false>(b, Bs + kk * GM_LDB + 16 * c, GM_LDB);
@@ -761,10 +763,11 @@ __device__ void gmm_tile(mma_acc *acc, long kn, const real *A, long lda, int am,
 /* The tile's sums to out(i, j, v) for i < m, j < n, through shared memory
  * (in bf16 the accumulators are the tensor cores' fragments). */
 template <class OUT>
-__device__ void gmm_out(const mma_acc *acc, int m, int n, OUT out)
+__device__ __forceinline__ void gmm_out(const mma_acc *acc, int m, int n, OUT out)
 {
 	alignas(32) __shared__ float Cs[GM_BM * GM_BN];
 	int w = (int)threadIdx.x / 32;
+#pragma unroll
 	for (int c = 0; c < 4; c++) mma_store(Cs + 16 * w * GM_BN + 16 * c, acc[c], GM_BN);
 	__syncthreads();
 	for (int x = (int)threadIdx.x; x < GM_BM * GM_BN; x += GM_THREADS)
