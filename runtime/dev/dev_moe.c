@@ -108,7 +108,9 @@ int dev_moe_sizes(const rt_shape *s, size_t esz, rt_sizes *sz)
 	return RT_OK;
 }
 
-/* The tiles of cuda_lib.cu's grouped GEMMs (GM_BM = GM_BN, GM_THREADS). */
+/* cuda_lib.cu's constants, which the launches must match: the grouped
+ * GEMMs' tile (GM_BM = GM_BN) and block (GM_THREADS), the layout's block
+ * (MOE_LT). */
 enum { GM_TILE = 64, GM_THREADS = 128, MOE_LT = 256 };
 
 static int64_t tiles(int64_t n)
