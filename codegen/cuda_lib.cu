@@ -725,8 +725,8 @@ enum { GM_BM = 64, GM_BN = 64, GM_BK = 32, GM_THREADS = 128, GM_LDA = GM_BK + 16
  * B[k*ldb + j] (BCOL: B[j*ldb + k]) for j < bn, 0 elsewhere.  The threads
  * stage along the contiguous dimension of each. */
 template <bool ACOL, bool BCOL>
-__device__ __forceinline__ void gmm_tile(mma_acc *acc, long kn, const real *A, long lda, int am, const real *B,
-                         long ldb, int bn)
+__device__ __forceinline__ void gmm_tile(mma_acc *acc, long kn, const real *A, long lda, int am,
+                                         const real *B, long ldb, int bn)
 {
 	alignas(32) __shared__ real As[GM_BM * GM_LDA];
 	alignas(32) __shared__ real Bs[GM_BK * GM_LDB];
