@@ -113,7 +113,7 @@ static const char ENTRY_FFN[] =
     "{ ffn_act_b<ACT, GATED>(dh, a, b, da, db, n); }\n";
 
 static const char ENTRY_MOE[] =
-    "OCTO_KERNEL void moe_F_route(const real *logit, float *p, float *w, int *sel)\n"
+    "OCTO_KERNEL_THREADS(MOE_RT) void moe_F_route(const real *logit, float *p, float *w, int *sel)\n"
     "{ moe_route<E, K>(logit, p, w, sel, T); }\n"
     "OCTO_KERNEL_THREADS(MOE_LT) void moe_F_layout(const int *sel, int *off, int *slot, int *rowtok)\n"
     "{ moe_layout<E, K>(sel, off, slot, rowtok, T); }\n"

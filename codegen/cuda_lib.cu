@@ -539,29 +539,69 @@ __device__ void head_dz(real *z, const float *lse, const int *tgt, float dscale,
 
 /* ---- mixture of experts: routing ---- */
 
-/* Row kernel (one thread per row t): p = softmax(logits), top-K with ties to
- * the lower index, renormalised weights w. */
+/* p = softmax(logits), top-K with ties to the lower index, renormalised
+ * weights w: one warp per token, MOE_RT / 32 tokens a block of MOE_RT
+ * threads (grid: ceil(rows / (MOE_RT / 32))).  Lane l takes experts l,
+ * l + 32, ...; the max and each top-k pick combine the lanes' candidates
+ * through shared memory (one barrier each: a pick's buffer alternates), and
+ * the softmax's sum and the weights' total run in ascending order on lane
+ * 0, so the results are those of one thread per token, bit for bit. */
+enum { MOE_RT = 256 };
 template <int E, int K>
 __device__ void moe_route(const real *logit, float *p, float *w, int *sel, long rows)
 {
-	EACH(t, rows) {
-		float m = -INFINITY, s = 0.f;
-		for (int e = 0; e < E; e++) m = fmaxf(m, ld(logit[t * E + e]));
-		for (int e = 0; e < E; e++) s += expf(ld(logit[t * E + e]) - m);
-		for (int e = 0; e < E; e++) p[t * E + e] = expf(ld(logit[t * E + e]) - m) / s;
-		float tot = 0.f;
-		for (int k = 0; k < K; k++) {
-			int best = -1;
-			for (int e = 0; e < E; e++) {
-				bool taken = false;
-				for (int kk = 0; kk < k; kk++) taken |= sel[t * K + kk] == e;
-				if (!taken && (best < 0 || p[t * E + e] > p[t * E + best])) best = e;
-			}
-			sel[t * K + k] = best;
-			tot += p[t * E + best];
-		}
-		for (int k = 0; k < K; k++) w[t * K + k] = p[t * E + sel[t * K + k]] / tot;
+	constexpr int NE = (E + 31) / 32; /* a lane's experts */
+	static_assert(NE <= 32, "a lane's experts are the bits of one word");
+	__shared__ float cv[2][MOE_RT];
+	__shared__ int ci[2][MOE_RT];
+	int lane = (int)threadIdx.x % 32, w0 = (int)threadIdx.x - lane;
+	long t = (long)blockIdx.x * (MOE_RT / 32) + (int)threadIdx.x / 32;
+	bool on = t < rows; /* every warp meets the barriers */
+	const real *lg = logit + (on ? t : 0) * E;
+	float m = -INFINITY;
+	for (int e = lane; on && e < E; e += 32) m = fmaxf(m, ld(lg[e]));
+	cv[0][threadIdx.x] = m;
+	__syncthreads();
+	for (int l = 0; l < 32; l++) m = fmaxf(m, cv[0][w0 + l]);
+	if (on && lane == 0) {
+		float s = 0.f;
+		for (int e = 0; e < E; e++) s += expf(ld(lg[e]) - m);
+		cv[1][threadIdx.x] = s;
 	}
+	__syncthreads();
+	float s = cv[1][w0], pe[NE];
+	unsigned taken = 0;
+	for (int j = 0; j < NE; j++) {
+		int e = lane + 32 * j;
+		pe[j] = on && e < E ? expf(ld(lg[e]) - m) / s : 0.f;
+		if (on && e < E) p[t * E + e] = pe[j];
+	}
+	float tot = 0.f;
+	for (int k = 0; k < K; k++) {
+		int best = -1, b = k & 1;
+		float pb = 0.f;
+		for (int j = 0; j < NE; j++) {
+			int e = lane + 32 * j;
+			if (e < E && !(taken >> j & 1) && (best < 0 || pe[j] > pb)) best = e, pb = pe[j];
+		}
+		cv[b][threadIdx.x] = pb; /* last read before the previous barrier */
+		ci[b][threadIdx.x] = best;
+		__syncthreads();
+		best = -1;
+		for (int l = 0; l < 32; l++) {
+			int e = ci[b][w0 + l];
+			float v = cv[b][w0 + l];
+			if (e >= 0 && (best < 0 || v > pb || (v == pb && e < best))) best = e, pb = v;
+		}
+		if (best % 32 == lane)
+			taken |= 1u << (best / 32);
+		if (on && lane == 0) {
+			sel[t * K + k] = best;
+			tot += pb;
+		}
+	}
+	if (on && lane == 0)
+		for (int k = 0; k < K; k++) w[t * K + k] = p[t * E + sel[t * K + k]] / tot;
 }
 
 /* The routing layout, a stable counting sort of the pairs i = t K + k by

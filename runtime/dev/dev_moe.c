@@ -109,9 +109,9 @@ int dev_moe_sizes(const rt_shape *s, size_t esz, rt_sizes *sz)
 }
 
 /* cuda_lib.cu's constants, which the launches must match: the grouped
- * GEMMs' tile (GM_BM = GM_BN) and block (GM_THREADS), the layout's block
- * (MOE_LT). */
-enum { GM_TILE = 64, GM_THREADS = 128, MOE_LT = 256 };
+ * GEMMs' tile (GM_BM = GM_BN) and block (GM_THREADS), the routing's block
+ * (MOE_RT, a warp per token) and the layout's (MOE_LT). */
+enum { GM_TILE = 64, GM_THREADS = 128, MOE_RT = 256, MOE_LT = 256 };
 
 static int64_t tiles(int64_t n)
 {
@@ -152,7 +152,8 @@ int dev_moe_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 	if (!rc)
 		rc = dev_proj(d, T, H, E, m.u, H, dev_param(d, L, MOE_ROUTER), 0.f, m.logit, E);
 	if (!rc)
-		rc = dev_each(d, L, "%s_F_route", T, (void *[]){&m.logit, &m.p, &m.w, &m.sel});
+		rc = dev_run(d, L, "%s_F_route", (unsigned)((T + MOE_RT / 32 - 1) / (MOE_RT / 32)), MOE_RT,
+		             (void *[]){&m.logit, &m.p, &m.w, &m.sel});
 	if (!rc)
 		rc = dev_run(d, L, "%s_F_layout", 1, MOE_LT, (void *[]){&m.sel, &m.off, &m.slot, &m.rowtok});
 	if (!rc)

@@ -457,11 +457,15 @@ START_TEST(test_mma)
 }
 END_TEST
 
-/* The MoE layout (moe_F_layout, a counting sort in one block) against the
- * serial one: expert e's rows off[e]..off[e+1], its pairs (t, k) in
- * ascending order, bit for bit.  T K = 2000 pairs over 64 experts (fewer
- * chunks than threads, the last one short), some experts without any. */
-START_TEST(test_moe_layout)
+/* The MoE routing (moe_F_route, a warp per token) against one thread's
+ * loop, p, sel and w bit for bit, on logits with many ties (multiples of
+ * 1/4: ties go to the lower expert); and the layout (moe_F_layout, a
+ * counting sort in one block) against the serial one: expert e's rows
+ * off[e]..off[e+1], its pairs (t, k) in ascending order, bit for bit.
+ * T K = 2000 pairs over 64 experts (fewer chunks than threads, the last
+ * one short; 250 tokens, the last block's warps partly past them), some
+ * experts without any. */
+START_TEST(test_moe_route_layout)
 {
 	const rt_layer_desc desc = {.kind = RT_MOE, .hidden = 16, .seq = 50, .mbs = 5, .experts = 64,
 	                            .top_k = 8, .expert_ffn = 16};
@@ -475,7 +479,45 @@ START_TEST(test_moe_layout)
 	int rc = dev_emu_add_source(d, cg_cuda_module_name(&desc, src, a), src, OCTO_CXX, workdir);
 	ck_assert_msg(rc == RT_OK, "%s", d->err);
 	static int32_t sel[N], off[E + 1], slot[N], rowtok[N], woff[E + 1], wslot[N], wrow[N];
+	static float lg[T * E], p[T * E], w[N], wp[T * E], ww[N];
+	static int32_t wsel[N];
 	uint32_t x = 12345;
+	for (int i = 0; i < T * E; i++) {
+		x = x * 1103515245u + 12345u;
+		lg[i] = (float)((int)((x >> 16) % 13) - 6) / 4;
+	}
+	for (int t = 0; t < T; t++) {
+		const float *l = lg + t * E;
+		float m = -INFINITY, sum = 0.f, tot = 0.f;
+		for (int e = 0; e < E; e++)
+			m = fmaxf(m, l[e]);
+		for (int e = 0; e < E; e++)
+			sum += expf(l[e] - m);
+		for (int e = 0; e < E; e++)
+			wp[t * E + e] = expf(l[e] - m) / sum;
+		for (int k = 0; k < K; k++) {
+			int best = -1;
+			for (int e = 0; e < E; e++) {
+				bool taken = false;
+				for (int kk = 0; kk < k; kk++)
+					taken |= wsel[t * K + kk] == e;
+				if (!taken && (best < 0 || wp[t * E + e] > wp[t * E + best]))
+					best = e;
+			}
+			wsel[t * K + k] = best;
+			tot += wp[t * E + best];
+		}
+		for (int k = 0; k < K; k++)
+			ww[t * K + k] = wp[t * E + wsel[t * K + k]] / tot;
+	}
+	float *pl0 = lg, *pp = p, *pw = w;
+	int32_t *psel = sel;
+	rc = d->ops->launch(d, 0, "moe_F_route", (T + 7) / 8, 256, (void *[]){&pl0, &pp, &pw, &psel});
+	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	ck_assert_int_eq(memcmp(p, wp, sizeof p), 0);
+	ck_assert_int_eq(memcmp(sel, wsel, sizeof sel), 0);
+	ck_assert_int_eq(memcmp(w, ww, sizeof w), 0);
+
 	for (int i = 0; i < N; i++) {
 		x = x * 1103515245u + 12345u;
 		int e = (int)((x >> 16) % 61); /* experts 61..63 empty */
@@ -803,7 +845,7 @@ static Suite *emu_suite(void)
 	tcase_add_test(tc, test_gemm_bf16);
 	tcase_add_test(tc, test_gemm_sb);
 	tcase_add_test(tc, test_mma);
-	tcase_add_test(tc, test_moe_layout);
+	tcase_add_test(tc, test_moe_route_layout);
 	tcase_add_test(tc, test_mlp_module);
 	tcase_add_test(tc, test_conditional_entries);
 	tcase_add_loop_test(tc, test_decay_device, 0, 2);
