@@ -113,9 +113,9 @@ static const char ENTRY_FFN[] =
     "{ ffn_act_b<ACT, GATED>(dh, a, b, da, db, n); }\n";
 
 static const char ENTRY_MOE[] =
-    "OCTO_KERNEL void moe_F_route(const real *logit, float *p, float *w, int *sel)\n"
+    "OCTO_KERNEL_THREADS(MOE_RT) void moe_F_route(const real *logit, float *p, float *w, int *sel)\n"
     "{ moe_route<E, K>(logit, p, w, sel, T); }\n"
-    "OCTO_KERNEL_THREADS(1) void moe_F_layout(const int *sel, int *off, int *slot, int *rowtok)\n"
+    "OCTO_KERNEL_THREADS(MOE_LT) void moe_F_layout(const int *sel, int *off, int *slot, int *rowtok)\n"
     "{ moe_layout<E, K>(sel, off, slot, rowtok, T); }\n"
     "OCTO_KERNEL void moe_F_gather(const real *u, const int *rowtok, real *X)\n"
     "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n"
@@ -126,7 +126,22 @@ static const char ENTRY_MOE[] =
     "OCTO_KERNEL void moe_B_scatter(const int *slot, const float *dX, const float *acc, real *du)\n"
     "{ moe_scatter_b<H, K>(slot, dX, acc, du, T); }\n"
     "OCTO_KERNEL void moe_W_gather(const real *u, const int *rowtok, real *X)\n"
-    "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n";
+    "{ gather_rows<H>(u, rowtok, X, (long)T * K); }\n"
+    /* The experts' grouped GEMMs (moe_gmm): F's a, b = X w1_e, X wu_e and
+     * Y = h wd_e; B's dh = dY wd_e^T and dX (f32) = da w1_e^T (+ db wu_e^T);
+     * W's dw1_e, dwu_e += X^T da, X^T db and dwd_e += h^T dY. */
+    "OCTO_KERNEL_THREADS(GM_THREADS) void moe_F_up(const int *off, const real *X, const real *w, void *a, int beta)\n"
+    "{ moe_gmm<E, FFN, H, false, false>(off, X, w, a, beta, (long)T * K); }\n"
+    "OCTO_KERNEL_THREADS(GM_THREADS) void moe_F_down(const int *off, const real *h, const real *w, void *Y, int beta)\n"
+    "{ moe_gmm<E, H, FFN, false, false>(off, h, w, Y, beta, (long)T * K); }\n"
+    "OCTO_KERNEL_THREADS(GM_THREADS) void moe_B_dh(const int *off, const real *dY, const real *w, void *dh, int beta)\n"
+    "{ moe_gmm<E, FFN, H, true, false>(off, dY, w, dh, beta, (long)T * K); }\n"
+    "OCTO_KERNEL_THREADS(GM_THREADS) void moe_B_dx(const int *off, const real *d, const real *w, void *dX, int beta)\n"
+    "{ moe_gmm<E, H, FFN, true, true>(off, d, w, dX, beta, (long)T * K); }\n"
+    "OCTO_KERNEL_THREADS(GM_THREADS) void moe_W_dw(const int *off, const real *X, const real *d, float *g)\n"
+    "{ moe_gmm_w<E, H, FFN>(off, X, d, g, (long)T * K); }\n"
+    "OCTO_KERNEL_THREADS(GM_THREADS) void moe_W_dwd(const int *off, const real *h, const real *dY, float *g)\n"
+    "{ moe_gmm_w<E, FFN, H>(off, h, dY, g, (long)T * K); }\n";
 
 /* shared_gate only: the shared experts' output times sigmoid(u . gate). */
 static const char ENTRY_MOE_SGATE[] =

@@ -4,7 +4,8 @@
  * codegen/cuda_kernels.c prepends the constants of one layer (OCTO_BF16, T,
  * H, ...) and appends the extern "C" kernels of that layer kind, which call
  * these templates with the widths baked in; NVRTC compiles the result.
- * Matrix products are not here: they run through cuBLAS.
+ * Matrix products run through cuBLAS, but for the MoE experts' grouped GEMMs
+ * (moe_gmm, on the warp tile products).
  *
  * Storage: activations and parameters are `real` (f32, or bf16 kept as its
  * 16 bits), weight gradients and per-row statistics f32; arithmetic is f32.
@@ -538,49 +539,118 @@ __device__ void head_dz(real *z, const float *lse, const int *tgt, float dscale,
 
 /* ---- mixture of experts: routing ---- */
 
-/* Row kernel (one thread per row t): p = softmax(logits), top-K with ties to
- * the lower index, renormalised weights w. */
+/* p = softmax(logits), top-K with ties to the lower index, renormalised
+ * weights w: one warp per token, MOE_RT / 32 tokens a block of MOE_RT
+ * threads (grid: ceil(rows / (MOE_RT / 32))).  Lane l takes experts l,
+ * l + 32, ...; the max and each top-k pick combine the lanes' candidates
+ * through shared memory (one barrier each: a pick's buffer alternates), and
+ * the softmax's sum and the weights' total run in ascending order on lane
+ * 0, so the results are those of one thread per token, bit for bit. */
+enum { MOE_RT = 256 };
 template <int E, int K>
 __device__ void moe_route(const real *logit, float *p, float *w, int *sel, long rows)
 {
-	EACH(t, rows) {
-		float m = -INFINITY, s = 0.f;
-		for (int e = 0; e < E; e++) m = fmaxf(m, ld(logit[t * E + e]));
-		for (int e = 0; e < E; e++) s += expf(ld(logit[t * E + e]) - m);
-		for (int e = 0; e < E; e++) p[t * E + e] = expf(ld(logit[t * E + e]) - m) / s;
-		float tot = 0.f;
-		for (int k = 0; k < K; k++) {
-			int best = -1;
-			for (int e = 0; e < E; e++) {
-				bool taken = false;
-				for (int kk = 0; kk < k; kk++) taken |= sel[t * K + kk] == e;
-				if (!taken && (best < 0 || p[t * E + e] > p[t * E + best])) best = e;
-			}
-			sel[t * K + k] = best;
-			tot += p[t * E + best];
-		}
-		for (int k = 0; k < K; k++) w[t * K + k] = p[t * E + sel[t * K + k]] / tot;
+	constexpr int NE = (E + 31) / 32; /* a lane's experts */
+	static_assert(NE <= 32, "a lane's experts are the bits of one word");
+	__shared__ float cv[2][MOE_RT];
+	__shared__ int ci[2][MOE_RT];
+	int lane = (int)threadIdx.x % 32, w0 = (int)threadIdx.x - lane;
+	long t = (long)blockIdx.x * (MOE_RT / 32) + (int)threadIdx.x / 32;
+	bool on = t < rows; /* every warp meets the barriers */
+	const real *lg = logit + (on ? t : 0) * E;
+	float m = -INFINITY;
+	for (int e = lane; on && e < E; e += 32) m = fmaxf(m, ld(lg[e]));
+	cv[0][threadIdx.x] = m;
+	__syncthreads();
+	for (int l = 0; l < 32; l++) m = fmaxf(m, cv[0][w0 + l]);
+	if (on && lane == 0) {
+		float s = 0.f;
+		for (int e = 0; e < E; e++) s += expf(ld(lg[e]) - m);
+		cv[1][threadIdx.x] = s;
 	}
+	__syncthreads();
+	float s = cv[1][w0], pe[NE];
+	unsigned taken = 0;
+	for (int j = 0; j < NE; j++) {
+		int e = lane + 32 * j;
+		pe[j] = on && e < E ? expf(ld(lg[e]) - m) / s : 0.f;
+		if (on && e < E) p[t * E + e] = pe[j];
+	}
+	float tot = 0.f;
+	for (int k = 0; k < K; k++) {
+		int best = -1, b = k & 1;
+		float pb = 0.f;
+		for (int j = 0; j < NE; j++) {
+			int e = lane + 32 * j;
+			if (e < E && !(taken >> j & 1) && (best < 0 || pe[j] > pb)) best = e, pb = pe[j];
+		}
+		cv[b][threadIdx.x] = pb; /* last read before the previous barrier */
+		ci[b][threadIdx.x] = best;
+		__syncthreads();
+		best = -1;
+		for (int l = 0; l < 32; l++) {
+			int e = ci[b][w0 + l];
+			float v = cv[b][w0 + l];
+			if (e >= 0 && (best < 0 || v > pb || (v == pb && e < best))) best = e, pb = v;
+		}
+		if (best % 32 == lane)
+			taken |= 1u << (best / 32);
+		if (on && lane == 0) {
+			sel[t * K + k] = best;
+			tot += pb;
+		}
+	}
+	if (on && lane == 0)
+		for (int k = 0; k < K; k++) w[t * K + k] = p[t * E + sel[t * K + k]] / tot;
 }
 
-/* The routing layout (one thread, deterministic): expert e owns rows
- * off[e]..off[e+1], pairs in ascending token order.  One pass over the
- * pairs, O(T K + E): while placing, off[e] is expert e's next free row, so
- * it ends at the start of e + 1 and is shifted back. */
+/* The routing layout, a stable counting sort of the pairs i = t K + k by
+ * expert (one block of MOE_LT threads): expert e owns rows off[e]..off[e+1],
+ * its pairs in ascending i, as the CPU's kernel places them.  The pairs
+ * fall into NC contiguous chunks, one a thread; the counts per (expert,
+ * chunk), scanned in (expert, chunk) order, give each chunk its first row
+ * for each expert, and a second walk of the chunks places the pairs.
+ * O(T K / NC + E) a thread; NC = MOE_LT, fewer when the counts would not
+ * fit 32 KB of shared memory (E > 32). */
+enum { MOE_LT = 256 };
 template <int E, int K>
 __device__ void moe_layout(const int *sel, int *off, int *slot, int *rowtok, long rows)
 {
-	if (blockIdx.x || threadIdx.x) return;
-	for (int e = 0; e <= E; e++) off[e] = 0;
-	for (long i = 0; i < rows * K; i++) off[sel[i] + 1]++;
-	for (int e = 0; e < E; e++) off[e + 1] += off[e];
-	for (long i = 0; i < rows * K; i++) {
-		int r = off[sel[i]]++;
+	constexpr int NC = E * MOE_LT <= 8192 ? MOE_LT : 8192 / E > 0 ? 8192 / E : 1;
+	constexpr int S = (E * NC + MOE_LT - 1) / MOE_LT; /* a thread's share of the scan */
+	__shared__ int cnt[E * NC], part[MOE_LT];
+	long n = rows * K, len = (n + NC - 1) / NC;
+	int c = (int)threadIdx.x;
+	long i0 = c * len, i1 = c < NC && (c + 1) * len < n ? (c + 1) * len : c < NC ? n : 0;
+	for (int x = c; x < E * NC; x += MOE_LT) cnt[x] = 0;
+	__syncthreads();
+	for (long i = i0; i < i1; i++) cnt[sel[i] * NC + c]++;
+	__syncthreads();
+	int a = 0;
+	for (int x = c * S; x < (c + 1) * S && x < E * NC; x++) a += cnt[x];
+	part[c] = a;
+	__syncthreads();
+	if (c == 0)
+		for (int j = 0, s = 0; j < MOE_LT; j++) {
+			int v = part[j];
+			part[j] = s;
+			s += v;
+		}
+	__syncthreads();
+	a = part[c];
+	for (int x = c * S; x < (c + 1) * S && x < E * NC; x++) {
+		int v = cnt[x];
+		cnt[x] = a;
+		a += v;
+	}
+	__syncthreads();
+	for (int e = c; e <= E; e += MOE_LT) off[e] = e < E ? cnt[e * NC] : (int)n;
+	__syncthreads();
+	for (long i = i0; i < i1; i++) {
+		int r = cnt[sel[i] * NC + c]++;
 		slot[i] = r;
 		rowtok[r] = (int)(i / K);
 	}
-	for (int e = E; e > 0; e--) off[e] = off[e - 1];
-	off[0] = 0;
 }
 
 /* X[row] = u[rowtok[row]]. */
@@ -674,6 +744,148 @@ __device__ void moe_scatter_b(const int *slot, const float *dX, const float *acc
 		for (int k = 0; k < K; k++) s += dX[(long)slot[t * K + k] * H + i % H];
 		du[i] = st(s);
 	}
+}
+
+/* ---- mixture of experts: the experts as grouped GEMMs ----
+ * Expert e owns rows off[e]..off[e+1] of the gathered buffers; off stays on
+ * the device, so the host launches every expert's product at once, with a
+ * grid sized by a bound it knows.  A block of GM_THREADS threads (4 warps)
+ * computes a GM_BM x GM_BN tile, warp w its rows 16w..16w+15, with the warp
+ * tile products above, over K in steps of GM_BK staged in shared memory:
+ * zero beyond the edges (partial tiles, odd widths) and at the alignment
+ * and leading dimensions the tensor cores ask for, whatever the layout in
+ * global memory.  Each block writes its own tile once (no atomics), and a
+ * weight gradient's block sums its expert's rows in ascending order, so the
+ * results are deterministic. */
+enum { GM_BM = 64, GM_BN = 64, GM_BK = 32, GM_THREADS = 128, GM_LDA = GM_BK + 16,
+       GM_LDB = GM_BN + 16 };
+
+/* The block's tile of sums over k < kn of a(i, k) b(k, j) into acc[0..3]:
+ * a(i, k) = A[i*lda + k] (ACOL: A[k*lda + i]) for i < am, b(k, j) =
+ * B[k*ldb + j] (BCOL: B[j*ldb + k]) for j < bn, 0 elsewhere.  The threads
+ * stage along the contiguous dimension of each. */
+template <bool ACOL, bool BCOL>
+__device__ __forceinline__ void gmm_tile(mma_acc *acc, long kn, const real *A, long lda, int am,
+                                         const real *B, long ldb, int bn)
+{
+	alignas(32) __shared__ real As[GM_BM * GM_LDA];
+	alignas(32) __shared__ real Bs[GM_BK * GM_LDB];
+	int w = (int)threadIdx.x / 32;
+#pragma unroll
+	for (int c = 0; c < 4; c++) mma_zero(acc[c]);
+	for (long k0 = 0; k0 < kn; k0 += GM_BK) {
+		int kb = kn - k0 < GM_BK ? (int)(kn - k0) : GM_BK;
+		for (int x = (int)threadIdx.x; x < GM_BM * GM_BK; x += GM_THREADS) {
+			int i = ACOL ? x % GM_BM : x / GM_BK, k = ACOL ? x / GM_BM : x % GM_BK;
+			As[i * GM_LDA + k] = i < am && k < kb ? A[ACOL ? (k0 + k) * lda + i : i * lda + k0 + k]
+			                                      : (real)0;
+		}
+		for (int x = (int)threadIdx.x; x < GM_BK * GM_BN; x += GM_THREADS) {
+			int k = BCOL ? x % GM_BK : x / GM_BN, j = BCOL ? x / GM_BK : x % GM_BN;
+			Bs[k * GM_LDB + j] = j < bn && k < kb ? B[BCOL ? j * ldb + k0 + k : (k0 + k) * ldb + j]
+			                                      : (real)0;
+		}
+		__syncthreads();
+		for (int kk = 0; kk < kb; kk += 16) {
+			mma_a a;
+			mma_load_a<false>(a, As + 16 * w * GM_LDA + kk, GM_LDA);
+#pragma unroll
+			for (int c = 0; c < 4; c++) {
+				mma_b b;
+				mma_load_b<false>(b, Bs + kk * GM_LDB + 16 * c, GM_LDB);
+				mma_run<false, false>(acc[c], a, b);
+			}
+		}
+		__syncthreads();
+	}
+}
+
+/* The tile's sums to out(i, j, v) for i < m, j < n, through shared memory
+ * (in bf16 the accumulators are the tensor cores' fragments). */
+template <class OUT>
+__device__ __forceinline__ void gmm_out(const mma_acc *acc, int m, int n, OUT out)
+{
+	alignas(32) __shared__ float Cs[GM_BM * GM_BN];
+	int w = (int)threadIdx.x / 32;
+#pragma unroll
+	for (int c = 0; c < 4; c++) mma_store(Cs + 16 * w * GM_BN + 16 * c, acc[c], GM_BN);
+	__syncthreads();
+	for (int x = (int)threadIdx.x; x < GM_BM * GM_BN; x += GM_THREADS)
+		if (x / GM_BN < m && x % GM_BN < n) out(x / GM_BN, x % GM_BN, Cs[x]);
+}
+
+/* Expert e's rows [*r0, *r0 + *n) of `rows`, clamped to them: a corrupt off
+ * gives wrong rows, never an access outside the buffers. */
+__device__ __forceinline__ void moe_group(const int *off, int e, long rows, long *r0, long *n)
+{
+	long lo = off[e], hi = off[e + 1];
+	lo = lo < 0 ? 0 : lo > rows ? rows : lo;
+	hi = hi < lo ? lo : hi > rows ? rows : hi;
+	*r0 = lo;
+	*n = hi - lo;
+}
+
+/* The experts on their rows: C[r] = beta C[r] + A[r] W_e for off[e] <= r <
+ * off[e+1], W_e the e-th [KD][N] matrix of W (BCOL: the transpose of its
+ * e-th [N][KD] one); C [rows][N] is `real` (rounded once), or f32 with F32.
+ * Grid: ((rows + GM_BM - 1) / GM_BM + E) (N + GM_BN - 1) / GM_BN blocks,
+ * which bounds the row tiles sum_e ceil(n_e / GM_BM) times the column
+ * tiles; a block takes row tile blockIdx.x / NT in expert order, column
+ * tile blockIdx.x % NT, and returns past the last.  Every block meets one
+ * barrier first (the emulator decides from the first block it runs whether
+ * a kernel has barriers). */
+template <int E, int N, int KD, bool BCOL, bool F32>
+__device__ void moe_gmm(const int *off, const real *A, const real *W, void *C, int beta, long rows)
+{
+	constexpr int NT = (N + GM_BN - 1) / GM_BN;
+	long t = blockIdx.x / NT, i0 = 0, m = 0, r0, n;
+	int e = 0, j0 = (int)(blockIdx.x % NT) * GM_BN;
+	for (long tiles = 0; e < E; e++) {
+		moe_group(off, e, rows, &r0, &n);
+		long nt = (n + GM_BM - 1) / GM_BM;
+		if (t < tiles + nt) {
+			i0 = r0 + (t - tiles) * GM_BM;
+			m = r0 + n - i0 < GM_BM ? r0 + n - i0 : GM_BM;
+			break;
+		}
+		tiles += nt;
+	}
+	__syncthreads();
+	if (m == 0)
+		return;
+	mma_acc acc[4];
+	const real *we = W + (long)e * KD * N;
+	gmm_tile<false, BCOL>(acc, KD, A + i0 * KD, KD, (int)m, we + (BCOL ? (long)j0 * KD : j0),
+	                      BCOL ? KD : N, N - j0);
+	gmm_out(acc, (int)m, N - j0, [&](int i, int j, float v) {
+		long at = (i0 + i) * N + j0 + j;
+		if (F32)
+			((float *)C)[at] = beta ? ((float *)C)[at] + v : v;
+		else
+			((real *)C)[at] = st(beta ? ld(((real *)C)[at]) + v : v);
+	});
+}
+
+/* The experts' weight gradients: G_e += A_e^T B_e, A_e [n_e][M] and B_e
+ * [n_e][N] expert e's rows of A and B, G_e the e-th [M][N] matrix of G (f32).
+ * Grid: E (M + GM_BM - 1) / GM_BM (N + GM_BN - 1) / GM_BN blocks, one an
+ * output tile, which sums the expert's rows in ascending order. */
+template <int E, int M, int N>
+__device__ void moe_gmm_w(const int *off, const real *A, const real *B, float *G, long rows)
+{
+	constexpr int MT = (M + GM_BM - 1) / GM_BM, NT = (N + GM_BN - 1) / GM_BN;
+	int e = (int)(blockIdx.x / (MT * NT)), i0 = (int)(blockIdx.x / NT % MT) * GM_BM;
+	int j0 = (int)(blockIdx.x % NT) * GM_BN;
+	long r0 = 0, n = 0;
+	if (e < E)
+		moe_group(off, e, rows, &r0, &n);
+	__syncthreads(); /* as moe_gmm's */
+	if (n == 0)
+		return;
+	mma_acc acc[4];
+	gmm_tile<true, false>(acc, n, A + r0 * M + i0, M, M - i0, B + r0 * N + j0, N, N - j0);
+	float *ge = G + (long)e * M * N;
+	gmm_out(acc, M - i0, N - j0, [&](int i, int j, float v) { ge[(long)(i0 + i) * N + j0 + j] += v; });
 }
 
 /* ---- Mamba: causal depthwise convolution over C channels of rows at stride LD ---- */

@@ -12,7 +12,7 @@
  *   W: dwd += h^T dY, dw1 += X^T da, dwu += X^T db.
  * The activations run on L's module ("%s_F_act", "%s_B_act") over m
  * elements at once, so that the moe runs them once over all its experts'
- * rows, between the per-expert GEMMs (the halves below). */
+ * rows, between its grouped GEMMs. */
 #ifndef OCTO_RT_DEV_FFN_H
 #define OCTO_RT_DEV_FFN_H
 
@@ -36,14 +36,10 @@ int dev_ffn_b(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const 
 int dev_ffn_w(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *X,
               const void *dY, const void *h, const void *da, const void *db, const dev_ffn_grad *g);
 
-/* Its halves, for the experts: F = up, act_f over every row, down (dev_proj);
- * B = dh (dev_proj_dx), act_b over every row, dx. */
-int dev_ffn_up(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *X, void *a,
-               void *b);
+/* The activations alone, for the experts (whose products are dev_moe.c's
+ * grouped GEMMs): once over all their rows. */
 int dev_ffn_act_f(rt_dev *d, const dev_layer *L, int64_t m, const void *a, const void *b, void *h);
 int dev_ffn_act_b(rt_dev *d, const dev_layer *L, int64_t m, const void *a, const void *b, void *h,
                   void *da, void *db);
-int dev_ffn_dx(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *da,
-               const void *db, float beta, float *dX);
 
 #endif

@@ -12,8 +12,8 @@
 
 /* ---- the feed-forward block ------------------------------------------------ */
 
-int dev_ffn_up(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *X, void *a,
-               void *b)
+static int ffn_up(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *X,
+                  void *a, void *b)
 {
 	int64_t H = L->s.H;
 	int rc = dev_proj(d, n, H, w->F, X, H, w->w1, 0.f, a, w->F);
@@ -36,8 +36,8 @@ int dev_ffn_act_b(rt_dev *d, const dev_layer *L, int64_t m, const void *a, const
 	return rc ? rc : dev_ffn_act_f(d, L, m, a, b, h);
 }
 
-int dev_ffn_dx(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *da,
-               const void *db, float beta, float *dX)
+static int ffn_dx(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const void *da,
+                  const void *db, float beta, float *dX)
 {
 	int64_t H = L->s.H;
 	int rc = dev_proj_dx_f32(d, n, H, w->F, da, w->F, w->w1, beta, dX, H);
@@ -50,7 +50,7 @@ int dev_ffn_f(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const 
               void *b, void *h, float beta, void *Y)
 {
 	int64_t H = L->s.H;
-	int rc = dev_ffn_up(d, L, n, w, X, a, b);
+	int rc = ffn_up(d, L, n, w, X, a, b);
 	if (!rc)
 		rc = dev_ffn_act_f(d, L, n * w->F, a, b, h);
 	if (!rc)
@@ -66,7 +66,7 @@ int dev_ffn_b(rt_dev *d, const dev_layer *L, int64_t n, const dev_ffn *w, const 
 	if (!rc)
 		rc = dev_ffn_act_b(d, L, n * w->F, a, b, h, da, db);
 	if (!rc)
-		rc = dev_ffn_dx(d, L, n, w, da, db, beta, dX);
+		rc = ffn_dx(d, L, n, w, da, db, beta, dX);
 	return rc;
 }
 

@@ -1,11 +1,17 @@
 /* dev_moe.c: the mixture of experts on the device (kernels_moe.inc's moe_*,
  * docs/layers.md): the router GEMM, routing and layout kernels, the experts
- * as per-expert GEMMs over their rows of the gathered buffers (the
+ * as grouped GEMMs over their rows of the gathered buffers (the
  * activations once over all rows), the shared experts as one MLP.
  *
- * The per-expert GEMMs need each expert's row count, which the device
- * computes (moe_F_layout's off): F, B and W wait for the device and copy
- * off[0..E] to the host before their expert loops.
+ * The layout (moe_F_layout, a stable counting sort by expert) leaves each
+ * expert's rows off[e]..off[e+1] on the device, and the grouped GEMMs
+ * (cuda_lib.cu's moe_gmm, moe_gmm_w) read them there: one launch runs a
+ * product for every expert, its grid sized by a bound the host knows (at
+ * most ceil(T K / 64) + E row tiles), so a MoE layer makes no host
+ * synchronisation and no copy to the host.  The layout is valid by
+ * construction (moe_route picks experts in [0, E)); the products clamp the
+ * rows they take to [0, T K], so that a corrupt one cannot reach outside
+ * the buffers.
  *
  * Stashes (`real` the storage type; TK = T K; Fb, SFb = F, SF when gated,
  * else 0):
@@ -24,8 +30,6 @@
  * pre-activation gradient); scratch z [T] (u . gate); then, in bf16 only,
  * scratch du32 [T][H] f32 (du's router and shared terms, which the
  * scatter adds to the experts' and rounds). */
-#include <stdlib.h>
-
 #include "dev_ffn.h"
 
 typedef struct moe_bufs {
@@ -104,26 +108,31 @@ int dev_moe_sizes(const rt_shape *s, size_t esz, rt_sizes *sz)
 	return RT_OK;
 }
 
-/* Row r0 of a [rows][w] buffer; NULL when w is 0 (b of a plain activation). */
-static void *row(const rt_dev *d, void *buf, int64_t r0, int64_t w)
+/* cuda_lib.cu's constants, which the launches must match: the grouped
+ * GEMMs' tile (GM_BM = GM_BN) and block (GM_THREADS), the routing's block
+ * (MOE_RT, a warp per token) and the layout's (MOE_LT). */
+enum { GM_TILE = 64, GM_THREADS = 128, MOE_RT = 256, MOE_LT = 256 };
+
+static int64_t tiles(int64_t n)
 {
-	return w ? dev_at(d, buf, r0 * w) : NULL;
+	return (n + GM_TILE - 1) / GM_TILE;
 }
 
-static dev_ffn moe_expert(const rt_dev *d, const dev_layer *L, int64_t e)
+/* C = beta C + A W_e on every expert's rows, N columns (moe_gmm: fn one of
+ * %s_F_up, _F_down, _B_dh, _B_dx); w the experts' first matrix. */
+static int moe_gmm(rt_dev *d, const dev_layer *L, const char *fn, int64_t N, const int32_t *off,
+                   const void *a, const void *w, void *c, int beta)
 {
-	int64_t HF = L->s.H * L->s.F;
-	return (dev_ffn){L->s.F, dev_at(d, dev_param(d, L, MOE_W1), e * HF),
-	                 L->s.gated ? dev_at(d, dev_param(d, L, MOE_WU), e * HF) : NULL,
-	                 dev_at(d, dev_param(d, L, MOE_WD), e * HF)};
+	int64_t grid = (tiles(L->s.T * L->s.K) + L->s.E) * tiles(N);
+	return dev_run(d, L, fn, (unsigned)grid, GM_THREADS, (void *[]){&off, &a, &w, &c, &beta});
 }
 
-static dev_ffn_grad moe_expert_grad(const dev_layer *L, int64_t e)
+/* G_e += A_e^T B_e, [M][N] each expert (moe_gmm_w: %s_W_dw, _W_dwd). */
+static int moe_gmm_w(rt_dev *d, const dev_layer *L, const char *fn, int64_t M, int64_t N,
+                     const int32_t *off, const void *a, const void *b, float *g)
 {
-	int64_t HF = L->s.H * L->s.F;
-	return (dev_ffn_grad){dev_grad(L, MOE_W1) + e * HF,
-	                      L->s.gated ? dev_grad(L, MOE_WU) + e * HF : NULL,
-	                      dev_grad(L, MOE_WD) + e * HF};
+	int64_t grid = L->s.E * tiles(M) * tiles(N);
+	return dev_run(d, L, fn, (unsigned)grid, GM_THREADS, (void *[]){&off, &a, &b, &g});
 }
 
 static dev_ffn moe_shared(const rt_dev *d, const dev_layer *L)
@@ -132,44 +141,21 @@ static dev_ffn moe_shared(const rt_dev *d, const dev_layer *L)
 	                 L->s.gated ? dev_param(d, L, MOE_SWU) : NULL, dev_param(d, L, MOE_SWD)};
 }
 
-/* The layout's off[0..E] (device) on the host, in *off (the caller frees
- * it), after the work queued so far; checked, as the expert loops index
- * the gathered buffers with it. */
-static int moe_off(rt_dev *d, const dev_layer *L, const int32_t *doff, int32_t **off)
-{
-	int64_t E = L->s.E, TK = L->s.T * L->s.K;
-	size_t bytes = (size_t)(E + 1) * sizeof(int32_t);
-	*off = malloc(bytes);
-	if (!*off)
-		return dev_fail(d, RT_ENOMEM, "moe layer: out of host memory for the routing layout");
-	int rc = d->ops->sync(d);
-	if (!rc)
-		rc = d->ops->copy(d, *off, doff, bytes, DEV_D2H);
-	if (rc)
-		return rc;
-	bool ok = (*off)[0] == 0 && (*off)[E] == TK;
-	for (int64_t e = 0; ok && e < E; e++)
-		ok = (*off)[e] <= (*off)[e + 1];
-	return ok ? RT_OK
-	          : dev_fail(d, RT_EINVAL, "moe layer: bad routing layout from the device "
-	                                   "(off[E] = %d, T*K = %lld)", (int)(*off)[E], (long long)TK);
-}
-
 int dev_moe_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 {
 	const rt_shape *s = &L->s;
 	moe_bufs m;
 	moe_bind(d, L, io, &m);
-	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K, Fb = s->gated ? F : 0;
-	int32_t *off = NULL;
+	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K;
 	void *y = io->y;
 	int rc = dev_norm_f(d, L, io->x, m.u, m.xhat, m.r);
 	if (!rc)
 		rc = dev_proj(d, T, H, E, m.u, H, dev_param(d, L, MOE_ROUTER), 0.f, m.logit, E);
 	if (!rc)
-		rc = dev_each(d, L, "%s_F_route", T, (void *[]){&m.logit, &m.p, &m.w, &m.sel});
+		rc = dev_run(d, L, "%s_F_route", (unsigned)((T + MOE_RT / 32 - 1) / (MOE_RT / 32)), MOE_RT,
+		             (void *[]){&m.logit, &m.p, &m.w, &m.sel});
 	if (!rc)
-		rc = dev_run(d, L, "%s_F_layout", 1, 1, (void *[]){&m.sel, &m.off, &m.slot, &m.rowtok});
+		rc = dev_run(d, L, "%s_F_layout", 1, MOE_LT, (void *[]){&m.sel, &m.off, &m.slot, &m.rowtok});
 	if (!rc)
 		rc = dev_each(d, L, "%s_F_gather", TK * H, (void *[]){&m.u, &m.rowtok, &m.xg});
 	/* y = x + shared(u) (times sigmoid(u . gate) with shared_gate) + the
@@ -187,25 +173,15 @@ int dev_moe_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 	if (!rc && s->sgate)
 		rc = dev_each(d, L, "%s_F_sgate", T * H, (void *[]){&m.sz, &m.so, &m.sg, &y});
 	if (!rc)
-		rc = moe_off(d, L, m.off, &off);
-	for (int64_t e = 0; !rc && e < E; e++) {
-		int64_t r0 = off[e], n = off[e + 1] - r0;
-		dev_ffn w = moe_expert(d, L, e);
-		if (n)
-			rc = dev_ffn_up(d, L, n, &w, row(d, m.xg, r0, H), row(d, m.a, r0, F),
-			                row(d, m.b, r0, Fb));
-	}
+		rc = moe_gmm(d, L, "%s_F_up", F, m.off, m.xg, dev_param(d, L, MOE_W1), m.a, 0);
+	if (!rc && s->gated)
+		rc = moe_gmm(d, L, "%s_F_up", F, m.off, m.xg, dev_param(d, L, MOE_WU), m.b, 0);
 	if (!rc)
 		rc = dev_ffn_act_f(d, L, TK * F, m.a, m.b, m.xh);
-	for (int64_t e = 0; !rc && e < E; e++) {
-		int64_t r0 = off[e], n = off[e + 1] - r0;
-		dev_ffn w = moe_expert(d, L, e);
-		if (n)
-			rc = dev_proj(d, n, F, H, row(d, m.xh, r0, F), F, w.wd, 0.f, row(d, m.ye, r0, H), H);
-	}
+	if (!rc)
+		rc = moe_gmm(d, L, "%s_F_down", H, m.off, m.xh, dev_param(d, L, MOE_WD), m.ye, 0);
 	if (!rc)
 		rc = dev_each(d, L, "%s_F_combine", T * H, (void *[]){&m.w, &m.slot, &m.ye, &y});
-	free(off);
 	return rc;
 }
 
@@ -215,9 +191,8 @@ int dev_moe_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	const rt_shape *s = &L->s;
 	moe_bufs m;
 	moe_bind(d, L, io, &m);
-	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K, Fb = s->gated ? F : 0;
+	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K;
 	size_t bytes = (size_t)(T * H) * dev_esz(d);
-	int32_t *off = NULL;
 	int rc = d->ops->copy(d, m.dy, io->dy, bytes, DEV_D2D);
 	if (!rc)
 		rc = d->ops->copy(d, m.wxhat, m.xhat, bytes, DEV_D2D);
@@ -231,23 +206,14 @@ int dev_moe_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 		rc = dev_each(d, L, "%s_B_route", T,
 		              (void *[]){&m.dy, &m.ye, &m.p, &m.w, &m.sel, &m.slot, &m.dyg, &m.dr});
 	if (!rc)
-		rc = moe_off(d, L, m.off, &off);
-	for (int64_t e = 0; !rc && e < E; e++) {
-		int64_t r0 = off[e], n = off[e + 1] - r0;
-		dev_ffn w = moe_expert(d, L, e);
-		if (n)
-			rc = dev_proj_dx(d, n, F, H, row(d, m.dyg, r0, H), H, w.wd, 0.f, row(d, m.da, r0, F),
-			                 F);
-	}
+		rc = moe_gmm(d, L, "%s_B_dh", F, m.off, m.dyg, dev_param(d, L, MOE_WD), m.da, 0);
 	if (!rc)
 		rc = dev_ffn_act_b(d, L, TK * F, m.a, m.b, m.h, m.da, m.db);
-	for (int64_t e = 0; !rc && e < E; e++) {
-		int64_t r0 = off[e], n = off[e + 1] - r0;
-		dev_ffn w = moe_expert(d, L, e);
-		if (n)
-			rc = dev_ffn_dx(d, L, n, &w, row(d, m.da, r0, F), row(d, m.db, r0, Fb), 0.f,
-			                m.dxg + r0 * H);
-	}
+	/* The experts' dX in f32: the gate's and up's terms summed there. */
+	if (!rc)
+		rc = moe_gmm(d, L, "%s_B_dx", H, m.off, m.da, dev_param(d, L, MOE_W1), m.dxg, 0);
+	if (!rc && s->gated)
+		rc = moe_gmm(d, L, "%s_B_dx", H, m.off, m.db, dev_param(d, L, MOE_WU), m.dxg, 1);
 	/* du = dr router^T + shared_B(dy, or g dy with the gate) + sdz gate^T
 	 * + the experts' dX, in that order, summed in f32 and rounded once (by
 	 * the scatter, which adds the experts' rows). */
@@ -267,7 +233,6 @@ int dev_moe_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 		rc = dev_each(d, L, "%s_B_scatter", T * H, (void *[]){&m.slot, &m.dxg, &acc, &m.du});
 	if (!rc)
 		rc = dev_norm_b(d, L, m.du, m.xhat, m.r, m.dy, io->dx);
-	free(off);
 	return rc;
 }
 
@@ -276,8 +241,7 @@ int dev_moe_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 	const rt_shape *s = &L->s;
 	moe_bufs m;
 	moe_bind(d, L, io, &m);
-	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K, Fb = s->gated ? F : 0;
-	int32_t *off = NULL;
+	int64_t T = s->T, H = s->H, E = s->E, F = s->F, TK = T * s->K;
 	int rc = dev_norm_scale(d, L, m.wxhat, m.u);
 	if (!rc)
 		rc = dev_norm_w(d, L, m.du, m.wxhat);
@@ -286,15 +250,11 @@ int dev_moe_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 	if (!rc)
 		rc = dev_each(d, L, "%s_W_gather", TK * H, (void *[]){&m.u, &m.wrowtok, &m.xg});
 	if (!rc)
-		rc = moe_off(d, L, m.woff, &off);
-	for (int64_t e = 0; !rc && e < E; e++) {
-		int64_t r0 = off[e], n = off[e + 1] - r0;
-		dev_ffn w = moe_expert(d, L, e);
-		dev_ffn_grad g = moe_expert_grad(L, e);
-		if (n)
-			rc = dev_ffn_w(d, L, n, &w, row(d, m.xg, r0, H), row(d, m.dyg, r0, H),
-			               row(d, m.h, r0, F), row(d, m.da, r0, F), row(d, m.db, r0, Fb), &g);
-	}
+		rc = moe_gmm_w(d, L, "%s_W_dwd", F, H, m.woff, m.h, m.dyg, dev_grad(L, MOE_WD));
+	if (!rc)
+		rc = moe_gmm_w(d, L, "%s_W_dw", H, F, m.woff, m.xg, m.da, dev_grad(L, MOE_W1));
+	if (!rc && s->gated)
+		rc = moe_gmm_w(d, L, "%s_W_dw", H, F, m.woff, m.xg, m.db, dev_grad(L, MOE_WU));
 	if (!rc && s->SF) {
 		dev_ffn sw = moe_shared(d, L);
 		dev_ffn_grad sg = {dev_grad(L, MOE_SW1), s->gated ? dev_grad(L, MOE_SWU) : NULL,
@@ -303,6 +263,5 @@ int dev_moe_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 	}
 	if (!rc && s->sgate)
 		rc = dev_proj_dw(d, T, H, 1, m.u, H, m.sdz, 1, dev_grad(L, MOE_SGATE));
-	free(off);
 	return rc;
 }

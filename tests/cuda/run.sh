@@ -27,7 +27,7 @@ declare -A ENTRIES=(
 	[head]="head_F_norm head_F_lse head_F_loss head_B_dz head_B_norm head_W_scale head_W_norm"
 	[attention]="attention_F_norm attention_F_rope attention_F_core attention_B_core_q attention_B_core_kv attention_B_rope attention_B_norm attention_W_norm"
 	[mlp]="mlp_F_norm mlp_F_act mlp_B_act mlp_B_norm mlp_W_scale mlp_W_norm"
-	[moe]="moe_F_route moe_F_layout moe_F_gather moe_F_combine moe_F_act moe_B_route moe_B_act moe_B_scatter moe_W_gather moe_W_norm"
+	[moe]="moe_F_route moe_F_layout moe_F_gather moe_F_up moe_F_down moe_F_combine moe_F_act moe_B_route moe_B_dh moe_B_act moe_B_dx moe_B_scatter moe_W_gather moe_W_dw moe_W_dwd moe_W_norm"
 	[mamba]="mamba_F_conv mamba_F_dt mamba_B_dt mamba_B_dcv mamba_B_xpre mamba_B_conv mamba_W_conv mamba_W_alog mamba_W_dtbias"
 )
 # Each version's scan: Mamba-2's chunked SSD (with the gated norm), Mamba-1's

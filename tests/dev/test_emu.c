@@ -457,6 +457,94 @@ START_TEST(test_mma)
 }
 END_TEST
 
+/* The MoE routing (moe_F_route, a warp per token) against one thread's
+ * loop, p, sel and w bit for bit, on logits with many ties (multiples of
+ * 1/4: ties go to the lower expert); and the layout (moe_F_layout, a
+ * counting sort in one block) against the serial one: expert e's rows
+ * off[e]..off[e+1], its pairs (t, k) in ascending order, bit for bit.
+ * T K = 2000 pairs over 64 experts (fewer chunks than threads, the last
+ * one short; 250 tokens, the last block's warps partly past them), some
+ * experts without any. */
+START_TEST(test_moe_route_layout)
+{
+	const rt_layer_desc desc = {.kind = RT_MOE, .hidden = 16, .seq = 50, .mbs = 5, .experts = 64,
+	                            .top_k = 8, .expert_ffn = 16};
+	enum { T = 250, K = 8, E = 64, N = T * K };
+	ck_assert_int_eq(rt_layer_check(&desc), RT_OK);
+	arena *a = arena_new();
+	char *src = cg_cuda_emu_source(&desc, false, DEV_EMU_TABLE, a);
+	ck_assert_ptr_nonnull(src);
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
+	int rc = dev_emu_add_source(d, cg_cuda_module_name(&desc, src, a), src, OCTO_CXX, workdir);
+	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	static int32_t sel[N], off[E + 1], slot[N], rowtok[N], woff[E + 1], wslot[N], wrow[N];
+	static float lg[T * E], p[T * E], w[N], wp[T * E], ww[N];
+	static int32_t wsel[N];
+	uint32_t x = 12345;
+	for (int i = 0; i < T * E; i++) {
+		x = x * 1103515245u + 12345u;
+		lg[i] = (float)((int)((x >> 16) % 13) - 6) / 4;
+	}
+	for (int t = 0; t < T; t++) {
+		const float *l = lg + t * E;
+		float m = -INFINITY, sum = 0.f, tot = 0.f;
+		for (int e = 0; e < E; e++)
+			m = fmaxf(m, l[e]);
+		for (int e = 0; e < E; e++)
+			sum += expf(l[e] - m);
+		for (int e = 0; e < E; e++)
+			wp[t * E + e] = expf(l[e] - m) / sum;
+		for (int k = 0; k < K; k++) {
+			int best = -1;
+			for (int e = 0; e < E; e++) {
+				bool taken = false;
+				for (int kk = 0; kk < k; kk++)
+					taken |= wsel[t * K + kk] == e;
+				if (!taken && (best < 0 || wp[t * E + e] > wp[t * E + best]))
+					best = e;
+			}
+			wsel[t * K + k] = best;
+			tot += wp[t * E + best];
+		}
+		for (int k = 0; k < K; k++)
+			ww[t * K + k] = wp[t * E + wsel[t * K + k]] / tot;
+	}
+	float *pl0 = lg, *pp = p, *pw = w;
+	int32_t *psel = sel;
+	rc = d->ops->launch(d, 0, "moe_F_route", (T + 7) / 8, 256, (void *[]){&pl0, &pp, &pw, &psel});
+	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	ck_assert_int_eq(memcmp(p, wp, sizeof p), 0);
+	ck_assert_int_eq(memcmp(sel, wsel, sizeof sel), 0);
+	ck_assert_int_eq(memcmp(w, ww, sizeof w), 0);
+
+	for (int i = 0; i < N; i++) {
+		x = x * 1103515245u + 12345u;
+		int e = (int)((x >> 16) % 61); /* experts 61..63 empty */
+		sel[i] = e < 30 ? e / 3 : e;   /* and 0..9 crowded */
+	}
+	memset(woff, 0, sizeof woff);
+	for (int i = 0; i < N; i++)
+		woff[sel[i] + 1]++;
+	for (int e = 0; e < E; e++)
+		woff[e + 1] += woff[e];
+	int next[E];
+	memcpy(next, woff, sizeof next);
+	for (int i = 0; i < N; i++) {
+		wslot[i] = next[sel[i]]++;
+		wrow[wslot[i]] = i / K;
+	}
+	int32_t *ps = sel, *po = off, *pl = slot, *pr = rowtok;
+	rc = d->ops->launch(d, 0, "moe_F_layout", 1, 256, (void *[]){&ps, &po, &pl, &pr});
+	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	ck_assert_int_eq(memcmp(off, woff, sizeof off), 0);
+	ck_assert_int_eq(memcmp(slot, wslot, sizeof slot), 0);
+	ck_assert_int_eq(memcmp(rowtok, wrow, sizeof rowtok), 0);
+	d->ops->destroy(d);
+	arena_free(a);
+}
+END_TEST
+
 START_TEST(test_mlp_module)
 {
 	const rt_layer_desc desc = {.kind = RT_MLP, .hidden = 64, .seq = 8, .mbs = 2, .ffn = 128,
@@ -683,12 +771,19 @@ END_TEST
 static const dev_ops *ids_inner;
 static dev_ops ids_ops;
 static bool ids_counting;
-static int ids_h2d, ids_async;
+static int ids_h2d, ids_d2h, ids_sync, ids_async;
 
 static int ids_copy(rt_dev *d, void *dst, const void *src, size_t bytes, dev_dir dir)
 {
 	ids_h2d += ids_counting && dir == DEV_H2D;
+	ids_d2h += ids_counting && dir == DEV_D2H;
 	return ids_inner->copy(d, dst, src, bytes, dir);
+}
+
+static int ids_wait(rt_dev *d)
+{
+	ids_sync += ids_counting;
+	return ids_inner->sync(d);
 }
 
 static int ids_put(rt_dev *d, void *dst, const void *src, size_t bytes)
@@ -704,6 +799,7 @@ static void ids_attach(rt_ctx *c, const rt_layer_spec *L)
 	ids_ops = *d->ops;
 	ids_ops.copy = ids_copy;
 	ids_ops.put_async = ids_put;
+	ids_ops.sync = ids_wait;
 	d->ops = &ids_ops;
 	ck_assert_int_eq(rt__dev_attach(c, d, decay_mod, NULL, false), RT_OK);
 }
@@ -717,7 +813,10 @@ static void ids_buffers(rt_ctx *c, const rt_layer_spec *L, decay_bufs *b)
 /* A step's F of the embedding and of the head take the ids (inputs and
  * targets) from one asynchronous copy of page-locked memory, made before
  * the first of them, and no copy from pageable memory (which waits for
- * the device) runs in the step. */
+ * the device) runs in the step.  The step waits for the device once, at
+ * its end, to copy the loss to the host: F, B and W of every layer, the
+ * MoE's among them (its grouped GEMMs read the experts' rows on the
+ * device), neither wait nor copy to the host. */
 START_TEST(test_ids_async)
 {
 	static const decay_target tg = {ids_attach, ids_buffers};
@@ -725,6 +824,8 @@ START_TEST(test_ids_async)
 	rt_ctx *c = decay_step(t, &tg);
 	ck_assert_int_eq(ids_h2d, 0);
 	ck_assert_int_eq(ids_async, 1);
+	ck_assert_int_eq(ids_d2h, 1);
+	ck_assert_int_eq(ids_sync, 1);
 	ck_assert_int_eq(rt_finalize(c), RT_OK);
 }
 END_TEST
@@ -744,6 +845,7 @@ static Suite *emu_suite(void)
 	tcase_add_test(tc, test_gemm_bf16);
 	tcase_add_test(tc, test_gemm_sb);
 	tcase_add_test(tc, test_mma);
+	tcase_add_test(tc, test_moe_route_layout);
 	tcase_add_test(tc, test_mlp_module);
 	tcase_add_test(tc, test_conditional_entries);
 	tcase_add_loop_test(tc, test_decay_device, 0, 2);
