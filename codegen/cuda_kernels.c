@@ -214,7 +214,7 @@ static const char ENTRY_MAMBA[] =
     "#else\n"
     "OCTO_KERNEL void mamba_F_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, real *ys, float *chunks)\n"
     "{ scan_f<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, ys, chunks, MBS); }\n"
-    "OCTO_KERNEL_THREADS(P) void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, const real *dys, const float *chunks, real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
+    "OCTO_KERNEL_THREADS(P) void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, const real *dys, const float *chunks, float *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
     "{ scan_b<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, dys, chunks, dx, dbp, dcp, ddt, dA, dD, MBS); }\n"
     "OCTO_KERNEL void mamba_B_reduce(const float *dbp, const float *dcp, real *dB, real *dC)\n"
     "{ scan_reduce<MH, G, N, LBC>(dbp, dB, T); scan_reduce<MH, G, N, LBC>(dcp, dC, T); }\n"

@@ -836,7 +836,7 @@ __device__ void head_sums_all(float *red, int p, float *v, int n)
 template <int SEQ, int NH, int P, int G, int N, int A1, int LX, int LBC>
 __device__ void scan_b(const real *x, const real *Bm, const real *Cm, const float *dt,
                        const real *Alog, const real *D, const real *dys, const float *chunks,
-                       real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD, int mbs)
+                       float *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD, int mbs)
 {
 	const int NC = (SEQ + OCTO_CHUNK - 1) / OCTO_CHUNK;
 	__shared__ float red[(2 * N + 1 < OCTO_SUMS(P) ? 2 * N + 1 : OCTO_SUMS(P)) * P];
@@ -870,7 +870,7 @@ __device__ void scan_b(const real *x, const real *Bm, const real *Cm, const floa
 				dd += dS[n] * xv * Bv + q * a * A[n];
 				dAl[n] += q * a * d;
 			}
-			dx[t * LX + ch] = st(d * dxv + ld(D[A1 ? ch : h]) * dy);
+			dx[t * LX + ch] = d * dxv + ld(D[A1 ? ch : h]) * dy;
 			dDl += dy * xv;
 			/* per-n reductions over the P channels of the head: dC, dB, and ddt */
 			for (int n = 0; n < N; n++) {

@@ -16,8 +16,9 @@
  *            normed heads' gradients), qhat, khat;
  *   scratch: u [T][H], cq, cq_n [T][rq], c [T][rkv+dr], ckv_n [T][rkv],
  *            kv [T][nh (dn+dv)], d_o [T][nh dv], Dsum [mbs][nh][seq] f32,
- *            du32 [T][H] f32 (bf16 only: B's input projections summed
- *            in f32, rounded once into du).
+ *            du32 [T][H] f32 (bf16 only, the layer's: B's input projections
+ *            summed in f32, rounded once into du; a parallel layer has its
+ *            own, which the mixer's in_proj adds to too).
  * B copies into the W stash what W needs from act and from dy, so W reads
  * neither, and dx may be dy.
  *
@@ -105,7 +106,7 @@ void dev_attn_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_a
 	x->kv = R(cs, T * z.kv);
 	x->d_o = R(cs, T * z.o);
 	x->dsum = F(cs, nlse);
-	x->du32 = F(cs, esz < sizeof(float) ? T * z.H : 0);
+	x->du32 = F(cs, esz < sizeof(float) ? Tn * z.H : 0);
 #undef R
 #undef F
 }
@@ -220,10 +221,10 @@ static int mla_b(rt_dev *d, const dev_layer *L, const attn_dims *z, float b0, fl
 	return dev_proj_dx_f32(d, T, H, z->rq, w->dcq, z->rq, dev_param(d, L, AT_WDQ), 1, acc, H);
 }
 
-/* From dy = w->dy to du (beta 1: added to it); what W needs kept.  The
- * input projections' terms are summed in f32 and rounded once. */
-int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, dev_attn_ws *w,
-                   dev_attn_scr *x)
+/* From dy = w->dy to du's f32 accumulator acc (b0 its first term's beta:
+ * dev_acc_begin; the layer rounds it once into du); what W needs kept. */
+int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float b0, float *acc, dev_attn_act *a,
+                   dev_attn_ws *w, dev_attn_scr *x)
 {
 	const rt_shape *s = &L->s;
 	attn_dims z = dims(s);
@@ -248,15 +249,11 @@ int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, d
 		DEV_TRY(dev_copy(d, w->qhat, a->qhat, T * z.q));
 		DEV_TRY(dev_copy(d, w->khat, a->khat, T * z.k));
 	}
-	float b0, *acc = dev_acc_begin(d, w->du, x->du32, beta, &b0);
-	if (s->mla) {
-		DEV_TRY(mla_b(d, L, &z, b0, acc, a, w));
-	} else {
-		DEV_TRY(dev_proj_dx_f32(d, T, H, z.q, w->dq, z.q, dev_param(d, L, AT_WQ), b0, acc, H));
-		DEV_TRY(dev_proj_dx_f32(d, T, H, z.k, w->dk, z.k, dev_param(d, L, AT_WK), 1, acc, H));
-		DEV_TRY(dev_proj_dx_f32(d, T, H, z.v, w->dv, z.v, dev_param(d, L, AT_WV), 1, acc, H));
-	}
-	return dev_acc_end(d, L, acc, w->du, T * H, beta);
+	if (s->mla)
+		return mla_b(d, L, &z, b0, acc, a, w);
+	DEV_TRY(dev_proj_dx_f32(d, T, H, z.q, w->dq, z.q, dev_param(d, L, AT_WQ), b0, acc, H));
+	DEV_TRY(dev_proj_dx_f32(d, T, H, z.k, w->dk, z.k, dev_param(d, L, AT_WK), 1, acc, H));
+	return dev_proj_dx_f32(d, T, H, z.v, w->dv, z.v, dev_param(d, L, AT_WV), 1, acc, H);
 }
 
 int dev_attn_b(rt_dev *d, const dev_layer *L, const dev_io *io)
@@ -266,7 +263,9 @@ int dev_attn_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	dev_attn_scr x;
 	attn_bufs(d, L, io, &a, &w, &x);
 	DEV_TRY(dev_prenorm_keep(d, L, io->dy, w.dy, a.xhat, w.xhat));
-	DEV_TRY(dev_attn_mix_b(d, L, 0, &a, &w, &x));
+	float b0, *acc = dev_acc_begin(d, w.du, x.du32, 0, &b0);
+	DEV_TRY(dev_attn_mix_b(d, L, b0, acc, &a, &w, &x));
+	DEV_TRY(dev_acc_end(d, L, acc, w.du, L->s.T * L->s.H, 0));
 	return dev_norm_b(d, L, w.du, w.xhat, a.r, w.dy, io->dx);
 }
 
