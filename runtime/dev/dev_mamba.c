@@ -398,13 +398,18 @@ int dev_mb_mix_w(rt_dev *d, const dev_layer *L, dev_mb_ws *w, dev_mb_scr *x)
 	int64_t T = s->T, H = s->H, di = s->di, cd = s->cd, dip = s->dip, mh = s->mh;
 	bool v1 = s->ver == 1;
 	void *alog = dev_param(d, L, MB_ALOG), *ng = dev_param(d, L, MB_GNORM);
-	float *gconvw = dev_grad(L, MB_CONVW), *gconvb = dev_grad(L, MB_CONVB);
-	float *gdtb = dev_grad(L, MB_DTBIAS), *galog = dev_grad(L, MB_ALOG), *gD = dev_grad(L, MB_D);
+	float *galog = dev_grad(L, MB_ALOG), *gD = dev_grad(L, MB_D), *cp = d->colp;
+	int64_t n = dev_col_chunks(T);
 
 	DEV_TRY(dev_proj_dw(d, T, H, dip, x->u, H, w->dzx, dip, dev_grad(L, MB_WIN)));
-	DEV_TRY(dev_each(d, L, "mamba_W_conv", cd, (void *[]){&w->dcv, &w->xpre, &gconvw, &gconvb}));
+	/* The column sums (dev_col_add): the convolution's weights and bias,
+	 * dt_bias (and v2's gated norm below). */
+	DEV_TRY(dev_each(d, L, "mamba_W_conv", n * cd, (void *[]){&w->dcv, &w->xpre, &cp}));
+	DEV_TRY(dev_col_add(d, L, cp, T, cd * s->Kc, dev_grad(L, MB_CONVW)));
+	DEV_TRY(dev_col_add(d, L, cp + n * cd * s->Kc, T, cd, dev_grad(L, MB_CONVB)));
 	void *dv = v1 ? w->dv : dev_at(d, w->dzx, di + cd);
-	DEV_TRY(dev_each(d, L, "mamba_W_dtbias", mh, (void *[]){&dv, &gdtb}));
+	DEV_TRY(dev_each(d, L, "mamba_W_dtbias", n * mh, (void *[]){&dv, &cp}));
+	DEV_TRY(dev_col_add(d, L, cp, T, mh, dev_grad(L, MB_DTBIAS)));
 	DEV_TRY(dev_each(d, L, "mamba_W_alog", v1 ? di * s->N : mh,
 	                 (void *[]){&w->dA, &w->dD, &alog, &galog, &gD}));
 	if (v1) {
@@ -413,8 +418,8 @@ int dev_mb_mix_w(rt_dev *d, const dev_layer *L, dev_mb_ws *w, dev_mb_scr *x)
 		DEV_TRY(dev_proj_dw(d, T, R, di, w->xdbl, xd, w->dv, di, dev_grad(L, MB_DTPROJ)));
 		return dev_proj_dw(d, T, di, H, w->yo, di, w->dy, H, dev_grad(L, MB_WOUT));
 	}
-	float *gng = dev_grad(L, MB_GNORM);
-	DEV_TRY(dev_each(d, L, "mamba_W_gnorm", di, (void *[]){&w->dyn, &w->yo, &gng}));
+	DEV_TRY(dev_each(d, L, "mamba_W_gnorm", n * di, (void *[]){&w->dyn, &w->yo, &cp}));
+	DEV_TRY(dev_col_add(d, L, cp, T, di, dev_grad(L, MB_GNORM)));
 	DEV_TRY(dev_each(d, L, "mamba_W_gscale", T * di, (void *[]){&w->yo, &ng, &x->yn}));
 	return dev_proj_dw(d, T, di, H, x->yn, di, w->dy, H, dev_grad(L, MB_WOUT));
 }

@@ -35,6 +35,7 @@ typedef struct dev_attn_ws {
 typedef struct dev_attn_scr {
 	void *u, *cq, *cqn, *c, *ckvn, *kv, *d_o;
 	float *dsum;
+	float *rcs, *rsn; /* the rotation's cos, sin [seq][rope_len/2] (attention_F_ropetab) */
 	float *du32; /* bf16, with the norm: du's f32 accumulator (dev_acc_begin) */
 } dev_attn_scr;
 
