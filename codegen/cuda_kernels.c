@@ -32,8 +32,8 @@ static const char ENTRY_NORM[] =
     "{ rmsnorm_b<H, H>(du, g, xhat, r, dy, dx); }\n"
     "OCTO_KERNEL void KIND_W_scale(const real *xhat, const real *g, real *u)\n"
     "{ scale_cols<H, T>(xhat, g, u); }\n"
-    "OCTO_KERNEL void KIND_W_norm(const real *du, const real *xhat, float *dg)\n"
-    "{ colsum_prod<H, T>(du, xhat, dg); }\n";
+    "OCTO_KERNEL void KIND_W_norm(const real *du, const real *xhat, float *part)\n"
+    "{ colpart_prod<H, H, COLCH>(du, xhat, part, T); }\n";
 
 static const char ENTRY_EMBEDDING[] =
     "OCTO_KERNEL void embedding_F(const int *tok, const real *table, real *y, int *err)\n"
@@ -50,24 +50,29 @@ static const char ENTRY_HEAD[] =
     "{ head_dz<V>(z, lse, tgt, dscale, T); }\n";
 
 static const char ENTRY_ATTENTION[] =
-    "OCTO_KERNEL void attention_F_rope(real *q, real *k)\n"
-    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f, ROPE_INV_FREQ, ROPE_MSCALE); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f, ROPE_INV_FREQ, ROPE_MSCALE); }\n"
+    "OCTO_KERNEL void attention_F_ropetab(float *cs, float *sn)\n"
+    "{ rope_table<SEQ, ROPE_LEN>(cs, sn, ROPE_INV_FREQ, ROPE_MSCALE); }\n"
+    "OCTO_KERNEL void attention_F_rope(real *q, real *k, const float *cs, const float *sn)\n"
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f, cs, sn); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f, cs, sn); }\n"
     "OCTO_KERNEL void attention_F_core(const real *q, const real *k, const real *v, real *o, float *lse)\n"
     "{ attn_f<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, MBS, QK_SCALE); }\n"
     "OCTO_KERNEL void attention_B_core_q(const real *q, const real *k, const real *v, const real *dout, const float *lse, float *Dsum, real *dq)\n"
     "{ attn_b_q<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dq, MBS, QK_SCALE); }\n"
     "OCTO_KERNEL void attention_B_core_kv(const real *q, const real *k, const real *v, const real *dout, const float *lse, const float *Dsum, real *dk, real *dv)\n"
     "{ attn_b_kv<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, MBS, QK_SCALE); }\n"
-    "OCTO_KERNEL void attention_B_rope(real *dq, real *dk)\n"
-    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f, ROPE_INV_FREQ, ROPE_MSCALE); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f, ROPE_INV_FREQ, ROPE_MSCALE); }\n";
+    "OCTO_KERNEL void attention_B_rope(real *dq, real *dk, const float *cs, const float *sn)\n"
+    "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f, cs, sn); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f, cs, sn); }\n";
 
 /* qkv_bias only: the biases after the q, k, v projections, and their
  * gradients (column sums, rows ascending). */
 static const char ENTRY_QKV_BIAS[] =
     "OCTO_KERNEL void attention_F_bias(real *q, real *k, real *v, const real *bq, const real *bk, const real *bv)\n"
     "{ add_bias<NH * DQK>(q, bq, T); add_bias<NKV * DQK>(k, bk, T); add_bias<NKV * DV>(v, bv, T); }\n"
-    "OCTO_KERNEL void attention_W_bias(const real *dq, const real *dk, const real *dv, float *dbq, float *dbk, float *dbv)\n"
-    "{ colsum_prod<NH * DQK, T>(dq, 0, dbq); colsum_prod<NKV * DQK, T>(dk, 0, dbk); colsum_prod<NKV * DV, T>(dv, 0, dbv); }\n";
+    "OCTO_KERNEL void attention_W_bias(const real *dq, const real *dk, const real *dv, float *part)\n"
+    "{ long n = col_chunks<COLCH>(T);\n"
+    "  colpart_prod<NH * DQK, NH * DQK, COLCH>(dq, 0, part, T);\n"
+    "  colpart_prod<NKV * DQK, NKV * DQK, COLCH>(dk, 0, part + n * NH * DQK, T);\n"
+    "  colpart_prod<NKV * DV, NKV * DV, COLCH>(dv, 0, part + n * (NH + NKV) * DQK, T); }\n";
 
 /* qk_norm only: RMSNorm of every q head (rows T NH) and k head (rows
  * T NKV) over DQK features, in place, one scale for each of q and k. */
@@ -78,8 +83,9 @@ static const char ENTRY_QK_NORM[] =
     "{ rmsnorm_f<DQK, DQK>(k, g, k, khat, r); }\n"
     "OCTO_KERNEL void attention_B_hnorm(const real *d, const real *g, const real *xhat, const float *r, real *dx)\n"
     "{ rmsnorm_b<DQK, DQK>(d, g, xhat, r, 0, dx); }\n"
-    "OCTO_KERNEL void attention_W_hnorm(const real *dqn, const real *qhat, const real *dkn, const real *khat, float *dgq, float *dgk)\n"
-    "{ colsum_prod<DQK, T * NH>(dqn, qhat, dgq); colsum_prod<DQK, T * NKV>(dkn, khat, dgk); }\n";
+    "OCTO_KERNEL void attention_W_hnorm(const real *dqn, const real *qhat, const real *dkn, const real *khat, float *part)\n"
+    "{ colpart_prod<DQK, DQK, COLCH>(dqn, qhat, part, (long)T * NH);\n"
+    "  colpart_prod<DQK, DQK, COLCH>(dkn, khat, part + col_chunks<COLCH>((long)T * NH) * DQK, (long)T * NKV); }\n";
 
 /* MLA only: the latent norms and the key/value assembly. */
 static const char ENTRY_MLA[] =
@@ -90,8 +96,8 @@ static const char ENTRY_MLA[] =
     "{ rmsnorm_b<RQ, RQ>(d, g, xhat, r, 0, dx); }\n"
     "OCTO_KERNEL void attention_W_qscale(const real *xhat, const real *g, real *u)\n"
     "{ scale_cols<RQ, T>(xhat, g, u); }\n"
-    "OCTO_KERNEL void attention_W_qnorm(const real *d, const real *xhat, float *dg)\n"
-    "{ colsum_prod<RQ, T>(d, xhat, dg); }\n"
+    "OCTO_KERNEL void attention_W_qnorm(const real *d, const real *xhat, float *part)\n"
+    "{ colpart_prod<RQ, RQ, COLCH>(d, xhat, part, T); }\n"
     "#endif\n"
     "OCTO_KERNEL void attention_F_kvnorm(const real *c, const real *g, real *u, real *xhat, float *r)\n"
     "{ rmsnorm_f<RKV, RKV + DR>(c, g, u, xhat, r); }\n"
@@ -103,8 +109,8 @@ static const char ENTRY_MLA[] =
     "{ rmsnorm_b<RKV, RKV + DR, RKV>(d, g, xhat, r, 0, dc); }\n"
     "OCTO_KERNEL void attention_W_kvscale(const real *xhat, const real *g, real *u)\n"
     "{ scale_cols<RKV, T>(xhat, g, u); }\n"
-    "OCTO_KERNEL void attention_W_kvnorm(const real *d, const real *xhat, float *dg)\n"
-    "{ colsum_prod<RKV, T>(d, xhat, dg); }\n";
+    "OCTO_KERNEL void attention_W_kvnorm(const real *d, const real *xhat, float *part)\n"
+    "{ colpart_prod<RKV, RKV, COLCH>(d, xhat, part, T); }\n";
 
 static const char ENTRY_FFN[] =
     "OCTO_KERNEL void KIND_F_act(const real *a, const real *b, real *h, long n)\n"
@@ -155,7 +161,8 @@ static const char ENTRY_MOE_SGATE[] =
  * storage-type copy of master parameters another replica updated (data
  * parallelism's all-gather, runtime/rt_device.c), clipping's scale of a
  * layer's gradients (runtime/rt_sched.c), and the rounding of a
- * sum of GEMMs accumulated in f32 (a B's du: runtime/dev's dev_acc_end). */
+ * sum of GEMMs accumulated in f32 (a B's du: runtime/dev's dev_acc_end), and
+ * the second stage of W's column sums (runtime/dev's dev_col_add). */
 static const char ENTRY_OPTIM[] =
     "OCTO_KERNEL void optim_adamw(float *p32, real *p, const float *g, float *m, float *v, long n, "
     "float lr, float step_size, float b1, float b2, float c1, float c2, float eps, float bc2_sqrt, "
@@ -166,7 +173,9 @@ static const char ENTRY_OPTIM[] =
     "OCTO_KERNEL void optim_scale(float *g, long n, float s)\n"
     "{ scale_grads(g, n, s); }\n"
     "OCTO_KERNEL void acc_store(const float *acc, real *dst, long n, int add)\n"
-    "{ store_acc(acc, dst, n, add); }\n";
+    "{ store_acc(acc, dst, n, add); }\n"
+    "OCTO_KERNEL void col_sum(const float *part, float *dst, long chunks, long w)\n"
+    "{ col_sums(part, dst, chunks, w); }\n";
 
 /* The convolution of both versions and the scan: Mamba-2's as the chunked
  * SSD (ssd_*, around the runtime's batched GEMMs), Mamba-1's step by step
@@ -185,12 +194,12 @@ static const char ENTRY_MAMBA[] =
     "{ copy_cols<CD, CONV_LD>(in, xpre, T); }\n"
     "OCTO_KERNEL void mamba_B_conv(const real *dcv, const real *w, real *din)\n"
     "{ conv_b<SEQ, CD, KC, CONV_LD>(dcv, w, din, T); }\n"
-    "OCTO_KERNEL void mamba_W_conv(const real *dcv, const real *in, float *dw, float *db)\n"
-    "{ conv_w<SEQ, CD, KC, CD>(dcv, in, dw, db, T); }\n"
+    "OCTO_KERNEL void mamba_W_conv(const real *dcv, const real *in, float *part)\n"
+    "{ conv_w<SEQ, CD, KC, CD, COLCH>(dcv, in, part, part + col_chunks<COLCH>(T) * CD * KC, T); }\n"
     "OCTO_KERNEL void mamba_W_alog(const float *dA, const float *dD, const real *Alog, float *dAlog, float *dDg)\n"
     "{ alog_w<NA, MH, PERN>(dA, dD, Alog, dAlog, dDg, MBS); }\n"
-    "OCTO_KERNEL void mamba_W_dtbias(const real *dsrc, float *dbias)\n"
-    "{ colsum_strided<MH, DT_LD>(dsrc, dbias, T); }\n"
+    "OCTO_KERNEL void mamba_W_dtbias(const real *dsrc, float *part)\n"
+    "{ colpart_prod<MH, DT_LD, COLCH>(dsrc, 0, part, T); }\n"
     "#if OCTO_VERSION == 2\n"
     "OCTO_KERNEL void mamba_F_ssd_pack(const real *xbc, float *xq, float *bq, float *cq)\n"
     "{ ssd_pack<SEQ, SSD_Q, NQ, DI, LX>(xbc, xq, MBS); ssd_pack<SEQ, SSD_Q, NQ, G * N, LBC>(xbc + DI, bq, MBS); ssd_pack<SEQ, SSD_Q, NQ, G * N, LBC>(xbc + DI + G * N, cq, MBS); }\n"
@@ -222,14 +231,14 @@ static const char ENTRY_MAMBA[] =
     "{ gated_norm_f<DI, G, DIP>(ys, z, ng, yhat, rg, yn); }\n"
     "OCTO_KERNEL void mamba_B_gnorm(const real *dyn, const real *ng, const real *yhat, const float *rg, const real *ys, const real *z, real *dys, real *dz)\n"
     "{ gated_norm_b<DI, G, DIP>(dyn, ng, yhat, rg, ys, z, dys, dz); }\n"
-    "OCTO_KERNEL void mamba_W_gnorm(const real *dyn, const real *yhat, float *dg)\n"
-    "{ colsum_prod<DI, T>(dyn, yhat, dg); }\n"
+    "OCTO_KERNEL void mamba_W_gnorm(const real *dyn, const real *yhat, float *part)\n"
+    "{ colpart_prod<DI, DI, COLCH>(dyn, yhat, part, T); }\n"
     "OCTO_KERNEL void mamba_W_gscale(const real *yhat, const real *ng, real *yn)\n"
     "{ scale_cols<DI, T>(yhat, ng, yn); }\n"
     "#else\n"
     "OCTO_KERNEL void mamba_F_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, real *ys, float *chunks)\n"
     "{ scan_f<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, ys, chunks, MBS); }\n"
-    "OCTO_KERNEL_THREADS(P) void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, const real *dys, const float *chunks, real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
+    "OCTO_KERNEL_THREADS(P) void mamba_B_scan(const real *x, const real *Bm, const real *Cm, const float *dt, const real *Alog, const real *D, const real *dys, const float *chunks, float *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD)\n"
     "{ scan_b<SEQ, MH, P, G, N, A1, LX, LBC>(x, Bm, Cm, dt, Alog, D, dys, chunks, dx, dbp, dcp, ddt, dA, dD, MBS); }\n"
     "OCTO_KERNEL void mamba_B_reduce(const float *dbp, const float *dcp, real *dB, real *dC)\n"
     "{ scan_reduce<MH, G, N, LBC>(dbp, dB, T); scan_reduce<MH, G, N, LBC>(dcp, dC, T); }\n"
@@ -366,6 +375,7 @@ char *cg_cuda_source(const rt_layer_desc *d, bool bf16, arena *a)
 	DEF("T", s.T);
 	DEF("H", s.H);
 	DEF("V", s.V);
+	DEF("COLCH", RT_COL_CHUNK); /* W's column sums: rows per chunk of stage 1 */
 	switch (d->kind) {
 	case RT_ATTENTION: def_attention(&b, &s); break;
 	case RT_MLP:

@@ -247,15 +247,37 @@ __device__ void rmsnorm_b(const real *du, const real *g, const real *xhat, const
 	}
 }
 
-/* W (col): dg[j] += sum_t a[t][j] b[t][j], t ascending. */
-template <int W, int ROWS>
-__device__ void colsum_prod(const real *a, const real *b, float *dg)
+/* ---- column sums in two stages ----
+ * W's sums over rows (a norm's scale, biases, the convolution's weights,
+ * dt_bias) in one order whatever the launch: stage 1 (colpart_prod,
+ * conv_w), one thread per (chunk of CH rows, column), sums its chunk's rows
+ * ascending into part [chunks][W]; stage 2 (col_sums: col_sum in every
+ * module) adds each column's partials, chunks ascending, to the gradient.
+ * CH is the module's COLCH (the runtime's RT_COL_CHUNK), not the grid's. */
+template <int CH> __device__ __forceinline__ long col_chunks(long rows) { return (rows + CH - 1) / CH; }
+
+/* Stage 1: part[c][j] = sum over chunk c's rows t of a[t][j] b[t][j] (b
+ * null: a alone), a and b at stride LD. */
+template <int W, int LD, int CH>
+__device__ void colpart_prod(const real *a, const real *b, float *part, long rows)
 {
-	EACH(j, W) {
+	EACH(i, col_chunks<CH>(rows) * W) {
+		long c = i / W, t1 = (c + 1) * CH < rows ? (c + 1) * CH : rows;
+		int j = (int)(i % W);
 		float s = 0.f;
-		for (long t = 0; t < ROWS; t++)
-			s += ld(a[t * W + j]) * (b ? ld(b[t * W + j]) : 1.f);
-		dg[j] += s;
+		for (long t = c * CH; t < t1; t++)
+			s += ld(a[t * LD + j]) * (b ? ld(b[t * LD + j]) : 1.f);
+		part[i] = s;
+	}
+}
+
+/* Stage 2: dst[j] += sum over chunks c ascending of part[c][j], j < w. */
+__device__ void col_sums(const float *part, float *dst, long chunks, long w)
+{
+	EACH(j, w) {
+		float s = 0.f;
+		for (long c = 0; c < chunks; c++) s += part[c * w + j];
+		dst[j] += s;
 	}
 }
 
@@ -313,24 +335,38 @@ __device__ void ffn_act_b(const real *dh, const real *a, const real *b, real *da
 
 /* ---- rotary embedding: "rotate half" of the last L features of each head ---- */
 
-/* One thread per (row, head, pair); sign -1 is the inverse (B); inv the
- * pairs' inverse frequencies and mscale the factor of cos and sin, the
- * module's constants ROPE_INV_FREQ and ROPE_MSCALE (the CPU's, from
- * rt__rope_freq: the layer's rope_theta and rope_scaling). */
+/* The rotation's table, made each F and B before it rotates: cos and sin
+ * (times mscale) per (position, pair), cs and sn [SEQ][L/2] f32, computed
+ * in double and rounded as the CPU's rope_tables makes them; inv the pairs'
+ * inverse frequencies and mscale the factor, the module's constants
+ * ROPE_INV_FREQ and ROPE_MSCALE (the CPU's, from rt__rope_freq: the
+ * layer's rope_theta and rope_scaling). */
+template <int SEQ, int L>
+__device__ void rope_table(float *cs, float *sn, const double *inv, double mscale)
+{
+	const int half = L / 2;
+	EACH(i, (long)SEQ * half) {
+		double th = (double)(i / half) * inv[i % half];
+		cs[i] = (float)(mscale * cos(th));
+		sn[i] = (float)(mscale * sin(th));
+	}
+}
+
+/* One thread per (row, head, pair); sign -1 is the inverse (B); cs, sn
+ * the table (rope_table). */
 template <int SEQ, int NH, int STRIDE, int OFF, int L>
-__device__ void rope(real *x, long rows, float sign, const double *inv, double mscale)
+__device__ void rope(real *x, long rows, float sign, const float *cs, const float *sn)
 {
 	const int half = L / 2;
 	EACH(i, rows * NH * half) {
 		long t = i / (NH * half);
 		int h = (int)(i / half % NH), k = (int)(i % half);
-		int s = (int)(t % SEQ);
-		double th = (double)s * inv[k];
-		float c = (float)(mscale * cos(th)), sn = sign * (float)(mscale * sin(th));
+		long at = (t % SEQ) * half + k;
+		float c = cs[at], n = sign * sn[at];
 		real *p = x + t * (long)(NH * STRIDE) + (long)h * STRIDE + OFF;
 		float a = ld(p[k]), b = ld(p[k + half]);
-		p[k] = st(a * c - b * sn);
-		p[k + half] = st(a * sn + b * c);
+		p[k] = st(a * c - b * n);
+		p[k + half] = st(a * n + b * c);
 	}
 }
 
@@ -937,14 +973,18 @@ __device__ void conv_b(const real *dcv, const real *w, real *din, long rows)
 	}
 }
 
-/* W (col, one thread per channel): dconv_w, dconv_b; rows ascending. */
-template <int SEQ, int C, int KC, int LD>
-__device__ void conv_w(const real *dcv, const real *in, float *dw, float *db, long rows)
+/* W, stage 1 of dconv_w, dconv_b (col_sums adds them): one thread per
+ * (chunk of CH rows, channel), rows ascending, into pw [chunks][C][KC] and
+ * pb [chunks][C]. */
+template <int SEQ, int C, int KC, int LD, int CH>
+__device__ void conv_w(const real *dcv, const real *in, float *pw, float *pb, long rows)
 {
-	EACH(c, C) {
+	EACH(i, col_chunks<CH>(rows) * C) {
+		long ck = i / C, t1 = (ck + 1) * CH < rows ? (ck + 1) * CH : rows;
+		int c = (int)(i % C);
 		float sb = 0.f, sw[KC];
 		for (int k = 0; k < KC; k++) sw[k] = 0.f;
-		for (long t = 0; t < rows; t++) {
+		for (long t = ck * CH; t < t1; t++) {
 			int s = (int)(t % SEQ);
 			float d = ld(dcv[t * C + c]);
 			sb += d;
@@ -953,8 +993,8 @@ __device__ void conv_w(const real *dcv, const real *in, float *dw, float *db, lo
 				if (ss >= 0) sw[k] += d * ld(in[(t - s + ss) * LD + c]);
 			}
 		}
-		for (int k = 0; k < KC; k++) dw[c * KC + k] += sw[k];
-		db[c] += sb;
+		for (int k = 0; k < KC; k++) pw[i * KC + k] = sw[k];
+		pb[i] = sb;
 	}
 }
 
@@ -1048,7 +1088,7 @@ __device__ void head_sums_all(float *red, int p, float *v, int n)
 template <int SEQ, int NH, int P, int G, int N, int A1, int LX, int LBC>
 __device__ void scan_b(const real *x, const real *Bm, const real *Cm, const float *dt,
                        const real *Alog, const real *D, const real *dys, const float *chunks,
-                       real *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD, int mbs)
+                       float *dx, float *dbp, float *dcp, float *ddt, float *dA, float *dD, int mbs)
 {
 	const int NC = (SEQ + OCTO_CHUNK - 1) / OCTO_CHUNK;
 	__shared__ float red[(2 * N + 1 < OCTO_SUMS(P) ? 2 * N + 1 : OCTO_SUMS(P)) * P];
@@ -1082,7 +1122,7 @@ __device__ void scan_b(const real *x, const real *Bm, const real *Cm, const floa
 				dd += dS[n] * xv * Bv + q * a * A[n];
 				dAl[n] += q * a * d;
 			}
-			dx[t * LX + ch] = st(d * dxv + ld(D[A1 ? ch : h]) * dy);
+			dx[t * LX + ch] = d * dxv + ld(D[A1 ? ch : h]) * dy;
 			dDl += dy * xv;
 			/* per-n reductions over the P channels of the head: dC, dB, and ddt */
 			for (int n = 0; n < N; n++) {
@@ -1478,17 +1518,6 @@ __device__ void alog_w(const float *dA, const float *dDp, const real *Alog, floa
 		}
 		dAlog[i] += s * A;
 		if (i < NS) dDg[i] += sd;
-	}
-}
-
-/* Column sums of a strided block (dt_bias: sum_t dzx[t][dt columns]). */
-template <int W, int LD>
-__device__ void colsum_strided(const real *a, float *dst, long rows)
-{
-	EACH(j, W) {
-		float s = 0.f;
-		for (long t = 0; t < rows; t++) s += ld(a[t * LD + j]);
-		dst[j] += s;
 	}
 }
 

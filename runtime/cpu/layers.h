@@ -17,6 +17,10 @@
  * steps per chunk, the intra-chunk products Q x Q.  The device modules bake it
  * in as SSD_Q. */
 #define RT_SSD_CHUNK 64
+/* The device's column sums over rows (W's norm scales, biases, convolution
+ * weights: runtime/dev, docs/cuda.md): rows per chunk of the first stage,
+ * whose partials the second sums in order.  The modules bake it in as COLCH. */
+#define RT_COL_CHUNK 64
 
 /* A descriptor with its defaults filled in and its derived sizes. */
 typedef struct rt_shape {

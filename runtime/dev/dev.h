@@ -92,7 +92,9 @@ struct rt_dev {
 	size_t cache_bytes;  /* the device's last-level cache (the profile's cold runs) */
 	char name[128];      /* what runs the kernels, for the profile: "NVIDIA H200", ... */
 	char err[768];
-	void *impl; /* the backend's state */
+	float *colp; /* the column partials of the layer whose W runs: its scratch's
+	              * tail (dev_backward_w; dev_col_add) */
+	void *impl;  /* the backend's state */
 };
 
 static inline size_t dev_esz(const rt_dev *d)
@@ -311,6 +313,18 @@ int dev_proj_dx_f32(rt_dev *d, int64_t n, int64_t in, int64_t out, const void *d
  * it with beta 1: acc_store, in every module). */
 float *dev_acc_begin(const rt_dev *d, void *dst, float *acc32, float beta, float *b0);
 int dev_acc_end(rt_dev *d, const dev_layer *L, const float *acc, void *dst, int64_t n, float beta);
+
+/* W's column sums over rows in two stages, in one order whatever the
+ * launch (cuda_lib.cu's colpart_prod, conv_w, col_sums): a kernel writes
+ * the sums of each chunk of RT_COL_CHUNK rows into d->colp, the column
+ * partials [chunks][w] at the end of the layer's scratch (dev_layer_sizes
+ * counts them), then dev_col_add adds a column's partials, chunks
+ * ascending, to dst:
+ *   dev_each(d, L, "mamba_W_gnorm", dev_col_chunks(T) * di, {..., &d->colp});
+ *   dev_col_add(d, L, d->colp, T, di, dg); */
+int64_t dev_col_chunks(int64_t rows);
+int dev_col_add(rt_dev *d, const dev_layer *L, const float *part, int64_t rows, int64_t w,
+                float *dst);
 
 /* The pre-norm every kind but the embedding starts with (entry points
  * <kind>_F_norm, _B_norm, _W_scale, _W_norm; tensor 0 is the scale g):

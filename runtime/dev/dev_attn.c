@@ -16,8 +16,11 @@
  *            normed heads' gradients), qhat, khat;
  *   scratch: u [T][H], cq, cq_n [T][rq], c [T][rkv+dr], ckv_n [T][rkv],
  *            kv [T][nh (dn+dv)], d_o [T][nh dv], Dsum [mbs][nh][seq] f32,
- *            du32 [T][H] f32 (bf16 only: B's input projections summed
- *            in f32, rounded once into du).
+ *            rcs, rsn [seq][rope_len/2] f32 (the rotation's table, made in F
+ *            and again in B: attention_F_ropetab),
+ *            du32 [T][H] f32 (bf16 only, the layer's: B's input projections
+ *            summed in f32, rounded once into du; a parallel layer has its
+ *            own, which the mixer's in_proj adds to too).
  * B copies into the W stash what W needs from act and from dy, so W reads
  * neither, and dx may be dy.
  *
@@ -105,7 +108,9 @@ void dev_attn_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_a
 	x->kv = R(cs, T * z.kv);
 	x->d_o = R(cs, T * z.o);
 	x->dsum = F(cs, nlse);
-	x->du32 = F(cs, esz < sizeof(float) ? T * z.H : 0);
+	x->rcs = F(cs, s->S * z.half);
+	x->rsn = F(cs, s->S * z.half);
+	x->du32 = F(cs, esz < sizeof(float) ? Tn * z.H : 0);
 #undef R
 #undef F
 }
@@ -153,6 +158,14 @@ static int mla_f(rt_dev *d, const dev_layer *L, const attn_dims *z, dev_attn_act
 	return dev_each(d, L, "attention_F_split", T * z->nh, (void *[]){&x->kv, &x->c, &a->k, &a->v});
 }
 
+/* The rotation's cos and sin per (position, pair) into the scratch's
+ * table, from the module's inverse frequencies as the CPU's rope_tables. */
+static int rope_table(rt_dev *d, const dev_layer *L, dev_attn_scr *x)
+{
+	return dev_each(d, L, "attention_F_ropetab", L->s.S * (L->s.rope_len / 2),
+	                (void *[]){&x->rcs, &x->rsn});
+}
+
 /* y += o wo, from u = x->u. */
 int dev_attn_mix_f(rt_dev *d, const dev_layer *L, dev_attn_act *a, dev_attn_scr *x, void *y)
 {
@@ -179,7 +192,9 @@ int dev_attn_mix_f(rt_dev *d, const dev_layer *L, dev_attn_act *a, dev_attn_scr 
 			                 (void *[]){&a->k, &gk, &a->khat, &a->kr}));
 		}
 	}
-	DEV_TRY(dev_each(d, L, "attention_F_rope", T * z.nh * z.half, (void *[]){&a->q, &a->k}));
+	DEV_TRY(rope_table(d, L, x));
+	DEV_TRY(dev_each(d, L, "attention_F_rope", T * z.nh * z.half,
+	                 (void *[]){&a->q, &a->k, &x->rcs, &x->rsn}));
 	DEV_TRY(dev_each(d, L, "attention_F_core", T * z.nh,
 	                 (void *[]){&a->q, &a->k, &a->v, &a->o, &a->lse}));
 	return dev_proj(d, T, z.o, H, a->o, z.o, dev_param(d, L, AT_WO), 1, y, H);
@@ -220,10 +235,10 @@ static int mla_b(rt_dev *d, const dev_layer *L, const attn_dims *z, float b0, fl
 	return dev_proj_dx_f32(d, T, H, z->rq, w->dcq, z->rq, dev_param(d, L, AT_WDQ), 1, acc, H);
 }
 
-/* From dy = w->dy to du (beta 1: added to it); what W needs kept.  The
- * input projections' terms are summed in f32 and rounded once. */
-int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, dev_attn_ws *w,
-                   dev_attn_scr *x)
+/* From dy = w->dy to du's f32 accumulator acc (b0 its first term's beta:
+ * dev_acc_begin; the layer rounds it once into du); what W needs kept. */
+int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float b0, float *acc, dev_attn_act *a,
+                   dev_attn_ws *w, dev_attn_scr *x)
 {
 	const rt_shape *s = &L->s;
 	attn_dims z = dims(s);
@@ -238,7 +253,9 @@ int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, d
 	                 (void *[]){&a->q, &a->k, &a->v, &x->d_o, &a->lse, &x->dsum, &dqc}));
 	DEV_TRY(dev_each(d, L, "attention_B_core_kv", T * s->nkv,
 	                 (void *[]){&a->q, &a->k, &a->v, &x->d_o, &a->lse, &x->dsum, &dkc, &w->dv}));
-	DEV_TRY(dev_each(d, L, "attention_B_rope", T * z.nh * z.half, (void *[]){&dqc, &dkc}));
+	DEV_TRY(rope_table(d, L, x));
+	DEV_TRY(dev_each(d, L, "attention_B_rope", T * z.nh * z.half,
+	                 (void *[]){&dqc, &dkc, &x->rcs, &x->rsn}));
 	if (s->qkn) {
 		void *gq = dev_param(d, L, AT_QHNORM), *gk = dev_param(d, L, AT_KHNORM);
 		DEV_TRY(dev_rows(d, L, "attention_B_hnorm", T * s->nh,
@@ -248,15 +265,11 @@ int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, d
 		DEV_TRY(dev_copy(d, w->qhat, a->qhat, T * z.q));
 		DEV_TRY(dev_copy(d, w->khat, a->khat, T * z.k));
 	}
-	float b0, *acc = dev_acc_begin(d, w->du, x->du32, beta, &b0);
-	if (s->mla) {
-		DEV_TRY(mla_b(d, L, &z, b0, acc, a, w));
-	} else {
-		DEV_TRY(dev_proj_dx_f32(d, T, H, z.q, w->dq, z.q, dev_param(d, L, AT_WQ), b0, acc, H));
-		DEV_TRY(dev_proj_dx_f32(d, T, H, z.k, w->dk, z.k, dev_param(d, L, AT_WK), 1, acc, H));
-		DEV_TRY(dev_proj_dx_f32(d, T, H, z.v, w->dv, z.v, dev_param(d, L, AT_WV), 1, acc, H));
-	}
-	return dev_acc_end(d, L, acc, w->du, T * H, beta);
+	if (s->mla)
+		return mla_b(d, L, &z, b0, acc, a, w);
+	DEV_TRY(dev_proj_dx_f32(d, T, H, z.q, w->dq, z.q, dev_param(d, L, AT_WQ), b0, acc, H));
+	DEV_TRY(dev_proj_dx_f32(d, T, H, z.k, w->dk, z.k, dev_param(d, L, AT_WK), 1, acc, H));
+	return dev_proj_dx_f32(d, T, H, z.v, w->dv, z.v, dev_param(d, L, AT_WV), 1, acc, H);
 }
 
 int dev_attn_b(rt_dev *d, const dev_layer *L, const dev_io *io)
@@ -266,7 +279,9 @@ int dev_attn_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	dev_attn_scr x;
 	attn_bufs(d, L, io, &a, &w, &x);
 	DEV_TRY(dev_prenorm_keep(d, L, io->dy, w.dy, a.xhat, w.xhat));
-	DEV_TRY(dev_attn_mix_b(d, L, 0, &a, &w, &x));
+	float b0, *acc = dev_acc_begin(d, w.du, x.du32, 0, &b0);
+	DEV_TRY(dev_attn_mix_b(d, L, b0, acc, &a, &w, &x));
+	DEV_TRY(dev_acc_end(d, L, acc, w.du, L->s.T * L->s.H, 0));
 	return dev_norm_b(d, L, w.du, w.xhat, a.r, w.dy, io->dx);
 }
 
@@ -281,7 +296,9 @@ static int mla_w(rt_dev *d, const dev_layer *L, const attn_dims *z, dev_attn_ws 
 		DEV_TRY(dev_each(d, L, "attention_W_qscale", T * z->rq,
 		                 (void *[]){&w->cqhat, &gq, &x->cqn}));
 		DEV_TRY(dev_proj_dw(d, T, z->rq, z->q, x->cqn, z->rq, w->dq, z->q, dev_grad(L, AT_WUQ)));
-		DEV_TRY(dev_each(d, L, "attention_W_qnorm", z->rq, (void *[]){&w->dcqn, &w->cqhat, &dgq}));
+		DEV_TRY(dev_each(d, L, "attention_W_qnorm", dev_col_chunks(T) * z->rq,
+		                 (void *[]){&w->dcqn, &w->cqhat, &d->colp}));
+		DEV_TRY(dev_col_add(d, L, d->colp, T, z->rq, dgq));
 		DEV_TRY(dev_proj_dw(d, T, H, z->rq, x->u, H, w->dcq, z->rq, dev_grad(L, AT_WDQ)));
 	} else {
 		DEV_TRY(dev_proj_dw(d, T, H, z->q, x->u, H, w->dq, z->q, dev_grad(L, AT_WQ)));
@@ -290,7 +307,9 @@ static int mla_w(rt_dev *d, const dev_layer *L, const attn_dims *z, dev_attn_ws 
 	                 (void *[]){&w->ckvhat, &gkv, &x->ckvn}));
 	DEV_TRY(dev_proj_dw(d, T, z->rkv, z->kv, x->ckvn, z->rkv, w->dkv, z->kv,
 	                    dev_grad(L, AT_WUKV)));
-	DEV_TRY(dev_each(d, L, "attention_W_kvnorm", z->rkv, (void *[]){&w->dckvn, &w->ckvhat, &dgkv}));
+	DEV_TRY(dev_each(d, L, "attention_W_kvnorm", dev_col_chunks(T) * z->rkv,
+	                 (void *[]){&w->dckvn, &w->ckvhat, &d->colp}));
+	DEV_TRY(dev_col_add(d, L, d->colp, T, z->rkv, dgkv));
 	return dev_proj_dw(d, T, H, z->c, x->u, H, w->dc, z->c, dev_grad(L, AT_WDKV));
 }
 
@@ -306,15 +325,24 @@ int dev_attn_mix_w(rt_dev *d, const dev_layer *L, dev_attn_ws *w, dev_attn_scr *
 	DEV_TRY(dev_proj_dw(d, T, H, z.q, x->u, H, w->dq, z.q, dev_grad(L, AT_WQ)));
 	DEV_TRY(dev_proj_dw(d, T, H, z.k, x->u, H, w->dk, z.k, dev_grad(L, AT_WK)));
 	DEV_TRY(dev_proj_dw(d, T, H, z.v, x->u, H, w->dv, z.v, dev_grad(L, AT_WV)));
+	/* The biases' and head norms' column sums: the partials of q's, then
+	 * k's (and v's) in d->colp, each added to its gradient. */
+	float *cp = d->colp;
 	if (s->qkb) {
-		float *dbq = dev_grad(L, AT_BQ), *dbk = dev_grad(L, AT_BK), *dbv = dev_grad(L, AT_BV);
-		DEV_TRY(dev_each(d, L, "attention_W_bias", z.q,
-		                 (void *[]){&w->dq, &w->dk, &w->dv, &dbq, &dbk, &dbv}));
+		int64_t n = dev_col_chunks(T);
+		DEV_TRY(dev_each(d, L, "attention_W_bias", n * z.q,
+		                 (void *[]){&w->dq, &w->dk, &w->dv, &cp}));
+		DEV_TRY(dev_col_add(d, L, cp, T, z.q, dev_grad(L, AT_BQ)));
+		DEV_TRY(dev_col_add(d, L, cp + n * z.q, T, z.k, dev_grad(L, AT_BK)));
+		DEV_TRY(dev_col_add(d, L, cp + n * (z.q + z.k), T, z.v, dev_grad(L, AT_BV)));
 	}
 	if (s->qkn) {
-		float *dgq = dev_grad(L, AT_QHNORM), *dgk = dev_grad(L, AT_KHNORM);
-		DEV_TRY(dev_each(d, L, "attention_W_hnorm", s->dqk,
-		                 (void *[]){&w->dqn, &w->qhat, &w->dkn, &w->khat, &dgq, &dgk}));
+		int64_t tq = T * s->nh, tk = T * s->nkv;
+		DEV_TRY(dev_each(d, L, "attention_W_hnorm", dev_col_chunks(tq) * s->dqk,
+		                 (void *[]){&w->dqn, &w->qhat, &w->dkn, &w->khat, &cp}));
+		DEV_TRY(dev_col_add(d, L, cp, tq, s->dqk, dev_grad(L, AT_QHNORM)));
+		DEV_TRY(dev_col_add(d, L, cp + dev_col_chunks(tq) * s->dqk, tk, s->dqk,
+		                    dev_grad(L, AT_KHNORM)));
 	}
 	return RT_OK;
 }

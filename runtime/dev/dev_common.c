@@ -130,6 +130,18 @@ int dev_acc_end(rt_dev *d, const dev_layer *L, const float *acc, void *dst, int6
 	return dev_each(d, L, "acc_store", n, (void *[]){&acc, &dst, &cnt, &add});
 }
 
+int64_t dev_col_chunks(int64_t rows)
+{
+	return (rows + RT_COL_CHUNK - 1) / RT_COL_CHUNK;
+}
+
+int dev_col_add(rt_dev *d, const dev_layer *L, const float *part, int64_t rows, int64_t w,
+                float *dst)
+{
+	long chunks = (long)dev_col_chunks(rows), lw = (long)w;
+	return dev_each(d, L, "col_sum", w, (void *[]){&part, &dst, &chunks, &lw});
+}
+
 int dev_norm_f(rt_dev *d, const dev_layer *L, const void *x, void *u, void *xhat, float *r)
 {
 	void *g = dev_param(d, L, 0);
@@ -151,8 +163,9 @@ int dev_norm_scale(rt_dev *d, const dev_layer *L, const void *xhat, void *u)
 
 int dev_norm_w(rt_dev *d, const dev_layer *L, const void *du, const void *xhat)
 {
-	float *dg = dev_grad(L, 0);
-	return dev_each(d, L, "%s_W_norm", L->s.H, (void *[]){&du, &xhat, &dg});
+	int64_t T = L->s.T, H = L->s.H;
+	DEV_TRY(dev_each(d, L, "%s_W_norm", dev_col_chunks(T) * H, (void *[]){&du, &xhat, &d->colp}));
+	return dev_col_add(d, L, d->colp, T, H, dev_grad(L, 0));
 }
 
 int dev_prenorm_f(rt_dev *d, const dev_layer *L, const void *x, void *y, void *u, void *xhat,

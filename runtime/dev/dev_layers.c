@@ -1,5 +1,7 @@
 /* dev_layers.c: the layer executor's entry points (dev.h): the kind's
- * shape and tensors, then its F, B, W in dev_<kind>.c. */
+ * shape and tensors, then its F, B, W in dev_<kind>.c.  The scratch is
+ * the kind's, then the column partials of W's two-stage column sums
+ * (dev_col_add), which every kind but the embedding has. */
 #include "dev.h"
 
 typedef struct kind_fns {
@@ -28,16 +30,49 @@ int dev_layer_setup(dev_layer *L, const rt_layer_desc *d)
 	return RT_OK;
 }
 
+static int64_t max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* The column partials' bytes: the most that one of the kind's column-sum
+ * kernels writes (all its outputs' [chunks][width] f32). */
+static int64_t col_bytes(const rt_shape *s)
+{
+	int64_t n = dev_col_chunks(s->T), w = s->kind == RT_EMBEDDING ? 0 : n * s->H; /* the norm */
+	if (s->kind == RT_ATTENTION || s->kind == RT_PARALLEL) {
+		if (s->qkb)
+			w = max64(w, n * (s->nh * s->dqk + s->nkv * s->dqk + s->nkv * s->dv));
+		if (s->qkn)
+			w = max64(w, (dev_col_chunks(s->T * s->nh) + dev_col_chunks(s->T * s->nkv)) * s->dqk);
+		if (s->mla)
+			w = max64(w, n * max64(s->rq, s->rkv));
+	}
+	if (s->kind == RT_MAMBA || s->kind == RT_PARALLEL) /* the convolution, dt_bias, the gated norm */
+		w = max64(w, n * max64(s->cd * (s->Kc + 1), max64(s->mh, s->di)));
+	return w * (int64_t)sizeof(float);
+}
+
+/* The kind's scratch bytes, to the column partials. */
+static int kind_sizes(const dev_layer *L, size_t esz, rt_sizes *sz)
+{
+	*sz = (rt_sizes){.params = L->nparams};
+	if (!kinds[L->desc.kind].sizes)
+		return RT_EINVAL; /* a kind the device executor does not run */
+	int rc = kinds[L->desc.kind].sizes(&L->s, esz, sz);
+	sz->scratch = (sz->scratch + 255) & ~(int64_t)255;
+	return rc;
+}
+
 int dev_layer_sizes(const rt_layer_desc *d, bool bf16, rt_sizes *sz)
 {
 	dev_layer L;
 	int rc = dev_layer_setup(&L, d);
-	if (rc)
-		return rc;
-	*sz = (rt_sizes){.params = L.nparams};
-	if (!kinds[d->kind].sizes)
-		return RT_EINVAL; /* a kind the device executor does not run */
-	return kinds[d->kind].sizes(&L.s, bf16 ? 2 : 4, sz);
+	if (!rc)
+		rc = kind_sizes(&L, bf16 ? 2 : 4, sz);
+	if (!rc)
+		sz->scratch += col_bytes(&L.s);
+	return rc;
 }
 
 int dev_forward(rt_dev *d, const dev_layer *L, const dev_io *io)
@@ -52,5 +87,8 @@ int dev_backward_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 
 int dev_backward_w(rt_dev *d, const dev_layer *L, const dev_io *io)
 {
+	rt_sizes sz;
+	DEV_TRY(kind_sizes(L, dev_esz(d), &sz));
+	d->colp = io->scratch ? (float *)((char *)io->scratch + sz.scratch) : NULL;
 	return kinds[L->desc.kind].w(d, L, io);
 }

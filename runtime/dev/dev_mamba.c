@@ -73,6 +73,7 @@ void dev_mb_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_mb_
 	x->dyg = dev_take(&b, T * di1 * esz); /* v2: out_proj's dx goes to ws.dyn */
 	x->dys = dev_take(&b, T * di * esz);
 	x->dxbc = dev_take(&b, T * cd * esz);
+	x->dx32 = dev_take(&b, esz < f ? T * di1 * f : 0);
 	x->dbp = dev_take(&b, T * mh * N * f * v1);
 	x->dcp = dev_take(&b, T * mh * N * f * v1);
 	x->ddt = dev_take(&b, T * mh * f);
@@ -307,8 +308,9 @@ int dev_mamba_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 	return dev_mb_mix_f(d, L, &a, &x, io->y);
 }
 
-/* From dy = w->dy to du (beta 1: added to it); what W needs kept. */
-int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_mb_act *a, dev_mb_ws *w,
+/* From dy = w->dy to du, or with acc, in_proj's dx added to du's f32
+ * accumulator acc (a parallel layer's); what W needs kept. */
+int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float *acc, dev_mb_act *a, dev_mb_ws *w,
                  dev_mb_scr *x)
 {
 	const rt_shape *s = &L->s;
@@ -341,13 +343,16 @@ int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_mb_act *a, dev_m
 		                 (void *[]){&w->dyn, &ng, &a->yhat, &a->gr, &a->ys, &z, &x->dys, &dz}));
 	}
 	/* The scan: dx into dxbc; dB, dC summed over a group's heads into dxbc
-	 * (v2) or x_proj's output gradient (v1); ddt to dt's pre-activation. */
+	 * (v2) or x_proj's output gradient (v1); ddt to dt's pre-activation.
+	 * v1's dx is f32, x_proj's dx is added to it there, and the sum is
+	 * rounded once into dxbc. */
+	float b0, *dx = v1 ? dev_acc_begin(d, x->dxbc, x->dx32, 0, &b0) : NULL;
 	if (v1) {
 		if (s->P > 1024)
 			return dev_fail(d, RT_EINVAL, "%s layer: head_dim %lld over 1024, the threads of "
 			                "one scan block", L->kind, (long long)s->P);
 		DEV_TRY(dev_run(d, L, "mamba_B_scan", (unsigned)(s->nb * mh), (unsigned)s->P,
-		                (void *[]){&sc.x, &sc.B, &sc.C, &a->dt, &alog, &D, &x->dys, &ck, &x->dxbc,
+		                (void *[]){&sc.x, &sc.B, &sc.C, &a->dt, &alog, &D, &x->dys, &ck, &dx,
 		                           &x->dbp, &x->dcp, &x->ddt, &w->dA, &w->dD}));
 		void *dB = dev_at(d, w->dxdbl, R), *dC = dev_at(d, w->dxdbl, R + N);
 		DEV_TRY(dev_each(d, L, "mamba_B_reduce", T * s->G * N,
@@ -359,8 +364,9 @@ int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_mb_act *a, dev_m
 	DEV_TRY(dev_each(d, L, "mamba_B_dt", T * mh, (void *[]){&x->ddt, &a->v, &dv}));
 	if (v1) {
 		DEV_TRY(dev_proj_dx(d, T, R, di, w->dv, di, dev_param(d, L, MB_DTPROJ), 0, w->dxdbl, xd));
-		DEV_TRY(dev_proj_dx(d, T, di, xd, w->dxdbl, xd, dev_param(d, L, MB_XPROJ), 1, x->dxbc,
-		                    di));
+		DEV_TRY(dev_proj_dx_f32(d, T, di, xd, w->dxdbl, xd, dev_param(d, L, MB_XPROJ), 1, dx,
+		                        di));
+		DEV_TRY(dev_acc_end(d, L, dx, x->dxbc, T * di, 0));
 		DEV_TRY(dev_copy(d, w->xc, a->xc, T * di));
 		DEV_TRY(dev_copy(d, w->xdbl, a->xdbl, T * xd));
 	}
@@ -368,7 +374,10 @@ int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_mb_act *a, dev_m
 	DEV_TRY(dev_each(d, L, "mamba_B_dcv", T * cd, (void *[]){&x->dxbc, &a->cv, &w->dcv}));
 	DEV_TRY(dev_each(d, L, "mamba_B_xpre", T * cd, (void *[]){&cin, &w->xpre}));
 	DEV_TRY(dev_each(d, L, "mamba_B_conv", T * cd, (void *[]){&w->dcv, &convw, &dcin}));
-	return dev_proj_dx(d, T, H, dip, w->dzx, dip, dev_param(d, L, MB_WIN), beta, w->du, H);
+	void *win = dev_param(d, L, MB_WIN);
+	if (!acc)
+		return dev_proj_dx(d, T, H, dip, w->dzx, dip, win, 0, w->du, H);
+	return dev_proj_dx_f32(d, T, H, dip, w->dzx, dip, win, 1, acc, H);
 }
 
 int dev_mamba_b(rt_dev *d, const dev_layer *L, const dev_io *io)
@@ -378,7 +387,7 @@ int dev_mamba_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	dev_mb_scr x;
 	mb_at(d, L, io, &a, &w, &x);
 	DEV_TRY(dev_prenorm_keep(d, L, io->dy, w.dy, a.xhat, w.xhat));
-	DEV_TRY(dev_mb_mix_b(d, L, 0, &a, &w, &x));
+	DEV_TRY(dev_mb_mix_b(d, L, NULL, &a, &w, &x));
 	return dev_norm_b(d, L, w.du, a.xhat, a.r, w.dy, io->dx);
 }
 
@@ -389,13 +398,18 @@ int dev_mb_mix_w(rt_dev *d, const dev_layer *L, dev_mb_ws *w, dev_mb_scr *x)
 	int64_t T = s->T, H = s->H, di = s->di, cd = s->cd, dip = s->dip, mh = s->mh;
 	bool v1 = s->ver == 1;
 	void *alog = dev_param(d, L, MB_ALOG), *ng = dev_param(d, L, MB_GNORM);
-	float *gconvw = dev_grad(L, MB_CONVW), *gconvb = dev_grad(L, MB_CONVB);
-	float *gdtb = dev_grad(L, MB_DTBIAS), *galog = dev_grad(L, MB_ALOG), *gD = dev_grad(L, MB_D);
+	float *galog = dev_grad(L, MB_ALOG), *gD = dev_grad(L, MB_D), *cp = d->colp;
+	int64_t n = dev_col_chunks(T);
 
 	DEV_TRY(dev_proj_dw(d, T, H, dip, x->u, H, w->dzx, dip, dev_grad(L, MB_WIN)));
-	DEV_TRY(dev_each(d, L, "mamba_W_conv", cd, (void *[]){&w->dcv, &w->xpre, &gconvw, &gconvb}));
+	/* The column sums (dev_col_add): the convolution's weights and bias,
+	 * dt_bias (and v2's gated norm below). */
+	DEV_TRY(dev_each(d, L, "mamba_W_conv", n * cd, (void *[]){&w->dcv, &w->xpre, &cp}));
+	DEV_TRY(dev_col_add(d, L, cp, T, cd * s->Kc, dev_grad(L, MB_CONVW)));
+	DEV_TRY(dev_col_add(d, L, cp + n * cd * s->Kc, T, cd, dev_grad(L, MB_CONVB)));
 	void *dv = v1 ? w->dv : dev_at(d, w->dzx, di + cd);
-	DEV_TRY(dev_each(d, L, "mamba_W_dtbias", mh, (void *[]){&dv, &gdtb}));
+	DEV_TRY(dev_each(d, L, "mamba_W_dtbias", n * mh, (void *[]){&dv, &cp}));
+	DEV_TRY(dev_col_add(d, L, cp, T, mh, dev_grad(L, MB_DTBIAS)));
 	DEV_TRY(dev_each(d, L, "mamba_W_alog", v1 ? di * s->N : mh,
 	                 (void *[]){&w->dA, &w->dD, &alog, &galog, &gD}));
 	if (v1) {
@@ -404,8 +418,8 @@ int dev_mb_mix_w(rt_dev *d, const dev_layer *L, dev_mb_ws *w, dev_mb_scr *x)
 		DEV_TRY(dev_proj_dw(d, T, R, di, w->xdbl, xd, w->dv, di, dev_grad(L, MB_DTPROJ)));
 		return dev_proj_dw(d, T, di, H, w->yo, di, w->dy, H, dev_grad(L, MB_WOUT));
 	}
-	float *gng = dev_grad(L, MB_GNORM);
-	DEV_TRY(dev_each(d, L, "mamba_W_gnorm", di, (void *[]){&w->dyn, &w->yo, &gng}));
+	DEV_TRY(dev_each(d, L, "mamba_W_gnorm", n * di, (void *[]){&w->dyn, &w->yo, &cp}));
+	DEV_TRY(dev_col_add(d, L, cp, T, di, dev_grad(L, MB_GNORM)));
 	DEV_TRY(dev_each(d, L, "mamba_W_gscale", T * di, (void *[]){&w->yo, &ng, &x->yn}));
 	return dev_proj_dw(d, T, di, H, x->yn, di, w->dy, H, dev_grad(L, MB_WOUT));
 }

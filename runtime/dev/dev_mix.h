@@ -5,7 +5,10 @@
  *
  * A mixer reads u, the normalised input (the layer's scratch), and adds
  * its output projection to y (which holds x); its B reads dy from the W
- * stash and writes du, the gradient of u (beta 1: adds to it); its W
+ * stash and adds its terms of du, the gradient of u, to du's f32
+ * accumulator, which the layer owns (dev_acc_begin, dev_acc_end: a sum of
+ * GEMMs rounded once into a bf16 du, the parallel layer's two mixers'
+ * too; the Mamba layer's one GEMM writes du itself); its W
  * reads u made again.  The pre-norm's buffers (xhat, r, the W stash's
  * xhat, du, dy, the scratch's u) belong to the layer: the map functions
  * carve them only when `norm`, else the caller sets the pointers.  Entry
@@ -32,14 +35,15 @@ typedef struct dev_attn_ws {
 typedef struct dev_attn_scr {
 	void *u, *cq, *cqn, *c, *ckvn, *kv, *d_o;
 	float *dsum;
-	float *du32; /* bf16: du's f32 accumulator (dev_acc_begin) */
+	float *rcs, *rsn; /* the rotation's cos, sin [seq][rope_len/2] (attention_F_ropetab) */
+	float *du32; /* bf16, with the norm: du's f32 accumulator (dev_acc_begin) */
 } dev_attn_scr;
 
 void dev_attn_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_attn_act *a,
                   dev_carve *cw, dev_attn_ws *w, dev_carve *cs, dev_attn_scr *x);
 int dev_attn_mix_f(rt_dev *d, const dev_layer *L, dev_attn_act *a, dev_attn_scr *x, void *y);
-int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_attn_act *a, dev_attn_ws *w,
-                   dev_attn_scr *x);
+int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float b0, float *acc, dev_attn_act *a,
+                   dev_attn_ws *w, dev_attn_scr *x);
 int dev_attn_mix_w(rt_dev *d, const dev_layer *L, dev_attn_ws *w, dev_attn_scr *x);
 
 /* ---- Mamba (dev_mamba.c); L's tensors in the MB_* slots ------------------ */
@@ -93,6 +97,8 @@ typedef struct dev_ssd {
 typedef struct dev_mb_scr {
 	void *u, *yn;
 	void *dyg, *dys, *dxbc;
+	float *dx32;      /* v1, bf16: the scan's dx and x_proj's summed [T][di], rounded
+	                   * once into dxbc (dev_acc_begin) */
 	float *dbp, *dcp; /* v1: the scan's dB, dC per channel [T][mh][N], before scan_reduce */
 	float *ddt;       /* [T][mh] */
 	float *ck;        /* selective: the chunk states, F's and B's again */
@@ -102,7 +108,7 @@ typedef struct dev_mb_scr {
 void dev_mb_map(const rt_shape *s, size_t esz, bool norm, dev_carve *ca, dev_mb_act *a,
                 dev_carve *cw, dev_mb_ws *w, dev_carve *cs, dev_mb_scr *x);
 int dev_mb_mix_f(rt_dev *d, const dev_layer *L, dev_mb_act *a, dev_mb_scr *x, void *y);
-int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float beta, dev_mb_act *a, dev_mb_ws *w,
+int dev_mb_mix_b(rt_dev *d, const dev_layer *L, float *acc, dev_mb_act *a, dev_mb_ws *w,
                  dev_mb_scr *x);
 int dev_mb_mix_w(rt_dev *d, const dev_layer *L, dev_mb_ws *w, dev_mb_scr *x);
 

@@ -28,6 +28,7 @@ typedef struct par_bufs {
 	dev_mb_act ma;
 	dev_mb_ws mw;
 	dev_mb_scr mx;
+	float *du32;
 } par_bufs;
 
 static void par_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw, dev_carve *cs,
@@ -38,6 +39,7 @@ static void par_map(const rt_shape *s, size_t esz, dev_carve *ca, dev_carve *cw,
 	p->r = dev_take(ca, (size_t)s->T * sizeof(float));
 	void *wxhat = dev_take(cw, th), *du = dev_take(cw, th), *dy = dev_take(cw, th);
 	void *u = dev_take(cs, th);
+	p->du32 = dev_take(cs, esz < sizeof(float) ? (size_t)(s->T * s->H) * sizeof(float) : 0);
 	dev_carve cs2 = *cs;
 	dev_attn_map(s, esz, false, ca, &p->aa, cw, &p->aw, cs, &p->ax);
 	dev_mb_map(s, esz, false, ca, &p->ma, cw, &p->mw, &cs2, &p->mx);
@@ -89,7 +91,8 @@ int dev_par_f(rt_dev *d, const dev_layer *L, const dev_io *io)
 	return dev_mb_mix_f(d, &M, &p.ma, &p.mx, io->y);
 }
 
-/* du = the attention's gradient of u, then the mixer's added to it. */
+/* du = the attention's gradient of u, then the mixer's added to it, in
+ * f32, rounded once. */
 int dev_par_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 {
 	par_bufs p;
@@ -97,8 +100,10 @@ int dev_par_b(rt_dev *d, const dev_layer *L, const dev_io *io)
 	par_at(d, L, io, &p);
 	mixer_view(L, &M);
 	DEV_TRY(dev_prenorm_keep(d, L, io->dy, p.aw.dy, p.xhat, p.aw.xhat));
-	DEV_TRY(dev_attn_mix_b(d, L, 0, &p.aa, &p.aw, &p.ax));
-	DEV_TRY(dev_mb_mix_b(d, &M, 1, &p.ma, &p.mw, &p.mx));
+	float b0, *acc = dev_acc_begin(d, p.aw.du, p.du32, 0, &b0);
+	DEV_TRY(dev_attn_mix_b(d, L, b0, acc, &p.aa, &p.aw, &p.ax));
+	DEV_TRY(dev_mb_mix_b(d, &M, acc, &p.ma, &p.mw, &p.mx));
+	DEV_TRY(dev_acc_end(d, L, acc, p.aw.du, L->s.T * L->s.H, 0));
 	return dev_norm_b(d, L, p.aw.du, p.aw.xhat, p.r, p.aw.dy, io->dx);
 }
 

@@ -25,7 +25,7 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 declare -A ENTRIES=(
 	[embedding]="embedding_F embedding_W"
 	[head]="head_F_norm head_F_lse head_F_loss head_B_dz head_B_norm head_W_scale head_W_norm"
-	[attention]="attention_F_norm attention_F_rope attention_F_core attention_B_core_q attention_B_core_kv attention_B_rope attention_B_norm attention_W_norm"
+	[attention]="attention_F_norm attention_F_ropetab attention_F_rope attention_F_core attention_B_core_q attention_B_core_kv attention_B_rope attention_B_norm attention_W_norm"
 	[mlp]="mlp_F_norm mlp_F_act mlp_B_act mlp_B_norm mlp_W_scale mlp_W_norm"
 	[moe]="moe_F_route moe_F_layout moe_F_gather moe_F_up moe_F_down moe_F_combine moe_F_act moe_B_route moe_B_dh moe_B_act moe_B_dx moe_B_scatter moe_W_gather moe_W_dw moe_W_dwd moe_W_norm"
 	[mamba]="mamba_F_conv mamba_F_dt mamba_B_dt mamba_B_dcv mamba_B_xpre mamba_B_conv mamba_W_conv mamba_W_alog mamba_W_dtbias"
@@ -36,7 +36,7 @@ MAMBA2="mamba_F_ssd_pack mamba_F_ssd_cum mamba_F_ssd_mask mamba_F_ssd_xw mamba_F
 MAMBA1="mamba_F_scan mamba_B_scan mamba_B_reduce mamba_F_gate mamba_B_gate"
 # A parallel layer's module: its norm, and the attention's and the Mamba-2
 # mixer's entry points under their own names.
-ENTRIES[parallel]="parallel_F_norm parallel_B_norm parallel_W_scale parallel_W_norm attention_F_rope attention_F_core attention_B_core_q attention_B_core_kv attention_B_rope ${ENTRIES[mamba]} $MAMBA2"
+ENTRIES[parallel]="parallel_F_norm parallel_B_norm parallel_W_scale parallel_W_norm attention_F_ropetab attention_F_rope attention_F_core attention_B_core_q attention_B_core_kv attention_B_rope ${ENTRIES[mamba]} $MAMBA2"
 
 # registers MODEL PTX: ptxas -v's registers and local memory per entry,
 # against the entry's .maxntid.  An SM holds 65536 registers, given out per
@@ -91,7 +91,7 @@ for y in "$SRC"/models/*.yaml "$SRC"/tests/e2e/tiny-falcon.yaml; do
 			if [ "$kind" = mamba ]; then
 				grep -q "^.visible .entry mamba_F_gnorm(" "$p" && ver=$MAMBA2 || ver=$MAMBA1
 			fi
-			for e in ${ENTRIES[$kind]} $ver optim_adamw optim_store optim_scale acc_store; do
+			for e in ${ENTRIES[$kind]} $ver optim_adamw optim_store optim_scale acc_store col_sum; do
 				grep -q "^.visible .entry $e(" "$p" || miss="$miss $e"
 			done
 			[ -z "$miss" ] && ok || bad "$m $arch $(basename "$p"): missing entries:$miss"

@@ -345,35 +345,42 @@ static double rms_err(const float *got, const float *want, int64_t n)
 	return big > 0 && n ? sqrt(sum / (double)n) / big : 0;
 }
 
-/* The rounding of an attention's du in bf16 (GQA and MHA): du is the sum
- * of the q, k and v projections' dx, which must be summed in f32 and
- * rounded once.  Against the sum in double of the device's own terms (dq,
- * dk, dv from its W stash, whose layout is xhat, du, dy, o, dq, dk, dv in
- * 256-byte steps), every element of du is within half a bf16 unit of the
- * last place, less a bound of the f32 sum's own error; rounded once a
- * term, it is not.  Returns the largest error in those units. */
-static double du_rounding(rt_dev *dev, const dev_layer *L, const void *ws, const float *params)
+/* The rounding of du in bf16 in the GQA and MHA attention and the parallel
+ * layer: du is the sum of the q, k and v projections' dx (and the
+ * parallel layer's mixer's in_proj dx), which must be summed in f32 and
+ * rounded once.  Against the sum in double of the device's own terms
+ * (dq, dk, dv and dzx from its W stash, whose layout is xhat, du, dy, o,
+ * dq, dk, dv, then qk_norm's dq_n, dk_n, qhat, khat, then the mixer's yo,
+ * dyn, dzx, in 256-byte steps), every element of du is within half a bf16
+ * unit of the last place, less a bound of the f32 sum's own error; rounded
+ * once a term, it is not.  Returns the largest error in those units. */
+static double du_rounding(rt_dev *dev, const dev_layer *L, bool par, const void *ws,
+                          const float *params)
 {
 	const rt_shape *s = &L->s;
-	int64_t T = s->T, H = s->H, w[3] = {s->nh * s->dqk, s->nkv * s->dqk, s->nkv * s->dv};
-	const int ti[3] = {AT_WQ, AT_WK, AT_WV};
-	int64_t width[7] = {H, H, H, s->nh * s->dv, w[0], w[1], w[2]};
-	size_t at[7], off = 0;
-	for (int i = 0; i < 7; i++) {
+	int64_t T = s->T, H = s->H, q = s->nh * s->dqk, k = s->nkv * s->dqk;
+	int64_t qn = s->qkn ? q : 0, kn = s->qkn ? k : 0;
+	int64_t width[14] = {H, H, H, s->nh * s->dv, q, k, s->nkv * s->dv, qn, kn, qn, kn,
+	                     s->di, s->ver == 2 ? s->di : 0, s->dip};
+	const int term[4] = {4, 5, 6, 13}, ti[4] = {AT_WQ, AT_WK, AT_WV, PAR_MB + MB_WIN};
+	int nterm = par ? 4 : 3;
+	size_t at[14], off = 0;
+	for (int i = 0; i < 14; i++) {
 		at[i] = off;
 		off += ((size_t)(T * width[i]) * 2 + 255) & ~(size_t)255;
 	}
-	float *du = dget(dev, (const char *)ws + at[1], T * H, false), *term[3];
-	for (int k = 0; k < 3; k++)
-		term[k] = dget(dev, (const char *)ws + at[4 + k], T * w[k], false);
+	float *du = dget(dev, (const char *)ws + at[1], T * H, false), *tv[4];
+	for (int j = 0; j < nterm; j++)
+		tv[j] = dget(dev, (const char *)ws + at[term[j]], T * width[term[j]], false);
 	double worst = 0;
 	for (int64_t t = 0; t < T; t++)
-		for (int64_t j = 0; j < H; j++) {
+		for (int64_t c = 0; c < H; c++) {
 			double ref = 0, mag = 0;
-			for (int k = 0; k < 3; k++) {
-				const float *wk = params + L->t[ti[k]].offset + j * w[k];
-				for (int64_t i = 0; i < w[k]; i++) {
-					double p = (double)term[k][t * w[k] + i] * (double)wk[i];
+			for (int j = 0; j < nterm; j++) {
+				int64_t w = width[term[j]];
+				const float *wj = params + L->t[ti[j]].offset + c * w;
+				for (int64_t i = 0; i < w; i++) {
+					double p = (double)tv[j][t * w + i] * (double)wj[i];
 					ref += p;
 					mag += fabs(p);
 				}
@@ -383,11 +390,11 @@ static double du_rounding(rt_dev *dev, const dev_layer *L, const void *ws, const
 			double ulp = ref != 0 ? ldexp(1.0, e - 8) : ldexp(1.0, -133);
 			/* the f32 sum's own error, a generous bound: 2^-17 of the terms' magnitudes */
 			double e32 = ldexp(mag, -17);
-			worst = fmax(worst, (fabs((double)du[t * H + j] - ref) - e32) / ulp);
+			worst = fmax(worst, (fabs((double)du[t * H + c] - ref) - e32) / ulp);
 		}
 	free(du);
-	for (int k = 0; k < 3; k++)
-		free(term[k]);
+	for (int j = 0; j < nterm; j++)
+		free(tv[j]);
 	return worst;
 }
 
@@ -533,8 +540,8 @@ static int run_case(const tcase *c, bool bf16)
 			       rms_err(got, want, T * H));
 			free(got);
 		}
-		if (bf16 && !alias && d->kind == RT_ATTENTION && !L.s.mla) {
-			double u = du_rounding(dev, &L, io.ws, params);
+		if (bf16 && !alias && (d->kind == RT_ATTENTION || d->kind == RT_PARALLEL) && !L.s.mla) {
+			double u = du_rounding(dev, &L, d->kind == RT_PARALLEL, io.ws, params);
 			bool ok = u <= 0.5;
 			printf("%-6s %-26s %-22s %.3f units in the last place (rounded once: at most 0.5) "
 			       "%s\n", c->kind, c->what, "B du rounding", u, ok ? "ok" : "FAIL");

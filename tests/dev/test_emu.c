@@ -628,6 +628,57 @@ END_TEST
 
 /* The table of a module with conditional entries: MLA without a q latent
  * (OCTO_RQ 0) has no q norm; Mamba-1 has the gate, not the gated norm. */
+/* W's column sums in two stages (mlp_W_norm's partials of each chunk of
+ * COLCH rows, then col_sum): the same bits for any grid, within 1e-5 of the
+ * sum in double, added to what the gradient held. */
+START_TEST(test_col_sums)
+{
+	const rt_layer_desc desc = {.kind = RT_MLP, .hidden = 48, .seq = 101, .mbs = 2, .ffn = 64,
+	                            .act = RT_SWIGLU};
+	enum { H = 48, T = 202 };
+	const long nch = (T + RT_COL_CHUNK - 1) / RT_COL_CHUNK, lw = H;
+	arena *a = arena_new();
+	char *src = cg_cuda_emu_source(&desc, false, DEV_EMU_TABLE, a);
+	ck_assert_ptr_nonnull(src);
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
+	int rc = dev_emu_add_source(d, cg_cuda_module_name(&desc, src, a), src, OCTO_CXX, workdir);
+	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	float *du = malloc(sizeof(float) * T * H), *xh = malloc(sizeof(float) * T * H);
+	float *part = malloc(sizeof(float) * (size_t)nch * H), dg[3][H];
+	for (int i = 0; i < T * H; i++) {
+		du[i] = sinf(0.37f * (float)i) * (1 + (float)(i % 7));
+		xh[i] = cosf(0.11f * (float)i) - 0.25f;
+	}
+	const unsigned grids[3] = {1, 5, 400};
+	for (int k = 0; k < 3; k++) {
+		for (int j = 0; j < H; j++)
+			dg[k][j] = 0.5f;
+		float *g = dg[k];
+		ck_assert_int_eq(d->ops->launch(d, 0, "mlp_W_norm", grids[k], 32,
+		                                (void *[]){&du, &xh, &part}), RT_OK);
+		ck_assert_int_eq(d->ops->launch(d, 0, "col_sum", grids[k], 32,
+		                                (void *[]){&part, &g, (void *)&nch, (void *)&lw}), RT_OK);
+	}
+	for (int j = 0; j < H; j++) {
+		double want = 0.5, mag = 0.5;
+		for (int t = 0; t < T; t++) {
+			want += (double)du[t * H + j] * xh[t * H + j];
+			mag += fabs((double)du[t * H + j] * xh[t * H + j]);
+		}
+		ck_assert_msg(fabs(dg[0][j] - want) <= 1e-5 * mag, "dg[%d] %g, want %g", j,
+		              (double)dg[0][j], want);
+		for (int k = 1; k < 3; k++)
+			ck_assert_msg(memcmp(&dg[k][j], &dg[0][j], sizeof(float)) == 0,
+			              "dg[%d] with %u blocks %a, with 1 %a", j, grids[k], (double)dg[k][j],
+			              (double)dg[0][j]);
+	}
+	free(du), free(xh), free(part);
+	d->ops->destroy(d);
+	arena_free(a);
+}
+END_TEST
+
 START_TEST(test_conditional_entries)
 {
 	const rt_layer_desc mla = {.kind = RT_ATTENTION, .hidden = 64, .seq = 8, .mbs = 1, .heads = 4,
@@ -847,6 +898,7 @@ static Suite *emu_suite(void)
 	tcase_add_test(tc, test_mma);
 	tcase_add_test(tc, test_moe_route_layout);
 	tcase_add_test(tc, test_mlp_module);
+	tcase_add_test(tc, test_col_sums);
 	tcase_add_test(tc, test_conditional_entries);
 	tcase_add_loop_test(tc, test_decay_device, 0, 2);
 	tcase_add_test(tc, test_put_async);
