@@ -52,11 +52,11 @@ static const char ENTRY_HEAD[] =
 static const char ENTRY_ATTENTION[] =
     "OCTO_KERNEL void attention_F_rope(real *q, real *k)\n"
     "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(q, T, 1.f, ROPE_INV_FREQ, ROPE_MSCALE); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(k, T, 1.f, ROPE_INV_FREQ, ROPE_MSCALE); }\n"
-    "OCTO_KERNEL void attention_F_core(const real *q, const real *k, const real *v, real *o, float *lse)\n"
+    "OCTO_KERNEL_THREADS(ATT_THREADS) void attention_F_core(const real *q, const real *k, const real *v, real *o, float *lse)\n"
     "{ attn_f<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, MBS, QK_SCALE); }\n"
-    "OCTO_KERNEL void attention_B_core_q(const real *q, const real *k, const real *v, const real *dout, const float *lse, float *Dsum, real *dq)\n"
-    "{ attn_b_q<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dq, MBS, QK_SCALE); }\n"
-    "OCTO_KERNEL void attention_B_core_kv(const real *q, const real *k, const real *v, const real *dout, const float *lse, const float *Dsum, real *dk, real *dv)\n"
+    "OCTO_KERNEL_THREADS(ATT_THREADS) void attention_B_core_q(const real *q, const real *k, const real *v, const real *o, const real *dout, const float *lse, float *Dsum, real *dq)\n"
+    "{ attn_b_q<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, dout, lse, Dsum, dq, MBS, QK_SCALE); }\n"
+    "OCTO_KERNEL_THREADS(ATT_THREADS) void attention_B_core_kv(const real *q, const real *k, const real *v, const real *dout, const float *lse, const float *Dsum, real *dk, real *dv)\n"
     "{ attn_b_kv<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, MBS, QK_SCALE); }\n"
     "OCTO_KERNEL void attention_B_rope(real *dq, real *dk)\n"
     "{ rope<SEQ, NH, DQK, ROPE_OFF, ROPE_LEN>(dq, T, -1.f, ROPE_INV_FREQ, ROPE_MSCALE); rope<SEQ, NKV, DQK, ROPE_OFF, ROPE_LEN>(dk, T, -1.f, ROPE_INV_FREQ, ROPE_MSCALE); }\n";
