@@ -359,16 +359,16 @@ __device__ void rope(real *x, long rows, float sign, const double *inv, double m
  * layer's DQK, DV and `real`. */
 #define ATT_THREADS 128
 
-constexpr int att_r16(int d) { return (d + 15) / 16 * 16; }
-constexpr int att_max(int a, int b) { return a > b ? a : b; }
-constexpr int att_min(int a, int b) { return a < b ? a : b; }
+__device__ constexpr int att_r16(int d) { return (d + 15) / 16 * 16; }
+__device__ constexpr int att_max(int a, int b) { return a > b ? a : b; }
+__device__ constexpr int att_min(int a, int b) { return a < b ? a : b; }
 
 /* Static shared bytes of a kernel: M rows of held operands (hw elements a
  * row), N rows of streamed ones (s1 + s2 a row, or the wider of the two when
  * one buffer takes them in turn), the real tile [M][N], the f32 tile (also
  * the warps' 16x16 scratch: at least 4 x 256 floats) and per-row
  * statistics. */
-constexpr long att_bytes(int m, int n, int hw, int s1, int s2, bool one)
+__device__ constexpr long att_bytes(int m, int n, int hw, int s1, int s2, bool one)
 {
 	return (long)sizeof(real) * ((long)m * hw + (long)n * (one ? att_max(s1, s2) : s1 + s2) + m * n) +
 	       4L * (att_max(m * n, 1024) + 4 * 64);
@@ -377,7 +377,7 @@ constexpr long att_bytes(int m, int n, int hw, int s1, int s2, bool one)
 /* The tile: M * 10000 + N * 10 + one (streamed operands through one
  * buffer), the first candidate that fits; F always streams k then v
  * through one buffer (only_one). */
-constexpr int att_tiles(int hw, int s1, int s2, bool only_one)
+__device__ constexpr int att_tiles(int hw, int s1, int s2, bool only_one)
 {
 	const int cand[8][2] = {{64, 64}, {64, 32}, {32, 64}, {32, 32},
 	                        {64, 16}, {32, 16}, {16, 32}, {16, 16}};
@@ -422,6 +422,7 @@ __device__ void att_mm_nt(float *c, const real *a, int lda, const real *b, int l
 		int r = blk / (NC / 16), n = blk % (NC / 16);
 		mma_acc acc;
 		mma_zero(acc);
+		#pragma unroll 2
 		for (int k = 0; k < KD; k += 16) {
 			mma_a fa;
 			mma_b fb;
@@ -446,9 +447,11 @@ __device__ void att_mm_acc(mma_acc *acc, const real *a, int lda, const real *b, 
 {
 	typedef att_part<M, NB> W;
 	int w = threadIdx.x / 32, rw = w % W::RG, cw = w / W::RG;
+	#pragma unroll 1
 	for (int k = 0; k < KD; k += 16) {
 		mma_a fa;
 		mma_load_a<ACOL>(fa, ACOL ? a + k * lda + rw * 16 : a + rw * 16 * lda + k, lda);
+		#pragma unroll
 		for (int t = 0; t < W::NA; t++)
 			if (cw + W::CP * t < NB) {
 				mma_b fb;
@@ -465,6 +468,7 @@ __device__ void att_acc_scale(mma_acc *acc, float *scr, const float *f)
 {
 	typedef att_part<M, NB> W;
 	int rw = (int)(threadIdx.x / 32) % W::RG, lane = threadIdx.x % 32;
+	#pragma unroll
 	for (int t = 0; t < W::NA; t++) {
 		mma_store(scr, acc[t], 16);
 		att_warp_sync();
@@ -482,6 +486,7 @@ __device__ void att_acc_out(const mma_acc *acc, float *scr, const float *f, real
 {
 	typedef att_part<M, NB> W;
 	int w = threadIdx.x / 32, rw = w % W::RG, cw = w / W::RG, lane = threadIdx.x % 32;
+	#pragma unroll
 	for (int t = 0; t < W::NA; t++)
 		if (cw + W::CP * t < NB) {
 			mma_store(scr, acc[t], 16);
@@ -525,6 +530,7 @@ __device__ void attn_f(const real *q, const real *k, const real *v, real *o, flo
 			lrow[r] = 0.f;
 		}
 		mma_acc acc[NA];
+		#pragma unroll
 		for (int t = 0; t < NA; t++) mma_zero(acc[t]);
 		for (int k0 = lo / BK * BK; k0 <= hi; k0 += BK) {
 			int nk = att_min(BK, SEQ - k0);
@@ -623,6 +629,7 @@ __device__ void attn_b_q(const real *q, const real *k, const real *v, const real
 			lrow[r] = lse[st0 + r];
 		}
 		mma_acc acc[NA];
+		#pragma unroll
 		for (int t = 0; t < NA; t++) mma_zero(acc[t]);
 		for (int k0 = lo / BK * BK; k0 <= hi; k0 += BK) {
 			int nk = att_min(BK, SEQ - k0);
@@ -687,7 +694,9 @@ __device__ void attn_b_kv(const real *q, const real *k, const real *v, const rea
 		att_stage<BK, DQK, DQP>(kt, k + (b * SEQ + k0) * (NKV * DQK) + g * DQK, NKV * DQK, nk);
 		att_stage<BK, DV, DVP>(vt, v + (b * SEQ + k0) * (NKV * DV) + g * DV, NKV * DV, nk);
 		mma_acc ak[NAK], av[NAV];
+		#pragma unroll
 		for (int t = 0; t < NAK; t++) mma_zero(ak[t]);
+		#pragma unroll
 		for (int t = 0; t < NAV; t++) mma_zero(av[t]);
 		for (int h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++) {
 			const real *qg = q + b * SEQ * (NH * DQK) + h * DQK;
