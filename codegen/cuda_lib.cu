@@ -541,6 +541,8 @@ __device__ void attn_f(const real *q, const real *k, const real *v, real *o, flo
 			__syncthreads();
 			att_mm_nt<BQ, BK, DQP>(sf, qt, DQP, kv, DMP);
 			__syncthreads();
+			/* k read: v takes its place while the scores become probabilities */
+			att_stage<BK, DV, DMP>(kv, v + (b * SEQ + k0) * (NKV * DV) + g * DV, NKV * DV, nk);
 			for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
 				int i = q0 + r;
 				float mx = mrow[r], sum = 0.f;
@@ -552,15 +554,14 @@ __device__ void attn_f(const real *q, const real *k, const real *v, real *o, flo
 					pt[r * BK + c] = st(p);
 					sum += p;
 				}
-				float cf = mx == -INFINITY ? 1.f : expf(mrow[r] - mx);
+				/* o's factor; 1 while the row has seen nothing (o is 0) */
+				float cf = mrow[r] == -INFINITY || mrow[r] == mx ? 1.f : expf(mrow[r] - mx);
 				lrow[r] = lrow[r] * cf + sum;
 				mrow[r] = mx;
 				crow[r] = cf;
 				if (cf != 1.f)
 					resc = 1;
 			}
-			__syncthreads(); /* the scores read: v takes k's place */
-			att_stage<BK, DV, DMP>(kv, v + (b * SEQ + k0) * (NKV * DV) + g * DV, NKV * DV, nk);
 			__syncthreads();
 			if (resc)
 				att_acc_scale<BQ, DVP / 16>(acc, scr, crow);
