@@ -354,9 +354,9 @@ __device__ void rope(real *x, long rows, float sign, const double *inv, double m
  * The runtime launches blocks of ATT_THREADS, ceil(SEQ/64) per (sequence,
  * head) for F and B_q, per (sequence, kv head) for B_kv; M is at most 64,
  * so no block is left without a tile, and a block takes tiles grid apart
- * when M is smaller (runtime/dev/dev_attn.c).  M and N are the largest of
- * att_tiles' candidates whose static shared memory fits 48 KB for the
- * layer's DQK, DV and `real`. */
+ * when M is smaller (runtime/dev/dev_attn.c).  M and N are the first of
+ * att_tiles' candidates (largest first) whose static shared memory fits
+ * 48 KB for the layer's DQK, DV and `real`. */
 #define ATT_THREADS 128
 
 __device__ constexpr int att_r16(int d) { return (d + 15) / 16 * 16; }
@@ -416,7 +416,7 @@ __device__ void att_stage(real *dst, const real *src, long ld, int nv)
 /* c[MR][NC] (f32, ld NC) = a[MR][KD] b[NC][KD]^T (a at lda, b at ldb, both
  * row-major): the block's warps take the 16x16 blocks in turn. */
 template <int MR, int NC, int KD>
-__device__ void att_mm_nt(float *c, const real *a, int lda, const real *b, int ldb)
+__device__ __forceinline__ void att_mm_nt(float *c, const real *a, int lda, const real *b, int ldb)
 {
 	for (int blk = threadIdx.x / 32; blk < (MR / 16) * (NC / 16); blk += ATT_THREADS / 32) {
 		int r = blk / (NC / 16), n = blk % (NC / 16);
@@ -443,7 +443,7 @@ template <int M, int NB> struct att_part {
 /* acc += the warp's blocks of A B, k ascending: A [M][KD] at lda or, ACOL,
  * stored transposed ([KD][M]); B [KD][NB * 16] row-major at ldb. */
 template <int M, int NB, bool ACOL, int KD>
-__device__ void att_mm_acc(mma_acc *acc, const real *a, int lda, const real *b, int ldb)
+__device__ __forceinline__ void att_mm_acc(mma_acc *acc, const real *a, int lda, const real *b, int ldb)
 {
 	typedef att_part<M, NB> W;
 	int w = threadIdx.x / 32, rw = w % W::RG, cw = w / W::RG;
@@ -461,10 +461,11 @@ __device__ void att_mm_acc(mma_acc *acc, const real *a, int lda, const real *b, 
 	}
 }
 
-/* Through the warp's scratch (256 floats): each accumulator's rows times
- * f[row]; then (dst) rounded into dst's rows [0, nv), columns [0, D). */
+/* Through the warp's scratch (256 floats): the accumulators' rows times
+ * f[row] (att_acc_scale), or (att_acc_out) times f[row] if f, rounded into
+ * dst's rows [0, nv), columns [0, D). */
 template <int M, int NB>
-__device__ void att_acc_scale(mma_acc *acc, float *scr, const float *f)
+__device__ __forceinline__ void att_acc_scale(mma_acc *acc, float *scr, const float *f)
 {
 	typedef att_part<M, NB> W;
 	int rw = (int)(threadIdx.x / 32) % W::RG, lane = threadIdx.x % 32;
@@ -481,7 +482,7 @@ __device__ void att_acc_scale(mma_acc *acc, float *scr, const float *f)
 }
 
 template <int M, int NB, int D>
-__device__ void att_acc_out(const mma_acc *acc, float *scr, const float *f, real *dst, long ld,
+__device__ __forceinline__ void att_acc_out(const mma_acc *acc, float *scr, const float *f, real *dst, long ld,
                             int nv)
 {
 	typedef att_part<M, NB> W;
@@ -546,9 +547,11 @@ __device__ void attn_f(const real *q, const real *k, const real *v, real *o, flo
 			for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
 				int i = q0 + r;
 				float mx = mrow[r], sum = 0.f;
+				#pragma unroll 4
 				for (int c = 0; c < BK; c++)
 					if (att_sees<WIN>(i, k0 + c, SEQ))
 						mx = fmaxf(mx, sf[r * BK + c] * sc);
+				#pragma unroll 4
 				for (int c = 0; c < BK; c++) {
 					float p = att_sees<WIN>(i, k0 + c, SEQ) ? expf(sf[r * BK + c] * sc - mx) : 0.f;
 					pt[r * BK + c] = st(p);
