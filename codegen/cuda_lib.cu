@@ -161,6 +161,7 @@ struct mma_a { const real *p; int ld; };
 struct mma_b { const real *p; int ld; };
 __device__ __forceinline__ void mma_zero(mma_acc &c)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) c.x[e] = 0.f;
 }
 template <bool COL> __device__ __forceinline__ void mma_load_a(mma_a &a, const real *p, int ld)
@@ -175,6 +176,7 @@ template <bool COL> __device__ __forceinline__ void mma_load_b(mma_b &b, const r
 }
 __device__ __forceinline__ void mma_load_c(mma_acc &c, const float *p, int ld)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) {
 		int i = (int)(threadIdx.x % 32) + 32 * e;
 		c.x[e] = p[(i / 16) * ld + i % 16];
@@ -183,6 +185,7 @@ __device__ __forceinline__ void mma_load_c(mma_acc &c, const float *p, int ld)
 template <bool ACOL, bool BCOL>
 __device__ __forceinline__ void mma_run(mma_acc &c, const mma_a &a, const mma_b &b)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) {
 		int i = (int)(threadIdx.x % 32) + 32 * e, r = i / 16, j = i % 16;
 		float s = c.x[e];
@@ -194,6 +197,7 @@ __device__ __forceinline__ void mma_run(mma_acc &c, const mma_a &a, const mma_b 
 }
 __device__ __forceinline__ void mma_store(float *p, const mma_acc &c, int ld)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) {
 		int i = (int)(threadIdx.x % 32) + 32 * e;
 		p[(i / 16) * ld + i % 16] = c.x[e];
