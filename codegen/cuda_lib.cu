@@ -162,6 +162,7 @@ struct mma_a { const real *p; int ld; };
 struct mma_b { const real *p; int ld; };
 __device__ __forceinline__ void mma_zero(mma_acc &c)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) c.x[e] = 0.f;
 }
 template <bool COL> __device__ __forceinline__ void mma_load_a(mma_a &a, const real *p, int ld)
@@ -176,6 +177,7 @@ template <bool COL> __device__ __forceinline__ void mma_load_b(mma_b &b, const r
 }
 __device__ __forceinline__ void mma_load_c(mma_acc &c, const float *p, int ld)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) {
 		int i = (int)(threadIdx.x % 32) + 32 * e;
 		c.x[e] = p[(i / 16) * ld + i % 16];
@@ -184,6 +186,7 @@ __device__ __forceinline__ void mma_load_c(mma_acc &c, const float *p, int ld)
 template <bool ACOL, bool BCOL>
 __device__ __forceinline__ void mma_run(mma_acc &c, const mma_a &a, const mma_b &b)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) {
 		int i = (int)(threadIdx.x % 32) + 32 * e, r = i / 16, j = i % 16;
 		float s = c.x[e];
@@ -195,6 +198,7 @@ __device__ __forceinline__ void mma_run(mma_acc &c, const mma_a &a, const mma_b 
 }
 __device__ __forceinline__ void mma_store(float *p, const mma_acc &c, int ld)
 {
+	#pragma unroll
 	for (int e = 0; e < 8; e++) {
 		int i = (int)(threadIdx.x % 32) + 32 * e;
 		p[(i / 16) * ld + i % 16] = c.x[e];
@@ -370,109 +374,415 @@ __device__ void rope(real *x, long rows, float sign, const float *cs, const floa
 	}
 }
 
-/* ---- attention core (flash style: no seq x seq array) ---- */
+/* ---- attention core: tiled flash attention (FlashAttention-2's loops) ----
+ * q [T][NH*DQK], k [T][NKV*DQK], v [T][NKV*DV], o [T][NH*DV] (T = MBS*SEQ
+ * rows), lse and Dsum [MBS][NH][SEQ] f32.  Query i sees key j iff j <= i
+ * and, with a window, j > i - WIN; query head h reads kv head h / (NH/NKV).
+ *
+ * A block of ATT_THREADS (4 warps) holds a tile of M rows for its whole
+ * run (the queries of F and B_q, the keys of B_kv, of one sequence and
+ * head) and steps over tiles of N rows of the other side, skipping those
+ * wholly masked.  Operands are staged in shared memory as `real`, head
+ * dims padded with zeros to multiples of 16 (the tile products' blocks);
+ * the scores of a step go through a shared f32 tile, where one thread per
+ * element (or per row, for the online softmax's statistics) applies the
+ * mask and the exponentials, and the probabilities (B: dS) are rounded to
+ * `real` for the next product.  Sums that span steps (F's o, B's dq, dk,
+ * dv) stay in registers (mma_acc): the warps split the M rows into M/16
+ * row groups and, within one, the 16-column blocks.  Every sum has one
+ * order, fixed by the shapes alone: no atomics, the same bits every run.
+ *
+ * The runtime launches blocks of ATT_THREADS, ceil(SEQ/64) per (sequence,
+ * head) for F and B_q, per (sequence, kv head) for B_kv; M is at most 64,
+ * so no block is left without a tile, and a block takes tiles grid apart
+ * when M is smaller (runtime/dev/dev_attn.c).  M and N are the first of
+ * att_tiles' candidates (largest first) whose static shared memory fits
+ * 48 KB for the layer's DQK, DV and `real`. */
+#define ATT_THREADS 128
 
-/* F: one thread per (sequence, head, query i).  q [T][NH*DQK], k [T][NKV*DQK],
- * v [T][NKV*DV], o [T][NH*DV], lse [MBS][NH][SEQ]. */
+__device__ constexpr int att_r16(int d) { return (d + 15) / 16 * 16; }
+__device__ constexpr int att_max(int a, int b) { return a > b ? a : b; }
+__device__ constexpr int att_min(int a, int b) { return a < b ? a : b; }
+
+/* Static shared bytes of a kernel: M rows of held operands (hw elements a
+ * row), N rows of streamed ones (s1 + s2 a row, or the wider of the two when
+ * one buffer takes them in turn), the real tile [M][N], the f32 tile (also
+ * the warps' 16x16 scratch: at least 4 x 256 floats) and per-row
+ * statistics. */
+__device__ constexpr long att_bytes(int m, int n, int hw, int s1, int s2, bool one)
+{
+	return (long)sizeof(real) * ((long)m * hw + (long)n * (one ? att_max(s1, s2) : s1 + s2) + m * n) +
+	       4L * (att_max(m * n, 1024) + 4 * 64);
+}
+
+/* The tile: M * 10000 + N * 10 + one (streamed operands through one
+ * buffer), the first candidate that fits; F always streams k then v
+ * through one buffer (only_one). */
+__device__ constexpr int att_tiles(int hw, int s1, int s2, bool only_one)
+{
+	const int cand[8][2] = {{64, 64}, {64, 32}, {32, 64}, {32, 32},
+	                        {64, 16}, {32, 16}, {16, 32}, {16, 16}};
+	for (int c = 0; c < 8; c++)
+		for (int one = only_one ? 1 : 0; one < 2; one++)
+			if (att_bytes(cand[c][0], cand[c][1], hw, s1, s2, one) <= 48 * 1024)
+				return cand[c][0] * 10000 + cand[c][1] * 10 + one;
+	return 0;
+}
+
+/* What a warp syncs on between writing a 16x16 block to its scratch and
+ * reading it back element-wise (and again before the next write).  In the
+ * emulator each lane touches only the elements lane + 32 e, the very ones
+ * its mma_store wrote and its mma_load_c reads, so it needs none. */
+#ifdef OCTO_EMU
+#define att_warp_sync()
+#else
+#define att_warp_sync() __syncwarp()
+#endif
+
+template <int WIN> __device__ __forceinline__ bool att_sees(int i, int j, int seq)
+{
+	return i < seq && j <= i && (WIN <= 0 || j > i - WIN);
+}
+
+/* dst[N][DP] = rows [0, nv) of src (ld), columns [0, D); zeros elsewhere. */
+template <int N, int D, int DP>
+__device__ void att_stage(real *dst, const real *src, long ld, int nv)
+{
+	for (int i = threadIdx.x; i < N * DP; i += ATT_THREADS) {
+		int r = i / DP, c = i % DP;
+		dst[i] = r < nv && c < D ? src[r * ld + c] : (real)0;
+	}
+}
+
+/* c[MR][NC] (f32, ld NC) = a[MR][KD] b[NC][KD]^T (a at lda, b at ldb, both
+ * row-major): the block's warps take the 16x16 blocks in turn. */
+template <int MR, int NC, int KD>
+__device__ __forceinline__ void att_mm_nt(float *c, const real *a, int lda, const real *b, int ldb)
+{
+	for (int blk = threadIdx.x / 32; blk < (MR / 16) * (NC / 16); blk += ATT_THREADS / 32) {
+		int r = blk / (NC / 16), n = blk % (NC / 16);
+		mma_acc acc;
+		mma_zero(acc);
+		#pragma unroll 2
+		for (int k = 0; k < KD; k += 16) {
+			mma_a fa;
+			mma_b fb;
+			mma_load_a<false>(fa, a + r * 16 * lda + k, lda);
+			mma_load_b<true>(fb, b + n * 16 * ldb + k, ldb);
+			mma_run<false, true>(acc, fa, fb);
+		}
+		mma_store(c + r * 16 * NC + n * 16, acc, NC);
+	}
+}
+
+/* The warp's share of an M-row tile with NB 16-column blocks: its row group
+ * and the column blocks cw, cw + CP, ... (NA at most). */
+template <int M, int NB> struct att_part {
+	static constexpr int RG = M / 16, CP = 4 / RG, NA = (NB + CP - 1) / CP;
+};
+
+/* acc += the warp's blocks of A B, k ascending: A [M][KD] at lda or, ACOL,
+ * stored transposed ([KD][M]); B [KD][NB * 16] row-major at ldb. */
+template <int M, int NB, bool ACOL, int KD>
+__device__ __forceinline__ void att_mm_acc(mma_acc *acc, const real *a, int lda, const real *b, int ldb)
+{
+	typedef att_part<M, NB> W;
+	int w = threadIdx.x / 32, rw = w % W::RG, cw = w / W::RG;
+	#pragma unroll 1
+	for (int k = 0; k < KD; k += 16) {
+		mma_a fa;
+		mma_load_a<ACOL>(fa, ACOL ? a + k * lda + rw * 16 : a + rw * 16 * lda + k, lda);
+		#pragma unroll
+		for (int t = 0; t < W::NA; t++)
+			if (cw + W::CP * t < NB) {
+				mma_b fb;
+				mma_load_b<false>(fb, b + k * ldb + (cw + W::CP * t) * 16, ldb);
+				mma_run<ACOL, false>(acc[t], fa, fb);
+			}
+	}
+}
+
+/* Through the warp's scratch (256 floats): the accumulators' rows times
+ * f[row] (att_acc_scale), or (att_acc_out) times f[row] if f, rounded into
+ * dst's rows [0, nv), columns [0, D). */
+template <int M, int NB>
+__device__ __forceinline__ void att_acc_scale(mma_acc *acc, float *scr, const float *f)
+{
+	typedef att_part<M, NB> W;
+	int rw = (int)(threadIdx.x / 32) % W::RG, lane = threadIdx.x % 32;
+	#pragma unroll
+	for (int t = 0; t < W::NA; t++) {
+		mma_store(scr, acc[t], 16);
+		att_warp_sync();
+		for (int e = 0; e < 8; e++)
+			scr[lane + 32 * e] *= f[rw * 16 + (lane + 32 * e) / 16];
+		att_warp_sync();
+		mma_load_c(acc[t], scr, 16);
+		att_warp_sync();
+	}
+}
+
+template <int M, int NB, int D>
+__device__ __forceinline__ void att_acc_out(const mma_acc *acc, float *scr, const float *f, real *dst, long ld,
+                            int nv)
+{
+	typedef att_part<M, NB> W;
+	int w = threadIdx.x / 32, rw = w % W::RG, cw = w / W::RG, lane = threadIdx.x % 32;
+	#pragma unroll
+	for (int t = 0; t < W::NA; t++)
+		if (cw + W::CP * t < NB) {
+			mma_store(scr, acc[t], 16);
+			att_warp_sync();
+			for (int e = 0; e < 8; e++) {
+				int i = lane + 32 * e, r = rw * 16 + i / 16, c = (cw + W::CP * t) * 16 + i % 16;
+				if (r < nv && c < D)
+					dst[r * ld + c] = st(f ? scr[i] * f[r] : scr[i]);
+			}
+			att_warp_sync();
+		}
+}
+
+/* F: per query tile, o = softmax(q k^T sc) v online over the key tiles
+ * (running row max m, sum l, o rescaled when m grows), lse = m + log l. */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
 __device__ void attn_f(const real *q, const real *k, const real *v, real *o, float *lse, int mbs,
                        float qs)
 {
-	EACH(id, (long)mbs * NH * SEQ) {
-		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
-		long b = id / ((long)SEQ * NH);
-		int g = h / (NH / NKV);
-		const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
-		float acc[DV], m = -INFINITY, l = 0.f;
-		for (int e = 0; e < DV; e++) acc[e] = 0.f;
-		int j0 = WIN > 0 && i - WIN + 1 > 0 ? i - WIN + 1 : 0;
-		for (int j = j0; j <= i; j++) {
-			const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
-			const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
-			float s = 0.f;
-			for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
-			s *= rsqrtf((float)DQK) * qs;
-			float mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
-			l = l * c + p;
-			for (int e = 0; e < DV; e++) acc[e] = acc[e] * c + p * ld(vj[e]);
-			m = mn;
+	constexpr int DQP = att_r16(DQK), DVP = att_r16(DV), DMP = att_max(DQP, DVP);
+	constexpr int TL = att_tiles(DQP, DQP, DVP, true), BQ = TL / 10000, BK = TL / 10 % 1000;
+	static_assert(TL, "attention: no tile fits 48 KB of shared memory at this head dim");
+	constexpr int NQT = (SEQ + BQ - 1) / BQ, NA = att_part<BQ, DVP / 16>::NA;
+	alignas(32) __shared__ real qt[BQ * DQP];
+	alignas(32) __shared__ real kv[BK * DMP];
+	alignas(32) __shared__ real pt[BQ * BK];
+	alignas(32) __shared__ float sf[att_max(BQ * BK, 1024)];
+	__shared__ float mrow[BQ], lrow[BQ], crow[BQ];
+	__shared__ int resc;
+	const float sc = rsqrtf((float)DQK) * qs;
+	float *scr = sf + threadIdx.x / 32 * 256;
+	for (long tile = blockIdx.x; tile < (long)mbs * NH * NQT; tile += gridDim.x) {
+		int q0 = (NQT - 1 - (int)(tile % NQT)) * BQ, h = (int)(tile / NQT % NH);
+		long b = tile / ((long)NQT * NH);
+		int g = h / (NH / NKV), nq = att_min(BQ, SEQ - q0);
+		int lo = WIN > 0 ? att_max(0, q0 - WIN + 1) : 0, hi = q0 + nq - 1;
+		__syncthreads();
+		att_stage<BQ, DQK, DQP>(qt, q + (b * SEQ + q0) * (NH * DQK) + h * DQK, NH * DQK, nq);
+		for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
+			mrow[r] = -INFINITY;
+			lrow[r] = 0.f;
 		}
-		real *oi = o + (b * SEQ + i) * (NH * DV) + h * DV;
-		for (int e = 0; e < DV; e++) oi[e] = st(acc[e] / l);
-		lse[id] = m + logf(l);
-	}
-}
-
-/* B, queries: one thread per (sequence, head, i): Dsum_i = sum_j P dP, then
- * dq_i = sum_j dS_ij k_j. */
-template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
-__device__ void attn_b_q(const real *q, const real *k, const real *v, const real *dout,
-                         const float *lse, float *Dsum, real *dq, int mbs, float qs)
-{
-	EACH(id, (long)mbs * NH * SEQ) {
-		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
-		long b = id / ((long)SEQ * NH);
-		int g = h / (NH / NKV);
-		const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
-		const real *doi = dout + (b * SEQ + i) * (NH * DV) + h * DV;
-		const float sc = rsqrtf((float)DQK) * qs;
-		int j0 = WIN > 0 && i - WIN + 1 > 0 ? i - WIN + 1 : 0;
-		float D = 0.f, acc[DQK];
-		for (int e = 0; e < DQK; e++) acc[e] = 0.f;
-		for (int pass = 0; pass < 2; pass++)
-			for (int j = j0; j <= i; j++) {
-				const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
-				const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
-				float s = 0.f, dp = 0.f;
-				for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
-				for (int e = 0; e < DV; e++) dp += ld(doi[e]) * ld(vj[e]);
-				float p = expf(s * sc - lse[id]);
-				if (pass == 0) {
-					D += p * dp;
-				} else {
-					float ds = p * (dp - D) * sc;
-					for (int e = 0; e < DQK; e++) acc[e] += ds * ld(kj[e]);
+		mma_acc acc[NA];
+		#pragma unroll
+		for (int t = 0; t < NA; t++) mma_zero(acc[t]);
+		for (int k0 = lo / BK * BK; k0 <= hi; k0 += BK) {
+			int nk = att_min(BK, SEQ - k0);
+			__syncthreads();
+			att_stage<BK, DQK, DMP>(kv, k + (b * SEQ + k0) * (NKV * DQK) + g * DQK, NKV * DQK, nk);
+			if (threadIdx.x == 0)
+				resc = 0;
+			__syncthreads();
+			att_mm_nt<BQ, BK, DQP>(sf, qt, DQP, kv, DMP);
+			__syncthreads();
+			/* k read: v takes its place while the scores become probabilities */
+			att_stage<BK, DV, DMP>(kv, v + (b * SEQ + k0) * (NKV * DV) + g * DV, NKV * DV, nk);
+			for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
+				int i = q0 + r;
+				float mx = mrow[r], sum = 0.f;
+				#pragma unroll 4
+				for (int c = 0; c < BK; c++)
+					if (att_sees<WIN>(i, k0 + c, SEQ))
+						mx = fmaxf(mx, sf[r * BK + c] * sc);
+				#pragma unroll 4
+				for (int c = 0; c < BK; c++) {
+					float p = att_sees<WIN>(i, k0 + c, SEQ) ? expf(sf[r * BK + c] * sc - mx) : 0.f;
+					pt[r * BK + c] = st(p);
+					sum += p;
 				}
+				/* o's factor; 1 while the row has seen nothing (o is 0) */
+				float cf = mrow[r] == -INFINITY || mrow[r] == mx ? 1.f : expf(mrow[r] - mx);
+				lrow[r] = lrow[r] * cf + sum;
+				mrow[r] = mx;
+				crow[r] = cf;
+				if (cf != 1.f)
+					resc = 1;
 			}
-		Dsum[id] = D;
-		real *dqi = dq + (b * SEQ + i) * (NH * DQK) + h * DQK;
-		for (int e = 0; e < DQK; e++) dqi[e] = st(acc[e]);
+			__syncthreads();
+			if (resc)
+				att_acc_scale<BQ, DVP / 16>(acc, scr, crow);
+			att_mm_acc<BQ, DVP / 16, false, BK>(acc, pt, BK, kv, DMP);
+		}
+		__syncthreads();
+		for (int r = threadIdx.x; r < nq; r += ATT_THREADS) {
+			lse[(b * NH + h) * SEQ + q0 + r] = mrow[r] + logf(lrow[r]);
+			crow[r] = 1.f / lrow[r];
+		}
+		__syncthreads();
+		att_acc_out<BQ, DVP / 16, DV>(acc, scr, crow, o + (b * SEQ + q0) * (NH * DV) + h * DV,
+		                              NH * DV, nq);
 	}
 }
 
-/* B, keys and values: one thread per (sequence, KV head g, key j); the
- * group's query heads in ascending order, queries ascending. */
+/* The streamed pair of a backward step: x then y into two buffers, or (one)
+ * into one buffer in turn, x staged again for the step's last product. */
+template <int N, int DX, int DY, bool ONE> struct att_pair {
+	static constexpr int LX = ONE ? att_max(att_r16(DX), att_r16(DY)) : att_r16(DX);
+	static constexpr int LY = ONE ? LX : att_r16(DY);
+	static constexpr int SIZE = ONE ? N * LX : N * (LX + LY);
+};
+
+/* B, queries: per query tile, D_i = sum_e dO_ie O_ie; over the key tiles,
+ * dS = P (dO v^T - D) sc with P = exp(q k^T sc - lse), dq += dS k. */
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_b_q(const real *q, const real *k, const real *v, const real *o,
+                         const real *dout, const float *lse, float *Dsum, real *dq, int mbs,
+                         float qs)
+{
+	constexpr int DQP = att_r16(DQK), DVP = att_r16(DV);
+	constexpr int TL = att_tiles(DQP + DVP, DQP, DVP, false), BQ = TL / 10000, BK = TL / 10 % 1000;
+	static_assert(TL, "attention: no tile fits 48 KB of shared memory at this head dim");
+	constexpr bool ONE = TL % 10;
+	typedef att_pair<BK, DQK, DV, ONE> KV;
+	constexpr int NQT = (SEQ + BQ - 1) / BQ, NA = att_part<BQ, DQP / 16>::NA;
+	alignas(32) __shared__ real qt[BQ * DQP];
+	alignas(32) __shared__ real dot[BQ * DVP];
+	alignas(32) __shared__ real kvb[KV::SIZE];
+	alignas(32) __shared__ real pt[BQ * BK];
+	alignas(32) __shared__ float sf[att_max(BQ * BK, 1024)];
+	__shared__ float lrow[BQ], drow[BQ];
+	real *kb = kvb, *vb = kvb + (ONE ? 0 : BK * KV::LX);
+	const float sc = rsqrtf((float)DQK) * qs;
+	float *scr = sf + threadIdx.x / 32 * 256;
+	for (long tile = blockIdx.x; tile < (long)mbs * NH * NQT; tile += gridDim.x) {
+		int q0 = (NQT - 1 - (int)(tile % NQT)) * BQ, h = (int)(tile / NQT % NH);
+		long b = tile / ((long)NQT * NH);
+		int g = h / (NH / NKV), nq = att_min(BQ, SEQ - q0);
+		int lo = WIN > 0 ? att_max(0, q0 - WIN + 1) : 0, hi = q0 + nq - 1;
+		long row0 = b * SEQ + q0, st0 = (b * NH + h) * SEQ + q0;
+		const real *kg = k + b * SEQ * (NKV * DQK) + g * DQK, *vg = v + b * SEQ * (NKV * DV) + g * DV;
+		__syncthreads();
+		att_stage<BQ, DQK, DQP>(qt, q + row0 * (NH * DQK) + h * DQK, NH * DQK, nq);
+		att_stage<BQ, DV, DVP>(dot, dout + row0 * (NH * DV) + h * DV, NH * DV, nq);
+		for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
+			lrow[r] = drow[r] = 0.f; /* rows past the sequence: read, not used */
+			if (r >= nq)
+				continue;
+			const real *orow = o + (row0 + r) * (NH * DV) + h * DV;
+			const real *drw = dout + (row0 + r) * (NH * DV) + h * DV;
+			float d = 0.f;
+			for (int e = 0; e < DV; e++) d += ld(drw[e]) * ld(orow[e]);
+			Dsum[st0 + r] = drow[r] = d;
+			lrow[r] = lse[st0 + r];
+		}
+		mma_acc acc[NA];
+		#pragma unroll
+		for (int t = 0; t < NA; t++) mma_zero(acc[t]);
+		for (int k0 = lo / BK * BK; k0 <= hi; k0 += BK) {
+			int nk = att_min(BK, SEQ - k0);
+			__syncthreads();
+			att_stage<BK, DQK, KV::LX>(kb, kg + k0 * (NKV * DQK), NKV * DQK, nk);
+			if (!ONE)
+				att_stage<BK, DV, KV::LY>(vb, vg + k0 * (NKV * DV), NKV * DV, nk);
+			__syncthreads();
+			att_mm_nt<BQ, BK, DQP>(sf, qt, DQP, kb, KV::LX);
+			__syncthreads();
+			for (int i = threadIdx.x; i < BQ * BK; i += ATT_THREADS) {
+				int r = i / BK;
+				pt[i] = st(att_sees<WIN>(q0 + r, k0 + i % BK, SEQ) ? expf(sf[i] * sc - lrow[r]) : 0.f);
+			}
+			if (ONE) /* k read: v takes its place */
+				att_stage<BK, DV, KV::LY>(vb, vg + k0 * (NKV * DV), NKV * DV, nk);
+			__syncthreads();
+			att_mm_nt<BQ, BK, DVP>(sf, dot, DVP, vb, KV::LY);
+			__syncthreads();
+			for (int i = threadIdx.x; i < BQ * BK; i += ATT_THREADS)
+				pt[i] = st(ld(pt[i]) * (sf[i] - drow[i / BK]) * sc);
+			if (ONE) /* v read: k again */
+				att_stage<BK, DQK, KV::LX>(kb, kg + k0 * (NKV * DQK), NKV * DQK, nk);
+			__syncthreads();
+			att_mm_acc<BQ, DQP / 16, false, BK>(acc, pt, BK, kb, KV::LX);
+		}
+		att_acc_out<BQ, DQP / 16, DQK>(acc, scr, nullptr, dq + row0 * (NH * DQK) + h * DQK,
+		                               NH * DQK, nq);
+	}
+}
+
+/* B, keys and values: per key tile of a kv head, over the group's query
+ * heads ascending and their query tiles ascending, dv += P^T dO and
+ * dk += dS^T q, with P and dS as in attn_b_q (Dsum from it). */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
 __device__ void attn_b_kv(const real *q, const real *k, const real *v, const real *dout,
                           const float *lse, const float *Dsum, real *dk, real *dv, int mbs,
                           float qs)
 {
-	EACH(id, (long)mbs * NKV * SEQ) {
-		int j = (int)(id % SEQ), g = (int)(id / SEQ % NKV);
-		long b = id / ((long)SEQ * NKV);
-		const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
-		const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
-		const float sc = rsqrtf((float)DQK) * qs;
-		float ak[DQK], av[DV];
-		for (int e = 0; e < DQK; e++) ak[e] = 0.f;
-		for (int e = 0; e < DV; e++) av[e] = 0.f;
-		int i1 = WIN > 0 && j + WIN - 1 < SEQ - 1 ? j + WIN - 1 : SEQ - 1;
-		for (int h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
-			for (int i = j; i <= i1; i++) {
-				long qid = (b * NH + h) * SEQ + i;
-				const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
-				const real *doi = dout + (b * SEQ + i) * (NH * DV) + h * DV;
-				float s = 0.f, dp = 0.f;
-				for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
-				for (int e = 0; e < DV; e++) dp += ld(doi[e]) * ld(vj[e]);
-				float p = expf(s * sc - lse[qid]), ds = p * (dp - Dsum[qid]) * sc;
-				for (int e = 0; e < DQK; e++) ak[e] += ds * ld(qi[e]);
-				for (int e = 0; e < DV; e++) av[e] += p * ld(doi[e]);
+	constexpr int DQP = att_r16(DQK), DVP = att_r16(DV);
+	constexpr int TL = att_tiles(DQP + DVP, DQP, DVP, false), BK = TL / 10000, BQ = TL / 10 % 1000;
+	static_assert(TL, "attention: no tile fits 48 KB of shared memory at this head dim");
+	constexpr bool ONE = TL % 10;
+	typedef att_pair<BQ, DQK, DV, ONE> QO;
+	constexpr int NKT = (SEQ + BK - 1) / BK;
+	constexpr int NAK = att_part<BK, DQP / 16>::NA, NAV = att_part<BK, DVP / 16>::NA;
+	alignas(32) __shared__ real kt[BK * DQP];
+	alignas(32) __shared__ real vt[BK * DVP];
+	alignas(32) __shared__ real qob[QO::SIZE];
+	alignas(32) __shared__ real pt[BQ * BK];
+	alignas(32) __shared__ float sf[att_max(BQ * BK, 1024)];
+	__shared__ float lrow[BQ], drow[BQ];
+	real *qb = qob, *ob = qob + (ONE ? 0 : BQ * QO::LX);
+	const float sc = rsqrtf((float)DQK) * qs;
+	float *scr = sf + threadIdx.x / 32 * 256;
+	for (long tile = blockIdx.x; tile < (long)mbs * NKV * NKT; tile += gridDim.x) {
+		int k0 = (NKT - 1 - (int)(tile % NKT)) * BK, g = (int)(tile / NKT % NKV);
+		long b = tile / ((long)NKT * NKV);
+		int nk = att_min(BK, SEQ - k0);
+		int hi = WIN > 0 ? att_min(SEQ - 1, k0 + nk - 1 + WIN - 1) : SEQ - 1;
+		__syncthreads();
+		att_stage<BK, DQK, DQP>(kt, k + (b * SEQ + k0) * (NKV * DQK) + g * DQK, NKV * DQK, nk);
+		att_stage<BK, DV, DVP>(vt, v + (b * SEQ + k0) * (NKV * DV) + g * DV, NKV * DV, nk);
+		mma_acc ak[NAK], av[NAV];
+		#pragma unroll
+		for (int t = 0; t < NAK; t++) mma_zero(ak[t]);
+		#pragma unroll
+		for (int t = 0; t < NAV; t++) mma_zero(av[t]);
+		for (int h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++) {
+			const real *qg = q + b * SEQ * (NH * DQK) + h * DQK;
+			const real *og = dout + b * SEQ * (NH * DV) + h * DV;
+			for (int q0 = k0 / BQ * BQ; q0 <= hi; q0 += BQ) {
+				int nq = att_min(BQ, SEQ - q0);
+				long st0 = (b * NH + h) * SEQ + q0;
+				__syncthreads();
+				att_stage<BQ, DQK, QO::LX>(qb, qg + q0 * (NH * DQK), NH * DQK, nq);
+				if (!ONE)
+					att_stage<BQ, DV, QO::LY>(ob, og + q0 * (NH * DV), NH * DV, nq);
+				for (int r = threadIdx.x; r < BQ; r += ATT_THREADS) {
+					lrow[r] = r < nq ? lse[st0 + r] : 0.f;
+					drow[r] = r < nq ? Dsum[st0 + r] : 0.f;
+				}
+				__syncthreads();
+				att_mm_nt<BQ, BK, DQP>(sf, qb, QO::LX, kt, DQP);
+				__syncthreads();
+				for (int i = threadIdx.x; i < BQ * BK; i += ATT_THREADS) {
+					int r = i / BK;
+					pt[i] = st(att_sees<WIN>(q0 + r, k0 + i % BK, SEQ) ? expf(sf[i] * sc - lrow[r])
+					                                                    : 0.f);
+				}
+				if (ONE) /* q read: dO takes its place */
+					att_stage<BQ, DV, QO::LY>(ob, og + q0 * (NH * DV), NH * DV, nq);
+				__syncthreads();
+				att_mm_acc<BK, DVP / 16, true, BQ>(av, pt, BK, ob, QO::LY);
+				att_mm_nt<BQ, BK, DVP>(sf, ob, QO::LY, vt, DVP);
+				__syncthreads();
+				for (int i = threadIdx.x; i < BQ * BK; i += ATT_THREADS)
+					pt[i] = st(ld(pt[i]) * (sf[i] - drow[i / BK]) * sc);
+				if (ONE) /* dO read: q again */
+					att_stage<BQ, DQK, QO::LX>(qb, qg + q0 * (NH * DQK), NH * DQK, nq);
+				__syncthreads();
+				att_mm_acc<BK, DQP / 16, true, BQ>(ak, pt, BK, qb, QO::LX);
 			}
-		real *dkj = dk + (b * SEQ + j) * (NKV * DQK) + g * DQK;
-		real *dvj = dv + (b * SEQ + j) * (NKV * DV) + g * DV;
-		for (int e = 0; e < DQK; e++) dkj[e] = st(ak[e]);
-		for (int e = 0; e < DV; e++) dvj[e] = st(av[e]);
+		}
+		att_acc_out<BK, DQP / 16, DQK>(ak, scr, nullptr, dk + (b * SEQ + k0) * (NKV * DQK) + g * DQK,
+		                               NKV * DQK, nk);
+		att_acc_out<BK, DVP / 16, DV>(av, scr, nullptr, dv + (b * SEQ + k0) * (NKV * DV) + g * DV,
+		                              NKV * DV, nk);
 	}
 }
 

@@ -15,7 +15,8 @@
  *            dckv_n [T][rkv], dc [T][rkv+dr]; qk_norm: dq_n, dk_n (the
  *            normed heads' gradients), qhat, khat;
  *   scratch: u [T][H], cq, cq_n [T][rq], c [T][rkv+dr], ckv_n [T][rkv],
- *            kv [T][nh (dn+dv)], d_o [T][nh dv], Dsum [mbs][nh][seq] f32,
+ *            kv [T][nh (dn+dv)], d_o [T][nh dv], Dsum [mbs][nh][seq] f32
+ *            (D_i = dO_i . o_i, B_q's, which B_kv reads),
  *            rcs, rsn [seq][rope_len/2] f32 (the rotation's table, made in F
  *            and again in B: attention_F_ropetab),
  *            du32 [T][H] f32 (bf16 only, the layer's: B's input projections
@@ -135,6 +136,17 @@ int dev_attn_sizes(const rt_shape *s, size_t esz, rt_sizes *sz)
 	return RT_OK;
 }
 
+/* The core's launches (cuda_lib.cu, "attention core"): blocks of
+ * ATT_THREADS, one per 64 rows of a (sequence, head) -- the queries' heads
+ * for F and B_q, the kv heads for B_kv; a module's tiles are 64 rows or
+ * fewer, so every block has one, and a block takes tiles grid apart. */
+#define ATT_THREADS 128
+
+static unsigned core_grid(const rt_shape *s, int64_t heads)
+{
+	return (unsigned)(s->nb * heads * ((s->S + 63) / 64));
+}
+
 /* MLA's F from u to the assembled q, k (not yet rotated) and v. */
 static int mla_f(rt_dev *d, const dev_layer *L, const attn_dims *z, dev_attn_act *a,
                  dev_attn_scr *x)
@@ -195,8 +207,8 @@ int dev_attn_mix_f(rt_dev *d, const dev_layer *L, dev_attn_act *a, dev_attn_scr 
 	DEV_TRY(rope_table(d, L, x));
 	DEV_TRY(dev_each(d, L, "attention_F_rope", T * z.nh * z.half,
 	                 (void *[]){&a->q, &a->k, &x->rcs, &x->rsn}));
-	DEV_TRY(dev_each(d, L, "attention_F_core", T * z.nh,
-	                 (void *[]){&a->q, &a->k, &a->v, &a->o, &a->lse}));
+	DEV_TRY(dev_run(d, L, "attention_F_core", core_grid(s, s->nh), ATT_THREADS,
+	                (void *[]){&a->q, &a->k, &a->v, &a->o, &a->lse}));
 	return dev_proj(d, T, z.o, H, a->o, z.o, dev_param(d, L, AT_WO), 1, y, H);
 }
 
@@ -249,10 +261,10 @@ int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float b0, float *acc, dev_attn
 	 * qk_norm they are the normed heads' gradients, which W keeps, and the
 	 * norm's B makes dq, dk from them. */
 	void *dqc = s->qkn ? w->dqn : w->dq, *dkc = s->qkn ? w->dkn : w->dk;
-	DEV_TRY(dev_each(d, L, "attention_B_core_q", T * z.nh,
-	                 (void *[]){&a->q, &a->k, &a->v, &x->d_o, &a->lse, &x->dsum, &dqc}));
-	DEV_TRY(dev_each(d, L, "attention_B_core_kv", T * s->nkv,
-	                 (void *[]){&a->q, &a->k, &a->v, &x->d_o, &a->lse, &x->dsum, &dkc, &w->dv}));
+	DEV_TRY(dev_run(d, L, "attention_B_core_q", core_grid(s, s->nh), ATT_THREADS,
+	                (void *[]){&a->q, &a->k, &a->v, &a->o, &x->d_o, &a->lse, &x->dsum, &dqc}));
+	DEV_TRY(dev_run(d, L, "attention_B_core_kv", core_grid(s, s->nkv), ATT_THREADS,
+	                (void *[]){&a->q, &a->k, &a->v, &x->d_o, &a->lse, &x->dsum, &dkc, &w->dv}));
 	DEV_TRY(rope_table(d, L, x));
 	DEV_TRY(dev_each(d, L, "attention_B_rope", T * z.nh * z.half,
 	                 (void *[]){&dqc, &dkc, &x->rcs, &x->rsn}));

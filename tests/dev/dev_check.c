@@ -96,6 +96,11 @@ static const tcase cases[] = {
                                                 .rope_scaling = RT_ROPE_YARN, .rope_factor = 40,
                                                 .rope_original_max = 64, .rope_mscale = 1,
                                                 .rope_mscale_all_dim = 0.8}},
+    /* The tiled core's loops: three query and key tiles of 64, the last
+     * partial, the online softmax's rescale, tiles the window hides skipped. */
+    {"attn", "GQA 4/2, seq 133, window 40", {.kind = RT_ATTENTION, .hidden = 64, .seq = 133,
+                                             .mbs = MBS, .heads = 4, .kv_heads = 2,
+                                             .window = 40}},
     {"mlp", "swiglu", {.kind = RT_MLP, BASE, .ffn = 128, .act = RT_SWIGLU}},
     {"mlp", "gelu", {.kind = RT_MLP, BASE, .ffn = 96, .act = RT_GELU}},
     {"mlp", "relu2", {.kind = RT_MLP, BASE, .ffn = 80, .act = RT_RELU2}},
@@ -160,12 +165,15 @@ static const tcase cases[] = {
                                                 .heads = 4, .kv_heads = 2, .state = 16,
                                                 .ssm_heads = 8, .ssm_head_dim = 16,
                                                 .groups = 2}},
-    /* The production models' per-head widths at a short sequence: the
-     * kernels keep a head's vectors per thread, and these widths compile
-     * to other code than the small ones above (255 registers and spills
-     * on sm_90 for MLA's kv backward, an 11 KB frame for the scan's). */
+    /* The production models' per-head widths at a short sequence: these
+     * widths compile to other code than the small ones above (the
+     * attention core's smaller tiles, one buffer for B's streamed pair;
+     * an 11 KB frame for the scan's), and at seq 70 the core steps over
+     * three query tiles and up to five key tiles. */
     {"attn", "GQA 2/1, head_dim 128 (Llama-3)", {.kind = RT_ATTENTION, WIDE(256), .heads = 2,
                                                  .kv_heads = 1, .head_dim = 128}},
+    {"attn", "MHA, head_dim 128, seq 70", {.kind = RT_ATTENTION, .hidden = 256, .seq = 70,
+                                           .mbs = MBS, .heads = 2, .head_dim = 128}},
     {"attn", "MLA 192/128, ranks 96/64 (DeepSeek-V2/V3)",
      {.kind = RT_ATTENTION, WIDE(256), .heads = 2, .head_dim = 128, .q_lora_rank = 96,
       .kv_lora_rank = 64, .qk_rope_dim = 64, .v_head_dim = 128}},
