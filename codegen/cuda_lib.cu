@@ -545,12 +545,11 @@ __device__ __forceinline__ void att_acc_out(const mma_acc *acc, float *scr, cons
 /* F: per query tile, o = softmax(q k^T sc) v online over the key tiles
  * (running row max m, sum l, o rescaled when m grows), lse = m + log l. */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
-__device__ void attn_f(const real *q, const real *k, const real *v, real *o, float *lse, int mbs,
+__device__ void attn_f_tiles(const real *q, const real *k, const real *v, real *o, float *lse, int mbs,
                        float qs)
 {
 	constexpr int DQP = att_r16(DQK), DVP = att_r16(DV), DMP = att_max(DQP, DVP);
 	constexpr int TL = att_tiles(DQP, DQP, DVP, true), BQ = TL / 10000, BK = TL / 10 % 1000;
-	static_assert(TL, "attention: no tile fits 48 KB of shared memory at this head dim");
 	constexpr int NQT = (SEQ + BQ - 1) / BQ, NA = att_part<BQ, DVP / 16>::NA;
 	alignas(32) __shared__ real qt[BQ * DQP];
 	alignas(32) __shared__ real kv[BK * DMP];
@@ -633,13 +632,12 @@ template <int N, int DX, int DY, bool ONE> struct att_pair {
 /* B, queries: per query tile, D_i = sum_e dO_ie O_ie; over the key tiles,
  * dS = P (dO v^T - D) sc with P = exp(q k^T sc - lse), dq += dS k. */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
-__device__ void attn_b_q(const real *q, const real *k, const real *v, const real *o,
+__device__ void attn_b_q_tiles(const real *q, const real *k, const real *v, const real *o,
                          const real *dout, const float *lse, float *Dsum, real *dq, int mbs,
                          float qs)
 {
 	constexpr int DQP = att_r16(DQK), DVP = att_r16(DV);
 	constexpr int TL = att_tiles(DQP + DVP, DQP, DVP, false), BQ = TL / 10000, BK = TL / 10 % 1000;
-	static_assert(TL, "attention: no tile fits 48 KB of shared memory at this head dim");
 	constexpr bool ONE = TL % 10;
 	typedef att_pair<BK, DQK, DV, ONE> KV;
 	constexpr int NQT = (SEQ + BQ - 1) / BQ, NA = att_part<BQ, DQP / 16>::NA;
@@ -710,13 +708,12 @@ __device__ void attn_b_q(const real *q, const real *k, const real *v, const real
  * heads ascending and their query tiles ascending, dv += P^T dO and
  * dk += dS^T q, with P and dS as in attn_b_q (Dsum from it). */
 template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
-__device__ void attn_b_kv(const real *q, const real *k, const real *v, const real *dout,
+__device__ void attn_b_kv_tiles(const real *q, const real *k, const real *v, const real *dout,
                           const float *lse, const float *Dsum, real *dk, real *dv, int mbs,
                           float qs)
 {
 	constexpr int DQP = att_r16(DQK), DVP = att_r16(DV);
 	constexpr int TL = att_tiles(DQP + DVP, DQP, DVP, false), BK = TL / 10000, BQ = TL / 10 % 1000;
-	static_assert(TL, "attention: no tile fits 48 KB of shared memory at this head dim");
 	constexpr bool ONE = TL % 10;
 	typedef att_pair<BQ, DQK, DV, ONE> QO;
 	constexpr int NKT = (SEQ + BK - 1) / BK;
@@ -817,6 +814,147 @@ __device__ void mla_join(const real *dk, const real *dv, real *dkv, real *dc, lo
 			dc[t * (RKV + DR) + RKV + e] = st(s);
 		}
 	}
+}
+
+
+/* Where no tile fits 48 KB of shared memory (f32 at head dims of 256: the
+ * check mode, not a training one), the core runs one thread per row, its
+ * sums in local memory: F and B_q per (sequence, head, query i), B_kv per
+ * (sequence, kv head, key j), with the same D_i = dO_i . o_i; any launch
+ * shape (they stride over the rows).  dev_check covers it (head_dim 256). */
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_f_rows(const real *q, const real *k, const real *v, real *o, float *lse,
+                            int mbs, float qs)
+{
+	EACH(id, (long)mbs * NH * SEQ) {
+		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
+		long b = id / ((long)SEQ * NH);
+		int g = h / (NH / NKV);
+		const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
+		float acc[DV], m = -INFINITY, l = 0.f;
+		for (int e = 0; e < DV; e++) acc[e] = 0.f;
+		for (int j = WIN > 0 ? att_max(0, i - WIN + 1) : 0; j <= i; j++) {
+			const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+			const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
+			float s = 0.f;
+			for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
+			s *= rsqrtf((float)DQK) * qs;
+			float mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
+			l = l * c + p;
+			for (int e = 0; e < DV; e++) acc[e] = acc[e] * c + p * ld(vj[e]);
+			m = mn;
+		}
+		real *oi = o + (b * SEQ + i) * (NH * DV) + h * DV;
+		for (int e = 0; e < DV; e++) oi[e] = st(acc[e] / l);
+		lse[id] = m + logf(l);
+	}
+}
+
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_b_q_rows(const real *q, const real *k, const real *v, const real *o,
+                              const real *dout, const float *lse, float *Dsum, real *dq, int mbs,
+                              float qs)
+{
+	EACH(id, (long)mbs * NH * SEQ) {
+		int i = (int)(id % SEQ), h = (int)(id / SEQ % NH);
+		long b = id / ((long)SEQ * NH);
+		int g = h / (NH / NKV);
+		const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
+		const real *oi = o + (b * SEQ + i) * (NH * DV) + h * DV;
+		const real *doi = dout + (b * SEQ + i) * (NH * DV) + h * DV;
+		const float sc = rsqrtf((float)DQK) * qs;
+		float D = 0.f, acc[DQK];
+		for (int e = 0; e < DV; e++) D += ld(doi[e]) * ld(oi[e]);
+		for (int e = 0; e < DQK; e++) acc[e] = 0.f;
+		for (int j = WIN > 0 ? att_max(0, i - WIN + 1) : 0; j <= i; j++) {
+			const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+			const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
+			float s = 0.f, dp = 0.f;
+			for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
+			for (int e = 0; e < DV; e++) dp += ld(doi[e]) * ld(vj[e]);
+			float ds = expf(s * sc - lse[id]) * (dp - D) * sc;
+			for (int e = 0; e < DQK; e++) acc[e] += ds * ld(kj[e]);
+		}
+		Dsum[id] = D;
+		real *dqi = dq + (b * SEQ + i) * (NH * DQK) + h * DQK;
+		for (int e = 0; e < DQK; e++) dqi[e] = st(acc[e]);
+	}
+}
+
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_b_kv_rows(const real *q, const real *k, const real *v, const real *dout,
+                               const float *lse, const float *Dsum, real *dk, real *dv, int mbs,
+                               float qs)
+{
+	EACH(id, (long)mbs * NKV * SEQ) {
+		int j = (int)(id % SEQ), g = (int)(id / SEQ % NKV);
+		long b = id / ((long)SEQ * NKV);
+		const real *kj = k + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+		const real *vj = v + (b * SEQ + j) * (NKV * DV) + g * DV;
+		const float sc = rsqrtf((float)DQK) * qs;
+		float ak[DQK], av[DV];
+		for (int e = 0; e < DQK; e++) ak[e] = 0.f;
+		for (int e = 0; e < DV; e++) av[e] = 0.f;
+		int i1 = WIN > 0 ? att_min(SEQ - 1, j + WIN - 1) : SEQ - 1;
+		for (int h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
+			for (int i = j; i <= i1; i++) {
+				long qid = (b * NH + h) * SEQ + i;
+				const real *qi = q + (b * SEQ + i) * (NH * DQK) + h * DQK;
+				const real *doi = dout + (b * SEQ + i) * (NH * DV) + h * DV;
+				float s = 0.f, dp = 0.f;
+				for (int e = 0; e < DQK; e++) s += ld(qi[e]) * ld(kj[e]);
+				for (int e = 0; e < DV; e++) dp += ld(doi[e]) * ld(vj[e]);
+				float p = expf(s * sc - lse[qid]), ds = p * (dp - Dsum[qid]) * sc;
+				for (int e = 0; e < DQK; e++) ak[e] += ds * ld(qi[e]);
+				for (int e = 0; e < DV; e++) av[e] += p * ld(doi[e]);
+			}
+		real *dkj = dk + (b * SEQ + j) * (NKV * DQK) + g * DQK;
+		real *dvj = dv + (b * SEQ + j) * (NKV * DV) + g * DV;
+		for (int e = 0; e < DQK; e++) dkj[e] = st(ak[e]);
+		for (int e = 0; e < DV; e++) dvj[e] = st(av[e]);
+	}
+}
+
+/* The entry points' core: the tiles where one fits (the tiles' own test). */
+template <int DQK, int DV> __device__ constexpr bool att_tiled_f()
+{
+	return att_tiles(att_r16(DQK), att_r16(DQK), att_r16(DV), true) != 0;
+}
+template <int DQK, int DV> __device__ constexpr bool att_tiled_b()
+{
+	return att_tiles(att_r16(DQK) + att_r16(DV), att_r16(DQK), att_r16(DV), false) != 0;
+}
+
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_f(const real *q, const real *k, const real *v, real *o, float *lse, int mbs,
+                       float qs)
+{
+	if constexpr (att_tiled_f<DQK, DV>())
+		attn_f_tiles<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, mbs, qs);
+	else
+		attn_f_rows<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, lse, mbs, qs);
+}
+
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_b_q(const real *q, const real *k, const real *v, const real *o,
+                         const real *dout, const float *lse, float *Dsum, real *dq, int mbs,
+                         float qs)
+{
+	if constexpr (att_tiled_b<DQK, DV>())
+		attn_b_q_tiles<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, dout, lse, Dsum, dq, mbs, qs);
+	else
+		attn_b_q_rows<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, o, dout, lse, Dsum, dq, mbs, qs);
+}
+
+template <int SEQ, int NH, int NKV, int DQK, int DV, int WIN>
+__device__ void attn_b_kv(const real *q, const real *k, const real *v, const real *dout,
+                          const float *lse, const float *Dsum, real *dk, real *dv, int mbs,
+                          float qs)
+{
+	if constexpr (att_tiled_b<DQK, DV>())
+		attn_b_kv_tiles<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, mbs, qs);
+	else
+		attn_b_kv_rows<SEQ, NH, NKV, DQK, DV, WIN>(q, k, v, dout, lse, Dsum, dk, dv, mbs, qs);
 }
 
 /* ---- embedding and loss ---- */

@@ -174,6 +174,11 @@ static const tcase cases[] = {
                                                  .kv_heads = 1, .head_dim = 128}},
     {"attn", "MHA, head_dim 128, seq 70", {.kind = RT_ATTENTION, .hidden = 256, .seq = 70,
                                            .mbs = MBS, .heads = 2, .head_dim = 128}},
+    /* head_dim 256: in f32 F's tiles are 16 x 16 and no backward tile fits
+     * 48 KB, so B runs the one-thread-a-row core; bf16 tiles all three. */
+    {"attn", "GQA 2/1, head_dim 256 (Gemma), seq 40", {.kind = RT_ATTENTION, .hidden = 256,
+                                                       .seq = 40, .mbs = MBS, .heads = 2,
+                                                       .kv_heads = 1, .head_dim = 256}},
     {"attn", "MLA 192/128, ranks 96/64 (DeepSeek-V2/V3)",
      {.kind = RT_ATTENTION, WIDE(256), .heads = 2, .head_dim = 128, .q_lora_rank = 96,
       .kv_lora_rank = 64, .qk_rope_dim = 64, .v_head_dim = 128}},
