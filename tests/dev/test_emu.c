@@ -457,6 +457,19 @@ START_TEST(test_mma)
 }
 END_TEST
 
+/* An f32 emulated device with the module of one layer (its first, 0),
+ * whose source (in a) is *src. */
+static rt_dev *layer_dev(const rt_layer_desc *desc, arena *a, char **src)
+{
+	*src = cg_cuda_emu_source(desc, false, DEV_EMU_TABLE, a);
+	ck_assert_ptr_nonnull(*src);
+	rt_dev *d;
+	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
+	int rc = dev_emu_add_source(d, cg_cuda_module_name(desc, *src, a), *src, OCTO_CXX, workdir);
+	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	return d;
+}
+
 /* The MoE routing (moe_F_route, a warp per token) against one thread's
  * loop, p, sel and w bit for bit, on logits with many ties (multiples of
  * 1/4: ties go to the lower expert); and the layout (moe_F_layout, a
@@ -472,12 +485,9 @@ START_TEST(test_moe_route_layout)
 	enum { T = 250, K = 8, E = 64, N = T * K };
 	ck_assert_int_eq(rt_layer_check(&desc), RT_OK);
 	arena *a = arena_new();
-	char *src = cg_cuda_emu_source(&desc, false, DEV_EMU_TABLE, a);
-	ck_assert_ptr_nonnull(src);
-	rt_dev *d;
-	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
-	int rc = dev_emu_add_source(d, cg_cuda_module_name(&desc, src, a), src, OCTO_CXX, workdir);
-	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	char *src;
+	rt_dev *d = layer_dev(&desc, a, &src);
+	int rc;
 	static int32_t sel[N], off[E + 1], slot[N], rowtok[N], woff[E + 1], wslot[N], wrow[N];
 	static float lg[T * E], p[T * E], w[N], wp[T * E], ww[N];
 	static int32_t wsel[N];
@@ -551,12 +561,8 @@ START_TEST(test_mlp_module)
 	                            .act = RT_SWIGLU};
 	enum { H = 64, ROWS = 128 }; /* the timing below runs 128 rows */
 	arena *a = arena_new();
-	char *src = cg_cuda_emu_source(&desc, false, DEV_EMU_TABLE, a);
-	ck_assert_ptr_nonnull(src);
-	rt_dev *d;
-	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
-	int rc = dev_emu_add_source(d, cg_cuda_module_name(&desc, src, a), src, OCTO_CXX, workdir);
-	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	char *src;
+	rt_dev *d = layer_dev(&desc, a, &src);
 
 	float *x = malloc(sizeof(float) * ROWS * H), *u = malloc(sizeof(float) * ROWS * H),
 	      *xhat = malloc(sizeof(float) * ROWS * H), g[H], r[ROWS];
@@ -638,12 +644,8 @@ START_TEST(test_col_sums)
 	enum { H = 48, T = 202 };
 	const long nch = (T + RT_COL_CHUNK - 1) / RT_COL_CHUNK, lw = H;
 	arena *a = arena_new();
-	char *src = cg_cuda_emu_source(&desc, false, DEV_EMU_TABLE, a);
-	ck_assert_ptr_nonnull(src);
-	rt_dev *d;
-	ck_assert_int_eq(dev_emu_create(0, false, &d), RT_OK);
-	int rc = dev_emu_add_source(d, cg_cuda_module_name(&desc, src, a), src, OCTO_CXX, workdir);
-	ck_assert_msg(rc == RT_OK, "%s", d->err);
+	char *src;
+	rt_dev *d = layer_dev(&desc, a, &src);
 	float *du = malloc(sizeof(float) * T * H), *xh = malloc(sizeof(float) * T * H);
 	float *part = malloc(sizeof(float) * (size_t)nch * H), dg[3][H];
 	for (int i = 0; i < T * H; i++) {
