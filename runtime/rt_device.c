@@ -358,6 +358,8 @@ static int x_model_init(rt_ctx *ctx)
 			return rt__fail(ctx, rc, "device: layer %lld (%s): %s", (long long)l->index,
 			                rt__kind_name(l->desc.kind), rt_strerror(rc));
 		L->mod = x->mod[i];
+		if ((rc = dev_layer_prepare(d, L)))
+			return dev_err(ctx, rc, "the layer's library calls");
 		size_t pb = (size_t)L->nparams * dev_esz(d), gb = (size_t)L->nparams * sizeof(float);
 		size_t mb = rt__mom_bytes(l); /* this replica's part with the distributed optimizer */
 		void *g, *p32, *m, *v;

@@ -40,6 +40,9 @@
  *               leave room for it fails there, not at the first launch.
  *               OCTO_CUDA_SYNC=1 waits for the device after every launch
  *               and GEMM, so an asynchronous fault names its kernel.
+ *   attention   OCTO_ATTN=cudnn (bf16): the attention cores through
+ *               cuDNN's fused attention (rt_cudnn.c), planned per core at
+ *               attn_lib; own (the default): the kernels
  *
  * Every call is checked; a failure leaves "CALL failed during OP: WHY
  * (rank R)" in the device's err and returns RT_EDEVICE (RT_ENODEV without
@@ -60,6 +63,7 @@
 #include <nccl.h>
 
 #include "dev.h"
+#include "rt_cudnn.h"
 #include "rt_internal.h"
 
 typedef CUresult (*pfn_load)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
@@ -108,6 +112,7 @@ typedef struct rt_cuda {
 	double timeout_s; /* how long an NCCL call may stay in progress */
 	bool sync_each;   /* OCTO_CUDA_SYNC=1: wait after every launch and GEMM */
 	size_t local_bytes; /* device memory the kernels' local memory took at setup */
+	cdn_attn *cdn;      /* OCTO_ATTN=cudnn: the attention cores through cuDNN */
 } rt_cuda;
 
 static int fail(rt_cuda *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -350,6 +355,7 @@ static void release(rt_cuda *c)
 	for (int i = 0; i < c->nmods; i++)
 		if (c->mods[i])
 			c->unload(c->mods[i]);
+	cdn_attn_close(c->cdn);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->ready)
@@ -443,11 +449,51 @@ static int c_put_async(rt_dev *d, void *dst, const void *src, size_t bytes)
 	return RT_OK;
 }
 
+/* The attention cores through cuDNN (rt_cudnn.c), with OCTO_ATTN=cudnn;
+ * without it every core runs the kernels.  Each core says once on stderr
+ * whether cuDNN took it. */
+static int c_attn_lib(rt_dev *d, const dev_attn_core *k, bool *use)
+{
+	rt_cuda *c = self(d);
+	*use = false;
+	if (!c->cdn)
+		return RT_OK;
+	char why[512] = "";
+	int rc = cdn_attn_prepare(c->cdn, k, use, why, sizeof why, d->err, sizeof d->err);
+	if (rc || !why[0]) /* a failure, or a core seen before */
+		return rc;
+	fprintf(stderr, "octopipe: rank %d: attention core %lldx%lld, heads %lld/%lld, head dims "
+	        "%lld/%lld, window %lld: %s%s\n", c->rank, (long long)k->mbs, (long long)k->seq,
+	        (long long)k->nh, (long long)k->nkv, (long long)k->dqk, (long long)k->dv,
+	        (long long)k->win, *use ? "through cuDNN, " : "OctoPipe's kernels; cuDNN declines it: ",
+	        why);
+	return RT_OK;
+}
+
+static int c_attn_f(rt_dev *d, const dev_attn_core *k, const void *q, const void *kk,
+                    const void *v, void *o, float *lse)
+{
+	rt_cuda *c = self(d);
+	DEV_TRY(cdn_attn_fwd(c->cdn, k, q, kk, v, o, lse, d->err, sizeof d->err));
+	return sync_after(c, "cuDNN's", "attention F");
+}
+
+static int c_attn_b(rt_dev *d, const dev_attn_core *k, const void *q, const void *kk,
+                    const void *v, const void *o, const void *dout, const float *lse,
+                    float *dsum, void *dq, void *dk, void *dv)
+{
+	rt_cuda *c = self(d);
+	DEV_TRY(cdn_attn_bwd(c->cdn, k, q, kk, v, o, dout, lse, dsum, dq, dk, dv, d->err,
+	                     sizeof d->err));
+	return sync_after(c, "cuDNN's", "attention B");
+}
+
 static const dev_ops cuda_ops = {
     .name = "cuda", .gemm = c_gemm, .gemm_sb = c_gemm_sb, .launch = c_launch, .copy = c_copy, .zero = c_zero,
     .alloc = c_alloc, .free = c_free, .sync = c_sync, .destroy = c_destroy, .abort = c_abort,
     .mark = c_mark, .elapsed = c_elapsed, .unmark = c_unmark, .host_alloc = c_host_alloc,
-    .host_free = c_host_free, .put_async = c_put_async,
+    .host_free = c_host_free, .put_async = c_put_async, .attn_lib = c_attn_lib,
+    .attn_f = c_attn_f, .attn_b = c_attn_b,
 };
 
 /* ---- the NCCL communicator ---------------------------------------------------- */
@@ -760,6 +806,17 @@ static int setup(rt_cuda *c, int nmods, const char *const *names, const char *co
 	BLAS_OK(c, cublasSetStream(c->blas, c->compute), "cuBLAS setup");
 	BLAS_OK(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cuBLAS setup");
 	CUDA_OK(c, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "event setup");
+	const char *attn = getenv("OCTO_ATTN");
+	if (attn && !strcmp(attn, "cudnn")) {
+		char err[600];
+		if (!c->dev.bf16)
+			return fail(c, RT_EARG, "OCTO_ATTN=cudnn: cuDNN's fused attention takes bf16, and "
+			            "this rank computes in f32 (compile with --dtype bf16, or unset OCTO_ATTN) "
+			            "(rank %d)", c->rank);
+		if ((rc = cdn_attn_open(&c->cdn, c->compute, c->rank, err, sizeof err)))
+			return fail(c, rc == RT_ENODEV ? RT_EDEVICE : rc, "OCTO_ATTN=cudnn: %s (rank %d)", err,
+			            c->rank);
+	}
 	if (use_mpi)
 		return RT_OK;
 
@@ -789,8 +846,14 @@ int dev_cuda_create(int rank, int nranks, bool bf16, int nmods, const char *cons
 	c->rank = rank;
 	c->nranks = nranks;
 	c->timeout_s = timeout_s > 0 ? timeout_s : 600;
-	const char *sync = getenv("OCTO_CUDA_SYNC");
+	const char *sync = getenv("OCTO_CUDA_SYNC"), *attn = getenv("OCTO_ATTN");
 	c->sync_each = sync && strcmp(sync, "1") == 0;
+	if (attn && *attn && strcmp(attn, "cudnn") != 0 && strcmp(attn, "own") != 0) {
+		snprintf(err, errlen, "OCTO_ATTN=%s: the attention core runs OctoPipe's kernels (own, the "
+		         "default) or cuDNN's fused attention (cudnn)", attn);
+		free(c);
+		return RT_EARG;
+	}
 	c->dev = (rt_dev){.ops = &cuda_ops, .bf16 = bf16, .row = 256, .each_block = 256,
 	                  .max_grid = 8192, .rank = rank, .impl = c};
 	int rc = setup(c, nmods, names, ptx, !nccl);

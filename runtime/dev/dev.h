@@ -35,6 +35,17 @@ typedef struct rt_dev rt_dev;
 
 typedef enum dev_dir { DEV_H2D, DEV_D2H, DEV_D2D } dev_dir;
 
+/* A layer's attention core as a library takes it (dev_attn.c): q
+ * [mbs seq][nh dqk], k [mbs seq][nkv dqk], v [mbs seq][nkv dv], o
+ * [mbs seq][nh dv] in the storage type, lse [mbs][nh][seq] f32 (the scaled
+ * scores' log-sum-exp, natural log); query i sees key j iff j <= i and,
+ * with win > 0, j > i - win; query head h reads kv head h / (nh / nkv);
+ * the scores are scaled by `scale`. */
+typedef struct dev_attn_core {
+	int64_t mbs, seq, nh, nkv, dqk, dv, win;
+	float scale;
+} dev_attn_core;
+
 typedef struct dev_ops {
 	const char *name; /* "cuda", "emu" */
 	/* Row-major C = alpha op(A) op(B) + beta C, kernels.inc's mm(): A, B in
@@ -80,6 +91,20 @@ typedef struct dev_ops {
 	 * emulator copies at once and checks at the wait that src was not
 	 * written meanwhile. */
 	int (*put_async)(rt_dev *d, void *dst, const void *src, size_t bytes);
+	/* The attention core through a library (CUDA with OCTO_ATTN=cudnn:
+	 * cuDNN's fused attention, cuda/rt_cudnn.c); NULL where none is used.
+	 * attn_lib, once per layer before its first step: *use is whether the
+	 * library takes this core (its plans for F and B made, and the device
+	 * memory they need, now); when it does, attn_f makes o and lse from q,
+	 * k, v, and attn_b dq, dk, dv from q, k, v, o, dout and lse (dsum
+	 * [mbs][nh][seq] f32 its scratch), else the layer runs its kernels, in
+	 * F and B alike. */
+	int (*attn_lib)(rt_dev *d, const dev_attn_core *c, bool *use);
+	int (*attn_f)(rt_dev *d, const dev_attn_core *c, const void *q, const void *k,
+	              const void *v, void *o, float *lse);
+	int (*attn_b)(rt_dev *d, const dev_attn_core *c, const void *q, const void *k,
+	              const void *v, const void *o, const void *dout, const float *lse,
+	              float *dsum, void *dq, void *dk, void *dv);
 } dev_ops;
 
 struct rt_dev {
@@ -203,10 +228,18 @@ typedef struct dev_layer {
 	int mod;          /* its kernel module */
 	void *p;          /* parameters, storage type, nparams elements */
 	float *g;         /* gradients, f32, nparams */
+	bool lib_attn;    /* its attention core runs in the device's library
+	                   * (dev_ops.attn_lib; dev_layer_prepare sets it) */
 } dev_layer;
 
 /* Fills L's shape and tensor table from d (p, g, mod are the caller's). */
 int dev_layer_setup(dev_layer *L, const rt_layer_desc *d);
+/* What L needs of the device before its first step, once: whether its
+ * attention core runs in the device's library (lib_attn).  RT_OK, or a
+ * failure with the message in d->err. */
+int dev_layer_prepare(rt_dev *d, dev_layer *L);
+/* L's attention core (an attention or a parallel layer's). */
+dev_attn_core dev_attn_core_of(const rt_shape *s);
 
 /* The buffers of one call, all on the device. */
 typedef struct dev_io {

@@ -29,6 +29,8 @@
  * which a parallel layer shares with the Mamba mixer (dev_par.c); without
  * its norm (xhat, r, the W stash's xhat, du, dy, the scratch's u) the
  * layout is the mixer's. */
+#include <math.h>
+
 #include "dev_mix.h"
 
 /* Row widths of the layer's arrays; the MLA ones are 0 for GQA. */
@@ -147,6 +149,13 @@ static unsigned core_grid(const rt_shape *s, int64_t heads)
 	return (unsigned)(s->nb * heads * ((s->S + 63) / 64));
 }
 
+dev_attn_core dev_attn_core_of(const rt_shape *s)
+{
+	return (dev_attn_core){.mbs = s->nb, .seq = s->S, .nh = s->nh, .nkv = s->nkv, .dqk = s->dqk,
+	                       .dv = s->dv, .win = s->win,
+	                       .scale = (float)(s->qk_scale / sqrt((double)s->dqk))};
+}
+
 /* MLA's F from u to the assembled q, k (not yet rotated) and v. */
 static int mla_f(rt_dev *d, const dev_layer *L, const attn_dims *z, dev_attn_act *a,
                  dev_attn_scr *x)
@@ -207,8 +216,13 @@ int dev_attn_mix_f(rt_dev *d, const dev_layer *L, dev_attn_act *a, dev_attn_scr 
 	DEV_TRY(rope_table(d, L, x));
 	DEV_TRY(dev_each(d, L, "attention_F_rope", T * z.nh * z.half,
 	                 (void *[]){&a->q, &a->k, &x->rcs, &x->rsn}));
-	DEV_TRY(dev_run(d, L, "attention_F_core", core_grid(s, s->nh), ATT_THREADS,
-	                (void *[]){&a->q, &a->k, &a->v, &a->o, &a->lse}));
+	if (L->lib_attn) {
+		dev_attn_core c = dev_attn_core_of(s);
+		DEV_TRY(d->ops->attn_f(d, &c, a->q, a->k, a->v, a->o, a->lse));
+	} else {
+		DEV_TRY(dev_run(d, L, "attention_F_core", core_grid(s, s->nh), ATT_THREADS,
+		                (void *[]){&a->q, &a->k, &a->v, &a->o, &a->lse}));
+	}
 	return dev_proj(d, T, z.o, H, a->o, z.o, dev_param(d, L, AT_WO), 1, y, H);
 }
 
@@ -261,10 +275,17 @@ int dev_attn_mix_b(rt_dev *d, const dev_layer *L, float b0, float *acc, dev_attn
 	 * qk_norm they are the normed heads' gradients, which W keeps, and the
 	 * norm's B makes dq, dk from them. */
 	void *dqc = s->qkn ? w->dqn : w->dq, *dkc = s->qkn ? w->dkn : w->dk;
-	DEV_TRY(dev_run(d, L, "attention_B_core_q", core_grid(s, s->nh), ATT_THREADS,
-	                (void *[]){&a->q, &a->k, &a->v, &a->o, &x->d_o, &a->lse, &x->dsum, &dqc}));
-	DEV_TRY(dev_run(d, L, "attention_B_core_kv", core_grid(s, s->nkv), ATT_THREADS,
-	                (void *[]){&a->q, &a->k, &a->v, &x->d_o, &a->lse, &x->dsum, &dkc, &w->dv}));
+	if (L->lib_attn) {
+		dev_attn_core c = dev_attn_core_of(s);
+		DEV_TRY(d->ops->attn_b(d, &c, a->q, a->k, a->v, a->o, x->d_o, a->lse, x->dsum, dqc, dkc,
+		                       w->dv));
+	} else {
+		DEV_TRY(dev_run(d, L, "attention_B_core_q", core_grid(s, s->nh), ATT_THREADS,
+		                (void *[]){&a->q, &a->k, &a->v, &a->o, &x->d_o, &a->lse, &x->dsum, &dqc}));
+		DEV_TRY(dev_run(d, L, "attention_B_core_kv", core_grid(s, s->nkv), ATT_THREADS,
+		                (void *[]){&a->q, &a->k, &a->v, &x->d_o, &a->lse, &x->dsum, &dkc,
+		                           &w->dv}));
+	}
 	DEV_TRY(rope_table(d, L, x));
 	DEV_TRY(dev_each(d, L, "attention_B_rope", T * z.nh * z.half,
 	                 (void *[]){&dqc, &dkc, &x->rcs, &x->rsn}));

@@ -30,6 +30,16 @@ int dev_layer_setup(dev_layer *L, const rt_layer_desc *d)
 	return RT_OK;
 }
 
+int dev_layer_prepare(rt_dev *d, dev_layer *L)
+{
+	L->lib_attn = false;
+	bool attn = L->desc.kind == RT_ATTENTION || L->desc.kind == RT_PARALLEL;
+	if (!attn || !d->ops->attn_lib)
+		return RT_OK;
+	dev_attn_core c = dev_attn_core_of(&L->s);
+	return d->ops->attn_lib(d, &c, &L->lib_attn);
+}
+
 static int64_t max64(int64_t a, int64_t b)
 {
 	return a > b ? a : b;

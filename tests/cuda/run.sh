@@ -196,6 +196,13 @@ for comm in nccl mpi; do
 			bad "OCTO_COMM=$comm rank0 with a GPU: rc $rc: $(tail -3 "$TMP/run")"
 	fi
 done
+# OCTO_ATTN: a value other than own or cudnn is refused before the device
+# is looked for (cudnn itself is checked in the first-run kit, step 7).
+OCTO_ATTN=flash timeout 600 "$TMP/one/rank0" --steps 2 > "$TMP/run" 2>&1
+rc=$?
+[ $rc != 0 ] && [ $rc != 124 ] &&
+	grep -q "octopipe rank 0: error: OCTO_ATTN=flash: the attention core runs OctoPipe's kernels (own, the default) or cuDNN's fused attention (cudnn)" "$TMP/run" &&
+	ok || bad "OCTO_ATTN=flash: rc $rc: $(head -2 "$TMP/run")"
 # A CPU-ranks plan file (lowered for mpi) is refused by the CUDA target.
 "$OCTO" plan "$SRC/models/tiny-dense.yaml" --dp 1 --backend mpi -o "$TMP/mpi.opir" > /dev/null 2>&1
 "$OCTO" compile "$TMP/mpi.opir" --target cuda -o "$TMP/r" > "$TMP/log" 2>&1

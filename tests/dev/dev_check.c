@@ -498,6 +498,7 @@ static int run_case(const tcase *c, bool bf16)
 		DEV(dev_layer_setup(&L, d), "layer setup");
 		void *hp = to_real(params, P, bf16), *hx = to_real(x, T * H, bf16), *hdy = to_real(dy, T * H, bf16);
 		L.mod = 0;
+		DEV(dev_layer_prepare(dev, &L), "the layer's library calls");
 		L.p = dput(dev, hp, (size_t)P * esz);
 		L.g = dput(dev, g0, (size_t)P * sizeof(float));
 		dev_io io = {.dscale = 1.f / (float)T};
@@ -672,7 +673,8 @@ static const tcase timed_small[] = {
 /* One timed call: a launch or a GEMM between two of the device's marks. */
 typedef struct tcall {
 	char what[112];
-	double flops; /* a GEMM's 2mnk, else 0 */
+	double flops; /* a GEMM's 2mnk, a library core's (core_flops), else 0 */
+	bool lib;     /* a library's attention core, counted with the kernels */
 	void *from, *to;
 } tcall;
 static tcall *calls;
@@ -741,6 +743,50 @@ static int t_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned 
 	return rc;
 }
 
+/* The attention core through the device's library (OCTO_ATTN=cudnn),
+ * timed as one call with its rate: FLOPs 4 s d per (head, visible pair) in
+ * F (QK^T and PV, d the mean of dqk and dv) and 10 in B (FlashAttention-2's
+ * five products), over the whole causal triangle (a window's pairs are
+ * fewer: the rate is then an upper bound). */
+static double core_flops(const dev_attn_core *c, double per)
+{
+	double pairs = (double)c->seq * (double)(c->seq + 1) / 2;
+	return per * (double)c->mbs * (double)c->nh * pairs * (double)(c->dqk + c->dv) / 2;
+}
+
+static int t_attn_f(rt_dev *d, const dev_attn_core *c, const void *q, const void *k,
+                    const void *v, void *o, float *lse)
+{
+	tcall *t = next_call();
+	snprintf(t->what, sizeof t->what, "library attention F %lldx%lld heads %lld/%lld",
+	         (long long)c->mbs, (long long)c->seq, (long long)c->nh, (long long)c->nkv);
+	t->flops = core_flops(c, 4);
+	t->lib = true;
+	int rc = inner->mark(d, &t->from);
+	if (!rc)
+		rc = inner->attn_f(d, c, q, k, v, o, lse);
+	if (!rc)
+		rc = inner->mark(d, &t->to);
+	return rc;
+}
+
+static int t_attn_b(rt_dev *d, const dev_attn_core *c, const void *q, const void *k,
+                    const void *v, const void *o, const void *dout, const float *lse,
+                    float *dsum, void *dq, void *dk, void *dv)
+{
+	tcall *t = next_call();
+	snprintf(t->what, sizeof t->what, "library attention B %lldx%lld heads %lld/%lld",
+	         (long long)c->mbs, (long long)c->seq, (long long)c->nh, (long long)c->nkv);
+	t->flops = core_flops(c, 10);
+	t->lib = true;
+	int rc = inner->mark(d, &t->from);
+	if (!rc)
+		rc = inner->attn_b(d, c, q, k, v, o, dout, lse, dsum, dq, dk, dv);
+	if (!rc)
+		rc = inner->mark(d, &t->to);
+	return rc;
+}
+
 /* F, B and W of c's layer, once to warm up, then each call timed:
  *   call LAYER PHASE MS [TFLOP/s] WHAT
  *   phase LAYER PHASE span MS, gemms MS (N, TFLOP/s), kernels MS (N)
@@ -768,6 +814,7 @@ static int time_case(const tcase *c, bool bf16)
 	float *params = noise(P, 0.02f), *x = noise(T * H, 1.f);
 	void *hp = to_real(params, P, bf16), *hx = to_real(x, T * H, bf16);
 	L.mod = 0;
+	DEV(dev_layer_prepare(dev, &L), "the layer's library calls");
 	L.p = dput(dev, hp, (size_t)P * esz);
 	L.g = dalloc(dev, (size_t)P * sizeof(float));
 	DEV(dev->ops->zero(dev, L.g, (size_t)P * sizeof(float)), "zeroing");
@@ -794,6 +841,10 @@ static int time_case(const tcase *c, bool bf16)
 	timed.gemm = t_gemm;
 	timed.gemm_sb = t_gemm_sb;
 	timed.launch = t_launch;
+	if (inner->attn_f) {
+		timed.attn_f = t_attn_f;
+		timed.attn_b = t_attn_b;
+	}
 	dev->ops = &timed;
 	double total = 0;
 	for (int p = 0; p < 3; p++) {
@@ -806,8 +857,9 @@ static int time_case(const tcase *c, bool bf16)
 			double ms = 0;
 			DEV(inner->elapsed(dev, t->from, t->to, &ms), "timing");
 			char rate[32] = "";
-			if (t->flops) {
+			if (t->flops)
 				snprintf(rate, sizeof rate, " %.1f TFLOP/s", t->flops / (ms * 1e9));
+			if (t->flops && !t->lib) {
 				gemm_ms += ms, flops += t->flops, ng++;
 			} else {
 				kern_ms += ms, nk++;

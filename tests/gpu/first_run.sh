@@ -26,6 +26,10 @@
 #      its relu2 MLP at seq 4096, micro-batch 1, bf16, timed with events;
 #      per phase, per layer, the slowest calls, the GEMMs' TFLOP/s against
 #      gemm_peak's
+#   7. the same with OCTO_ATTN=cudnn (60 s each): dev_check's attention and
+#      parallel cases in bf16 with the attention cores through cuDNN's
+#      fused attention (each core says whether cuDNN took it), then the
+#      Llama-3-8B attention layer timed
 # --emulate rehearses it without a GPU (ctest gpu_kit; docs/cuda.md): the
 # emulator in the GPU's place (dev_check --device emu on mlp with the kit's
 # compiled modules, the runs/emu-* ranks, the timing at small shapes), no
@@ -326,6 +330,31 @@ else
 	[ $rc = 124 ] && echo "  timed out (the layers done so far are above)"
 	tail -5 "$TMP/kt"
 	record kernel_time fail "$n"
+fi
+
+step "7. cuDNN's fused attention (OCTO_ATTN=cudnn): the attention cores checked, then timed"
+if [ $EMU = 1 ]; then
+	echo "  (rehearsal: the emulator has no cuDNN)"
+	record cudnn_attention skip ""
+else
+	# Each core says whether cuDNN took it ("through cuDNN") or declined it
+	# (why, from cuDNN); a declined core runs OctoPipe's kernels, which
+	# step 4 checked.
+	OCTO_ATTN=cudnn timeout "$(limit 60)" "$K/bin/dev_check" "${DEVICE[@]}" --bf16 attn par \
+		> "$TMP/cd" 2>&1
+	rc=$?
+	cp "$TMP/cd" "$LOGDIR/dev_check-cudnn.txt"
+	took=$(grep -c "through cuDNN" "$TMP/cd")
+	declined=$(grep -c "cuDNN declines" "$TMP/cd")
+	grep -E "attention core|FAIL|error" "$TMP/cd" | sort | uniq -c | head -20
+	worst=$(awk '/max rel err/ {print $(NF-1)}' "$TMP/cd" | sort -g | tail -1)
+	OCTO_ATTN=cudnn timeout "$(limit 60)" "$K/bin/dev_check" --device cuda --gpu-arch "$ARCH" \
+		--time --bf16 attn > "$TMP/ct" 2>&1
+	trc=$?
+	cp "$TMP/ct" "$LOGDIR/kernel_time-cudnn.txt"
+	grep -E "^phase |^layer |library attention|attention_.*core|error" "$TMP/ct"
+	n="\"cores_through_cudnn\": $took, \"cores_declined\": $declined, \"worst_rel_err\": ${worst:-null}, \"exit\": $rc, \"time_exit\": $trc"
+	record cudnn_attention "$([ $rc = 0 ] && [ $trc = 0 ] && echo pass || echo fail)" "$n"
 fi
 
 echo
