@@ -20,8 +20,8 @@
  *             not in the graph), and an engine whose numerical notes say
  *             NONDETERMINISTIC is passed over, so a core gives the same
  *             bits every run and on every rank that runs it
- *   plans     heuristics (mode A), the first engine configuration that
- *             finalizes; made once per core at attn_lib (before the first
+ *   plans     heuristics (mode A, then the fallback mode), the first engine
+ *             configuration that finalizes; made once per core at attn_lib (before the first
  *             step) with the workspace the largest plan needs, allocated
  *             then; a core no engine takes runs the kernels (not an error)
  *
@@ -552,11 +552,64 @@ static bool nondeterministic(graph *g, desc cfg)
 	return false;
 }
 
-/* The operation graph of g's operations; without a handle (no device)
- * only that far.  With one: the heuristics' configurations in their order,
- * the first that finalizes into a plan (passing over nondeterministic
- * engines when det), its workspace bytes.  *plan NULL: no engine takes
- * the graph (why in g->err, g->rc still RT_OK). */
+/* The first configuration of heuristics mode `mode`'s list for operation
+ * graph og that finalizes into a plan (passing over nondeterministic
+ * engines when det), with its workspace bytes; NULL when none does, with
+ * the counts in *got, *skipped, *refused and the last refusal's message in
+ * last. */
+static desc first_plan(graph *g, desc og, cudnnBackendHeurMode_t mode, bool det, int64_t *ws,
+                       int *got, int *skipped, int *refused, char last[256])
+{
+	desc heur = g_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the heuristics");
+	g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og,
+	      "the heuristics");
+	g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "the heuristics");
+	if (g->rc || lib.bfinal(heur) != CUDNN_STATUS_SUCCESS)
+		return NULL; /* a mode with nothing for this graph */
+	int64_t n = 0;
+	if (lib.bget(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL) !=
+	    CUDNN_STATUS_SUCCESS)
+		return NULL;
+	desc cfg[32];
+	n = n < 32 ? n : 32;
+	for (int64_t i = 0; i < n; i++)
+		cfg[i] = g_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine configuration");
+	int64_t m = 0;
+	if (g->rc || !n ||
+	    lib.bget(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &m, cfg) !=
+	        CUDNN_STATUS_SUCCESS)
+		return NULL;
+	*got += (int)m;
+	for (int64_t i = 0; i < m; i++) {
+		if (det && nondeterministic(g, cfg[i])) {
+			(*skipped)++;
+			continue;
+		}
+		desc pl = g_new(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
+		g_set(g, pl, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+		      &cfg[i], "an execution plan");
+		if (g->rc)
+			return NULL;
+		if (lib.bfinal(pl) != CUDNN_STATUS_SUCCESS) {
+			(*refused)++;
+			lib.last(last, 256);
+			continue;
+		}
+		int64_t k = 0;
+		if (lib.bget(pl, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &k, ws) !=
+		    CUDNN_STATUS_SUCCESS) {
+			g_fail(g, "cuDNN's plan gave no workspace size");
+			return NULL;
+		}
+		return pl;
+	}
+	return NULL;
+}
+
+/* The operation graph of g's operations (without a handle, that is all:
+ * no device), then the first plan of heuristics mode A, else of the
+ * fallback mode, and its workspace bytes.  *plan NULL: no engine takes the
+ * graph (why in g->err, g->rc still RT_OK). */
 static void g_plan(graph *g, cudnnHandle_t h, bool det, desc *plan, int64_t *ws)
 {
 	*ws = 0;
@@ -565,57 +618,16 @@ static void g_plan(graph *g, cudnnHandle_t h, bool det, desc *plan, int64_t *ws)
 	g_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops,
 	      "the operation graph");
 	g_fin(g, og, "the operation graph");
-	if (!h)
+	if (!h || g->rc)
 		return;
-	cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-	desc heur = g_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the heuristics");
-	g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og,
-	      "the heuristics");
-	g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "the heuristics");
-	g_fin(g, heur, "the heuristics");
-	int64_t n = 0;
-	if (!g->rc && lib.bget(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-	                       &n, NULL) != CUDNN_STATUS_SUCCESS)
-		g_fail(g, "cuDNN's heuristics gave no count of configurations");
-	if (g->rc)
-		return;
-	if (n > 32)
-		n = 32;
-	desc cfg[32];
-	for (int64_t i = 0; i < n; i++)
-		cfg[i] = g_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine configuration");
-	int64_t got = 0;
-	if (!g->rc && n && lib.bget(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-	                            n, &got, cfg) != CUDNN_STATUS_SUCCESS)
-		g_fail(g, "cuDNN's heuristics gave no configurations");
-	if (g->rc)
-		return;
-	int skipped = 0, refused = 0;
+	static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+	int got = 0, skipped = 0, refused = 0;
 	char last[256] = "";
-	for (int64_t i = 0; i < got && !*plan; i++) {
-		if (det && nondeterministic(g, cfg[i])) {
-			skipped++;
-			continue;
-		}
-		desc pl = g_new(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
-		g_set(g, pl, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-		      &cfg[i], "an execution plan");
-		if (g->rc)
-			return;
-		if (lib.bfinal(pl) != CUDNN_STATUS_SUCCESS) {
-			refused++;
-			lib.last(last, sizeof last);
-			continue;
-		}
-		int64_t k = 0;
-		if (lib.bget(pl, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &k, ws) !=
-		    CUDNN_STATUS_SUCCESS)
-			g_fail(g, "cuDNN's plan gave no workspace size");
-		*plan = pl;
-	}
+	for (int i = 0; i < 2 && !*plan && !g->rc; i++)
+		*plan = first_plan(g, og, modes[i], det, ws, &got, &skipped, &refused, last);
 	if (!*plan && !g->rc)
-		snprintf(g->err, sizeof g->err, "no cuDNN engine takes it (%lld configurations: %d "
-		         "nondeterministic, %d refused%s%s)", (long long)got, skipped, refused,
+		snprintf(g->err, sizeof g->err, "no cuDNN engine takes it (%d configurations: %d "
+		         "nondeterministic, %d refused%s%s)", got, skipped, refused,
 		         last[0] ? "; the last: " : "", last);
 }
 

@@ -22,7 +22,9 @@
 #      step's loss within 1e-5 (relative) of the CPU run's; and in bf16
 #      within 2e-2; with 2 GPUs or more (NCCL takes one rank per device),
 #      tiny-dense deterministic at --dp 2 on 2 ranks (an NCCL communicator
-#      per DP group) against 1 rank: the same losses, bit for bit
+#      per DP group) against 1 rank: the same losses, bit for bit; and in
+#      bf16 with the attention cores through cuDNN (OCTO_ATTN=cudnn), 1 and 4
+#      ranks: within 2e-2 of the CPU's, the same losses bit for bit
 #   5. profile (octopipe profile --target cuda) of a Llama-3-8B-shaped layer
 #      pair (attention + mlp, GQA 32/8, ffn 14336) and a Nemotron-H-8B Mamba-2
 #      layer (+ its relu2 mlp) at seq 4096, bf16 -> BUILD_DIR/gpu-profile-*.yaml
@@ -155,6 +157,30 @@ if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --dtype bf16 --devices 1 "${TA
 	pass "1 rank, bf16 against the f32 CPU run: $r"
 else
 	fail "1 rank, bf16: ${r:-compile or training failed}"
+fi
+# The attention cores through cuDNN's fused attention (OCTO_ATTN=cudnn,
+# bf16; docs/cuda.md): taken by cuDNN (each core says so), within 2e-2 of
+# the f32 CPU run, and 1 rank and 4 ranks the same losses bit for bit (its
+# B is deterministic).  The emulator has no cuDNN: not rehearsed.
+if [ $EMU = 0 ]; then
+	if "$OCTO" compile "$SRC/models/tiny-hybrid.yaml" --dtype bf16 --devices 4 "${TARGET[@]}" \
+		-o "$TMP/gb4" > "$TMP/c.log" 2>&1 && OCTO_ATTN=cudnn train "$TMP/gb" "$TMP/gc1.log" nccl 1 &&
+		OCTO_ATTN=cudnn train "$TMP/gb4" "$TMP/gc4.log" mpi 4; then
+		grep -h "attention core" "$TMP/gc1.log" "$TMP/gc4.log" | sort | uniq -c | sed 's/^/  /'
+		if grep -q "cuDNN declines" "$TMP/gc1.log" "$TMP/gc4.log"; then
+			fail "OCTO_ATTN=cudnn: cuDNN declined a core (above)"
+		elif ! r=$(close "$TMP/gc1.log" "$TMP/cpu.log" 2e-2); then
+			fail "OCTO_ATTN=cudnn, 1 rank, bf16 against the f32 CPU run: $r"
+		elif ! cmp -s "$TMP/gc1.log.losses" "$TMP/gc4.log.losses"; then
+			fail "OCTO_ATTN=cudnn: 1 and 4 ranks' losses differ"
+			paste "$TMP/gc1.log.losses" "$TMP/gc4.log.losses"
+		else
+			pass "OCTO_ATTN=cudnn, bf16: $r; 1 and 4 ranks the same losses, bit for bit"
+		fi
+	else
+		tail -5 "$TMP/c.log"
+		fail "OCTO_ATTN=cudnn: compile or training"
+	fi
 fi
 # Data parallelism: NCCL's all-reduce of exact digits (docs/cuda.md); the
 # rehearsal runs it on the emulator's NCCL stand-in.
