@@ -27,6 +27,7 @@
 
 #include "dev.h"
 #include "rt_cudnn.h"
+#include "testutil.h"
 
 /* ---- the evaluator ------------------------------------------------------------ */
 
@@ -429,10 +430,8 @@ START_TEST(test_cudnn_finalizes_real_cores)
 }
 END_TEST
 
-int main(void)
+static Suite *cudnn_graph_suite(void)
 {
-	if (!have_cudnn())
-		return 77;
 	Suite *s = suite_create("cudnn_graph");
 	TCase *tc = tcase_create("cudnn_graph");
 	tcase_set_timeout(tc, 600);
@@ -440,9 +439,10 @@ int main(void)
 	tcase_add_test(tc, test_window_edges);
 	tcase_add_test(tc, test_cudnn_finalizes_real_cores);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return s;
+}
+
+int main(void)
+{
+	return have_cudnn() ? tu_run(cudnn_graph_suite()) : 77;
 }

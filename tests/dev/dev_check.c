@@ -748,20 +748,21 @@ static int t_launch(rt_dev *d, int mod, const char *fn, unsigned grid, unsigned 
  * F (QK^T and PV, d the mean of dqk and dv) and 10 in B (FlashAttention-2's
  * five products), over the whole causal triangle (a window's pairs are
  * fewer: the rate is then an upper bound). */
-static double core_flops(const dev_attn_core *c, double per)
+static tcall *lib_call(const char *phase, const dev_attn_core *c, double per)
 {
+	tcall *t = next_call();
+	snprintf(t->what, sizeof t->what, "library attention %s %lldx%lld heads %lld/%lld", phase,
+	         (long long)c->mbs, (long long)c->seq, (long long)c->nh, (long long)c->nkv);
 	double pairs = (double)c->seq * (double)(c->seq + 1) / 2;
-	return per * (double)c->mbs * (double)c->nh * pairs * (double)(c->dqk + c->dv) / 2;
+	t->flops = per * (double)c->mbs * (double)c->nh * pairs * (double)(c->dqk + c->dv) / 2;
+	t->lib = true;
+	return t;
 }
 
 static int t_attn_f(rt_dev *d, const dev_attn_core *c, const void *q, const void *k,
                     const void *v, void *o, float *lse)
 {
-	tcall *t = next_call();
-	snprintf(t->what, sizeof t->what, "library attention F %lldx%lld heads %lld/%lld",
-	         (long long)c->mbs, (long long)c->seq, (long long)c->nh, (long long)c->nkv);
-	t->flops = core_flops(c, 4);
-	t->lib = true;
+	tcall *t = lib_call("F", c, 4);
 	int rc = inner->mark(d, &t->from);
 	if (!rc)
 		rc = inner->attn_f(d, c, q, k, v, o, lse);
@@ -774,11 +775,7 @@ static int t_attn_b(rt_dev *d, const dev_attn_core *c, const void *q, const void
                     const void *v, const void *o, const void *dout, const float *lse,
                     float *dsum, void *dq, void *dk, void *dv)
 {
-	tcall *t = next_call();
-	snprintf(t->what, sizeof t->what, "library attention B %lldx%lld heads %lld/%lld",
-	         (long long)c->mbs, (long long)c->seq, (long long)c->nh, (long long)c->nkv);
-	t->flops = core_flops(c, 10);
-	t->lib = true;
+	tcall *t = lib_call("B", c, 10);
 	int rc = inner->mark(d, &t->from);
 	if (!rc)
 		rc = inner->attn_b(d, c, q, k, v, o, dout, lse, dsum, dq, dk, dv);
