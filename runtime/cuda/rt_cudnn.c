@@ -564,8 +564,12 @@ static desc first_plan(graph *g, desc og, cudnnBackendHeurMode_t mode, bool det,
 	g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og,
 	      "the heuristics");
 	g_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "the heuristics");
-	if (g->rc || lib.bfinal(heur) != CUDNN_STATUS_SUCCESS)
-		return NULL; /* a mode with nothing for this graph */
+	if (g->rc)
+		return NULL;
+	if (lib.bfinal(heur) != CUDNN_STATUS_SUCCESS) { /* a mode with nothing for this graph */
+		lib.last(last, 256);
+		return NULL;
+	}
 	int64_t n = 0;
 	if (lib.bget(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL) !=
 	    CUDNN_STATUS_SUCCESS)
@@ -628,7 +632,7 @@ static void g_plan(graph *g, cudnnHandle_t h, bool det, desc *plan, int64_t *ws)
 	if (!*plan && !g->rc)
 		snprintf(g->err, sizeof g->err, "no cuDNN engine takes it (%d configurations: %d "
 		         "nondeterministic, %d refused%s%s)", got, skipped, refused,
-		         last[0] ? "; the last: " : "", last);
+		         last[0] ? "; cuDNN's last message: " : "", last);
 }
 
 /* ---- the cores ---------------------------------------------------------------- */
