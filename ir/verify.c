@@ -1151,20 +1151,71 @@ static int by_last(const void *x, const void *y)
 	return a != b ? (a < b ? -1 : 1) : i - j;
 }
 
-/* Where buffer i goes in `live` (indices into bufs, by offset, then
- * index): the first that is not below it. */
-static int live_at(const ir_buf *bufs, const int *live, int nlive, int i)
+/* The live buffers of the memory plan's sweep: a set of positions in the
+ * order of the buffers by offset (then index), a bit each, with a second
+ * level that marks the words holding any; the neighbours of a position
+ * are found by scanning words, so that inserting, removing and finding
+ * take O(n / 4096) at worst, where a sorted array of the live buffers
+ * would move O(live) of them per buffer (quadratic under GPipe, where a
+ * step's activations are all live at once). */
+typedef struct posset {
+	uint64_t *w, *top; /* bit p of w: position p is in; bit k of top: word k is not 0 */
+	int nw;
+} posset;
+
+static void ps_put(posset *s, int p, bool on)
 {
-	int lo = 0, hi = nlive;
-	while (lo < hi) {
-		int mid = lo + (hi - lo) / 2;
-		const ir_buf *a = &bufs[live[mid]];
-		if (a->off < bufs[i].off || (a->off == bufs[i].off && live[mid] < i))
-			lo = mid + 1;
-		else
-			hi = mid;
+	uint64_t b = 1ull << (p & 63);
+	int k = p >> 6;
+	s->w[k] = on ? s->w[k] | b : s->w[k] & ~b;
+	uint64_t t = 1ull << (k & 63);
+	s->top[k >> 6] = s->w[k] ? s->top[k >> 6] | t : s->top[k >> 6] & ~t;
+}
+
+/* The last position below p in the set (-1 if none). */
+static int ps_below(const posset *s, int p)
+{
+	int k = p >> 6;
+	uint64_t m = s->w[k] & ((1ull << (p & 63)) - 1);
+	if (m)
+		return (k << 6) + 63 - __builtin_clzll(m);
+	for (int t = k >> 6; t >= 0; t--) { /* words below k that hold any */
+		uint64_t tm = s->top[t];
+		if (t == k >> 6)
+			tm &= (1ull << (k & 63)) - 1;
+		if (tm) {
+			int j = (t << 6) + 63 - __builtin_clzll(tm);
+			return (j << 6) + 63 - __builtin_clzll(s->w[j]);
+		}
 	}
-	return lo;
+	return -1;
+}
+
+/* The first position above p in the set (-1 if none). */
+static int ps_above(const posset *s, int p)
+{
+	int k = p >> 6;
+	uint64_t m = (p & 63) == 63 ? 0 : s->w[k] & ~((2ull << (p & 63)) - 1);
+	if (m)
+		return (k << 6) + __builtin_ctzll(m);
+	for (int t = k >> 6; t <= (s->nw - 1) >> 6; t++) { /* words above k that hold any */
+		uint64_t tm = s->top[t];
+		if (t == k >> 6)
+			tm &= (k & 63) == 63 ? 0 : ~((2ull << (k & 63)) - 1);
+		if (tm) {
+			int j = (t << 6) + __builtin_ctzll(tm);
+			return (j << 6) + __builtin_ctzll(s->w[j]);
+		}
+	}
+	return -1;
+}
+
+static const ir_buf *by_off_bufs; /* qsort has no context argument */
+static int by_off(const void *x, const void *y)
+{
+	int i = *(const int *)x, j = *(const int *)y;
+	uint64_t a = by_off_bufs[i].off, b = by_off_bufs[j].off;
+	return a != b ? (a < b ? -1 : 1) : i - j;
 }
 
 static int verify_memplan(const ir_module *m)
@@ -1218,20 +1269,28 @@ static int verify_memplan(const ir_module *m)
 		}
 		free(want);
 		/* The buffers now come in order of their first op: sweep, keeping
-		 * those still live sorted by offset.  They do not overlap one
+		 * the set of those still live by offset.  They do not overlap one
 		 * another (or that was reported), so a new buffer overlaps one of
 		 * them iff it overlaps its neighbour below or above.  They leave
 		 * in order of their last op. */
-		int *live = malloc(((size_t)p->nbufs + 1) * sizeof *live), nlive = 0;
-		int *dying = malloc(((size_t)p->nbufs + 1) * sizeof *dying), k = 0;
-		bool *in = calloc((size_t)p->nbufs + 1, sizeof *in);
-		if (!live || !dying || !in)
+		int nb = p->nbufs, nw = (nb + 63) / 64 + 1;
+		int *order = malloc(((size_t)nb + 1) * sizeof *order);
+		int *pos = malloc(((size_t)nb + 1) * sizeof *pos);
+		int *dying = malloc(((size_t)nb + 1) * sizeof *dying), k = 0;
+		bool *in = calloc((size_t)nb + 1, sizeof *in);
+		posset live = {calloc((size_t)nw, sizeof(uint64_t)),
+		               calloc((size_t)(nw + 63) / 64, sizeof(uint64_t)), nw};
+		if (!order || !pos || !dying || !in || !live.w || !live.top)
 			ir_bug("out of memory");
-		for (i = 0; i < p->nbufs; i++)
-			dying[i] = i;
+		for (i = 0; i < nb; i++)
+			dying[i] = order[i] = i;
 		by_last_bufs = p->bufs;
-		qsort(dying, (size_t)p->nbufs, sizeof *dying, by_last);
-		for (i = 0; i < p->nbufs && errs < 20; i++) {
+		qsort(dying, (size_t)nb, sizeof *dying, by_last);
+		by_off_bufs = p->bufs;
+		qsort(order, (size_t)nb, sizeof *order, by_off);
+		for (i = 0; i < nb; i++)
+			pos[order[i]] = i;
+		for (i = 0; i < nb && errs < 20; i++) {
 			const ir_buf *b = &p->bufs[i];
 			ir_loc loc = loc_or(p->buf_loc, i, m->loc);
 			if (b->off % IR_BUF_ALIGN) {
@@ -1248,19 +1307,16 @@ static int verify_memplan(const ir_module *m)
 				errs++;
 				continue;
 			}
-			for (; k < p->nbufs && p->bufs[dying[k]].last < b->first; k++)
-				if (in[dying[k]]) {
-					int at = live_at(p->bufs, live, nlive, dying[k]);
-					memmove(&live[at], &live[at + 1], (size_t)(nlive - at - 1) * sizeof *live);
-					nlive--;
-				}
+			for (; k < nb && p->bufs[dying[k]].last < b->first; k++)
+				if (in[dying[k]])
+					ps_put(&live, pos[dying[k]], false);
 			if (!b->size)
 				continue;
-			int at = live_at(p->bufs, live, nlive, i);
-			for (int j = at - 1; j <= at && errs < 20; j++) {
-				if (j < 0 || j >= nlive)
+			int nbr[2] = {ps_below(&live, pos[i]), ps_above(&live, pos[i])};
+			for (int j = 0; j < 2 && errs < 20; j++) {
+				if (nbr[j] < 0)
 					continue;
-				const ir_buf *a = &p->bufs[live[j]];
+				const ir_buf *a = &p->bufs[order[nbr[j]]];
 				uint64_t lo = a->off > b->off ? a->off : b->off;
 				uint64_t hi = a->off + a->size < b->off + b->size ? a->off + a->size : b->off + b->size;
 				if (lo < hi) {
@@ -1271,14 +1327,15 @@ static int verify_memplan(const ir_module *m)
 					errs++;
 				}
 			}
-			memmove(&live[at + 1], &live[at], (size_t)(nlive - at) * sizeof *live);
-			live[at] = i;
-			nlive++;
+			ps_put(&live, pos[i], true);
 			in[i] = true;
 		}
+		free(order);
+		free(pos);
 		free(dying);
 		free(in);
-		free(live);
+		free(live.w);
+		free(live.top);
 	}
 	return errs;
 }
