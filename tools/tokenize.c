@@ -12,6 +12,7 @@
 #include "ir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -133,16 +134,26 @@ int tok_main(int argc, char **argv)
 	 * output is written in place. */
 	struct stat ost;
 	bool in_place = stat(outp, &ost) == 0 && !S_ISREG(ost.st_mode) && !S_ISDIR(ost.st_mode);
-	const char *dest = outp;
 	if (!in_place) {
 		size_t tl = strlen(outp) + 16;
 		if (!(tmp = malloc(tl)))
 			goto out;
 		snprintf(tmp, tl, "%s.tmp", outp);
-		dest = tmp;
 	}
-	if (!(out = fopen(dest, "wb"))) {
-		tok_error("%s: %s", dest, strerror(errno));
+	if (tmp) {
+		/* OUT.tmp is a new file: whatever has the name (a FIFO left there
+		 * would block the open, a link would send the bytes elsewhere)
+		 * goes first. */
+		unlink(tmp);
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0 || !(out = fdopen(fd, "wb"))) {
+			tok_error("%s: %s", tmp, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			goto out;
+		}
+	} else if (!(out = fopen(outp, "wb"))) {
+		tok_error("%s: %s", outp, strerror(errno));
 		goto out;
 	}
 	long long n = convert(in, inp, out, outp, width);

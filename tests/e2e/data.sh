@@ -263,6 +263,19 @@ if [ $rc = 0 ] && [ -p "$tmp/out.fifo" ] && [ ! -e "$tmp/out.fifo.tmp" ] &&
 else
 	bad "tokenize into a FIFO: exit $rc, $(stat -c %F "$tmp/out.fifo" 2>&1), $(stat -c %s "$tmp/out.read") bytes read"
 fi
+# A stale OUT.tmp is replaced, not opened: a FIFO there is not waited on,
+# a link there does not send the tokens elsewhere.
+mkfifo "$tmp/stale.bin.tmp"
+echo keep >"$tmp/victim"
+ln -s "$tmp/victim" "$tmp/stale2.bin.tmp"
+if timeout 60 "$octopipe" tokenize "$corpus" -o "$tmp/stale.bin" >/dev/null 2>&1 &&
+	timeout 60 "$octopipe" tokenize "$corpus" -o "$tmp/stale2.bin" >/dev/null 2>&1 &&
+	[ -f "$tmp/stale.bin" ] && [ ! -L "$tmp/stale2.bin" ] && [ "$(cat "$tmp/victim")" = keep ] &&
+	[ ! -e "$tmp/stale.bin.tmp" ] && [ ! -e "$tmp/stale2.bin.tmp" ]; then
+	ok "tokenize: a stale OUT.tmp (a FIFO, a link) replaced, not opened"
+else
+	bad "tokenize: a stale OUT.tmp was opened (hung, or wrote through a link)"
+fi
 refused "tokenize: a bad --format" "--format is u16 or u32, not 'u8'" \
 	"$octopipe" tokenize "$corpus" -o "$tmp/x.bin" --format u8
 refused "tokenize: no -o" "no output file: give -o OUT.bin" "$octopipe" tokenize "$corpus"
