@@ -2,14 +2,17 @@
  * stream (a pipe will do; a directory will not), writes every byte as one
  * little-endian uint16 or uint32 token, and refuses what the ranks would
  * refuse later: an empty input (a token file holds at least one token).
- * The output is written beside its final name and renamed into place only
- * when complete, so a failed run leaves no half file behind, and OUT may
- * name IN. */
+ * A device that is not a terminal (/dev/zero never ends) or a socket is
+ * refused.  The output is written beside its final name and renamed into
+ * place only when complete, so a failed run leaves no half file behind, and
+ * OUT may name IN; an OUT that exists and is not a regular file (/dev/null,
+ * a FIFO) is written in place, never replaced by the rename. */
 #include "tokenize.h"
 
 #include "ir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char help[] =
     "usage: octopipe tokenize [options] IN.txt -o OUT.bin\n\n"
@@ -111,16 +115,45 @@ int tok_main(int argc, char **argv)
 	struct stat st;
 	if (!in)
 		return tok_error("%s: %s", inp, strerror(errno));
-	if (fstat(fileno(in), &st) == 0 && S_ISDIR(st.st_mode)) {
+	if (fstat(fileno(in), &st) != 0) {
+		tok_error("%s: %s", inp, strerror(errno));
+		goto out;
+	}
+	if (S_ISDIR(st.st_mode)) {
 		tok_error("%s: a directory, not a text file", inp);
 		goto out;
 	}
-	size_t tl = strlen(outp) + 16;
-	if (!(tmp = malloc(tl)))
+	/* A regular file, a pipe or a terminal ends; a device such as
+	 * /dev/zero or /dev/urandom does not, and would fill the disk. */
+	if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !isatty(fileno(in))) {
+		tok_error("%s: %s, not a text file", inp, src_file_kind(st.st_mode));
 		goto out;
-	snprintf(tmp, tl, "%s.tmp", outp);
-	if (!(out = fopen(tmp, "wb"))) {
-		tok_error("%s: %s", tmp, strerror(errno));
+	}
+	/* The rename would replace a device, a FIFO or what a symbolic link
+	 * to one names (/dev/null, /dev/stdout) by a regular file: such an
+	 * output is written in place. */
+	struct stat ost;
+	bool in_place = stat(outp, &ost) == 0 && !S_ISREG(ost.st_mode) && !S_ISDIR(ost.st_mode);
+	if (!in_place) {
+		size_t tl = strlen(outp) + 16;
+		if (!(tmp = malloc(tl)))
+			goto out;
+		snprintf(tmp, tl, "%s.tmp", outp);
+	}
+	if (tmp) {
+		/* OUT.tmp is a new file: whatever has the name (a FIFO left there
+		 * would block the open, a link would send the bytes elsewhere)
+		 * goes first. */
+		unlink(tmp);
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0 || !(out = fdopen(fd, "wb"))) {
+			tok_error("%s: %s", tmp, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			goto out;
+		}
+	} else if (!(out = fopen(outp, "wb"))) {
+		tok_error("%s: %s", outp, strerror(errno));
 		goto out;
 	}
 	long long n = convert(in, inp, out, outp, width);
@@ -136,7 +169,7 @@ int tok_main(int argc, char **argv)
 		tok_error("%s: empty: a token file needs at least one token", inp);
 		goto out;
 	}
-	if (rename(tmp, outp)) {
+	if (tmp && rename(tmp, outp)) {
 		tok_error("%s: %s", outp, strerror(errno));
 		goto out;
 	}

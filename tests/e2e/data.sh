@@ -19,7 +19,8 @@
 #                 mixed formats, ranks given different data or resume rules: a
 #                 non-zero exit naming the file (or both ranks) before step 1,
 #                 never a hang;
-#                 tokenize's own refusals
+#                 tokenize's own refusals (a device such as /dev/zero among
+#                 them); an output that is a FIFO written through, not replaced
 #
 # Exit 0 all pass, 1 a failure, 77 (skip) without mpirun.
 set -u
@@ -244,6 +245,37 @@ refused "tokenize: an empty input" "octopipe tokenize: error: $tmp/empty.bin: em
 [ ! -e "$tmp/x.bin" ] && [ ! -e "$tmp/x.bin.tmp" ] && ok "tokenize: a failure leaves no file" || bad "tokenize left a file"
 refused "tokenize: a directory" "octopipe tokenize: error: $tmp/dir.bin: a directory, not a text file" \
 	"$octopipe" tokenize "$tmp/dir.bin" -o "$tmp/x.bin"
+refused "tokenize: a device that never ends: refused, not read" \
+	"octopipe tokenize: error: /dev/zero: a character device, not a text file" \
+	"$octopipe" tokenize /dev/zero -o "$tmp/x.bin"
+[ ! -e "$tmp/x.bin.tmp" ] || bad "tokenize of /dev/zero left $tmp/x.bin.tmp"
+# An output that is a FIFO (as /dev/null is a device) is written through,
+# never replaced by a regular file.
+mkfifo "$tmp/out.fifo"
+timeout 60 cat "$tmp/out.fifo" >"$tmp/out.read" &
+reader=$!
+timeout 60 "$octopipe" tokenize "$corpus" -o "$tmp/out.fifo" >/dev/null 2>&1
+rc=$?
+wait $reader
+if [ $rc = 0 ] && [ -p "$tmp/out.fifo" ] && [ ! -e "$tmp/out.fifo.tmp" ] &&
+	[ "$(stat -c %s "$tmp/out.read")" = $((2 * $(stat -c %s "$corpus"))) ]; then
+	ok "tokenize into a FIFO: written through, the FIFO kept"
+else
+	bad "tokenize into a FIFO: exit $rc, $(stat -c %F "$tmp/out.fifo" 2>&1), $(stat -c %s "$tmp/out.read") bytes read"
+fi
+# A stale OUT.tmp is replaced, not opened: a FIFO there is not waited on,
+# a link there does not send the tokens elsewhere.
+mkfifo "$tmp/stale.bin.tmp"
+echo keep >"$tmp/victim"
+ln -s "$tmp/victim" "$tmp/stale2.bin.tmp"
+if timeout 60 "$octopipe" tokenize "$corpus" -o "$tmp/stale.bin" >/dev/null 2>&1 &&
+	timeout 60 "$octopipe" tokenize "$corpus" -o "$tmp/stale2.bin" >/dev/null 2>&1 &&
+	[ -f "$tmp/stale.bin" ] && [ ! -L "$tmp/stale2.bin" ] && [ "$(cat "$tmp/victim")" = keep ] &&
+	[ ! -e "$tmp/stale.bin.tmp" ] && [ ! -e "$tmp/stale2.bin.tmp" ]; then
+	ok "tokenize: a stale OUT.tmp (a FIFO, a link) replaced, not opened"
+else
+	bad "tokenize: a stale OUT.tmp was opened (hung, or wrote through a link)"
+fi
 refused "tokenize: a bad --format" "--format is u16 or u32, not 'u8'" \
 	"$octopipe" tokenize "$corpus" -o "$tmp/x.bin" --format u8
 refused "tokenize: no -o" "no output file: give -o OUT.bin" "$octopipe" tokenize "$corpus"
