@@ -582,8 +582,15 @@ static void device_stats(const ir_module *m, sim_result *r, int d)
 	sd->warmup = first_b - busy_warm - dp_warm;
 	sd->cooldown = (r->makespan - cool_from) - busy_cool - (dp_time - dp_warm);
 	sd->residual = idle - sd->warmup - sd->cooldown;
-	if (sd->residual < 0 && sd->residual > -1e-9 * r->makespan)
-		sd->residual = 0; /* rounding of the three sums */
+	/* The rounding of the sums leaves what should be 0 a hair below it
+	 * ("-0.0 us" in a report): such a remainder is 0. */
+	double eps = 1e-9 * r->makespan;
+	if (sd->warmup < 0 && sd->warmup > -eps)
+		sd->warmup = 0;
+	if (sd->cooldown < 0 && sd->cooldown > -eps)
+		sd->cooldown = 0;
+	if (sd->residual < 0 && sd->residual > -eps)
+		sd->residual = 0;
 }
 
 /* Memory along the device's program order: F stashes its stage's
