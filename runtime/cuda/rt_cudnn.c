@@ -341,7 +341,8 @@ static void g_red(graph *g, cudnnReduceTensorOp_t how, desc x, desc y, const cha
 	desc r = g_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what);
 	g_set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, what);
 	g_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how, what);
-	g_set(g, r, CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, 1, &det, what);
+	if (lib.version() >= 91100) /* the attribute's first release */
+		g_set(g, r, CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, 1, &det, what);
 	g_fin(g, r, what);
 	desc op = g_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
 	g_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
@@ -759,13 +760,11 @@ int cdn_attn_prepare(cdn_attn *a, const dev_attn_core *c, bool *use, char *why, 
 	}
 	static const form forms[2] = {{false}, {true}};
 	char first[512] = "";
+	/* A graph this library will not build (a call refused: another cuDNN
+	 * 9 than the one written for) is declined as one no engine takes. */
 	for (int i = 0; i < 2 && !k->pb; i++) {
 		build(a->h, k, forms[i]);
 		graph *g = k->f.rc || !k->pf ? &k->f : &k->b;
-		if (g->rc) {
-			snprintf(err, errlen, "%s (rank %d)", g->err, a->rank);
-			return g->rc;
-		}
 		if (!k->pb && !first[0])
 			snprintf(first, sizeof first, "%s: %.480s", g == &k->f ? "F" : "B", g->err);
 	}

@@ -20,9 +20,10 @@ void cdn_attn_close(cdn_attn *a);
 /* Whether cuDNN takes core c in bf16 (*use): the forward and the
  * deterministic backward graphs built, each with an execution plan, once a
  * core, and the workspace the plans need allocated.  A core no engine
- * takes is not an error (*use false).  why: for a core not seen before, the
+ * takes, or whose graphs this cuDNN refuses to build, is not an error
+ * (*use false).  why: for a core not seen before, the
  * workspace or the reason cuDNN declines it; for one seen before, "".
- * RT_OK, or a code with err set. */
+ * RT_OK, or RT_ENOMEM (the workspace) with err set. */
 int cdn_attn_prepare(cdn_attn *a, const dev_attn_core *c, bool *use, char *why, size_t whylen,
                      char *err, size_t errlen);
 
