@@ -297,6 +297,126 @@ static bool gpu_launch; /* --gpu-launch: the emulator with the GPU's blocks */
 static const char *modules; /* --modules DIR: kept, and reused */
 static char workdir[4096];
 
+/* ---- --lib-attn: the library path of the attention core, on the emulator ------ */
+
+/* A stand-in for a library's attention core (dev_ops.attn_*: cuDNN's on a
+ * GPU) on the emulator, whose device memory is the host's: the core in
+ * double from the layer's arrays, rounded once into the storage type, so
+ * that the layer's way through the library (dev_layer_prepare, the
+ * arrays dev_attn.c hands over: qk_norm's normed heads, MLA's assembled
+ * k, a parallel layer's, Dsum) is checked against the CPU kernels as a
+ * library's core would be.  It takes every core. */
+static bool lib_attn;
+static int lib_cores; /* cores taken, for the summary */
+
+static double ld(const rt_dev *d, const void *p, int64_t i)
+{
+	return d->bf16 ? dev_from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static void st(const rt_dev *d, void *p, int64_t i, double v)
+{
+	if (d->bf16)
+		((uint16_t *)p)[i] = dev_to_bf16((float)v);
+	else
+		((float *)p)[i] = (float)v;
+}
+
+static bool h_sees(const dev_attn_core *c, int64_t i, int64_t j)
+{
+	return j <= i && (c->win <= 0 || j > i - c->win);
+}
+
+static int h_attn_lib(rt_dev *d, const dev_attn_core *c, bool *use)
+{
+	(void)d, (void)c;
+	lib_cores++;
+	*use = true;
+	return RT_OK;
+}
+
+/* Row i of sequence b, head h (kv head kh) of a [b][s][h][d] array. */
+#define ROW(b, i, h, H, D) ((((b) * c->seq + (i)) * (H) + (h)) * (D))
+
+static int h_attn_f(rt_dev *d, const dev_attn_core *c, const void *q, const void *k,
+                    const void *v, void *o, float *lse)
+{
+	int64_t S = c->seq, g = c->nh / c->nkv;
+	double *p = malloc((size_t)S * sizeof *p);
+	for (int64_t b = 0; b < c->mbs; b++)
+		for (int64_t h = 0; h < c->nh; h++)
+			for (int64_t i = 0; i < S; i++) {
+				int64_t qi = ROW(b, i, h, c->nh, c->dqk), oi = ROW(b, i, h, c->nh, c->dv);
+				double mx = -INFINITY, l = 0;
+				for (int64_t j = 0; j < S; j++) {
+					int64_t kj = ROW(b, j, h / g, c->nkv, c->dqk);
+					double s = 0;
+					for (int64_t e = 0; e < c->dqk; e++)
+						s += ld(d, q, qi + e) * ld(d, k, kj + e);
+					p[j] = h_sees(c, i, j) ? s * c->scale : -INFINITY;
+					mx = fmax(mx, p[j]);
+				}
+				for (int64_t j = 0; j < S; j++)
+					l += p[j] = exp(p[j] - mx);
+				lse[(b * c->nh + h) * S + i] = (float)(mx + log(l));
+				for (int64_t e = 0; e < c->dv; e++) {
+					double y = 0;
+					for (int64_t j = 0; j < S; j++)
+						y += p[j] / l * ld(d, v, ROW(b, j, h / g, c->nkv, c->dv) + e);
+					st(d, o, oi + e, y);
+				}
+			}
+	free(p);
+	return RT_OK;
+}
+
+static int h_attn_b(rt_dev *d, const dev_attn_core *c, const void *q, const void *k,
+                    const void *v, const void *o, const void *dout, const float *lse,
+                    float *dsum, void *dq, void *dk, void *dv)
+{
+	int64_t S = c->seq, g = c->nh / c->nkv, nq = c->mbs * S * c->nh * c->dqk;
+	int64_t nk = c->mbs * S * c->nkv * c->dqk, nv = c->mbs * S * c->nkv * c->dv;
+	double *gq = calloc((size_t)nq, 8), *gk = calloc((size_t)nk, 8), *gv = calloc((size_t)nv, 8);
+	for (int64_t b = 0; b < c->mbs; b++)
+		for (int64_t h = 0; h < c->nh; h++)
+			for (int64_t i = 0; i < S; i++) {
+				int64_t qi = ROW(b, i, h, c->nh, c->dqk), oi = ROW(b, i, h, c->nh, c->dv);
+				int64_t si = (b * c->nh + h) * S + i;
+				double D = 0;
+				for (int64_t e = 0; e < c->dv; e++)
+					D += ld(d, dout, oi + e) * ld(d, o, oi + e);
+				dsum[si] = (float)D;
+				for (int64_t j = 0; j <= i; j++) {
+					if (!h_sees(c, i, j))
+						continue;
+					int64_t kj = ROW(b, j, h / g, c->nkv, c->dqk);
+					int64_t vj = ROW(b, j, h / g, c->nkv, c->dv);
+					double s = 0, dp = 0;
+					for (int64_t e = 0; e < c->dqk; e++)
+						s += ld(d, q, qi + e) * ld(d, k, kj + e);
+					double P = exp(s * c->scale - lse[si]);
+					for (int64_t e = 0; e < c->dv; e++) {
+						dp += ld(d, dout, oi + e) * ld(d, v, vj + e);
+						gv[vj + e] += P * ld(d, dout, oi + e);
+					}
+					double ds = P * (dp - D) * c->scale;
+					for (int64_t e = 0; e < c->dqk; e++) {
+						gq[qi + e] += ds * ld(d, k, kj + e);
+						gk[kj + e] += ds * ld(d, q, qi + e);
+					}
+				}
+			}
+	for (int64_t i = 0; i < nq; i++)
+		st(d, dq, i, gq[i]);
+	for (int64_t i = 0; i < nk; i++)
+		st(d, dk, i, gk[i]);
+	for (int64_t i = 0; i < nv; i++)
+		st(d, dv, i, gv[i]);
+	free(gq), free(gk), free(gv);
+	return RT_OK;
+}
+#undef ROW
+
 static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
 {
 	rt_dev *dev = NULL;
@@ -309,6 +429,14 @@ static rt_dev *make_device(const rt_layer_desc *d, bool bf16, arena *a)
 		if (gpu_launch)
 			dev_emu_gpu_launch(dev);
 		DEV(dev_emu_add_source(dev, name, src, OCTO_CXX, workdir), "module build");
+		if (lib_attn) { /* the emulator's table, with the stand-in's core */
+			static dev_ops with_lib;
+			with_lib = *dev->ops;
+			with_lib.attn_lib = h_attn_lib;
+			with_lib.attn_f = h_attn_f;
+			with_lib.attn_b = h_attn_b;
+			dev->ops = &with_lib;
+		}
 		return dev;
 	}
 #ifdef OCTO_HAVE_CUDA
@@ -895,7 +1023,7 @@ static bool kind_wanted(const bool *want, const char *kind)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: dev_check [--bf16] [--device emu|cuda] [--gpu-arch sm_XX] [--gpu-launch] "
-	           "[--modules DIR] [--quick] [--time [--small]] [KIND ...]\n"
+	           "[--modules DIR] [--quick] [--lib-attn] [--time [--small]] [KIND ...]\n"
 	           "  KIND: emb head attn mlp moe mamba par optim (default: all)\n"
 	           "  --modules DIR: the emulator's compiled modules kept in DIR, and reused from it\n"
 	           "  --time: no check; every launch and GEMM of F, B, W timed on real layers (Llama-3-8B\n"
@@ -903,6 +1031,8 @@ static void usage(FILE *f)
 	           "  --gpu-launch: the emulator launches as the GPU does (256-thread blocks, up to\n"
 	           "  8192 of them) instead of its own 32-thread blocks\n"
 	           "  --quick: the first case of each kind only (the sanitizer build's GPU-launch run)\n"
+	           "  --lib-attn: (emulator) the attention cores through the device's library path, a\n"
+	           "  stand-in computing them on the host (what cuDNN's takes on a GPU)\n"
 	           "  compares the device executor's F, B, W with the CPU kernels on random inputs;\n"
 	           "  thresholds: 1e-5 (f32) and 2e-2 (bf16) relative to the largest CPU value\n");
 }
@@ -928,6 +1058,8 @@ int main(int argc, char **argv)
 			gpu_launch = true;
 		} else if (strcmp(argv[i], "--quick") == 0) {
 			quick = true;
+		} else if (strcmp(argv[i], "--lib-attn") == 0) {
+			lib_attn = true;
 		} else if (strcmp(argv[i], "--help") == 0) {
 			usage(stdout);
 			return 0;
@@ -979,6 +1111,14 @@ int main(int argc, char **argv)
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
 	if (!modules && system(cmd) != 0)
 		fprintf(stderr, "dev_check: warning: could not remove %s\n", workdir);
+	if (lib_attn) {
+		if (strcmp(device_kind, "emu") != 0) {
+			fprintf(stderr, "dev_check: error: --lib-attn is the emulator's (on a GPU: OCTO_ATTN=cudnn)\n");
+			return 2;
+		}
+		printf("attention cores through the library path: %d\n", lib_cores);
+		bad |= lib_cores == 0;
+	}
 	printf("%s\n", bad ? "dev_check: FAIL" : "dev_check: every output within its threshold");
 	return bad;
 }
