@@ -801,25 +801,35 @@ static core *find(cdn_attn *a, const dev_attn_core *c)
 	return NULL;
 }
 
-/* plan on the arrays uid[i] -> ptr[i]. */
+/* plan on the arrays uid[i] -> ptr[i]: a variant pack made, run and
+ * freed (its pointers are the call's). */
 static int run(cdn_attn *a, desc plan, int n, const int64_t *uid, void *const *ptr, const char *what,
                char *err, size_t errlen)
 {
-	graph g = {.rc = 0};
-	desc vp = g_new(&g, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, what);
-	g_set(&g, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uid, what);
-	g_set(&g, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptr, what);
-	g_set(&g, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &a->ws, what);
-	g_fin(&g, vp, what);
-	if (!g.rc) {
-		cudnnStatus_t s = lib.bexec(a->h, plan, vp);
-		if (s != CUDNN_STATUS_SUCCESS)
-			g_status(&g, s, "cudnnBackendExecute", what);
+	desc vp = NULL;
+	const char *call = NULL;
+	cudnnStatus_t s, ok = CUDNN_STATUS_SUCCESS;
+	if ((s = lib.bcreate(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp)) != ok)
+		call = "cudnnBackendCreateDescriptor";
+	else if ((s = lib.bset(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uid)) != ok ||
+	         (s = lib.bset(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n,
+	                       ptr)) != ok ||
+	         (s = lib.bset(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+	                       &a->ws)) != ok)
+		call = "cudnnBackendSetAttribute";
+	else if ((s = lib.bfinal(vp)) != ok)
+		call = "cudnnBackendFinalize";
+	else if ((s = lib.bexec(a->h, plan, vp)) != ok)
+		call = "cudnnBackendExecute";
+	if (call) {
+		char last[256] = "";
+		lib.last(last, sizeof last);
+		snprintf(err, errlen, "cuDNN %s failed for %s: %s%s%s (rank %d)", call, what,
+		         lib.status(s), last[0] ? ": " : "", last, a->rank);
 	}
-	g_free(&g);
-	if (g.rc)
-		snprintf(err, errlen, "%s (rank %d)", g.err, a->rank);
-	return g.rc;
+	if (vp)
+		lib.bdestroy(vp);
+	return call ? RT_EDEVICE : RT_OK;
 }
 
 int cdn_attn_bind(const dev_attn_core *c, bool bwd, const cdn_arrays *a, float sc[4],

@@ -35,10 +35,12 @@ int cdn_attn_bwd(cdn_attn *a, const dev_attn_core *c, const void *q, const void 
                  void *dv, char *err, size_t errlen);
 
 /* Without a device: the library opened, and every node of both graphs of
- * core c built and finalized (tensors, operations), which checks the
- * attributes' types and the operands' shapes as cuDNN sees them; not the
- * engines' support, which needs the device.  RT_OK, or RT_EDEVICE with the
- * failing node and cuDNN's message in err (RT_ENODEV: no libcudnn). */
+ * core c, in both index forms, built and finalized (tensors, operations,
+ * the operation graph; *nodes counts them), which checks the attributes'
+ * types and the operands' shapes as cuDNN sees them; not the engines'
+ * support, which needs the device.  RT_OK, or RT_EDEVICE with the failing
+ * node and cuDNN's message in err (RT_ENODEV: no libcudnn; RT_EINVAL: a
+ * core cuDNN cannot take at all, such as a head dim not a multiple of 8). */
 int cdn_attn_check_nodes(const dev_attn_core *c, int *nodes, char *err, size_t errlen);
 
 /* One of core c's graphs as built for cuDNN, as a list (for a test that

@@ -159,6 +159,15 @@ expect 0 "" sim $c --trace "$tmp/t.json" --svg "$tmp/t.svg"
 if head -c 5 "$tmp/t.svg" | grep -q '<svg' && grep -q '"traceEvents"' "$tmp/t.json"; then
   pass=$((pass + 1)); else echo "FAIL sim --trace/--svg wrote no trace or picture"; fail=$((fail + 1)); fi
 expect 1 "octopipe sim: error: cannot write '/nonexistent/t.svg'" sim $c --svg /nonexistent/t.svg
+# an idle time the sums' rounding leaves a hair below 0 is 0: no "-0.0 us"
+# in the table, no negative time in the JSON (tiny-dense under 1f1b had both)
+for s in 1f1b gpipe zbh1; do
+  "$bin" sim models/tiny-dense.yaml --schedule $s > "$tmp/s.txt" 2>&1
+  "$bin" sim models/tiny-dense.yaml --schedule $s --json > "$tmp/s.json" 2>&1
+  if grep -q -- "-0\.0" "$tmp/s.txt" || grep -Eq '"(warmup|cooldown|residual)_s": \[[^]]*-[0-9]' "$tmp/s.json"; then
+    echo "FAIL sim tiny-dense --schedule $s: a negative idle time: $(grep -m1 -- '-0\.0' "$tmp/s.txt")"
+    fail=$((fail + 1)); else pass=$((pass + 1)); fi
+done
 # no inf, NaN or wrapped sum reaches the output: the inputs are refused
 expect 1 "time-huge.opir:9:1: error: layer L2: f=1e+308us is out of range" sim tests/bad-ir/time-huge.opir
 expect 1 "bandwidth-tiny.opir:5:1: error: cluster 'cpu-local': intra-node bandwidth 1e-300 is out of range" sim tests/bad-ir/bandwidth-tiny.opir
